@@ -1,0 +1,145 @@
+# vramd build.
+#
+#   make            build everything into build/ (bin/, lib/, tests/)
+#   make SAN=1      the same with AddressSanitizer + UndefinedBehaviorSanitizer, into build-san/
+#   make deps       install missing Debian packages (quiet when nothing is missing)
+#   make test       deps, strict build, every test; then again under ASan+UBSan
+#   make demo       deps, build, run the main scenario on a simulated GPU
+#   make fuzz       libFuzzer binaries (clang) into build-fuzz/
+#   make lint       cppcheck over src/ and sim/
+#
+# Every .c file under src/ except the binaries' mains goes into build/libvramd.a; binaries,
+# unit tests and fuzz replayers link against it. New modules need no Makefile change.
+
+SAN ?= 0
+ifeq ($(SAN),1)
+BUILD ?= build-san
+SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT = -O1
+else
+BUILD ?= build
+SANFLAGS =
+OPT = -O2
+endif
+
+CC ?= cc
+PKGS = libuv libcjson yaml-0.1 sqlite3 libsystemd
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g $(OPT) -fPIC -pthread \
+	-Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+	-Wno-unused-parameter -Isrc -Isim/lib $(PKG_CFLAGS) $(SANFLAGS)
+CFLAGS ?=
+override CFLAGS := $(CFLAGS_COMMON) $(CFLAGS)
+LDFLAGS_COMMON = -pthread $(SANFLAGS)
+LIBS = $(PKG_LIBS) -lrt -lm
+
+LIB_SRCS := $(filter-out src/daemon/main.c src/cli/%,$(shell find src -name '*.c' | sort))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+SIMLIB_SRCS := $(wildcard sim/lib/*.c)
+SIMLIB_OBJS := $(SIMLIB_SRCS:%.c=$(BUILD)/obj/%.o)
+NVMLSIM_SRCS := $(wildcard sim/nvml/*.c)
+NVMLSIM_OBJS := $(NVMLSIM_SRCS:%.c=$(BUILD)/obj/%.o)
+SIMGPU_SRCS := $(wildcard sim/simgpu/*.c)
+SIMWORKER_SRCS := $(wildcard sim/worker/*.c)
+CLI_SRCS := $(wildcard src/cli/*.c)
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+REPLAY_BINS := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
+TESTHELPER_SRCS := $(wildcard tests/helpers/*.c)
+TESTHELPER_BINS := $(TESTHELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/%)
+
+BINS = $(BUILD)/bin/vramd
+ifneq ($(CLI_SRCS),)
+BINS += $(BUILD)/bin/vramctl
+endif
+ifneq ($(SIMGPU_SRCS),)
+BINS += $(BUILD)/bin/simgpu
+endif
+ifneq ($(SIMWORKER_SRCS),)
+BINS += $(BUILD)/bin/simworker
+endif
+ifneq ($(NVMLSIM_SRCS),)
+BINS += $(BUILD)/lib/libnvidia-ml-sim.so
+endif
+
+.PHONY: all deps test demo fuzz lint clean check-build
+all: $(BINS) $(UNIT_BINS) $(REPLAY_BINS) $(TESTHELPER_BINS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libvramd.a: $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libsimgpu.a: $(SIMLIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/vramd: $(BUILD)/obj/src/daemon/main.o $(BUILD)/libvramd.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
+
+$(BUILD)/bin/vramctl: $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/libvramd.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
+
+$(BUILD)/bin/simgpu: $(SIMGPU_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/libsimgpu.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
+
+$(BUILD)/bin/simworker: $(SIMWORKER_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/libsimgpu.a $(BUILD)/libvramd.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
+
+# The simulated NVML library is loaded by dlopen into vramd (and into probes); it must not
+# drag in the sanitizer runtime on its own, so it links only the sim library objects.
+$(BUILD)/lib/libnvidia-ml-sim.so: $(NVMLSIM_OBJS) $(SIMLIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=sim/nvml/exports.map \
+		$(LDFLAGS_COMMON) -o $@ $^ -lrt -pthread
+
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a \
+		$(LDFLAGS_COMMON) $(LIBS) -lcmocka -ldl
+
+$(BUILD)/tests/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(BUILD)/libvramd.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS_COMMON) $(LIBS)
+
+$(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a $(LDFLAGS_COMMON) $(LIBS) -ldl
+
+deps:
+	@sh mk/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory SAN=1 all
+	@/usr/bin/python3 tests/run_tests.py --build build --san-build build-san
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@/usr/bin/python3 examples/demo.py --build build
+
+FUZZ_BUILD = build-fuzz
+fuzz:
+	@mkdir -p $(FUZZ_BUILD)
+	for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
+	  clang -std=c11 -D_GNU_SOURCE -g -O1 -Isrc $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined \
+	    -o $(FUZZ_BUILD)/$$n $$f $(filter-out src/daemon/main.c src/cli/%,$(LIB_SRCS)) $(PKG_LIBS) -lrt -lm || exit 1; done
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim
+
+clean:
+	rm -rf build build-san build-fuzz
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

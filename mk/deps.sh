@@ -1,0 +1,21 @@
+#!/bin/sh
+# Installs the Debian packages vramd needs to build, test and benchmark, when missing.
+# Quiet when everything is already there. Runs apt-get as root (or through sudo).
+set -eu
+PKGS="build-essential pkg-config clang libclang-rt-14-dev libuv1-dev libcjson-dev libyaml-dev \
+libcmocka-dev libsqlite3-dev libsystemd-dev python3 python3-pytest python3-requests \
+curl wget nginx-light haproxy wrk procps"
+missing=""
+for p in $PKGS; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing="$missing $p"
+  fi
+done
+[ -z "$missing" ] && exit 0
+echo "deps: installing:$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null

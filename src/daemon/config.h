@@ -1,0 +1,187 @@
+/*
+ * config: the YAML configuration file, parsed into one immutable struct.
+ *
+ * config_load() reads a file and returns a fully validated config_t or NULL with an error
+ * message naming file:line:col and the key path, e.g.
+ *   vramd.yaml:12:20: models.trellis.memory.per_request: expected a size like 12GiB, got "12 gigs"
+ * Unknown keys, wrong types and bad values are errors. Nothing in a config_t changes after
+ * config_load returns: a reload builds a new one and swaps it in (config_ref/unref keep the
+ * old one alive while something still points into it).
+ *
+ * Every key of SPEC section 2 is parsed and kept here, even those that later modules use.
+ * `defaults:` may hold any model key; each model starts from the built-in defaults,
+ * overlaid with `defaults:`, overlaid with its own keys.
+ *
+ * Units: sizes are bytes (uint64_t), durations are milliseconds (uint64_t). A duration
+ * of "forever" (keep_alive only) is CONFIG_FOREVER; keep_alive 0 = unload after each request.
+ */
+#ifndef VRAMD_DAEMON_CONFIG_H
+#define VRAMD_DAEMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#define CONFIG_FOREVER UINT64_MAX
+#define CONFIG_ERR_MAX 1024
+
+typedef struct config_kv {
+    char *key;
+    char *value;
+} config_kv_t;
+
+typedef struct config_hook { /* an HTTP call to an external/supervised server */
+    bool set;
+    char *method; /* default "POST" */
+    char *path;
+    uint64_t timeout_ms; /* default 30s for unload/clear_cache, 60s for reload */
+} config_hook_t;
+
+typedef struct config_health {
+    char *path;           /* default "/health" */
+    uint64_t interval_ms; /* default 5s */
+    uint64_t timeout_ms;  /* default 2s */
+    unsigned failures;    /* default 3 */
+} config_health_t;
+
+typedef struct config_memory {
+    uint64_t resident;    /* bytes held while loaded; default 0 */
+    uint64_t per_request; /* extra peak bytes per running request; default 0 */
+    bool learn;           /* per_request: learn (declared value, if any, is the start) */
+} config_memory_t;
+
+typedef struct config_recycle {
+    uint64_t after_requests; /* 0 = never */
+    uint64_t max_growth;     /* bytes; 0 = never */
+    uint64_t hang_timeout_ms; /* 0 = never */
+    bool on_oom;
+} config_recycle_t;
+
+typedef struct config_detect {
+    int *statuses; /* HTTP statuses that mean OOM */
+    size_t n_statuses;
+    char *body_matches; /* POSIX extended regex (case-insensitive), or NULL */
+    char *json_path;    /* RFC 6901 pointer, or NULL */
+    cJSON *json_equals; /* value the pointer must equal */
+    char *header;       /* a response header whose presence means OOM, or NULL */
+} config_detect_t;
+
+typedef struct config_level {
+    cJSON *set;           /* object merged into the request (JSON merge patch / form fields) */
+    uint64_t per_request; /* 0 = inherit the model's */
+    bool has_per_request;
+} config_level_t;
+
+enum config_degrade_when { DEGRADE_ON_OOM = 0, DEGRADE_TO_FIT = 1 };
+
+typedef struct config_degrade {
+    bool set; /* degrade: present */
+    config_detect_t detect;
+    config_level_t *ladder;
+    size_t n_ladder;
+    enum config_degrade_when when;
+} config_degrade_t;
+
+enum config_validate_kind {
+    VALIDATE_NONE = 0,
+    VALIDATE_GLB,
+    VALIDATE_PLY,
+    VALIDATE_PNG,
+    VALIDATE_JSON,
+    VALIDATE_CMD,
+};
+
+typedef struct config_validate {
+    enum config_validate_kind kind;
+    uint64_t min_bytes;
+    char **cmd; /* NULL-terminated argv when kind == VALIDATE_CMD */
+    size_t n_cmd;
+    uint64_t timeout_ms; /* for cmd; default 30s */
+    char *json_path;     /* optional: JSON pointer that must NOT equal json_equals (false success) */
+    cJSON *json_equals;
+} config_validate_t;
+
+typedef struct model_config {
+    char *name;
+    char *route; /* path prefix, normalised to start and end with '/'; NULL = no route */
+    bool strip;  /* remove the route prefix before forwarding (default true) */
+    char **aliases;
+    size_t n_aliases;
+    char **cmd; /* NULL-terminated argv (with "{port}" / "{gpu}" placeholders); NULL if external */
+    size_t n_cmd;
+    config_kv_t *env;
+    size_t n_env;
+    char *cwd;
+    char *url; /* external server base URL "http://host:port" (no path); NULL if supervised */
+    char *url_host;
+    int url_port;
+    config_health_t health;
+    uint64_t startup_timeout_ms; /* default 5m */
+    uint64_t stop_timeout_ms;    /* default 10s */
+    int *gpus; /* NULL = any */
+    size_t n_gpus;
+    config_memory_t memory;
+    unsigned concurrency; /* default 1 */
+    unsigned instances;   /* default 1 */
+    unsigned queue_max;   /* default 64 */
+    uint64_t deadline_ms; /* default 60s */
+    int priority;         /* 0..9, default 5 */
+    uint64_t keep_alive_ms; /* default 10m; CONFIG_FOREVER = pinned */
+    config_hook_t unload, reload, clear_cache;
+    config_recycle_t recycle;
+    config_degrade_t degrade;
+    config_validate_t validate;
+    bool retry_safe; /* retry: safe */
+} model_config_t;
+
+typedef struct config {
+    int refs;
+    char *path;
+    char *listen_host; /* default "127.0.0.1" */
+    int listen_port;   /* default 8800 */
+    char *admin_token_file;
+    char *admin_token; /* file contents, trimmed; NULL when no file */
+    char *state_dir;   /* default "./var" */
+    int log_format;    /* enum log_format */
+    int log_level;     /* enum log_level */
+    struct {
+        char *nvml_library; /* default "libnvidia-ml.so.1"; VRAMD_NVML_LIBRARY overrides */
+        int *devices;       /* NULL = all */
+        size_t n_devices;
+        char **device_uuids; /* devices given by UUID */
+        size_t n_device_uuids;
+        uint64_t headroom; /* default 512MiB */
+        uint64_t poll_ms;  /* default 100ms */
+        bool foreign_measure; /* foreign_usage: measure (default) | ignore */
+    } gpu;
+    struct {
+        uint64_t max_body;       /* default 64MiB */
+        uint64_t max_header;     /* default 16KiB */
+        unsigned max_header_count; /* default 100 */
+        unsigned max_connections;  /* default 20000 */
+        uint64_t header_timeout_ms; /* default 10s */
+        unsigned queue_max;        /* default 1024 */
+        uint64_t drain_timeout_ms; /* default 60s: in-flight bound on SIGTERM/drain */
+    } limits;
+    struct {
+        uint64_t results_max_bytes; /* default 20GiB */
+        uint64_t results_ttl_ms;    /* default 24h */
+        uint64_t min_free_disk;     /* default 2GiB */
+    } jobs;
+    model_config_t *models;
+    size_t n_models;
+} config_t;
+
+/* Parse and validate. On failure returns NULL and writes "file:line:col: key.path: message"
+ * into err (CONFIG_ERR_MAX bytes). */
+config_t *config_load(const char *path, char *err, size_t errlen);
+/* The same from a string (for tests); name is used in messages in place of the path. */
+config_t *config_parse(const char *text, size_t len, const char *name, char *err, size_t errlen);
+config_t *config_ref(config_t *c);
+void config_unref(config_t *c);
+
+const model_config_t *config_find_model(const config_t *c, const char *name_or_alias);
+
+#endif
