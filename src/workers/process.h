@@ -57,6 +57,8 @@ void process_signal(process_t *p, int sig);
 void process_stop(process_t *p, uint64_t timeout_ms);
 /* Captured stdout (capture_stdout), valid inside the exit callback. */
 const char *process_stdout(const process_t *p, size_t *len);
+/* 1 when the child wrote more than 64 KiB to a captured stdout (the rest was dropped). */
+int process_stdout_truncated(const process_t *p);
 /* Kill workers left behind by an earlier run; returns how many were killed. */
 int process_kill_stale(const char *pid_dir);
 /* Number of live children (for tests and status). */

@@ -1,0 +1,77 @@
+/*
+ * main: vramd's command line.
+ *
+ *   vramd --config FILE        run (default ./vramd.yaml)
+ *   vramd --check-config FILE  validate a config and exit (0 ok, 1 error)
+ *   vramd --version
+ *
+ * Exit codes: 0 after a drain or a clean stop, 1 when the config is bad or vramd cannot
+ * start (the reason is printed on stderr), 2 for a usage error.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "common/log.h"
+#include "daemon/config.h"
+#include "daemon/vramd.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: vramd [--config FILE]\n"
+            "       vramd --check-config FILE\n"
+            "       vramd --version\n"
+            "\n"
+            "vramd is a GPU-memory gatekeeper for model servers: it queues requests, admits each\n"
+            "only when its memory fits, supervises workers and shows what the GPU is doing.\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = "vramd.yaml";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V")) {
+            printf("vramd %s\n", VRAMD_VERSION);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--check-config") && i + 1 < argc) {
+            char err[CONFIG_ERR_MAX];
+            config_t *c = config_load(argv[i + 1], err, sizeof err);
+            if (!c) {
+                fprintf(stderr, "%s\n", err);
+                return 1;
+            }
+            printf("%s: ok (%zu models)\n", argv[i + 1], c->n_models);
+            config_unref(c);
+            return 0;
+        }
+        if ((!strcmp(argv[i], "--config") || !strcmp(argv[i], "-c")) && i + 1 < argc) {
+            config = argv[++i];
+            continue;
+        }
+        if (!strncmp(argv[i], "--config=", 9)) {
+            config = argv[i] + 9;
+            continue;
+        }
+        usage(stderr);
+        return 2;
+    }
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    static vramd_t d;
+    char err[CONFIG_ERR_MAX];
+    if (vramd_init(&d, &loop, config, err, sizeof err) != 0) {
+        fprintf(stderr, "vramd: %s\n", err);
+        log_event(LOG_ERROR, "vramd_start_failed", "error=%s", err);
+        return 1;
+    }
+    int rc = vramd_run(&d);
+    uv_loop_close(&loop);
+    return rc;
+}

@@ -1,0 +1,684 @@
+/*
+ * conn: client connections: reading and checking requests, handing them to the router,
+ * writing responses, keep-alive and pipelining, timeouts and closing. See conn.h for the
+ * states and the ownership rules.
+ *
+ * Memory per connection is kept small so that thousands of parked (queued) requests cost
+ * little: reads land in one loop-wide 64 KiB buffer and only the bytes not yet consumed are
+ * copied into the connection's own buffer; a parsed request keeps a copy of its head and
+ * only as many header slots as it has headers.
+ */
+#include "net/conn.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "daemon/vramd.h"
+#include "net/proxy.h"
+#include "net/router.h"
+#include "workers/supervisor.h"
+
+#define READ_CHUNK (64 * 1024)
+#define LINGER_MS 2000
+
+static char g_read_buf[READ_CHUNK];
+static http1_header_t *g_hdr_scratch;
+static size_t g_hdr_scratch_cap;
+
+typedef struct write_req {
+    uv_write_t req;
+    conn_t *conn;
+    size_t len;
+    char data[];
+} write_req_t;
+
+static void conn_close(conn_t *c);
+static void process_input(conn_t *c);
+static void conn_close_after_flush(conn_t *c);
+
+static const char *conn_state_name(enum conn_state s)
+{
+    static const char *n[] = {"head", "body", "active", "closing"};
+    return n[s];
+}
+
+static void conn_set_state(conn_t *c, enum conn_state s)
+{
+    if (c->state == s)
+        return;
+    if (log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "conn_state", "peer=%s from=%s to=%s", c->peer,
+                  conn_state_name(c->state), conn_state_name(s));
+    c->state = s;
+}
+
+const char *request_state_name(enum request_state s)
+{
+    static const char *n[] = {"new", "queued", "connecting", "waiting", "streaming", "local", "done"};
+    return n[s];
+}
+
+void request_set_state(request_t *r, enum request_state s)
+{
+    if (r->state == s)
+        return;
+    if (log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "request_state", "request_id=%s model=%s from=%s to=%s", r->id,
+                  r->model ? r->model->name : NULL, request_state_name(r->state),
+                  request_state_name(s));
+    r->state = s;
+}
+
+uint64_t request_queue_ms(const request_t *r)
+{
+    if (!r->t_queued)
+        return 0;
+    uint64_t end = r->t_dispatched ? r->t_dispatched : vramd_now();
+    return end > r->t_queued ? end - r->t_queued : 0;
+}
+
+/* ---- writing ---------------------------------------------------------------------- */
+
+size_t conn_write_backlog(const conn_t *c) { return c->write_bytes_pending; }
+
+static void on_write(uv_write_t *wr, int status)
+{
+    write_req_t *w = (write_req_t *)wr;
+    conn_t *c = w->conn;
+    c->writes_pending--;
+    c->write_bytes_pending -= w->len;
+    free(w);
+    if (c->state == CONN_CLOSING)
+        return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    if (c->throttled && c->write_bytes_pending < PROXY_BACKLOG_MAX / 2) {
+        upstream_t *up = c->throttled;
+        c->throttled = NULL;
+        proxy_resume(up);
+    }
+}
+
+int conn_write(conn_t *c, const void *data, size_t len)
+{
+    if (c->state == CONN_CLOSING || len == 0)
+        return c->state == CONN_CLOSING ? -1 : 0;
+    write_req_t *w = malloc(sizeof *w + len);
+    if (!w)
+        return -1;
+    w->conn = c;
+    w->len = len;
+    memcpy(w->data, data, len);
+    uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+        free(w);
+        return -1;
+    }
+    c->writes_pending++;
+    c->write_bytes_pending += len;
+    return 0;
+}
+
+void conn_respond(conn_t *c, int status, const char *content_type, const char *body,
+                  size_t body_len, const char *extra_headers)
+{
+    request_t *r = c->req;
+    buf_t h;
+    buf_init(&h, 64 * 1024);
+    buf_printf(&h, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n", status,
+               http1_reason(status), content_type ? content_type : "application/json", body_len);
+    if (r) {
+        buf_printf(&h, "X-Request-Id: %s\r\n", r->id);
+        r->status = status;
+    }
+    if (extra_headers)
+        buf_append_str(&h, extra_headers);
+    if (!c->keep_alive)
+        buf_append_str(&h, "Connection: close\r\n");
+    buf_append_str(&h, "\r\n");
+    if (r && r->head_method)
+        body_len = 0;
+    if (body_len)
+        buf_append(&h, body, body_len);
+    conn_write(c, h.data, h.len);
+    buf_free(&h);
+    conn_request_done(c);
+}
+
+static size_t json_escape_into(char *out, size_t cap, const char *s)
+{
+    return log_json_escape(out, cap, s, strlen(s));
+}
+
+void conn_respond_error(conn_t *c, int status, const char *code, const char *model,
+                        int retry_after_s, bool close_after, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    char emsg[1200], emodel[300];
+    emsg[json_escape_into(emsg, sizeof emsg, msg)] = '\0';
+    char body[2048];
+    int n;
+    if (model) {
+        emodel[json_escape_into(emodel, sizeof emodel, model)] = '\0';
+        n = snprintf(body, sizeof body, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\",\"model\":\"%s\"",
+                     code, emsg, emodel);
+    } else {
+        n = snprintf(body, sizeof body, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"", code, emsg);
+    }
+    if (retry_after_s >= 0)
+        n += snprintf(body + n, sizeof body - (size_t)n, ",\"retry_after_s\":%d", retry_after_s);
+    n += snprintf(body + n, sizeof body - (size_t)n, "}}");
+    char extra[64] = "";
+    if (retry_after_s >= 0)
+        snprintf(extra, sizeof extra, "Retry-After: %d\r\n", retry_after_s);
+    log_event(status >= 500 ? LOG_WARN : LOG_INFO, "request_error",
+              "request_id=%s model=%s status=%d code=%s message=%s peer=%s",
+              c->req ? c->req->id : NULL, model, status, code, msg, c->peer);
+    if (close_after)
+        c->keep_alive = false;
+    if (!c->req) {
+        /* an error before a request object exists (bad head): answer and close */
+        c->keep_alive = false;
+        char head[512];
+        int hn = snprintf(head, sizeof head,
+                          "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%sConnection: close\r\n\r\n",
+                          status, http1_reason(status), n, extra);
+        conn_write(c, head, (size_t)hn);
+        conn_write(c, body, (size_t)n);
+        conn_close_after_flush(c);
+        return;
+    }
+    conn_respond(c, status, "application/json", body, (size_t)n, extra);
+}
+
+/* ---- closing ---------------------------------------------------------------------- */
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    conn_t *c = h->data;
+    if (--c->handles_open > 0)
+        return;
+    buf_free(&c->in);
+    free(c);
+}
+
+static void request_free(request_t *r)
+{
+    if (!r)
+        return;
+    free(r->head);
+    free(r->hdrs);
+    buf_free(&r->body);
+    free(r);
+}
+
+/* Detach the current request from everything that points at it (queue, upstream, waiter
+ * lists), releasing any slot it held, then free it. */
+static void request_cancel(conn_t *c)
+{
+    request_t *r = c->req;
+    if (!r)
+        return;
+    vramd_t *d = c->d;
+    if (r->state == REQ_QUEUED && r->model && queue_contains(&r->qe)) {
+        queue_remove(&r->model->queue, &r->qe);
+        d->queued_total--;
+        log_event(LOG_INFO, "request_cancelled", "request_id=%s model=%s while=queued", r->id,
+                  r->model->name);
+        model_schedule_pump(r->model);
+    } else if (r->up || r->instance) {
+        log_event(LOG_INFO, "request_cancelled", "request_id=%s model=%s while=%s", r->id,
+                  r->model ? r->model->name : NULL, request_state_name(r->state));
+        proxy_cancel(r);
+    }
+    if (list_linked(&r->wait_link))
+        list_remove(&r->wait_link);
+    c->req = NULL;
+    request_free(r);
+    vramd_check_drained(d);
+}
+
+static void conn_close(conn_t *c)
+{
+    if (c->state == CONN_CLOSING)
+        return;
+    request_cancel(c);
+    if (c->throttled) {
+        /* the upstream paused for us was cancelled with the request */
+        c->throttled = NULL;
+    }
+    conn_set_state(c, CONN_CLOSING);
+    list_remove(&c->link);
+    c->d->n_conns--;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_timer_stop(&c->timer);
+    c->handles_open = 2;
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+void conn_abort(conn_t *c)
+{
+    /* The response is broken halfway: drop the request (its slot was released by the
+     * caller) and reset the connection so the client sees an incomplete response. */
+    if (c->req) {
+        c->req->up = NULL;
+        c->req->instance = NULL;
+    }
+    conn_close(c);
+}
+
+static void on_linger_timeout(uv_timer_t *t)
+{
+    conn_close(t->data);
+}
+
+static void on_shutdown(uv_shutdown_t *sr, int status)
+{
+    conn_t *c = sr->data;
+    free(sr);
+    if (c->state == CONN_CLOSING)
+        return;
+    if (status < 0 || c->eof) {
+        conn_close(c);
+        return;
+    }
+    /* Lingering close: keep reading (and discarding) until the client closes or
+     * LINGER_MS passes, so unread client bytes do not turn our FIN into a RST that
+     * destroys the response in flight. */
+    uv_timer_start(&c->timer, on_linger_timeout, LINGER_MS, 0);
+}
+
+static void conn_close_after_flush(conn_t *c)
+{
+    if (c->state == CONN_CLOSING)
+        return;
+    c->keep_alive = false;
+    conn_set_state(c, CONN_ACTIVE);
+    uv_timer_stop(&c->timer);
+    uv_shutdown_t *sr = malloc(sizeof *sr);
+    if (!sr) {
+        conn_close(c);
+        return;
+    }
+    sr->data = c;
+    /* uv_shutdown waits for queued writes to finish before sending FIN */
+    if (uv_shutdown(sr, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+        free(sr);
+        conn_close(c);
+        return;
+    }
+    c->in.len = 0;
+}
+
+/* ---- timers ----------------------------------------------------------------------- */
+
+static void on_head_timeout(uv_timer_t *t)
+{
+    conn_t *c = t->data;
+    if (c->state == CONN_HEAD && c->in.len == 0 && !c->req) {
+        /* idle keep-alive connection: close quietly */
+        conn_close(c);
+        return;
+    }
+    if (c->state == CONN_HEAD || c->state == CONN_BODY) {
+        request_cancel(c);
+        conn_respond_error(c, 408, "request_timeout", NULL, -1, true,
+                           "request not received within %llu ms",
+                           (unsigned long long)c->d->cfg->limits.header_timeout_ms);
+    }
+}
+
+static void arm_head_timer(conn_t *c)
+{
+    c->head_started_ms = vramd_now();
+    uv_timer_start(&c->timer, on_head_timeout, c->d->cfg->limits.header_timeout_ms, 0);
+}
+
+static void on_queue_deadline(uv_timer_t *t)
+{
+    conn_t *c = t->data;
+    request_t *r = c->req;
+    if (!r || r->state != REQ_QUEUED)
+        return;
+    model_t *m = r->model;
+    queue_remove(&m->queue, &r->qe);
+    c->d->queued_total--;
+    model_schedule_pump(m);
+    conn_respond_error(c, 504, "deadline_exceeded", m->name, -1, false,
+                       "model %s: deadline passed after %llu ms in queue", m->name,
+                       (unsigned long long)request_queue_ms(r));
+}
+
+void conn_arm_queue_deadline(conn_t *c, uint64_t delay_ms)
+{
+    uv_timer_start(&c->timer, on_queue_deadline, delay_ms, 0);
+}
+
+void conn_stop_timer(conn_t *c) { uv_timer_stop(&c->timer); }
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
+{
+    (void)h;
+    (void)suggested;
+    *b = uv_buf_init(g_read_buf, sizeof g_read_buf);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
+{
+    conn_t *c = s->data;
+    if (c->state == CONN_CLOSING)
+        return;
+    if (nread < 0) {
+        c->eof = true;
+        if (c->keep_alive == false && c->req == NULL && c->writes_pending == 0) {
+            conn_close(c);
+            return;
+        }
+        /* The client left (or half-closed). A request still being received or served
+         * cannot be answered: cancel it and close. */
+        conn_close(c);
+        return;
+    }
+    if (nread == 0)
+        return;
+    if (!c->keep_alive && c->state == CONN_ACTIVE && !c->req) {
+        return; /* lingering: discard */
+    }
+    if (c->state == CONN_ACTIVE) {
+        /* pipelined bytes: keep them (bounded) for after the current response */
+        if (buf_append(&c->in, b->base, (size_t)nread) != 0 ||
+            c->in.len > c->d->cfg->limits.max_header) {
+            uv_read_stop(s);
+            c->read_paused = true;
+        }
+        return;
+    }
+    if (buf_append(&c->in, b->base, (size_t)nread) != 0) {
+        conn_respond_error(c, 413, "body_too_large", NULL, -1, true, "request too large");
+        return;
+    }
+    process_input(c);
+}
+
+static void make_request_id(request_t *r, const char *given, size_t given_len)
+{
+    static uint64_t state;
+    if (given && given_len > 0 && given_len < sizeof r->id) {
+        bool ok = true;
+        for (size_t i = 0; i < given_len; i++)
+            if ((unsigned char)given[i] < 0x21 || (unsigned char)given[i] > 0x7e || given[i] == '"' ||
+                given[i] == '\\')
+                ok = false;
+        if (ok) {
+            memcpy(r->id, given, given_len);
+            r->id[given_len] = '\0';
+            return;
+        }
+    }
+    if (!state) {
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(&state, sizeof state, 1, f) != 1)
+            state = (uint64_t)uv_hrtime() ^ 0x9e3779b97f4a7c15ULL;
+        if (f)
+            fclose(f);
+        state |= 1;
+    }
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    snprintf(r->id, sizeof r->id, "%016llx", (unsigned long long)state);
+}
+
+static int http1_error_status(const http1_error_t *e)
+{
+    if (e->code == HTTP1_E_HEAD_TOO_LARGE || e->code == HTTP1_E_TOO_MANY_HEADERS)
+        return 431;
+    if (e->code == HTTP1_E_VERSION)
+        return 505;
+    return 400;
+}
+
+static void on_chunk_data(void *ctx, const char *data, size_t len)
+{
+    request_t *r = ctx;
+    if (buf_append(&r->body, data, len) != 0)
+        r->status = 413; /* noted; checked after the feed */
+}
+
+static void request_complete(conn_t *c)
+{
+    uv_timer_stop(&c->timer);
+    conn_set_state(c, CONN_ACTIVE);
+    router_handle(c, c->req);
+}
+
+static void start_request(conn_t *c)
+{
+    vramd_t *d = c->d;
+    const config_t *cfg = d->cfg;
+    size_t cap = cfg->limits.max_header_count;
+    if (g_hdr_scratch_cap < cap) {
+        free(g_hdr_scratch);
+        g_hdr_scratch = calloc(cap, sizeof *g_hdr_scratch);
+        g_hdr_scratch_cap = g_hdr_scratch ? cap : 0;
+        if (!g_hdr_scratch) {
+            conn_close(c);
+            return;
+        }
+    }
+    http1_limits_t lim = {.max_header_bytes = cfg->limits.max_header, .max_headers = cap};
+    http1_msg_t msg;
+    http1_error_t err;
+    int rc = http1_parse_request(c->in.data, c->in.len, &lim, &msg, g_hdr_scratch, &c->scan_from, &err);
+    if (rc == HTTP1_NEED_MORE) {
+        if (c->in.len > cfg->limits.max_header) {
+            conn_respond_error(c, 431, "header_too_large", NULL, -1, true,
+                               "request head over %llu bytes",
+                               (unsigned long long)cfg->limits.max_header);
+        }
+        return;
+    }
+    if (rc == HTTP1_ERROR) {
+        int st = http1_error_status(&err);
+        conn_respond_error(c, st, st == 431 ? "header_too_large" : "bad_request", NULL, -1, true,
+                           "malformed request at byte %zu: %s", err.pos,
+                           err.what ? err.what : http1_errcode_name(err.code));
+        return;
+    }
+    request_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        conn_close(c);
+        return;
+    }
+    r->conn = c;
+    list_init(&r->wait_link);
+    queue_entry_init(&r->qe);
+    buf_init(&r->body, cfg->limits.max_body);
+    r->head = malloc(msg.head_len + 1);
+    r->hdrs = malloc((msg.n_headers ? msg.n_headers : 1) * sizeof *r->hdrs);
+    if (!r->head || !r->hdrs) {
+        request_free(r);
+        conn_close(c);
+        return;
+    }
+    memcpy(r->head, c->in.data, msg.head_len);
+    r->head[msg.head_len] = '\0';
+    r->head_len = msg.head_len;
+    memcpy(r->hdrs, g_hdr_scratch, msg.n_headers * sizeof *r->hdrs);
+    r->msg = msg;
+    r->msg.headers = r->hdrs;
+    r->t_arrival = vramd_now();
+    r->head_method = http1_span_eq(r->head, msg.method, "HEAD");
+    const http1_header_t *rid = http1_find_header(r->head, &r->msg, "X-Request-Id");
+    make_request_id(r, rid ? r->head + rid->value.off : NULL, rid ? rid->value.len : 0);
+    c->req = r;
+    c->keep_alive = msg.keep_alive;
+    buf_consume(&c->in, msg.head_len);
+    c->scan_from = 0;
+    d->requests_total++;
+
+    if (msg.upgrade) {
+        conn_respond_error(c, 400, "bad_request", NULL, -1, true, "protocol upgrades are not supported");
+        return;
+    }
+    if (msg.body == HTTP1_BODY_LENGTH && msg.content_length > cfg->limits.max_body) {
+        conn_respond_error(c, 413, "body_too_large", NULL, -1, true,
+                           "body of %llu bytes is over the limit of %llu",
+                           (unsigned long long)msg.content_length,
+                           (unsigned long long)cfg->limits.max_body);
+        return;
+    }
+    if (msg.body == HTTP1_BODY_NONE || (msg.body == HTTP1_BODY_LENGTH && msg.content_length == 0)) {
+        request_complete(c);
+        return;
+    }
+    if (msg.expect_continue && c->in.len == 0) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        conn_write(c, cont, sizeof cont - 1);
+    }
+    if (msg.body == HTTP1_BODY_CHUNKED)
+        http1_chunked_init(&c->chunked, cfg->limits.max_header);
+    else
+        c->body_left = msg.content_length;
+    conn_set_state(c, CONN_BODY);
+    process_input(c);
+}
+
+static void read_body(conn_t *c)
+{
+    request_t *r = c->req;
+    if (r->msg.body == HTTP1_BODY_LENGTH) {
+        size_t n = c->in.len < c->body_left ? c->in.len : (size_t)c->body_left;
+        if (buf_append(&r->body, c->in.data, n) != 0) {
+            conn_respond_error(c, 413, "body_too_large", NULL, -1, true, "body over the limit");
+            return;
+        }
+        buf_consume(&c->in, n);
+        c->body_left -= n;
+        if (c->body_left == 0)
+            request_complete(c);
+        return;
+    }
+    size_t used = 0;
+    http1_error_t err;
+    int rc = http1_chunked_feed(&c->chunked, c->in.data, c->in.len, &used, on_chunk_data, r, &err);
+    if (r->status == 413) {
+        r->status = 0;
+        conn_respond_error(c, 413, "body_too_large", NULL, -1, true, "chunked body over %llu bytes",
+                           (unsigned long long)c->d->cfg->limits.max_body);
+        return;
+    }
+    if (rc == HTTP1_ERROR) {
+        conn_respond_error(c, 400, "bad_request", NULL, -1, true, "malformed chunked body: %s",
+                           err.what ? err.what : http1_errcode_name(err.code));
+        return;
+    }
+    buf_consume(&c->in, used);
+    if (rc == HTTP1_OK)
+        request_complete(c);
+}
+
+static void process_input(conn_t *c)
+{
+    while (c->state == CONN_HEAD || c->state == CONN_BODY) {
+        if (c->in.len == 0)
+            return;
+        if (c->state == CONN_HEAD) {
+            if (!c->req && c->d->draining && c->in.len > 0) {
+                /* still parse the head so the error is well-formed */
+            }
+            size_t before = c->in.len;
+            start_request(c);
+            if (c->state == CONN_HEAD && c->req == NULL && c->in.len == before)
+                return; /* need more */
+        } else {
+            size_t before = c->in.len;
+            read_body(c);
+            if (c->state == CONN_BODY && c->in.len == before)
+                return;
+        }
+    }
+}
+
+void conn_request_done(conn_t *c)
+{
+    request_t *r = c->req;
+    if (r) {
+        request_set_state(r, REQ_DONE);
+        c->req = NULL;
+        request_free(r);
+    }
+    vramd_check_drained(c->d);
+    if (c->state == CONN_CLOSING)
+        return;
+    if (!c->keep_alive || c->eof) {
+        conn_close_after_flush(c);
+        return;
+    }
+    conn_set_state(c, CONN_HEAD);
+    c->scan_from = 0;
+    arm_head_timer(c);
+    if (c->read_paused) {
+        c->read_paused = false;
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    }
+    process_input(c);
+}
+
+/* ---- accepting -------------------------------------------------------------------- */
+
+void conn_accept(vramd_t *d, uv_stream_t *listener)
+{
+    conn_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return;
+    c->d = d;
+    uv_tcp_init(d->loop, &c->tcp);
+    c->tcp.data = c;
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+        c->handles_open = 1;
+        c->state = CONN_CLOSING;
+        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+        return;
+    }
+    uv_timer_init(d->loop, &c->timer);
+    c->timer.data = c;
+    buf_init(&c->in, d->cfg->limits.max_header + d->cfg->limits.max_body + READ_CHUNK);
+    list_init(&c->link);
+    list_insert_tail(&d->conns, &c->link);
+    d->n_conns++;
+    c->keep_alive = true;
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+        char ip[48] = "";
+        if (ss.ss_family == AF_INET) {
+            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip);
+            snprintf(c->peer, sizeof c->peer, "%s:%d", ip, ntohs(((struct sockaddr_in *)&ss)->sin_port));
+        } else if (ss.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip);
+            snprintf(c->peer, sizeof c->peer, "[%s]:%d", ip, ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+        }
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    if (d->n_conns > d->cfg->limits.max_connections) {
+        log_event(LOG_WARN, "connection_refused", "peer=%s reason=%s limit=%u", c->peer,
+                  "max_connections", d->cfg->limits.max_connections);
+        conn_close(c);
+        return;
+    }
+    arm_head_timer(c);
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}

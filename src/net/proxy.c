@@ -1,0 +1,630 @@
+/*
+ * proxy: one request forwarded to a worker instance and its response streamed back.
+ * See proxy.h for the contract; the states of an upstream connection are:
+ *
+ *   CONNECTING -> SENDING -> HEAD -> BODY -> IDLE (pooled) | CLOSED
+ *
+ * An upstream belongs to its request while it has one (up->req), to its instance's pool
+ * while IDLE, and to nobody once CLOSED: it frees itself after its handles closed.
+ * Invariant: the instance slot taken by request_dispatch is released exactly once, by
+ * finish_ok / fail_request / proxy_cancel, which all clear req->instance first.
+ */
+#include "net/proxy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "daemon/vramd.h"
+#include "net/conn.h"
+#include "net/http1.h"
+#include "workers/supervisor.h"
+
+#define UP_HEAD_MAX (64 * 1024)
+#define UP_MAX_HEADERS 128
+
+enum up_state { UP_CONNECTING = 0, UP_SENDING, UP_HEAD, UP_BODY, UP_IDLE, UP_CLOSED };
+
+struct upstream {
+    list_t link; /* inst->pool while IDLE */
+    instance_t *inst;
+    request_t *req;
+    enum up_state state;
+    uv_tcp_t tcp;
+    uv_connect_t connect_req;
+    uv_timer_t timer;
+    buf_t in;
+    size_t scan_from;
+    http1_body_t framing;
+    uint64_t body_left;
+    http1_chunked_t chunked;
+    bool reused;
+    bool upstream_keep_alive;
+    bool client_chunked;
+    bool got_bytes;
+    bool paused;
+    int handles_open;
+};
+
+static char g_up_read[64 * 1024];
+static http1_header_t g_up_hdrs[UP_MAX_HEADERS];
+
+static void up_close(upstream_t *up);
+static void up_read_start(upstream_t *up);
+
+/* ---- lifetime ---------------------------------------------------------------------- */
+
+static void on_up_closed(uv_handle_t *h)
+{
+    upstream_t *up = h->data;
+    if (--up->handles_open > 0)
+        return;
+    buf_free(&up->in);
+    free(up);
+}
+
+static void up_close(upstream_t *up)
+{
+    if (up->state == UP_CLOSED)
+        return;
+    if (up->state == UP_IDLE && list_linked(&up->link)) {
+        list_remove(&up->link);
+        up->inst->pool_size--;
+    }
+    up->state = UP_CLOSED;
+    up->req = NULL;
+    uv_timer_stop(&up->timer);
+    up->handles_open = 2;
+    uv_close((uv_handle_t *)&up->tcp, on_up_closed);
+    uv_close((uv_handle_t *)&up->timer, on_up_closed);
+}
+
+void proxy_pool_close(instance_t *inst)
+{
+    list_foreach_safe(it, tmp, &inst->pool) {
+        upstream_t *up = list_entry(it, upstream_t, link);
+        up_close(up);
+    }
+}
+
+/* Release the request's slot on its instance (exactly once). */
+static void release_slot(request_t *r, bool worker_broken)
+{
+    instance_t *inst = r->instance;
+    if (!inst)
+        return;
+    r->instance = NULL;
+    vramd_t *d = inst->model->d;
+    if (d->in_flight_total)
+        d->in_flight_total--;
+    instance_request_done(inst, worker_broken);
+}
+
+/* ---- outcomes ---------------------------------------------------------------------- */
+
+static void finish_ok(upstream_t *up)
+{
+    request_t *r = up->req;
+    conn_t *c = r->conn;
+    instance_t *inst = up->inst;
+    if (up->client_chunked)
+        conn_write(c, "0\r\n\r\n", 5);
+    r->up = NULL;
+    up->req = NULL;
+    bool reusable = up->upstream_keep_alive && up->framing != HTTP1_BODY_UNTIL_CLOSE &&
+                    up->in.len == 0 && inst->state == INST_READY && !inst->stop_requested &&
+                    inst->pool_size < PROXY_POOL_MAX;
+    if (reusable) {
+        up->state = UP_IDLE;
+        up->got_bytes = false;
+        up->scan_from = 0;
+        list_insert_head(&inst->pool, &up->link);
+        inst->pool_size++;
+        if (up->paused)
+            up_read_start(up);
+    } else {
+        up_close(up);
+    }
+    log_event(LOG_INFO, "request_done", "request_id=%s model=%s status=%d queue_ms=%llu run_ms=%llu attempts=%u",
+              r->id, r->model->name, r->status, (unsigned long long)request_queue_ms(r),
+              (unsigned long long)(vramd_now() - r->t_dispatched), r->attempts);
+    release_slot(r, false);
+    conn_request_done(c);
+}
+
+static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_pooled);
+
+/* Something went wrong with the worker. Before the response head reached the client the
+ * client gets 502 worker_failed (or a fresh connection is tried once, for a pooled one that
+ * died while idle); after it, the client's response is cut short. */
+static void fail_request(upstream_t *up, const char *why)
+{
+    request_t *r = up->req;
+    if (!r) {
+        up_close(up);
+        return;
+    }
+    conn_t *c = r->conn;
+    instance_t *inst = up->inst;
+    bool retry = up->reused && !up->got_bytes && up->state != UP_BODY;
+    r->up = NULL;
+    up->req = NULL;
+    up_close(up);
+    if (retry && inst->state == INST_READY) {
+        log_event(LOG_DEBUG, "upstream_retry", "request_id=%s model=%s reason=%s", r->id,
+                  inst->model->name, why);
+        proxy_start_attempt(r, inst, false);
+        return;
+    }
+    log_event(LOG_WARN, "upstream_failed", "request_id=%s model=%s instance=%u pid=%d reason=%s streamed=%B",
+              r->id, inst->model->name, inst->id, (int)inst->pid, why, r->state == REQ_STREAMING);
+    bool streamed = r->state == REQ_STREAMING;
+    release_slot(r, true);
+    if (streamed) {
+        conn_abort(c);
+    } else {
+        conn_respond_error(c, 502, "worker_failed", inst->model->name, -1, false,
+                           "model %s: worker failed: %s", inst->model->name, why);
+    }
+}
+
+void proxy_cancel(request_t *r)
+{
+    upstream_t *up = r->up;
+    if (up) {
+        r->up = NULL;
+        up->req = NULL;
+        up_close(up);
+    }
+    release_slot(r, false);
+}
+
+/* ---- response ---------------------------------------------------------------------- */
+
+static void throttle_if_needed(upstream_t *up)
+{
+    conn_t *c = up->req->conn;
+    if (conn_write_backlog(c) > PROXY_BACKLOG_MAX && !up->paused) {
+        uv_read_stop((uv_stream_t *)&up->tcp);
+        up->paused = true;
+        c->throttled = up;
+    }
+}
+
+void proxy_resume(upstream_t *up)
+{
+    if (up->state == UP_CLOSED || !up->paused)
+        return;
+    up_read_start(up);
+}
+
+static void write_chunk(conn_t *c, const char *data, size_t len)
+{
+    char head[24];
+    int n = snprintf(head, sizeof head, "%zx\r\n", len);
+    char *tmp = malloc((size_t)n + len + 2);
+    if (!tmp)
+        return;
+    memcpy(tmp, head, (size_t)n);
+    memcpy(tmp + n, data, len);
+    memcpy(tmp + n + len, "\r\n", 2);
+    conn_write(c, tmp, (size_t)n + len + 2);
+    free(tmp);
+}
+
+static void on_chunk(void *ctx, const char *data, size_t len)
+{
+    upstream_t *up = ctx;
+    if (len == 0 || !up->req)
+        return;
+    conn_t *c = up->req->conn;
+    if (up->client_chunked)
+        write_chunk(c, data, len);
+    else
+        conn_write(c, data, len);
+}
+
+/* Forward body bytes; returns 1 when the body is complete, 0 for more, -1 on error. */
+static int forward_body(upstream_t *up, const char *data, size_t len, size_t *used)
+{
+    conn_t *c = up->req->conn;
+    *used = 0;
+    switch (up->framing) {
+    case HTTP1_BODY_NONE:
+        return 1;
+    case HTTP1_BODY_LENGTH: {
+        size_t n = len < up->body_left ? len : (size_t)up->body_left;
+        if (n && !up->req->head_method)
+            conn_write(c, data, n);
+        up->body_left -= n;
+        *used = n;
+        return up->body_left == 0 ? 1 : 0;
+    }
+    case HTTP1_BODY_CHUNKED: {
+        http1_error_t err;
+        int rc = http1_chunked_feed(&up->chunked, data, len, used, on_chunk, up, &err);
+        if (rc == HTTP1_ERROR)
+            return -1;
+        return rc == HTTP1_OK ? 1 : 0;
+    }
+    case HTTP1_BODY_UNTIL_CLOSE:
+        if (len) {
+            if (up->client_chunked)
+                write_chunk(c, data, len);
+            else
+                conn_write(c, data, len);
+        }
+        *used = len;
+        return 0;
+    }
+    return -1;
+}
+
+static void send_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg)
+{
+    request_t *r = up->req;
+    conn_t *c = r->conn;
+    instance_t *inst = up->inst;
+    buf_t h;
+    buf_init(&h, UP_HEAD_MAX + 1024);
+    const char *reason = msg->reason.len ? buf + msg->reason.off : http1_reason(msg->status);
+    int reason_len = msg->reason.len ? (int)msg->reason.len : (int)strlen(reason);
+    buf_printf(&h, "HTTP/1.1 %d %.*s\r\n", msg->status, reason_len, reason);
+    for (size_t i = 0; i < msg->n_headers; i++) {
+        const http1_header_t *hd = &msg->headers[i];
+        if (http1_is_hop_by_hop(buf, msg, hd) || http1_header_is(buf, hd, "Content-Length") ||
+            http1_header_is(buf, hd, "X-Request-Id"))
+            continue;
+        buf_append(&h, buf + hd->name.off, hd->name.len);
+        buf_append(&h, ": ", 2);
+        buf_append(&h, buf + hd->value.off, hd->value.len);
+        buf_append(&h, "\r\n", 2);
+    }
+    uint64_t now = vramd_now();
+    r->t_first_byte = now;
+    buf_printf(&h, "X-Request-Id: %s\r\nX-Vramd-Queue-Ms: %llu\r\nX-Vramd-Run-Ms: %llu\r\nX-Vramd-Attempts: %u\r\n",
+               r->id, (unsigned long long)request_queue_ms(r),
+               (unsigned long long)(now - r->t_dispatched), r->attempts);
+    if (inst->gpu >= 0)
+        buf_printf(&h, "X-Vramd-Gpu: %d\r\n", inst->gpu);
+    up->client_chunked = false;
+    switch (up->framing) {
+    case HTTP1_BODY_NONE:
+        if (msg->status >= 200 && msg->status != 204 && msg->status != 304 && !r->head_method)
+            buf_append_str(&h, "Content-Length: 0\r\n");
+        break;
+    case HTTP1_BODY_LENGTH:
+        buf_printf(&h, "Content-Length: %llu\r\n", (unsigned long long)msg->content_length);
+        break;
+    case HTTP1_BODY_CHUNKED:
+    case HTTP1_BODY_UNTIL_CLOSE:
+        if (r->head_method)
+            break;
+        if (r->msg.version_minor >= 1)
+            up->client_chunked = true;
+        else
+            c->keep_alive = false;
+        if (up->client_chunked)
+            buf_append_str(&h, "Transfer-Encoding: chunked\r\n");
+        break;
+    }
+    if (r->head_method) {
+        const http1_header_t *cl = http1_find_header(buf, msg, "Content-Length");
+        if (cl) {
+            buf_append_str(&h, "Content-Length: ");
+            buf_append(&h, buf + cl->value.off, cl->value.len);
+            buf_append_str(&h, "\r\n");
+        }
+    }
+    if (!c->keep_alive)
+        buf_append_str(&h, "Connection: close\r\n");
+    buf_append_str(&h, "\r\n");
+    r->status = msg->status;
+    conn_write(c, h.data, h.len);
+    buf_free(&h);
+}
+
+static void process_upstream_input(upstream_t *up)
+{
+    while (up->req && (up->state == UP_HEAD || up->state == UP_SENDING)) {
+        http1_limits_t lim = {.max_header_bytes = UP_HEAD_MAX, .max_headers = UP_MAX_HEADERS};
+        http1_msg_t msg;
+        http1_error_t err;
+        int rc = http1_parse_response(up->in.data, up->in.len, &lim, up->req->head_method, &msg,
+                                      g_up_hdrs, &up->scan_from, &err);
+        if (rc == HTTP1_NEED_MORE)
+            return;
+        if (rc == HTTP1_ERROR) {
+            char why[160];
+            snprintf(why, sizeof why, "malformed response at byte %zu: %s", err.pos,
+                     err.what ? err.what : http1_errcode_name(err.code));
+            fail_request(up, why);
+            return;
+        }
+        if (msg.status >= 100 && msg.status < 200) {
+            if (msg.status == 101) {
+                fail_request(up, "worker switched protocols");
+                return;
+            }
+            buf_consume(&up->in, msg.head_len); /* interim response: skip */
+            up->scan_from = 0;
+            continue;
+        }
+        up->framing = msg.body;
+        up->body_left = msg.content_length;
+        up->upstream_keep_alive = msg.keep_alive;
+        if (msg.body == HTTP1_BODY_CHUNKED)
+            http1_chunked_init(&up->chunked, 16 * 1024);
+        request_set_state(up->req, REQ_STREAMING);
+        send_response_head(up, up->in.data, &msg);
+        buf_consume(&up->in, msg.head_len);
+        up->scan_from = 0;
+        up->state = UP_BODY;
+    }
+    if (!up->req || up->state != UP_BODY)
+        return;
+    size_t used = 0;
+    int rc = forward_body(up, up->in.data, up->in.len, &used);
+    buf_consume(&up->in, used);
+    if (rc < 0) {
+        fail_request(up, "malformed response body");
+        return;
+    }
+    if (rc == 1) {
+        if (up->in.len > 0)
+            up->upstream_keep_alive = false; /* bytes after the body: do not reuse */
+        finish_ok(up);
+        return;
+    }
+    if (up->req)
+        throttle_if_needed(up);
+}
+
+static void on_up_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
+{
+    (void)h;
+    (void)suggested;
+    *b = uv_buf_init(g_up_read, sizeof g_up_read);
+}
+
+static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
+{
+    upstream_t *up = s->data;
+    if (up->state == UP_CLOSED)
+        return;
+    if (up->state == UP_IDLE) {
+        /* an idle pooled connection spoke or closed: it is no longer usable */
+        up_close(up);
+        return;
+    }
+    if (nread < 0) {
+        if (up->state == UP_BODY && up->framing == HTTP1_BODY_UNTIL_CLOSE && nread == UV_EOF) {
+            up->upstream_keep_alive = false;
+            finish_ok(up);
+            return;
+        }
+        fail_request(up, nread == UV_EOF ? "worker closed the connection" : uv_strerror((int)nread));
+        return;
+    }
+    if (nread == 0)
+        return;
+    up->got_bytes = true;
+    if (up->state == UP_BODY && up->in.len == 0) {
+        /* fast path: forward straight from the read buffer */
+        size_t used = 0;
+        int rc = forward_body(up, b->base, (size_t)nread, &used);
+        if (rc < 0) {
+            fail_request(up, "malformed response body");
+            return;
+        }
+        if (rc == 1) {
+            if (used < (size_t)nread)
+                up->upstream_keep_alive = false;
+            finish_ok(up);
+            return;
+        }
+        if (used < (size_t)nread && buf_append(&up->in, b->base + used, (size_t)nread - used) != 0) {
+            fail_request(up, "response buffer overflow");
+            return;
+        }
+        if (up->req)
+            throttle_if_needed(up);
+        return;
+    }
+    if (buf_append(&up->in, b->base, (size_t)nread) != 0) {
+        fail_request(up, "response head too large");
+        return;
+    }
+    process_upstream_input(up);
+}
+
+static void up_read_start(upstream_t *up)
+{
+    up->paused = false;
+    uv_read_start((uv_stream_t *)&up->tcp, on_up_alloc, on_up_read);
+}
+
+/* ---- request ----------------------------------------------------------------------- */
+
+typedef struct up_write {
+    uv_write_t req;
+    upstream_t *up;
+    char *head;
+} up_write_t;
+
+static void on_up_written(uv_write_t *w, int status)
+{
+    up_write_t *uw = (up_write_t *)w;
+    upstream_t *up = uw->up;
+    free(uw->head);
+    free(uw);
+    if (up->state == UP_CLOSED || !up->req)
+        return;
+    if (status < 0) {
+        fail_request(up, uv_strerror(status));
+        return;
+    }
+    if (up->state == UP_SENDING)
+        up->state = UP_HEAD;
+}
+
+static void send_request(upstream_t *up)
+{
+    request_t *r = up->req;
+    conn_t *c = r->conn;
+    buf_t h;
+    buf_init(&h, r->head_len + 1024);
+    const char *target = r->head + r->msg.target.off;
+    size_t tlen = r->msg.target.len;
+    if (r->strip_len && tlen >= r->strip_len) {
+        target += r->strip_len;
+        tlen -= r->strip_len;
+        if (tlen == 0 || target[0] != '/') {
+            /* "/echo" or "/echo?x" -> "/" or "/?x" */
+            buf_printf(&h, "%.*s /%.*s HTTP/1.1\r\n", (int)r->msg.method.len, r->head + r->msg.method.off,
+                       (int)tlen, target);
+            goto headers;
+        }
+    }
+    buf_printf(&h, "%.*s %.*s HTTP/1.1\r\n", (int)r->msg.method.len, r->head + r->msg.method.off,
+               (int)tlen, target);
+headers:
+    for (size_t i = 0; i < r->msg.n_headers; i++) {
+        const http1_header_t *hd = &r->hdrs[i];
+        if (http1_is_hop_by_hop(r->head, &r->msg, hd) || http1_header_is(r->head, hd, "Content-Length") ||
+            http1_header_is(r->head, hd, "Expect") || http1_header_is(r->head, hd, "X-Request-Id"))
+            continue;
+        buf_append(&h, r->head + hd->name.off, hd->name.len);
+        buf_append(&h, ": ", 2);
+        buf_append(&h, r->head + hd->value.off, hd->value.len);
+        buf_append(&h, "\r\n", 2);
+    }
+    buf_printf(&h, "X-Request-Id: %s\r\n", r->id);
+    if (c->peer[0]) {
+        char ip[64];
+        snprintf(ip, sizeof ip, "%s", c->peer);
+        char *colon = strrchr(ip, ':');
+        if (colon)
+            *colon = '\0';
+        buf_printf(&h, "X-Forwarded-For: %s\r\n", ip);
+    }
+    if (r->body.len || r->msg.body != HTTP1_BODY_NONE)
+        buf_printf(&h, "Content-Length: %zu\r\n", r->body.len);
+    buf_append_str(&h, "Connection: keep-alive\r\n\r\n");
+
+    up_write_t *uw = malloc(sizeof *uw);
+    if (!uw) {
+        buf_free(&h);
+        fail_request(up, "out of memory");
+        return;
+    }
+    uw->up = up;
+    size_t hl;
+    uw->head = buf_steal(&h, &hl);
+    uv_buf_t bufs[2] = {uv_buf_init(uw->head, (unsigned)hl), uv_buf_init(r->body.data, (unsigned)r->body.len)};
+    up->state = UP_SENDING;
+    request_set_state(r, REQ_WAITING);
+    if (uv_write(&uw->req, (uv_stream_t *)&up->tcp, bufs, r->body.len ? 2 : 1, on_up_written) != 0) {
+        free(uw->head);
+        free(uw);
+        fail_request(up, "write failed");
+        return;
+    }
+    if (up->paused || up->reused)
+        up_read_start(up);
+}
+
+static void on_connect_timeout(uv_timer_t *t)
+{
+    upstream_t *up = t->data;
+    if (up->state == UP_CONNECTING)
+        fail_request(up, "connect timeout");
+}
+
+static void on_connected(uv_connect_t *cr, int status)
+{
+    upstream_t *up = cr->data;
+    if (up->state == UP_CLOSED)
+        return;
+    uv_timer_stop(&up->timer);
+    if (!up->req) {
+        up_close(up);
+        return;
+    }
+    if (status < 0) {
+        char why[128];
+        snprintf(why, sizeof why, "connect: %s", uv_strerror(status));
+        fail_request(up, why);
+        return;
+    }
+    uv_tcp_nodelay(&up->tcp, 1);
+    up_read_start(up);
+    send_request(up);
+}
+
+static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_pooled)
+{
+    upstream_t *up = NULL;
+    if (allow_pooled) {
+        list_t *first = list_first(&inst->pool);
+        if (first) {
+            up = list_entry(first, upstream_t, link);
+            list_remove(&up->link);
+            inst->pool_size--;
+            up->reused = true;
+        }
+    }
+    req->up = NULL;
+    if (up) {
+        up->req = req;
+        req->up = up;
+        buf_reset(&up->in);
+        up->scan_from = 0;
+        request_set_state(req, REQ_CONNECTING);
+        send_request(up);
+        return;
+    }
+    up = calloc(1, sizeof *up);
+    if (!up) {
+        release_slot(req, false);
+        conn_respond_error(req->conn, 503, "internal", inst->model->name, 1, false, "out of memory");
+        return;
+    }
+    up->inst = inst;
+    up->req = req;
+    list_init(&up->link);
+    buf_init(&up->in, UP_HEAD_MAX + sizeof g_up_read);
+    uv_loop_t *loop = inst->model->d->loop;
+    uv_tcp_init(loop, &up->tcp);
+    uv_timer_init(loop, &up->timer);
+    up->tcp.data = up;
+    up->timer.data = up;
+    up->connect_req.data = up;
+    up->state = UP_CONNECTING;
+    req->up = up;
+    request_set_state(req, REQ_CONNECTING);
+    struct sockaddr_storage addr;
+    int rc;
+    if (strchr(inst->host, ':'))
+        rc = uv_ip6_addr(inst->host, inst->port, (struct sockaddr_in6 *)&addr);
+    else
+        rc = uv_ip4_addr(strcmp(inst->host, "localhost") == 0 ? "127.0.0.1" : inst->host, inst->port,
+                         (struct sockaddr_in *)&addr);
+    if (rc == 0)
+        rc = uv_tcp_connect(&up->connect_req, &up->tcp, (struct sockaddr *)&addr, on_connected);
+    if (rc != 0) {
+        char why[128];
+        snprintf(why, sizeof why, "connect: %s", uv_strerror(rc));
+        up->state = UP_CONNECTING;
+        fail_request(up, why);
+        return;
+    }
+    uv_timer_start(&up->timer, on_connect_timeout, PROXY_CONNECT_TIMEOUT_MS, 0);
+}
+
+void proxy_start(request_t *req, instance_t *inst)
+{
+    proxy_start_attempt(req, inst, true);
+}

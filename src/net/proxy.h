@@ -1,0 +1,42 @@
+/*
+ * proxy: forwarding one request to a worker instance and streaming the answer back.
+ *
+ * proxy_start(req, inst) takes an idle pooled connection to the instance (or opens one),
+ * writes the request (method and target, with the route prefix stripped; headers less the
+ * hop-by-hop ones and Expect; X-Request-Id and X-Forwarded-For added; the buffered body
+ * with a Content-Length), reads the response head with http1, sends the client a head with
+ * vramd's headers added, and streams the body as it arrives: Content-Length bodies as they
+ * are, chunked and close-delimited ones re-chunked for HTTP/1.1 clients (or close-delimited
+ * for HTTP/1.0 clients). Backpressure: while the client's write backlog is over
+ * PROXY_BACKLOG_MAX, the upstream is not read.
+ *
+ * Upstream states: CONNECTING -> SENDING -> HEAD -> BODY -> IDLE (back in the instance's
+ * pool) or closed. A pooled connection that fails before any response byte is retried once
+ * on a fresh connection (the worker may have closed it while idle).
+ *
+ * Outcomes: the request always ends through exactly one of: conn_request_done (response
+ * complete), an error answer 502 worker_failed (nothing sent yet), or conn_abort (the
+ * stream broke after the head was sent). Each releases the instance slot exactly once
+ * (instance_request_done). proxy_cancel(req) is the client-left path: the upstream is
+ * closed (never pooled) and the slot released; no callback touches req afterwards.
+ */
+#ifndef VRAMD_NET_PROXY_H
+#define VRAMD_NET_PROXY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "daemon/types.h"
+
+#define PROXY_BACKLOG_MAX (256 * 1024)
+#define PROXY_POOL_MAX 64
+#define PROXY_CONNECT_TIMEOUT_MS 5000
+
+void proxy_start(request_t *req, instance_t *inst);
+void proxy_cancel(request_t *req);
+/* The client's write backlog drained below the limit: resume reading the upstream. */
+void proxy_resume(upstream_t *up);
+/* Close every pooled idle connection of an instance (it is stopping). */
+void proxy_pool_close(instance_t *inst);
+
+#endif

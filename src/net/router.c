@@ -1,0 +1,206 @@
+/*
+ * router: own routes, then model routes, then admission into a model's queue.
+ * See router.h for the order and the admission rules.
+ */
+#include "net/router.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "daemon/vramd.h"
+#include "net/api.h"
+#include "net/conn.h"
+#include "net/proxy.h"
+#include "workers/supervisor.h"
+
+model_t *router_find_model_by_path(vramd_t *d, const char *path, size_t len, size_t *prefix_len)
+{
+    model_t *best = NULL;
+    size_t best_len = 0;
+    list_foreach(it, &d->models) {
+        model_t *m = list_entry(it, model_t, link);
+        const char *route = m->cfg->route;
+        if (!route || m->removed)
+            continue;
+        size_t rl = strlen(route); /* ends with '/' */
+        bool match = (len >= rl && memcmp(path, route, rl) == 0) ||
+                     (len == rl - 1 && memcmp(path, route, rl - 1) == 0) ||
+                     (len > rl - 1 && memcmp(path, route, rl - 1) == 0 && path[rl - 1] == '?');
+        if (match && rl > best_len) {
+            best = m;
+            best_len = rl;
+        }
+    }
+    if (prefix_len)
+        *prefix_len = best_len ? best_len - 1 : 0;
+    return best;
+}
+
+static model_t *find_model_by_name(vramd_t *d, const char *name)
+{
+    const model_config_t *mc = config_find_model(d->cfg, name);
+    if (!mc)
+        return NULL;
+    list_foreach(it, &d->models) {
+        model_t *m = list_entry(it, model_t, link);
+        if (!m->removed && strcmp(m->name, mc->name) == 0)
+            return m;
+    }
+    return NULL;
+}
+
+static int retry_after_for(const model_t *m)
+{
+    /* A rough, honest hint: the queue ahead times a nominal second each, at least 1 s. */
+    size_t depth = m->queue.depth;
+    unsigned slots = m->cfg->concurrency * (m->n_instances ? m->n_instances : 1);
+    int s = (int)(depth / (slots ? slots : 1)) + 1;
+    return s > 300 ? 300 : s;
+}
+
+void request_dispatch(request_t *r, instance_t *inst)
+{
+    conn_t *c = r->conn;
+    conn_stop_timer(c);
+    r->t_dispatched = vramd_now();
+    r->attempts++;
+    inst->in_flight++;
+    inst->model->in_flight++;
+    inst->requests_total++;
+    inst->last_used_ms = r->t_dispatched;
+    uv_timer_stop(&inst->idle_timer);
+    r->instance = inst;
+    c->d->in_flight_total++;
+    proxy_start(r, inst);
+}
+
+static void admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
+{
+    vramd_t *d = c->d;
+    const model_config_t *mc = m->cfg;
+    r->model = m;
+    r->strip_len = mc->strip ? strip_len : 0;
+    if (d->draining) {
+        conn_respond_error(c, 503, "draining", m->name, 5, false, "vramd is draining");
+        return;
+    }
+    if (m->failed) {
+        conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s",
+                           m->name, m->failed_reason);
+        return;
+    }
+    r->priority = mc->priority;
+    const http1_header_t *h = http1_find_header(r->head, &r->msg, "X-Vramd-Priority");
+    if (h) {
+        const char *v = r->head + h->value.off;
+        if (h->value.len != 1 || v[0] < '0' || v[0] > '9') {
+            conn_respond_error(c, 400, "bad_request", m->name, -1, false,
+                               "X-Vramd-Priority must be a digit 0..9");
+            return;
+        }
+        r->priority = v[0] - '0';
+    }
+    uint64_t deadline = mc->deadline_ms;
+    h = http1_find_header(r->head, &r->msg, "X-Vramd-Deadline");
+    if (h) {
+        char tmp[64];
+        if (h->value.len >= sizeof tmp) {
+            conn_respond_error(c, 400, "bad_request", m->name, -1, false, "bad X-Vramd-Deadline");
+            return;
+        }
+        memcpy(tmp, r->head + h->value.off, h->value.len);
+        tmp[h->value.len] = '\0';
+        if (units_parse_duration_ms(tmp, &deadline) != 0 || deadline == 0) {
+            conn_respond_error(c, 400, "bad_request", m->name, -1, false,
+                               "bad X-Vramd-Deadline \"%s\": expected a duration like 30s or 500ms", tmp);
+            return;
+        }
+    }
+    if (m->queue.depth >= mc->queue_max) {
+        conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false,
+                           "model %s: %u requests already queued", m->name, mc->queue_max);
+        return;
+    }
+    if (d->queued_total >= d->cfg->limits.queue_max) {
+        conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false,
+                           "%u requests already queued in all", d->cfg->limits.queue_max);
+        return;
+    }
+    uint64_t now = vramd_now();
+    r->t_queued = now;
+    r->deadline_ms = now + deadline;
+    m->queue.max = mc->queue_max;
+    if (queue_push(&m->queue, &r->qe, r->priority, now) != 0) {
+        conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false,
+                           "model %s: queue full", m->name);
+        return;
+    }
+    d->queued_total++;
+    m->requests_total++;
+    request_set_state(r, REQ_QUEUED);
+    conn_arm_queue_deadline(c, deadline);
+    model_pump(m);
+}
+
+/* The model named by a JSON body's "model" member, for POST /v1/... */
+static model_t *model_from_body(conn_t *c, request_t *r, bool *bad_json, char *name, size_t cap)
+{
+    *bad_json = false;
+    name[0] = '\0';
+    if (r->body.len == 0)
+        return NULL;
+    cJSON *doc = cJSON_ParseWithLength(r->body.data, r->body.len);
+    if (!doc) {
+        *bad_json = true;
+        return NULL;
+    }
+    model_t *m = NULL;
+    const cJSON *mv = cJSON_GetObjectItemCaseSensitive(doc, "model");
+    if (cJSON_IsString(mv) && mv->valuestring) {
+        snprintf(name, cap, "%s", mv->valuestring);
+        m = find_model_by_name(c->d, mv->valuestring);
+    }
+    cJSON_Delete(doc);
+    return m;
+}
+
+void router_handle(conn_t *c, request_t *r)
+{
+    vramd_t *d = c->d;
+    const char *path = r->head + r->msg.target.off;
+    size_t plen = r->msg.target.len;
+    size_t qpos = 0;
+    while (qpos < plen && path[qpos] != '?')
+        qpos++;
+    if (api_handle(c, r, path, qpos))
+        return;
+    size_t prefix = 0;
+    model_t *m = router_find_model_by_path(d, path, plen, &prefix);
+    if (m) {
+        admit(c, r, m, prefix);
+        return;
+    }
+    if (http1_span_eq(r->head, r->msg.method, "POST") && qpos >= 4 && memcmp(path, "/v1/", 4) == 0) {
+        bool bad_json;
+        char name[128];
+        m = model_from_body(c, r, &bad_json, name, sizeof name);
+        if (m) {
+            admit(c, r, m, 0);
+            return;
+        }
+        if (bad_json) {
+            conn_respond_error(c, 400, "bad_request", NULL, -1, false, "request body is not valid JSON");
+            return;
+        }
+        if (name[0]) {
+            conn_respond_error(c, 404, "unknown_model", name, -1, false, "no model named \"%s\"", name);
+            return;
+        }
+    }
+    conn_respond_error(c, 404, "unknown_model", NULL, -1, false, "no model serves %.*s",
+                       (int)(qpos > 200 ? 200 : qpos), path);
+}

@@ -1,0 +1,135 @@
+/* status: JSON renderings of the daemon's state. See status.h. */
+#include "obs/status.h"
+
+#include <cjson/cJSON.h>
+
+#include "daemon/vramd.h"
+#include "workers/supervisor.h"
+
+static cJSON *model_json(model_t *m, uint64_t now)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", m->name);
+    cJSON_AddStringToObject(o, "state", model_state_name(model_state(m)));
+    if (m->failed)
+        cJSON_AddStringToObject(o, "failed_reason", m->failed_reason);
+    if (m->cfg->route)
+        cJSON_AddStringToObject(o, "route", m->cfg->route);
+    else
+        cJSON_AddNullToObject(o, "route");
+    cJSON *al = cJSON_AddArrayToObject(o, "aliases");
+    for (size_t i = 0; i < m->cfg->n_aliases; i++)
+        cJSON_AddItemToArray(al, cJSON_CreateString(m->cfg->aliases[i]));
+    cJSON_AddStringToObject(o, "kind", m->cfg->url ? "external" : "supervised");
+    cJSON *q = cJSON_AddObjectToObject(o, "queue");
+    cJSON_AddNumberToObject(q, "depth", (double)m->queue.depth);
+    cJSON_AddNumberToObject(q, "max", (double)m->cfg->queue_max);
+    uint64_t oldest = queue_oldest_ms(&m->queue);
+    cJSON_AddNumberToObject(q, "oldest_wait_ms", oldest ? (double)(now - oldest) : 0);
+    size_t depths[QUEUE_PRIORITIES];
+    queue_depths(&m->queue, depths);
+    cJSON *bp = cJSON_AddArrayToObject(q, "by_priority");
+    for (int i = 0; i < QUEUE_PRIORITIES; i++)
+        cJSON_AddItemToArray(bp, cJSON_CreateNumber((double)depths[i]));
+    cJSON_AddNumberToObject(o, "in_flight", m->in_flight);
+    cJSON_AddNumberToObject(o, "requests_total", (double)m->requests_total);
+    cJSON_AddNumberToObject(o, "restarts_total", (double)m->restarts_total);
+    cJSON_AddNumberToObject(o, "loads_total", (double)m->loads_total);
+    cJSON_AddNumberToObject(o, "unloads_total", (double)m->unloads_total);
+    cJSON_AddNumberToObject(o, "consecutive_failures", m->consecutive_failures);
+    cJSON *is = cJSON_AddArrayToObject(o, "instances");
+    list_foreach(it, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddNumberToObject(j, "id", in->id);
+        cJSON_AddStringToObject(j, "state", instance_state_name(in->state));
+        if (in->pid > 0)
+            cJSON_AddNumberToObject(j, "pid", in->pid);
+        else
+            cJSON_AddNullToObject(j, "pid");
+        cJSON_AddStringToObject(j, "host", in->host);
+        cJSON_AddNumberToObject(j, "port", in->port);
+        if (in->gpu >= 0)
+            cJSON_AddNumberToObject(j, "gpu", in->gpu);
+        else
+            cJSON_AddNullToObject(j, "gpu");
+        cJSON_AddNumberToObject(j, "in_flight", in->in_flight);
+        cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);
+        cJSON_AddNumberToObject(j, "idle_connections", in->pool_size);
+        cJSON_AddNumberToObject(j, "uptime_ms", in->started_ms ? (double)(now - in->started_ms) : 0);
+        cJSON_AddItemToArray(is, j);
+    }
+    return o;
+}
+
+char *status_model_brief(model_t *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", m->name);
+    cJSON_AddStringToObject(o, "state", model_state_name(model_state(m)));
+    cJSON_AddNumberToObject(o, "instances", m->n_instances);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+char *status_render(vramd_t *d)
+{
+    uint64_t now = vramd_now();
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "version", VRAMD_VERSION);
+    cJSON_AddNumberToObject(o, "uptime_ms", (double)(now - d->started_ms));
+    cJSON_AddBoolToObject(o, "draining", d->draining);
+    cJSON_AddStringToObject(o, "config", d->config_path);
+    cJSON *c = cJSON_AddObjectToObject(o, "connections");
+    cJSON_AddNumberToObject(c, "open", d->n_conns);
+    cJSON_AddNumberToObject(c, "max", d->cfg->limits.max_connections);
+    cJSON *q = cJSON_AddObjectToObject(o, "queues");
+    cJSON_AddNumberToObject(q, "queued", d->queued_total);
+    cJSON_AddNumberToObject(q, "max", d->cfg->limits.queue_max);
+    cJSON_AddNumberToObject(q, "in_flight", d->in_flight_total);
+    cJSON_AddNumberToObject(o, "requests_total", (double)d->requests_total);
+    cJSON *ms = cJSON_AddArrayToObject(o, "models");
+    list_foreach(it, &d->models) {
+        model_t *m = list_entry(it, model_t, link);
+        cJSON_AddItemToArray(ms, model_json(m, now));
+    }
+    cJSON *ev = cJSON_AddArrayToObject(o, "events");
+    unsigned n = d->events_count;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned idx = (d->events_next + VRAMD_EVENTS_KEPT - n + i) % VRAMD_EVENTS_KEPT;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "ts_ms", (double)d->events[idx].wall_ms);
+        cJSON_AddStringToObject(e, "text", d->events[idx].text);
+        cJSON_AddItemToArray(ev, e);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+char *status_models_list(vramd_t *d)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    uint64_t created = d->started_wall_ms / 1000;
+    list_foreach(it, &d->models) {
+        model_t *m = list_entry(it, model_t, link);
+        if (m->removed)
+            continue;
+        for (size_t i = 0; i <= m->cfg->n_aliases; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "id", i == 0 ? m->name : m->cfg->aliases[i - 1]);
+            cJSON_AddStringToObject(e, "object", "model");
+            cJSON_AddNumberToObject(e, "created", (double)created);
+            cJSON_AddStringToObject(e, "owned_by", "vramd");
+            if (i > 0)
+                cJSON_AddStringToObject(e, "alias_of", m->name);
+            cJSON_AddItemToArray(data, e);
+        }
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

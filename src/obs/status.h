@@ -1,0 +1,15 @@
+/*
+ * status: renders what vramd is doing as JSON, for GET /v1/status and GET /v1/models.
+ * Pure readers of the daemon's state; each returns a malloc'ed string (NULL when out of
+ * memory) that the caller frees.
+ */
+#ifndef VRAMD_OBS_STATUS_H
+#define VRAMD_OBS_STATUS_H
+
+#include "daemon/types.h"
+
+char *status_render(vramd_t *d);
+char *status_models_list(vramd_t *d);
+char *status_model_brief(model_t *m);
+
+#endif

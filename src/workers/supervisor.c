@@ -1,0 +1,739 @@
+/*
+ * supervisor: model runtimes and worker lifecycles. The states, the restart policy and the
+ * invariants are written in supervisor.h; this file keeps them.
+ *
+ * Every instance state change goes through instance_set_state (logged old -> new); every
+ * model state change that follows is announced to waiting admin calls (api_model_changed).
+ * Nothing is freed inside a callback that may still use it: an instance is freed only when
+ * it has no process, no request in flight and its timers have closed (instance_maybe_free).
+ */
+#include "workers/supervisor.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "daemon/vramd.h"
+#include "net/api.h"
+#include "net/conn.h"
+#include "net/proxy.h"
+#include "net/router.h"
+#include "workers/http_call.h"
+#include "workers/process.h"
+
+#define STARTUP_POLL_MS 100
+#define BACKOFF_FIRST_MS 1000
+#define BACKOFF_MAX_MS (5 * 60 * 1000)
+#define FAILURE_WINDOW_MS (10 * 60 * 1000)
+#define QUEUE_AGE_STEP_MS 30000
+
+static void instance_health_tick(uv_timer_t *t);
+static void instance_stop(instance_t *inst, const char *reason);
+static void model_maybe_free(model_t *m);
+
+const char *instance_state_name(enum instance_state s)
+{
+    static const char *n[] = {"starting", "ready", "down", "stopping"};
+    return n[s];
+}
+
+const char *model_state_name(enum model_state s)
+{
+    static const char *n[] = {"stopped", "starting", "ready", "draining", "unloading", "failed"};
+    return n[s];
+}
+
+enum model_state model_state(const model_t *m)
+{
+    if (m->failed)
+        return MODEL_FAILED;
+    bool starting = false, stopping = false, ready = false, draining = false;
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        if (in->state == INST_READY && !in->stop_requested)
+            ready = true;
+        else if (in->state == INST_READY && in->stop_requested)
+            draining = true;
+        else if (in->state == INST_STARTING)
+            starting = true;
+        else if (in->state == INST_STOPPING)
+            stopping = true;
+    }
+    if (ready)
+        return MODEL_READY;
+    if (starting)
+        return MODEL_STARTING;
+    if (draining)
+        return MODEL_DRAINING;
+    if (stopping)
+        return MODEL_UNLOADING;
+    return MODEL_STOPPED;
+}
+
+static void instance_set_state(instance_t *inst, enum instance_state s, const char *why)
+{
+    model_t *m = inst->model;
+    enum model_state before = model_state(m);
+    if (inst->state != s) {
+        log_event(LOG_INFO, "instance_state", "model=%s instance=%u pid=%d from=%s to=%s reason=%s",
+                  m->name, inst->id, (int)inst->pid, instance_state_name(inst->state),
+                  instance_state_name(s), why);
+        inst->state = s;
+    }
+    enum model_state after = model_state(m);
+    if (before != after) {
+        log_event(LOG_INFO, "model_state", "model=%s from=%s to=%s reason=%s", m->name,
+                  model_state_name(before), model_state_name(after), why);
+        vramd_note_event(m->d, "model %s: %s -> %s (%s)", m->name, model_state_name(before),
+                         model_state_name(after), why);
+    }
+    api_model_changed(m);
+}
+
+/* ---- model runtime ----------------------------------------------------------------- */
+
+static void on_backoff_timer(uv_timer_t *t)
+{
+    model_pump(t->data);
+}
+
+model_t *model_create(vramd_t *d, const model_config_t *cfg, config_t *owner)
+{
+    model_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->d = d;
+    m->name = strdup(cfg->name);
+    m->cfg = cfg;
+    m->cfg_owner = config_ref(owner);
+    queue_init(&m->queue, cfg->queue_max, QUEUE_AGE_STEP_MS);
+    list_init(&m->instances);
+    list_init(&m->waiters);
+    list_init(&m->pump_link);
+    list_init(&m->link);
+    uv_timer_init(d->loop, &m->backoff_timer);
+    m->backoff_timer.data = m;
+    list_insert_tail(&d->models, &m->link);
+    return m;
+}
+
+void model_update_config(model_t *m, const model_config_t *cfg, config_t *owner)
+{
+    config_t *old = m->cfg_owner;
+    m->cfg = cfg;
+    m->cfg_owner = config_ref(owner);
+    config_unref(old);
+    m->queue.max = cfg->queue_max;
+    m->removed = false;
+    model_schedule_pump(m);
+}
+
+void model_schedule_pump(model_t *m)
+{
+    vramd_t *d = m->d;
+    if (list_linked(&m->pump_link))
+        return;
+    list_insert_tail(&d->pump_pending, &m->pump_link);
+    uv_idle_start(&d->pump_idle, NULL); /* callback set by vramd_init */
+}
+
+static void fail_queued(model_t *m, int status, const char *code)
+{
+    uint64_t now = vramd_now();
+    queue_entry_t *e;
+    while ((e = queue_pop(&m->queue, now)) != NULL) {
+        request_t *r = (request_t *)((char *)e - offsetof(request_t, qe));
+        m->d->queued_total--;
+        conn_respond_error(r->conn, status, code, m->name, status == 503 ? 30 : -1, false,
+                           "model %s: %s", m->name, m->failed ? m->failed_reason : code);
+    }
+}
+
+static void set_failed(model_t *m, const char *reason)
+{
+    if (m->failed)
+        return;
+    enum model_state before = model_state(m);
+    m->failed = true;
+    snprintf(m->failed_reason, sizeof m->failed_reason, "%s", reason);
+    log_event(LOG_ERROR, "model_state", "model=%s from=%s to=%s reason=%s", m->name,
+              model_state_name(before), "failed", reason);
+    vramd_note_event(m->d, "model %s failed: %s", m->name, reason);
+    uv_timer_stop(&m->backoff_timer);
+    fail_queued(m, 503, "model_failed");
+    api_model_changed(m);
+}
+
+static void record_failure(model_t *m, const char *why)
+{
+    uint64_t now = vramd_now();
+    m->failure_times[m->failure_next] = now;
+    m->failure_next = (m->failure_next + 1) % MODEL_FAILURE_WINDOW;
+    m->consecutive_failures++;
+    m->restarts_total++;
+    unsigned shift = m->consecutive_failures - 1;
+    uint64_t delay = shift >= 20 ? BACKOFF_MAX_MS : (uint64_t)BACKOFF_FIRST_MS << shift;
+    if (delay > BACKOFF_MAX_MS)
+        delay = BACKOFF_MAX_MS;
+    m->next_start_ms = now + delay;
+    unsigned recent = 0;
+    for (unsigned i = 0; i < MODEL_FAILURE_WINDOW; i++)
+        if (m->failure_times[i] && now - m->failure_times[i] <= FAILURE_WINDOW_MS)
+            recent++;
+    log_event(LOG_WARN, "worker_failure", "model=%s reason=%s consecutive=%u recent=%u backoff_ms=%llu",
+              m->name, why, m->consecutive_failures, recent, (unsigned long long)delay);
+    vramd_note_event(m->d, "model %s: worker failure (%s), next start in %llu ms", m->name, why,
+                     (unsigned long long)delay);
+    if (recent >= MODEL_FAILURE_WINDOW) {
+        char reason[160];
+        snprintf(reason, sizeof reason, "%u failed starts or crashes within 10 min (last: %s)", recent, why);
+        set_failed(m, reason);
+    }
+}
+
+void model_load(model_t *m)
+{
+    if (m->failed) {
+        m->failed = false;
+        m->failed_reason[0] = '\0';
+        log_event(LOG_INFO, "model_state", "model=%s from=failed to=%s reason=admin_load", m->name,
+                  model_state_name(model_state(m)));
+    }
+    m->consecutive_failures = 0;
+    memset(m->failure_times, 0, sizeof m->failure_times);
+    m->next_start_ms = 0;
+    m->unload_requested = false;
+    if (m->cfg->url) {
+        /* external: check its health right away */
+        list_foreach(it, &m->instances) {
+            instance_t *in = list_entry(it, instance_t, link);
+            uv_timer_start(&in->timer, instance_health_tick, 0, 0);
+        }
+    }
+    m->loads_total++;
+    model_schedule_pump(m);
+    model_pump(m);
+}
+
+bool model_has_live_instances(const model_t *m)
+{
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        if (!in->external)
+            return true;
+    }
+    return false;
+}
+
+/* ---- instances --------------------------------------------------------------------- */
+
+static void on_instance_handle_closed(uv_handle_t *h)
+{
+    instance_t *inst = h->data;
+    if (--inst->closing_handles > 0)
+        return;
+    model_t *m = inst->model;
+    free(inst);
+    model_maybe_free(m);
+}
+
+/* Free the instance once nothing refers to it any more. */
+static void instance_maybe_free(instance_t *inst)
+{
+    if (inst->proc || inst->in_flight > 0 || inst->closing_handles > 0 || inst->health_call)
+        return;
+    model_t *m = inst->model;
+    list_remove(&inst->link);
+    m->n_instances--;
+    proxy_pool_close(inst);
+    inst->closing_handles = 2;
+    uv_timer_stop(&inst->timer);
+    uv_timer_stop(&inst->idle_timer);
+    uv_close((uv_handle_t *)&inst->timer, on_instance_handle_closed);
+    uv_close((uv_handle_t *)&inst->idle_timer, on_instance_handle_closed);
+    api_model_changed(m);
+    vramd_check_drained(m->d);
+    model_schedule_pump(m);
+}
+
+static int pick_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+static instance_t *instance_new(model_t *m)
+{
+    instance_t *inst = calloc(1, sizeof *inst);
+    if (!inst)
+        return NULL;
+    inst->model = m;
+    inst->id = ++m->next_instance_id;
+    inst->gpu = -1;
+    list_init(&inst->pool);
+    uv_timer_init(m->d->loop, &inst->timer);
+    uv_timer_init(m->d->loop, &inst->idle_timer);
+    inst->timer.data = inst;
+    inst->idle_timer.data = inst;
+    list_insert_tail(&m->instances, &inst->link);
+    m->n_instances++;
+    return inst;
+}
+
+static void on_health_answer(void *ctx, int status, const char *body, size_t body_len, const char *error)
+{
+    (void)body;
+    (void)body_len;
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    inst->health_call = NULL;
+    uint64_t now = vramd_now();
+    bool ok = status == 200;
+    if (inst->state == INST_STOPPING) {
+        instance_maybe_free(inst);
+        return;
+    }
+    if (inst->state == INST_STARTING) {
+        if (ok) {
+            inst->ready_ms = now;
+            inst->health_failures = 0;
+            m->consecutive_failures = 0;
+            m->loads_total++;
+            log_event(LOG_INFO, "worker_ready", "model=%s instance=%u pid=%d port=%d startup_ms=%llu",
+                      m->name, inst->id, (int)inst->pid, inst->port,
+                      (unsigned long long)(now - inst->started_ms));
+            instance_set_state(inst, INST_READY, "health check passed");
+            uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
+            model_schedule_pump(m);
+            return;
+        }
+        if (now - inst->started_ms >= m->cfg->startup_timeout_ms) {
+            char why[160];
+            snprintf(why, sizeof why, "not healthy within startup_timeout %llu ms (last: %s)",
+                     (unsigned long long)m->cfg->startup_timeout_ms,
+                     error ? error : "non-200 answer");
+            log_event(LOG_WARN, "worker_startup_timeout", "model=%s instance=%u pid=%d reason=%s", m->name,
+                      inst->id, (int)inst->pid, why);
+            inst->stop_reason = "startup_timeout";
+            record_failure(m, "startup timeout");
+            inst->stop_requested = true; /* counted already: its exit is not another crash */
+            instance_set_state(inst, INST_STOPPING, "startup timeout");
+            if (inst->proc)
+                process_stop(inst->proc, 0);
+            instance_maybe_free(inst);
+            return;
+        }
+        uv_timer_start(&inst->timer, instance_health_tick, STARTUP_POLL_MS, 0);
+        return;
+    }
+    /* READY or DOWN: periodic checks */
+    if (ok) {
+        inst->health_failures = 0;
+        if (inst->state == INST_DOWN) {
+            instance_set_state(inst, INST_READY, "health check passed");
+            if (m->failed && inst->external) {
+                m->failed = false;
+                m->failed_reason[0] = '\0';
+                api_model_changed(m);
+            }
+            model_schedule_pump(m);
+        }
+    } else {
+        inst->health_failures++;
+        log_event(LOG_WARN, "health_check_failed", "model=%s instance=%u pid=%d status=%d error=%s failures=%u",
+                  m->name, inst->id, (int)inst->pid, status, error, inst->health_failures);
+        if (inst->health_failures >= m->cfg->health.failures) {
+            if (inst->external) {
+                if (inst->state != INST_DOWN) {
+                    instance_set_state(inst, INST_DOWN, "health checks failing");
+                    char reason[160];
+                    snprintf(reason, sizeof reason, "external server %s:%d failing health checks", inst->host,
+                             inst->port);
+                    set_failed(m, reason);
+                }
+            } else if (inst->state == INST_READY) {
+                log_event(LOG_WARN, "worker_unhealthy", "model=%s instance=%u pid=%d", m->name, inst->id,
+                          (int)inst->pid);
+                if (inst->proc)
+                    process_signal(inst->proc, SIGKILL); /* exit is then handled as a crash */
+                return;
+            }
+        }
+    }
+    uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
+}
+
+static void instance_health_tick(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    model_t *m = inst->model;
+    if (inst->health_call || inst->state == INST_STOPPING)
+        return;
+    http_call_req_t req = {
+        .host = inst->host,
+        .port = inst->port,
+        .method = "GET",
+        .path = m->cfg->health.path,
+        .timeout_ms = m->cfg->health.timeout_ms,
+        .max_response = 64 * 1024,
+    };
+    char err[160];
+    if (http_call_start(m->d->loop, &req, on_health_answer, inst, &inst->health_call, err, sizeof err) != 0) {
+        inst->health_call = NULL;
+        on_health_answer(inst, -1, NULL, 0, err);
+    }
+}
+
+static void on_process_exit(process_t *p, int exit_status, int term_signal, void *ctx)
+{
+    (void)p;
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    inst->proc = NULL;
+    bool expected = inst->stop_requested;
+    log_event(expected ? LOG_INFO : LOG_WARN, "worker_exit",
+              "model=%s instance=%u pid=%d exit_status=%d signal=%d expected=%B state=%s", m->name, inst->id,
+              (int)inst->pid, exit_status, term_signal, expected, instance_state_name(inst->state));
+    if (inst->health_call) {
+        http_call_cancel(inst->health_call);
+        inst->health_call = NULL;
+    }
+    uv_timer_stop(&inst->timer);
+    uv_timer_stop(&inst->idle_timer);
+    if (!expected) {
+        char why[96];
+        if (term_signal)
+            snprintf(why, sizeof why, "%s killed by signal %d",
+                     inst->state == INST_STARTING ? "start failed:" : "crash:", term_signal);
+        else
+            snprintf(why, sizeof why, "%s exited with status %d",
+                     inst->state == INST_STARTING ? "start failed:" : "crash:", exit_status);
+        inst->stop_requested = true;
+        record_failure(m, why);
+    } else {
+        m->unloads_total++;
+    }
+    proxy_pool_close(inst);
+    instance_set_state(inst, INST_STOPPING, expected ? (inst->stop_reason ? inst->stop_reason : "stopped") : "exited");
+    instance_maybe_free(inst);
+    if (m->unload_requested && !model_has_live_instances(m))
+        m->unload_requested = false;
+    model_schedule_pump(m);
+}
+
+static char *subst(const char *arg, int port, int gpu)
+{
+    char portbuf[16], gpubuf[16];
+    snprintf(portbuf, sizeof portbuf, "%d", port);
+    snprintf(gpubuf, sizeof gpubuf, "%d", gpu < 0 ? 0 : gpu);
+    buf_t b;
+    buf_init(&b, 64 * 1024);
+    for (const char *p = arg; *p;) {
+        if (strncmp(p, "{port}", 6) == 0) {
+            buf_append_str(&b, portbuf);
+            p += 6;
+        } else if (strncmp(p, "{gpu}", 5) == 0) {
+            buf_append_str(&b, gpubuf);
+            p += 5;
+        } else {
+            buf_append(&b, p, 1);
+            p++;
+        }
+    }
+    if (!b.data)
+        return strdup("");
+    return buf_steal(&b, NULL);
+}
+
+static void instance_start(model_t *m)
+{
+    const model_config_t *mc = m->cfg;
+    instance_t *inst = instance_new(m);
+    if (!inst)
+        return;
+    snprintf(inst->host, sizeof inst->host, "127.0.0.1");
+    inst->port = pick_free_port();
+    inst->started_ms = vramd_now();
+    inst->state = INST_STARTING;
+    char **argv = calloc(mc->n_cmd + 1, sizeof *argv);
+    size_t n_env = mc->n_env + 2;
+    config_kv_t *env = calloc(n_env, sizeof *env);
+    char portbuf[16];
+    snprintf(portbuf, sizeof portbuf, "%d", inst->port);
+    char pidfile[4096];
+    snprintf(pidfile, sizeof pidfile, "%s/pids/%s.%u.pid", m->d->cfg->state_dir, m->name, inst->id);
+    char err[256] = "";
+    int rc = -1;
+    if (argv && env && inst->port > 0) {
+        for (size_t i = 0; i < mc->n_cmd; i++)
+            argv[i] = subst(mc->cmd[i], inst->port, inst->gpu);
+        env[0].key = "PORT";
+        env[0].value = portbuf;
+        env[1].key = "VRAMD_MODEL";
+        env[1].value = m->name;
+        for (size_t i = 0; i < mc->n_env; i++)
+            env[i + 2] = mc->env[i];
+        process_spec_t spec = {
+            .argv = argv,
+            .env = env,
+            .n_env = n_env,
+            .cwd = mc->cwd,
+            .log_name = m->name,
+            .pidfile = pidfile,
+        };
+        rc = process_spawn(m->d->loop, &spec, on_process_exit, inst, &inst->proc, err, sizeof err);
+    } else {
+        snprintf(err, sizeof err, "%s", inst->port <= 0 ? "no free port" : "out of memory");
+    }
+    if (argv)
+        for (size_t i = 0; i < mc->n_cmd; i++)
+            free(argv[i]);
+    free(argv);
+    free(env);
+    if (rc != 0) {
+        log_event(LOG_ERROR, "worker_spawn_failed", "model=%s instance=%u error=%s", m->name, inst->id, err);
+        char why[200];
+        snprintf(why, sizeof why, "start failed: %s", err);
+        inst->proc = NULL;
+        record_failure(m, why);
+        inst->state = INST_STOPPING;
+        instance_maybe_free(inst);
+        return;
+    }
+    inst->pid = process_pid(inst->proc);
+    log_event(LOG_INFO, "worker_started", "model=%s instance=%u pid=%d port=%d", m->name, inst->id,
+              (int)inst->pid, inst->port);
+    instance_set_state(inst, INST_STARTING, "started");
+    uv_timer_start(&inst->timer, instance_health_tick, STARTUP_POLL_MS, 0);
+}
+
+static void ensure_external(model_t *m)
+{
+    if (!list_empty(&m->instances))
+        return;
+    instance_t *inst = instance_new(m);
+    if (!inst)
+        return;
+    inst->external = true;
+    snprintf(inst->host, sizeof inst->host, "%s", m->cfg->url_host);
+    inst->port = m->cfg->url_port;
+    inst->started_ms = inst->ready_ms = vramd_now();
+    inst->state = INST_READY; /* optimistic until health checks say otherwise */
+    log_event(LOG_INFO, "instance_state", "model=%s instance=%u from=none to=ready reason=%s", m->name,
+              inst->id, "external server");
+    uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+}
+
+static void instance_stop(instance_t *inst, const char *reason)
+{
+    model_t *m = inst->model;
+    if (inst->external || inst->state == INST_STOPPING)
+        return;
+    inst->stop_requested = true;
+    inst->stop_reason = reason;
+    uv_timer_stop(&inst->idle_timer);
+    if (inst->in_flight > 0) {
+        /* draining: no new requests (stop_requested), stop once in-flight ones finish */
+        instance_set_state(inst, inst->state, reason);
+        return;
+    }
+    uv_timer_stop(&inst->timer);
+    if (inst->health_call) {
+        http_call_cancel(inst->health_call);
+        inst->health_call = NULL;
+    }
+    proxy_pool_close(inst);
+    instance_set_state(inst, INST_STOPPING, reason);
+    if (inst->proc)
+        process_stop(inst->proc, m->cfg->stop_timeout_ms);
+    else
+        instance_maybe_free(inst);
+}
+
+static void on_idle_timeout(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    model_t *m = inst->model;
+    if (inst->in_flight == 0 && m->queue.depth == 0 && inst->state == INST_READY)
+        instance_stop(inst, "idle");
+}
+
+void instance_request_done(instance_t *inst, bool worker_broken)
+{
+    model_t *m = inst->model;
+    if (inst->in_flight)
+        inst->in_flight--;
+    if (m->in_flight)
+        m->in_flight--;
+    (void)worker_broken;
+    if (inst->stop_requested && inst->in_flight == 0 && inst->state != INST_STOPPING && !inst->external) {
+        instance_stop(inst, inst->stop_reason ? inst->stop_reason : "stopped");
+    } else if (!inst->proc && !inst->external && inst->state == INST_STOPPING) {
+        instance_maybe_free(inst);
+    }
+    model_schedule_pump(m);
+    vramd_check_drained(m->d);
+}
+
+/* ---- pump ------------------------------------------------------------------------------ */
+
+static instance_t *free_instance(model_t *m)
+{
+    instance_t *best = NULL;
+    list_foreach(it, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        if (in->state != INST_READY || in->stop_requested || in->in_flight >= m->cfg->concurrency)
+            continue;
+        if (!best || in->in_flight < best->in_flight)
+            best = in;
+    }
+    return best;
+}
+
+static void arm_idle_timers(model_t *m)
+{
+    const model_config_t *mc = m->cfg;
+    if (m->queue.depth > 0 || mc->url)
+        return;
+    list_foreach_safe(it, tmp, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested)
+            continue;
+        if (mc->keep_alive_ms == CONFIG_FOREVER)
+            continue;
+        if (mc->keep_alive_ms == 0) {
+            instance_stop(in, "keep_alive 0");
+            continue;
+        }
+        if (!uv_is_active((uv_handle_t *)&in->idle_timer))
+            uv_timer_start(&in->idle_timer, on_idle_timeout, mc->keep_alive_ms, 0);
+    }
+}
+
+void model_pump(model_t *m)
+{
+    vramd_t *d = m->d;
+    if (list_linked(&m->pump_link))
+        list_remove(&m->pump_link);
+    if (m->cfg->url)
+        ensure_external(m);
+    uint64_t now = vramd_now();
+    if (m->failed) {
+        fail_queued(m, 503, "model_failed");
+        return;
+    }
+    while (m->queue.depth > 0) {
+        instance_t *inst = free_instance(m);
+        if (!inst)
+            break;
+        queue_entry_t *e = queue_pop(&m->queue, now);
+        request_t *r = (request_t *)((char *)e - offsetof(request_t, qe));
+        d->queued_total--;
+        request_dispatch(r, inst);
+    }
+    bool pinned = m->cfg->keep_alive_ms == CONFIG_FOREVER && !d->stopping && !m->removed;
+    bool want = (m->queue.depth > 0 || (pinned && m->n_instances == 0)) && !m->cfg->url && !d->stopping &&
+                !m->unload_requested;
+    if (want) {
+        unsigned starting = 0;
+        list_foreach(it, &m->instances) {
+            instance_t *in = list_entry(it, instance_t, link);
+            if (in->state == INST_STARTING)
+                starting++;
+        }
+        /* one start at a time; scale out only while the queue is deeper than starting capacity */
+        if (starting == 0 && m->n_instances < m->cfg->instances) {
+            if (now >= m->next_start_ms) {
+                instance_start(m);
+            } else if (!uv_is_active((uv_handle_t *)&m->backoff_timer)) {
+                uv_timer_start(&m->backoff_timer, on_backoff_timer, m->next_start_ms - now, 0);
+            }
+        }
+    }
+    arm_idle_timers(m);
+    model_maybe_free(m);
+}
+
+void model_start_pinned(model_t *m)
+{
+    model_schedule_pump(m);
+}
+
+void model_unload(model_t *m, const char *reason)
+{
+    if (m->cfg->url)
+        return; /* external: unload hooks arrive with the memory ledger */
+    m->unload_requested = true;
+    list_foreach_safe(it, tmp, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        instance_stop(in, reason);
+    }
+    if (!model_has_live_instances(m))
+        m->unload_requested = false;
+}
+
+void model_stop_all(model_t *m, const char *reason)
+{
+    list_foreach_safe(it, tmp, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        if (in->external) {
+            uv_timer_stop(&in->timer);
+            if (in->health_call) {
+                http_call_cancel(in->health_call);
+                in->health_call = NULL;
+            }
+            in->state = INST_STOPPING;
+            in->stop_requested = true;
+            instance_maybe_free(in);
+        } else {
+            instance_stop(in, reason);
+        }
+    }
+}
+
+void model_remove(model_t *m)
+{
+    m->removed = true;
+    log_event(LOG_INFO, "model_removed", "model=%s queued=%zu in_flight=%u", m->name, m->queue.depth, m->in_flight);
+    model_schedule_pump(m);
+}
+
+static void on_model_timer_closed(uv_handle_t *h)
+{
+    model_t *m = h->data;
+    config_unref(m->cfg_owner);
+    free(m->name);
+    free(m);
+}
+
+static void model_maybe_free(model_t *m)
+{
+    if (!m->removed || m->queue.depth > 0 || m->in_flight > 0 || !list_empty(&m->waiters))
+        return;
+    if (!list_empty(&m->instances)) {
+        model_stop_all(m, "removed from config");
+        return;
+    }
+    if (uv_is_closing((uv_handle_t *)&m->backoff_timer))
+        return;
+    list_remove(&m->link);
+    if (list_linked(&m->pump_link))
+        list_remove(&m->pump_link);
+    uv_timer_stop(&m->backoff_timer);
+    uv_close((uv_handle_t *)&m->backoff_timer, on_model_timer_closed);
+}

@@ -1,0 +1,142 @@
+/*
+ * supervisor: the runtime of each model and the lifecycle of its workers (instances).
+ *
+ * Instance states (instance_set_state logs every change old -> new):
+ *
+ *   STARTING --health 200--> READY --stop/idle/unload--> STOPPING --exit--> (freed)
+ *      |                       |  \--health fails `failures` times / crash--> (restart)
+ *      +--exit/startup_timeout--> failure counted, restart after backoff if wanted
+ *   External servers (url:) are one instance that is never started or stopped: READY while
+ *   health checks pass, DOWN after `failures` failed checks, READY again on the next pass.
+ *
+ * Model state (what /v1/status shows) is derived: failed > ready (some instance READY) >
+ * starting > draining (admin unload waiting for in-flight) > unloading (instances
+ * STOPPING) > stopped.
+ *
+ * Restart policy: every failed start (exit before READY, startup_timeout) and every crash
+ * (exit while READY that vramd did not ask for) is a failure. The next start waits
+ * 1 s * 2^(consecutive failures - 1), at most 5 min; consecutive failures reset when an
+ * instance becomes READY. 5 failures within 10 min -> the model is FAILED: its queued
+ * requests get 503 model_failed, new ones too, until an admin load (model_load).
+ * Workers are started on demand (a queued request and no free instance), or at startup
+ * and after crashes when keep_alive is forever (pinned). An idle instance (nothing in
+ * flight, nothing queued) is stopped after keep_alive.
+ *
+ * Invariants: instance->in_flight <= cfg->concurrency; an instance in STOPPING never gets
+ * a new request; model->n_instances counts every instance object (any state) and never
+ * exceeds cfg->instances; a model is freed only after it was removed from the config and
+ * has no instance, queued or in-flight request left.
+ */
+#ifndef VRAMD_WORKERS_SUPERVISOR_H
+#define VRAMD_WORKERS_SUPERVISOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "common/list.h"
+#include "daemon/config.h"
+#include "daemon/types.h"
+#include "sched/queue.h"
+
+enum instance_state {
+    INST_STARTING = 0,
+    INST_READY,
+    INST_DOWN,     /* external only: health failing */
+    INST_STOPPING,
+};
+
+enum model_state {
+    MODEL_STOPPED = 0,
+    MODEL_STARTING,
+    MODEL_READY,
+    MODEL_DRAINING,
+    MODEL_UNLOADING,
+    MODEL_FAILED,
+};
+
+#define MODEL_FAILURE_WINDOW 5 /* failures remembered for the failed-state rule */
+
+struct instance {
+    list_t link; /* model->instances */
+    model_t *model;
+    unsigned id;             /* per model, increasing */
+    enum instance_state state;
+    bool external;
+    struct process *proc;    /* supervised: the process; NULL once exited */
+    pid_t pid;
+    char host[64];
+    int port;
+    int gpu;                 /* -1 = not assigned */
+    unsigned in_flight;
+    uint64_t requests_total;
+    uint64_t started_ms, ready_ms, last_used_ms;
+    bool stop_requested;     /* vramd asked it to stop: its exit is not a crash */
+    const char *stop_reason;
+    unsigned health_failures;
+    struct http_call *health_call;
+    uv_timer_t timer;        /* startup polling / health interval */
+    uv_timer_t idle_timer;   /* keep_alive */
+    list_t pool;             /* idle upstream_t connections to this instance */
+    unsigned pool_size;
+    int closing_handles;     /* uv handles still to close before the instance is freed */
+};
+
+struct model {
+    list_t link;             /* vramd->models */
+    list_t pump_link;        /* vramd->pump_pending */
+    vramd_t *d;
+    char *name;
+    const model_config_t *cfg;
+    config_t *cfg_owner;     /* ref held on the config cfg points into */
+    queue_t queue;
+    list_t instances;
+    unsigned n_instances;
+    unsigned next_instance_id;
+    unsigned in_flight;
+    bool removed;            /* no longer in the config: finishing what it has, then freed */
+    bool failed;
+    char failed_reason[160];
+    bool unload_requested;   /* admin unload in progress */
+    unsigned consecutive_failures;
+    uint64_t failure_times[MODEL_FAILURE_WINDOW]; /* ring of monotonic ms */
+    unsigned failure_next;
+    uint64_t next_start_ms;  /* backoff: no start before this */
+    uv_timer_t backoff_timer;
+    list_t waiters;          /* admin load/unload requests waiting for a state (conn.h) */
+    /* counters */
+    uint64_t requests_total;
+    uint64_t restarts_total;
+    uint64_t loads_total;
+    uint64_t unloads_total;
+};
+
+model_t *model_create(vramd_t *d, const model_config_t *cfg, config_t *owner);
+/* Point the model at a new config (reload). Running instances keep running. */
+void model_update_config(model_t *m, const model_config_t *cfg, config_t *owner);
+/* The model left the config: finish queued/in-flight, stop instances, then free it. */
+void model_remove(model_t *m);
+enum model_state model_state(const model_t *m);
+const char *model_state_name(enum model_state s);
+const char *instance_state_name(enum instance_state s);
+
+/* Ask for the model's queue to be looked at (dispatch, start instances) this loop turn. */
+void model_schedule_pump(model_t *m);
+/* Run the pump now: dispatch queued requests to free instances, start instances on demand. */
+void model_pump(model_t *m);
+
+/* Admin load: clear FAILED and backoff, start an instance if none. */
+void model_load(model_t *m);
+/* Admin unload: stop every instance once idle (in-flight ones finish first). */
+void model_unload(model_t *m, const char *reason);
+/* Start pinned (keep_alive: forever) models and external health checks at startup. */
+void model_start_pinned(model_t *m);
+/* Drain: stop every instance (after in-flight), no restarts. */
+void model_stop_all(model_t *m, const char *reason);
+bool model_has_live_instances(const model_t *m);
+
+/* An instance finished one request (slot released by the proxy). */
+void instance_request_done(instance_t *inst, bool worker_broken);
+
+#endif
