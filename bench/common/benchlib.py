@@ -118,6 +118,20 @@ class ForeignLoad:
         self.foreign_core_frac = self.foreign_s / self.elapsed if self.elapsed > 0 else 0.0
 
 
+def wait_quiet(pids, max_foreign=0.10, max_wait=120.0, probe=1.0):
+    """Waits (at most max_wait seconds) until, over a `probe`-second window, processes other
+    than ours use at most max_foreign of one core. Returns the seconds waited, or None when
+    the machine never got quiet (the caller goes on and flags its run)."""
+    t0 = time.monotonic()
+    while True:
+        with ForeignLoad(pids) as f:
+            time.sleep(probe)
+        if f.foreign_core_frac <= max_foreign:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > max_wait:
+            return None
+
+
 def children_of(pid):
     kids = []
     for entry in os.listdir("/proc"):

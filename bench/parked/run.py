@@ -21,6 +21,9 @@ Steps for one (proxy, N):
      responses completed over W seconds: the dispatch rate with N queued (the queue stays at
      N-1 throughout: closed loop); also the proxy's CPU per dispatched request;
   5. stop everything.
+Shared machine: before each measurement the script waits (up to 2 min) until other processes
+use at most 10 % of a core, and repeats a measurement during whose window they used more (4
+attempts at most; the share is kept in the JSON).
 Ratio "kept" = rate(8000 queued) / rate(256 queued), within a round, median over rounds.
 Targets (issue 2): vramd <= 4 KB per parked request (HAProxy: 7.1 KB on the reference box) and
 >= 90 % kept (HAProxy: 47 %).
@@ -42,6 +45,10 @@ import benchlib as bl  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOLS_DIR = os.path.join(bl.REPO, "build", "bench")
+# Shared box: wait until other processes use <= MAX_FOREIGN of a core before a measurement,
+# and repeat one during whose dispatch window they used more (MAX_ATTEMPTS in all).
+MAX_FOREIGN = 0.10
+MAX_ATTEMPTS = 4
 CFLAGS = ["-std=c11", "-D_GNU_SOURCE", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-Wshadow",
           "-Wstrict-prototypes", "-Wmissing-prototypes"]
 
@@ -186,7 +193,8 @@ def measure(proxy, n, window, tools, quick):
         cpu0 = bl.cpu_seconds(p.pid)
         client_cpu0, hold_cpu0 = bl.cpu_seconds(client.pid), bl.cpu_seconds(hold.pid)
         up0 = hold_out.served()
-        time.sleep(window)
+        with bl.ForeignLoad([p.pid, client.pid, hold.pid]) as foreign:
+            time.sleep(window)
         s1 = wait_stat_after(cl, s0["t_ns"] + int(window * 1e9) - 1)
         cpu1 = bl.cpu_seconds(p.pid)
         client_cpu1, hold_cpu1 = bl.cpu_seconds(client.pid), bl.cpu_seconds(hold.pid)
@@ -207,6 +215,7 @@ def measure(proxy, n, window, tools, quick):
             "cpu_us_per_dispatch": (cpu1 - cpu0) * 1e6 / done if done else None,
             "client_cpu_us_per_dispatch": (client_cpu1 - client_cpu0) * 1e6 / done if done else None,
             "upstream_cpu_us_per_dispatch": (hold_cpu1 - hold_cpu0) * 1e6 / done if done else None,
+            "foreign_core_frac": foreign.foreign_core_frac,
             "upstream_requests": up1["served"] - up0["served"],
             "upstream_connections_opened": up1["accepted"] - up0["accepted"],
         }
@@ -243,7 +252,15 @@ def main():
             sizes = [args.big, args.small] if rnd % 2 == 0 else [args.small, args.big]
             for n in sizes:
                 try:
-                    r = measure(proxy, n, window, tools, args.quick)
+                    for attempt in range(1, MAX_ATTEMPTS + 1):
+                        waited = bl.wait_quiet([], MAX_FOREIGN)
+                        r = measure(proxy, n, window, tools, args.quick)
+                        if r["foreign_core_frac"] <= MAX_FOREIGN or attempt == MAX_ATTEMPTS:
+                            break
+                        print("round %d %-7s N=%-5d other processes used %.0f %% of a core: run again"
+                              % (rnd + 1, proxy, n, r["foreign_core_frac"] * 100), flush=True)
+                    r["attempts"] = attempt
+                    r["waited_for_quiet_s"] = waited
                 except bl.BenchError as e:
                     if proxy == "vramd":
                         print("vramd: not measured: %s" % e, file=sys.stderr)
@@ -257,11 +274,11 @@ def main():
                     result["vramd_available"] = True
                 result["runs"].append(r)
                 print("round %d %-7s N=%-5d parked in %5.1fs  %6.0f B/parked  dispatch %7.0f req/s  cpu us/req: "
-                      "proxy %5.1f client %4.1f upstream %4.1f  depth %d/%d  upstream conns opened %d"
+                      "proxy %5.1f client %4.1f upstream %4.1f  depth %d/%d  upstream conns opened %d  others %.0f %%"
                       % (rnd + 1, proxy, n, r["park_seconds"], r["bytes_per_parked"], r["dispatch_rate"],
                          r["cpu_us_per_dispatch"] or 0, r["client_cpu_us_per_dispatch"] or 0,
                          r["upstream_cpu_us_per_dispatch"] or 0, r["depth_parked"], r["depth_during_dispatch"],
-                         r["upstream_connections_opened"]), flush=True)
+                         r["upstream_connections_opened"], r["foreign_core_frac"] * 100), flush=True)
 
     summary = {}
     for proxy in proxies:

@@ -314,6 +314,26 @@ static struct proc_slot *own_slot_locked(struct gpu_record *gpu, pid_t pid, uint
     return NULL;
 }
 
+/* Take an unused slot for (pid, starttime) holding bytes; NULL when the table is full. */
+static struct proc_slot *take_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime,
+                                          uint64_t bytes)
+{
+    for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
+        struct proc_slot *slot = &gpu->slots[i];
+        if (slot->in_use)
+            continue;
+        slot->pid = pid;
+        slot->starttime = starttime;
+        slot->bytes = bytes;
+        slot->dead = 0;
+        slot->dead_since_ms = 0;
+        slot->utilization = 0;
+        __atomic_store_n(&slot->in_use, 1, __ATOMIC_RELEASE); /* visible last */
+        return slot;
+    }
+    return NULL;
+}
+
 static bool gpu_index_ok(simgpu_t *s, int gpu)
 {
     if (!s || gpu < 0 || gpu >= s->n_gpus) {
@@ -642,22 +662,11 @@ int simgpu_alloc(simgpu_t *s, int gpu, uint64_t bytes)
         set_unlock(s);
         return 0;
     }
-    for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
-        slot = &rec->slots[i];
-        if (slot->in_use)
-            continue;
-        slot->pid = pid;
-        slot->starttime = starttime;
-        slot->bytes = bytes;
-        slot->dead = 0;
-        slot->dead_since_ms = 0;
-        slot->utilization = 0;
-        __atomic_store_n(&slot->in_use, 1, __ATOMIC_RELEASE);
-        set_unlock(s);
-        return 0;
-    }
+    slot = take_slot_locked(rec, pid, starttime, bytes);
     set_unlock(s);
-    errno = ENOSPC; /* more than SIMGPU_MAX_PROCS processes hold memory on this GPU */
+    if (slot)
+        return 0;
+    errno = ENOSPC; /* SIMGPU_MAX_PROCS processes already hold memory on this GPU */
     return -1;
 }
 
@@ -716,17 +725,7 @@ int simgpu_set_utilization(simgpu_t *s, int gpu, unsigned percent)
     struct proc_slot *slot = own_slot_locked(rec, pid, starttime);
     if (!slot && percent > 0) {
         /* A process busy on the GPU without memory of its own: give it an empty slot. */
-        for (int i = 0; i < SIMGPU_MAX_PROCS && !slot; i++) {
-            if (rec->slots[i].in_use)
-                continue;
-            slot = &rec->slots[i];
-            slot->pid = pid;
-            slot->starttime = starttime;
-            slot->bytes = 0;
-            slot->dead = 0;
-            slot->dead_since_ms = 0;
-            __atomic_store_n(&slot->in_use, 1, __ATOMIC_RELEASE);
-        }
+        slot = take_slot_locked(rec, pid, starttime, 0);
         if (!slot) {
             set_unlock(s);
             errno = ENOSPC;

@@ -76,6 +76,12 @@ static void on_pump_idle(uv_idle_t *h)
         uv_idle_stop(&d->pump_idle);
 }
 
+void vramd_wake_pumps(vramd_t *d)
+{
+    if (!uv_is_active((uv_handle_t *)&d->pump_idle))
+        uv_idle_start(&d->pump_idle, on_pump_idle);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     vramd_t *d = server->data;
@@ -179,9 +185,7 @@ static void finish_stop(vramd_t *d)
 {
     if (!d->stopping)
         return;
-    /* every worker is gone: close what is left and let the loop end */
-    if (process_count() > 0)
-        return;
+    /* every supervised instance is gone (their exits were reaped): let the loop end */
     log_event(LOG_INFO, "vramd_stopped", "exit_code=%d", d->exit_code);
     uv_stop(d->loop);
 }

@@ -68,6 +68,8 @@ void vramd_drain(vramd_t *d, const char *why);
 uint64_t vramd_now(void);
 /* Remember a line for /v1/status "events" (also logged by the caller). */
 void vramd_note_event(vramd_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Make sure the models on pump_pending are pumped in this loop turn. */
+void vramd_wake_pumps(vramd_t *d);
 /* Called when a piece of drain progress happens (a request ended, a worker stopped). */
 void vramd_check_drained(vramd_t *d);
 

@@ -140,7 +140,7 @@ void model_schedule_pump(model_t *m)
     if (list_linked(&m->pump_link))
         return;
     list_insert_tail(&d->pump_pending, &m->pump_link);
-    uv_idle_start(&d->pump_idle, NULL); /* callback set by vramd_init */
+    vramd_wake_pumps(d);
 }
 
 static void fail_queued(model_t *m, int status, const char *code)

@@ -8,7 +8,7 @@ JSON; these tests check that what it saw matches the simulated set made through 
 import re
 import signal
 
-from conftest import wait_for
+from .simkit import wait_for
 
 UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MiB = 1024 * 1024

@@ -5,7 +5,7 @@ import re
 import signal
 import subprocess
 
-from conftest import COMMAND_TIMEOUT, simgpu_bin, wait_for
+from .simkit import COMMAND_TIMEOUT, simgpu_bin, wait_for
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
