@@ -14,7 +14,7 @@
 SAN ?= 0
 ifeq ($(SAN),1)
 BUILD ?= build-san
-SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DVRAMD_DEBUG
 OPT = -O1
 else
 BUILD ?= build

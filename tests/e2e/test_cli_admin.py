@@ -57,7 +57,8 @@ def test_check_config_bad_size_value(vramd):
     text = """listen: 127.0.0.1:18999
 limits:
   max_body: 12 gigs
-models: {}
+models:
+  a: { route: /a/, url: "http://127.0.0.1:9" }
 """
     path, p = vramd.check_config(text, "bad-size.yaml")
     assert p.returncode == 1, (p.stdout, p.stderr)
@@ -76,7 +77,8 @@ def test_non_loopback_listen_requires_admin_token(vramd):
     """listen on 0.0.0.0 without admin_token_file is refused (check-config and start);
     with a token file the same config is accepted."""
     port = free_port()
-    base = f"listen: 0.0.0.0:{port}\nstate_dir: {vramd.tmp}/var\nmodels: {{}}\n"
+    base = (f"listen: 0.0.0.0:{port}\nstate_dir: {vramd.tmp}/var\n"
+            "models:\n  a: {route: /a/, url: 'http://127.0.0.1:9'}\n")
     path, p = vramd.check_config(base, "open.yaml")
     assert p.returncode == 1, (p.stdout, p.stderr)
     assert "admin_token_file" in p.stderr, p.stderr

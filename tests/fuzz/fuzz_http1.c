@@ -9,7 +9,9 @@
  *   2. feeds the same input again as growing prefixes split at two points derived from
  *      the data, with one scan_from, and checks each answer is NEED_MORE or exactly the
  *      answer of the whole input (code and position, or every field of the message);
- *   3. runs the chunked decoder over what follows the head (the whole input when no head
+ *   3. parses it once more with a scan_from derived from the data (a caller bug): any
+ *      answer may come back, but an OK must still be a well-formed head;
+ *   4. runs the chunked decoder over what follows the head (the whole input when no head
  *      parsed) at once, one byte at a time and split at a derived point, and checks the
  *      three agree on the answer, bytes consumed, payload (a hash of it) and error, and
  *      that every payload span lies inside the input of its feed.
@@ -256,6 +258,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     parse_all_ways(buf, size, false, head, &roomy, k1, k2, &resp);
     parse_all_ways(buf, size, true, false, &tight, k1, k2, &scratch);
     parse_all_ways(buf, size, false, head, &tight, k1, k2, &scratch);
+
+    /* A caller passing a wrong scan_from may get a different early error, but never a
+     * memory error or a malformed OK. */
+    size_t bogus_scan = (size_t)((h >> 16) % (size + 2));
+    parse_prefix(buf, size, true, false, &roomy, &bogus_scan, &scratch);
+    if (scratch.rc == HTTP1_OK)
+        check_ok_message(buf, size, true, &roomy, &scratch);
+    bogus_scan = (size_t)((h >> 16) % (size + 2));
+    parse_prefix(buf, size, false, head, &roomy, &bogus_scan, &scratch);
+    if (scratch.rc == HTTP1_OK)
+        check_ok_message(buf, size, false, &roomy, &scratch);
 
     size_t body_at = 0;
     if (req.rc == HTTP1_OK)

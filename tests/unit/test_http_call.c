@@ -83,6 +83,7 @@ static void sconn_close(sconn_t *c)
 }
 
 static void send_next_piece(sconn_t *c);
+static void on_timer_piece(uv_timer_t *t);
 
 static void on_piece_written(uv_write_t *w, int status)
 {
@@ -94,7 +95,7 @@ static void on_piece_written(uv_write_t *w, int status)
             sconn_close(c);
         return;
     }
-    uv_timer_start(&c->timer, (uv_timer_cb)send_next_piece, 20, 0);
+    uv_timer_start(&c->timer, on_timer_piece, 20, 0);
 }
 
 static void send_next_piece(sconn_t *c)
@@ -175,7 +176,6 @@ static void on_accept(uv_stream_t *l, int status)
             srv->conns[i] = c;
             break;
         }
-    (void)on_timer_piece;
     uv_read_start((uv_stream_t *)&c->tcp, sconn_alloc, sconn_read);
 }
 
@@ -264,6 +264,25 @@ static bool run_until_int(uv_loop_t *loop, const int *value, int at_least)
     uv_close((uv_handle_t *)&guard, NULL);
     uv_run(loop, UV_RUN_NOWAIT);
     return *value >= at_least;
+}
+
+static void on_time_up(uv_timer_t *t)
+{
+    *(int *)t->data = 1;
+}
+
+/* Let the loop run for ms (to give it the chance to do something it must not). */
+static void run_for(uv_loop_t *loop, uint64_t ms)
+{
+    int up = 0;
+    uv_timer_t t;
+    uv_timer_init(loop, &t);
+    t.data = &up;
+    uv_timer_start(&t, on_time_up, ms, 0);
+    while (!up)
+        uv_run(loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
 }
 
 typedef struct fixture {
@@ -537,14 +556,7 @@ static void test_cancel_before_connect(void **state)
     http_call_t *c = NULL;
     assert_int_equal(http_call_start(&f->loop, &req, on_result, &f->res, &c, err, sizeof err), 0);
     http_call_cancel(c);
-    uv_run(&f->loop, UV_RUN_NOWAIT);
-    /* Give the loop time to do anything it wrongly still would. */
-    uv_timer_t t;
-    uv_timer_init(&f->loop, &t);
-    uv_timer_start(&t, on_guard, 200, 0);
-    uv_run(&f->loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&f->loop, UV_RUN_NOWAIT);
+    run_for(&f->loop, 200); /* time for anything it wrongly still would do */
     assert_int_equal(f->res.calls, 0);
 }
 
@@ -560,12 +572,8 @@ static void test_cancel_while_waiting_for_response(void **state)
     assert_true(run_until_int(&f->loop, &f->srv.requests, 1));
     http_call_cancel(c);
     assert_true(run_until_int(&f->loop, &f->srv.client_closed, 1));
-    uv_timer_t t;
-    uv_timer_init(&f->loop, &t);
-    uv_timer_start(&t, on_guard, 500, 0);
-    uv_run(&f->loop, UV_RUN_DEFAULT); /* only the server listener and t remain */
+    run_for(&f->loop, 500); /* past the call's timeout */
     assert_int_equal(f->res.calls, 0);
-    uv_close((uv_handle_t *)&t, NULL);
 }
 
 typedef struct chain {
