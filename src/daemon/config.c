@@ -2256,6 +2256,44 @@ config_t *config_parse(const char *text, size_t len, const char *name, char *err
     return parse_in_dir(text, len, name, dir, err, errlen);
 }
 
+/* Reads a whole file of at most CONFIG_FILE_MAX bytes; 0, or an errno value (text freed). */
+static int read_config_file(int fd, char **text_out, size_t *len_out)
+{
+    size_t cap = 64 * 1024, len = 0;
+    char *text = malloc(cap);
+    if (text == NULL)
+        return ENOMEM;
+    for (;;) {
+        if (len == cap) {
+            if (cap > CONFIG_FILE_MAX) {
+                free(text);
+                return EFBIG;
+            }
+            char *grown = realloc(text, cap * 2);
+            if (grown == NULL) {
+                free(text);
+                return ENOMEM;
+            }
+            text = grown;
+            cap *= 2;
+        }
+        ssize_t n = read(fd, text + len, cap - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int saved_errno = errno;
+            free(text);
+            return saved_errno;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    *text_out = text;
+    *len_out = len;
+    return 0;
+}
+
 config_t *config_load(const char *path, char *err, size_t errlen)
 {
     if (err != NULL && errlen > 0)
@@ -2266,40 +2304,14 @@ config_t *config_load(const char *path, char *err, size_t errlen)
             snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 64 * 1024, len = 0;
-    char *text = malloc(cap);
-    int read_errno = 0;
-    while (text != NULL) {
-        if (len == cap) {
-            if (cap > CONFIG_FILE_MAX) {
-                read_errno = EFBIG;
-                break;
-            }
-            char *grown = realloc(text, cap * 2);
-            if (grown == NULL) {
-                read_errno = ENOMEM;
-                break;
-            }
-            text = grown;
-            cap *= 2;
-        }
-        ssize_t n = read(fd, text + len, cap - len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            read_errno = errno;
-            break;
-        }
-        if (n == 0)
-            break;
-        len += (size_t)n;
-    }
+    size_t len = 0;
+    char *text = NULL;
+    int read_errno = read_config_file(fd, &text, &len);
     close(fd);
-    if (text == NULL || read_errno != 0) {
+    if (read_errno != 0) {
         if (err != NULL && errlen > 0)
             snprintf(err, errlen, "%s: cannot read: %s", path,
-                     read_errno == EFBIG ? "the file is too large for a configuration" : strerror(text ? read_errno : ENOMEM));
-        free(text);
+                     read_errno == EFBIG ? "the file is too large for a configuration" : strerror(read_errno));
         return NULL;
     }
     /* Relative paths in the file are relative to its directory, made absolute when possible

@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "net/conn.h"
+#include "sched/scheduler.h"
 #include "workers/process.h"
 #include "workers/supervisor.h"
 
@@ -294,6 +295,7 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     uv_signal_start(&d->sig_term, on_signal, SIGTERM);
     uv_signal_start(&d->sig_int, on_signal, SIGINT);
     signal(SIGPIPE, SIG_IGN);
+    sched_init(d);
     apply_config(d, d->cfg);
     d->ready = true;
     log_event(LOG_INFO, "vramd_started", "version=%s listen=%s port=%d models=%zu pid=%d", VRAMD_VERSION,
@@ -305,6 +307,7 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
 int vramd_run(vramd_t *d)
 {
     uv_run(d->loop, UV_RUN_DEFAULT);
+    sched_shutdown(d);
     /* close every handle so the loop can be closed cleanly */
     uv_walk(d->loop, close_walk_cb, NULL);
     uv_run(d->loop, UV_RUN_DEFAULT);

@@ -9,6 +9,7 @@
 #include "daemon/vramd.h"
 #include "net/conn.h"
 #include "obs/status.h"
+#include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
 static bool path_is(const char *path, size_t len, const char *lit)
@@ -136,7 +137,11 @@ bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
     }
     if (path_is(path, len, "/readyz")) {
         request_set_state(r, REQ_LOCAL);
-        if (d->ready && !d->draining) {
+        bool gpu_needed = false;
+        list_foreach(it, &d->models) if (sched_model_uses_gpu(list_entry(it, model_t, link)->cfg)) gpu_needed = true;
+        if (d->ready && !d->draining && gpu_needed && !sched_gpu_ok()) {
+            conn_respond_error(c, 503, "gpu_unavailable", NULL, 5, false, "%s", sched_gpu_error());
+        } else if (d->ready && !d->draining) {
             static const char ok[] = "{\"ready\":true}";
             conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
         } else {

@@ -19,6 +19,7 @@
 #include "daemon/vramd.h"
 #include "net/proxy.h"
 #include "net/router.h"
+#include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
 #define READ_CHUNK (64 * 1024)
@@ -215,6 +216,8 @@ static void request_free(request_t *r)
 {
     if (!r)
         return;
+    /* every exit path released the reservation already; this is the last safety net */
+    ledger_release(sched_ledger(), &r->mem);
     free(r->head);
     free(r->hdrs);
     buf_free(&r->body);
@@ -505,6 +508,7 @@ static void start_request(conn_t *c)
     r->conn = c;
     list_init(&r->wait_link);
     queue_entry_init(&r->qe);
+    ledger_entry_init(&r->mem);
     buf_init(&r->body, cfg->limits.max_body);
     r->head = malloc(msg.head_len + 1);
     r->hdrs = malloc((msg.n_headers ? msg.n_headers : 1) * sizeof *r->hdrs);

@@ -34,6 +34,7 @@
 #include "common/list.h"
 #include "daemon/types.h"
 #include "net/http1.h"
+#include "sched/ledger.h"
 #include "sched/queue.h"
 
 enum conn_state { CONN_HEAD = 0, CONN_BODY, CONN_ACTIVE, CONN_CLOSING };
@@ -56,6 +57,8 @@ struct request {
     instance_t *instance; /* set while holding a slot on it */
     upstream_t *up;
     queue_entry_t qe;     /* in model->queue while QUEUED */
+    ledger_entry_t mem;   /* REQUEST reservation while it holds a slot */
+    uint64_t credit;      /* part of its estimate covered by its instance's cached memory */
     list_t wait_link;     /* in model->waiters while an admin call waits */
     enum request_wait wait;
     enum request_state state;

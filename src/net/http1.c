@@ -23,6 +23,21 @@
  * seen, so a message fed in pieces gives the same result, code and position as the same
  * bytes fed at once.
  *
+ * Choices the header leaves open:
+ *   - a message starting with an empty line is refused (no skipping of stray CRLFs);
+ *   - the version is checked before the target, so "GET / HTTP/1.1 " is a version error;
+ *   - target "*" only with OPTIONS; a second Host is refused in HTTP/1.0 too;
+ *   - status codes 100..599; "HTTP/1.1 200" without the space before an empty reason is
+ *     accepted (common in the wild, harmless for framing);
+ *   - response Transfer-Encoding: a list of tokens, no empty element, no parameters,
+ *     "chunked" at most once and only last; not chunked-last means read until close;
+ *     Transfer-Encoding in any HTTP/1.0 message is refused;
+ *   - Content-Length may not exceed 2^53 (HTTP1_MAX_CONTENT_LENGTH itself is allowed);
+ *   - "Expect: 100-continue" only counts in HTTP/1.1 requests (RFC 9110 10.1.1);
+ *   - the chunk extension may hold any VCHAR/SP/HTAB/obs-text (its grammar is not
+ *     checked), and counts against max_ext; the trailer section counts every byte,
+ *     its final CRLF included, against max_trailer.
+ *
  * The chunked decoder is a byte-level state machine (enum chunk_state). Payload bytes are
  * handed to the callback as spans of the caller's input, never copied. Once it fails, the
  * state remembers the error code (CHUNK_FAILED + code) and every later feed fails the same

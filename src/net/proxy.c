@@ -20,6 +20,7 @@
 #include "daemon/vramd.h"
 #include "net/conn.h"
 #include "net/http1.h"
+#include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
 #define UP_HEAD_MAX (64 * 1024)
@@ -99,6 +100,8 @@ static void release_slot(request_t *r, bool worker_broken)
     vramd_t *d = inst->model->d;
     if (d->in_flight_total)
         d->in_flight_total--;
+    bool ok = !worker_broken && r->status > 0 && r->status < 500;
+    sched_request_finished(r, inst, vramd_now() - r->t_dispatched, ok);
     instance_request_done(inst, worker_broken);
 }
 

@@ -15,6 +15,7 @@
 #include "net/api.h"
 #include "net/conn.h"
 #include "net/proxy.h"
+#include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
 model_t *router_find_model_by_path(vramd_t *d, const char *path, size_t len, size_t *prefix_len)
@@ -119,6 +120,26 @@ static void admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
                                "bad X-Vramd-Deadline \"%s\": expected a duration like 30s or 500ms", tmp);
             return;
         }
+    }
+    if (sched_model_uses_gpu(mc)) {
+        char why[300];
+        if (!sched_gpu_ok()) {
+            conn_respond_error(c, 503, "gpu_unavailable", m->name, 5, false, "%s", sched_gpu_error());
+            return;
+        }
+        if (sched_never_fits(m, why, sizeof why)) {
+            conn_respond_error(c, 422, "cannot_fit", m->name, -1, false, "%s", why);
+            return;
+        }
+    }
+    uint64_t predicted = sched_predicted_start_ms(m);
+    if (predicted > deadline) {
+        uint64_t over = (predicted - deadline + 999) / 1000;
+        conn_respond_error(c, 503, "deadline_unmeetable", m->name, (int)(over > 3600 ? 3600 : over), false,
+                           "model %s: predicted start in %llu ms is past the deadline of %llu ms", m->name,
+                           (unsigned long long)predicted, (unsigned long long)deadline);
+        m->deadline_rejections++;
+        return;
     }
     if (m->queue.depth >= mc->queue_max) {
         conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false,

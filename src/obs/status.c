@@ -3,7 +3,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/units.h"
 #include "daemon/vramd.h"
+#include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
 static cJSON *model_json(model_t *m, uint64_t now)
@@ -37,6 +39,18 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(o, "loads_total", (double)m->loads_total);
     cJSON_AddNumberToObject(o, "unloads_total", (double)m->unloads_total);
     cJSON_AddNumberToObject(o, "consecutive_failures", m->consecutive_failures);
+    cJSON_AddNumberToObject(o, "deadline_rejections", (double)m->deadline_rejections);
+    cJSON_AddNumberToObject(o, "priority", m->cfg->priority);
+    cJSON *mem = cJSON_AddObjectToObject(o, "memory");
+    cJSON_AddBoolToObject(mem, "uses_gpu", sched_model_uses_gpu(m->cfg));
+    cJSON_AddNumberToObject(mem, "resident_declared", (double)m->cfg->memory.resident);
+    cJSON_AddNumberToObject(mem, "per_request_declared", (double)m->cfg->memory.per_request);
+    cJSON_AddBoolToObject(mem, "learn", m->cfg->memory.learn);
+    cJSON_AddNumberToObject(mem, "per_request_estimate", (double)sched_request_estimate(m));
+    cJSON_AddNumberToObject(mem, "samples", m->n_peaks);
+    cJSON_AddNumberToObject(mem, "oom_total", (double)m->oom_total);
+    cJSON_AddNumberToObject(o, "learned_load_ms", (double)m->load_ms_ewma);
+    cJSON_AddNumberToObject(o, "learned_run_ms", (double)m->run_ms_ewma);
     cJSON *is = cJSON_AddArrayToObject(o, "instances");
     list_foreach(it, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
@@ -54,6 +68,9 @@ static cJSON *model_json(model_t *m, uint64_t now)
         else
             cJSON_AddNullToObject(j, "gpu");
         cJSON_AddNumberToObject(j, "in_flight", in->in_flight);
+        cJSON_AddNumberToObject(j, "reserved_bytes", (double)in->mem.bytes);
+        cJSON_AddNumberToObject(j, "measured_bytes", (double)in->measured);
+        cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->baseline);
         cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);
         cJSON_AddNumberToObject(j, "idle_connections", in->pool_size);
         cJSON_AddNumberToObject(j, "uptime_ms", in->started_ms ? (double)(now - in->started_ms) : 0);
@@ -89,6 +106,12 @@ char *status_render(vramd_t *d)
     cJSON_AddNumberToObject(q, "max", d->cfg->limits.queue_max);
     cJSON_AddNumberToObject(q, "in_flight", d->in_flight_total);
     cJSON_AddNumberToObject(o, "requests_total", (double)d->requests_total);
+    cJSON *gpu = cJSON_AddObjectToObject(o, "nvml");
+    cJSON_AddBoolToObject(gpu, "ok", sched_gpu_ok());
+    if (!sched_gpu_ok())
+        cJSON_AddStringToObject(gpu, "error", sched_gpu_error());
+    cJSON_AddStringToObject(gpu, "attribution", "pid");
+    sched_status_json(cJSON_AddArrayToObject(o, "gpus"));
     cJSON *ms = cJSON_AddArrayToObject(o, "models");
     list_foreach(it, &d->models) {
         model_t *m = list_entry(it, model_t, link);

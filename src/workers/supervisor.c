@@ -35,11 +35,12 @@
 
 static void instance_health_tick(uv_timer_t *t);
 static void instance_stop(instance_t *inst, const char *reason);
+static void instance_reload(instance_t *inst);
 static void model_maybe_free(model_t *m);
 
 const char *instance_state_name(enum instance_state s)
 {
-    static const char *n[] = {"starting", "ready", "down", "stopping"};
+    static const char *n[] = {"starting", "ready", "down", "stopping", "unloading", "unloaded", "reloading"};
     return n[s];
 }
 
@@ -60,9 +61,9 @@ enum model_state model_state(const model_t *m)
             ready = true;
         else if (in->state == INST_READY && in->stop_requested)
             draining = true;
-        else if (in->state == INST_STARTING)
+        else if (in->state == INST_STARTING || in->state == INST_RELOADING)
             starting = true;
-        else if (in->state == INST_STOPPING)
+        else if (in->state == INST_STOPPING || in->state == INST_UNLOADING)
             stopping = true;
     }
     if (ready)
@@ -150,6 +151,11 @@ static void fail_queued(model_t *m, int status, const char *code)
     while ((e = queue_pop(&m->queue, now)) != NULL) {
         request_t *r = (request_t *)((char *)e - offsetof(request_t, qe));
         m->d->queued_total--;
+        char why[256];
+        if (status == 422 && sched_never_fits(m, why, sizeof why)) {
+            conn_respond_error(r->conn, status, code, m->name, -1, false, "%s", why);
+            continue;
+        }
         conn_respond_error(r->conn, status, code, m->name, status == 503 ? 30 : -1, false,
                            "model %s: %s", m->name, m->failed ? m->failed_reason : code);
     }
@@ -246,7 +252,8 @@ static void on_instance_handle_closed(uv_handle_t *h)
 /* Free the instance once nothing refers to it any more. */
 static void instance_maybe_free(instance_t *inst)
 {
-    if (inst->proc || inst->in_flight > 0 || inst->closing_handles > 0 || inst->health_call)
+    if (inst->proc || inst->in_flight > 0 || inst->closing_handles > 0 || inst->health_call || inst->hook_call ||
+        sched_instance_holds_memory(inst))
         return;
     model_t *m = inst->model;
     list_remove(&inst->link);
@@ -285,6 +292,8 @@ static instance_t *instance_new(model_t *m)
     inst->model = m;
     inst->id = ++m->next_instance_id;
     inst->gpu = -1;
+    inst->gpu_pos = -1;
+    ledger_entry_init(&inst->mem);
     list_init(&inst->pool);
     uv_timer_init(m->d->loop, &inst->timer);
     uv_timer_init(m->d->loop, &inst->idle_timer);
@@ -314,6 +323,8 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
             inst->health_failures = 0;
             m->consecutive_failures = 0;
             m->loads_total++;
+            sched_note_load(m, now - inst->started_ms);
+            inst->baseline = 0; /* measured at the first idle snapshot */
             log_event(LOG_INFO, "worker_ready", "model=%s instance=%u pid=%d port=%d startup_ms=%llu",
                       m->name, inst->id, (int)inst->pid, inst->port,
                       (unsigned long long)(now - inst->started_ms));
@@ -382,7 +393,8 @@ static void instance_health_tick(uv_timer_t *t)
 {
     instance_t *inst = t->data;
     model_t *m = inst->model;
-    if (inst->health_call || inst->state == INST_STOPPING)
+    if (inst->health_call || inst->state == INST_STOPPING || inst->state == INST_UNLOADING ||
+        inst->state == INST_UNLOADED || inst->state == INST_RELOADING)
         return;
     http_call_req_t req = {
         .host = inst->host,
@@ -430,6 +442,14 @@ static void on_process_exit(process_t *p, int exit_status, int term_signal, void
     }
     proxy_pool_close(inst);
     instance_set_state(inst, INST_STOPPING, expected ? (inst->stop_reason ? inst->stop_reason : "stopped") : "exited");
+    if (sched_instance_holds_memory(inst)) {
+        if (sched_gpu_ok()) {
+            inst->reclaiming = false;
+            sched_instance_unloading(inst); /* entry released when NVML shows the memory back */
+        } else {
+            ledger_release(sched_ledger(), &inst->mem);
+        }
+    }
     instance_maybe_free(inst);
     if (m->unload_requested && !model_has_live_instances(m))
         m->unload_requested = false;
@@ -460,21 +480,23 @@ static char *subst(const char *arg, int port, int gpu)
     return buf_steal(&b, NULL);
 }
 
-static void instance_start(model_t *m)
+static void instance_start(model_t *m, size_t gpu_pos)
 {
     const model_config_t *mc = m->cfg;
     instance_t *inst = instance_new(m);
     if (!inst)
         return;
+    sched_place_instance(inst, gpu_pos);
     snprintf(inst->host, sizeof inst->host, "127.0.0.1");
     inst->port = pick_free_port();
     inst->started_ms = vramd_now();
     inst->state = INST_STARTING;
     char **argv = calloc(mc->n_cmd + 1, sizeof *argv);
-    size_t n_env = mc->n_env + 2;
+    size_t n_env = mc->n_env + 3;
     config_kv_t *env = calloc(n_env, sizeof *env);
-    char portbuf[16];
+    char portbuf[16], gpubuf[16];
     snprintf(portbuf, sizeof portbuf, "%d", inst->port);
+    snprintf(gpubuf, sizeof gpubuf, "%d", inst->gpu);
     char pidfile[4096];
     snprintf(pidfile, sizeof pidfile, "%s/pids/%s.%u.pid", m->d->cfg->state_dir, m->name, inst->id);
     char err[256] = "";
@@ -486,8 +508,15 @@ static void instance_start(model_t *m)
         env[0].value = portbuf;
         env[1].key = "VRAMD_MODEL";
         env[1].value = m->name;
+        size_t k = 2;
+        if (inst->gpu >= 0) {
+            env[k].key = "CUDA_VISIBLE_DEVICES";
+            env[k].value = gpubuf;
+            k++;
+        }
         for (size_t i = 0; i < mc->n_env; i++)
-            env[i + 2] = mc->env[i];
+            env[k++] = mc->env[i];
+        n_env = k;
         process_spec_t spec = {
             .argv = argv,
             .env = env,
@@ -512,12 +541,14 @@ static void instance_start(model_t *m)
         inst->proc = NULL;
         record_failure(m, why);
         inst->state = INST_STOPPING;
+        ledger_release(sched_ledger(), &inst->mem);
         instance_maybe_free(inst);
         return;
     }
     inst->pid = process_pid(inst->proc);
-    log_event(LOG_INFO, "worker_started", "model=%s instance=%u pid=%d port=%d", m->name, inst->id,
-              (int)inst->pid, inst->port);
+    inst->pgid = inst->pid; /* process.c puts every worker in its own group */
+    log_event(LOG_INFO, "worker_started", "model=%s instance=%u pid=%d port=%d gpu=%d", m->name, inst->id,
+              (int)inst->pid, inst->port, inst->gpu);
     instance_set_state(inst, INST_STARTING, "started");
     uv_timer_start(&inst->timer, instance_health_tick, STARTUP_POLL_MS, 0);
 }
@@ -534,6 +565,23 @@ static void ensure_external(model_t *m)
     inst->port = m->cfg->url_port;
     inst->started_ms = inst->ready_ms = vramd_now();
     inst->state = INST_READY; /* optimistic until health checks say otherwise */
+    if (sched_model_uses_gpu(m->cfg) && sched_gpu_ok()) {
+        /* an external server is already loaded somewhere: book it on its allowed GPU with
+         * the most room (its measured usage replaces the guess at the next snapshot) */
+        size_t pos = 0;
+        uint64_t best = 0;
+        ledger_t *l = sched_ledger();
+        for (size_t g = 0; g < l->n_gpus; g++) {
+            bool ok = !m->cfg->gpus;
+            for (size_t k = 0; k < m->cfg->n_gpus; k++)
+                ok = ok || m->cfg->gpus[k] == l->gpus[g].index;
+            if (ok && ledger_free(l, g) >= best) {
+                best = ledger_free(l, g);
+                pos = g;
+            }
+        }
+        sched_place_instance(inst, pos);
+    }
     log_event(LOG_INFO, "instance_state", "model=%s instance=%u from=none to=ready reason=%s", m->name,
               inst->id, "external server");
     uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
@@ -590,6 +638,150 @@ void instance_request_done(instance_t *inst, bool worker_broken)
     vramd_check_drained(m->d);
 }
 
+/* ---- hooks: unload / reload ----------------------------------------------------------- */
+
+static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb)
+{
+    model_t *m = inst->model;
+    http_call_req_t req = {
+        .host = inst->host,
+        .port = inst->port,
+        .method = hook->method ? hook->method : "POST",
+        .path = hook->path,
+        .timeout_ms = hook->timeout_ms ? hook->timeout_ms : default_timeout,
+        .max_response = 64 * 1024,
+    };
+    char err[160];
+    if (http_call_start(m->d->loop, &req, cb, inst, &inst->hook_call, err, sizeof err) != 0) {
+        inst->hook_call = NULL;
+        log_event(LOG_WARN, "hook_failed", "model=%s instance=%u path=%s error=%s", m->name, inst->id, hook->path, err);
+        return -1;
+    }
+    return 0;
+}
+
+static void on_unload_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    (void)body;
+    (void)len;
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    inst->hook_call = NULL;
+    bool ok = status >= 200 && status < 300;
+    log_event(ok ? LOG_INFO : LOG_WARN, "unload_hook_done", "model=%s instance=%u status=%d error=%s", m->name,
+              inst->id, status, error);
+    if (inst->state != INST_UNLOADING)
+        return;
+    if (!ok) {
+        if (inst->external) {
+            char reason[160];
+            snprintf(reason, sizeof reason, "unload hook failed (%s)", error ? error : "non-2xx answer");
+            instance_set_state(inst, INST_READY, "unload hook failed");
+            set_failed(m, reason);
+        } else {
+            inst->state = INST_READY;
+            instance_stop(inst, "unload hook failed");
+        }
+        return;
+    }
+    m->unloads_total++;
+    sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory back */
+}
+
+void instance_evict(instance_t *inst, const char *why)
+{
+    model_t *m = inst->model;
+    uv_timer_stop(&inst->idle_timer);
+    if (m->cfg->unload.set && inst->state == INST_READY) {
+        instance_set_state(inst, INST_UNLOADING, why);
+        if (call_hook(inst, &m->cfg->unload, 30000, on_unload_answer) == 0)
+            return;
+        instance_set_state(inst, INST_READY, "unload hook could not be called");
+    }
+    if (inst->external) {
+        set_failed(m, "external server cannot be unloaded");
+        return;
+    }
+    instance_stop(inst, why);
+}
+
+void instance_reclaimed(instance_t *inst, bool ok)
+{
+    model_t *m = inst->model;
+    if (!inst->proc && !inst->external) {
+        instance_maybe_free(inst);
+    } else if (inst->state == INST_UNLOADING) {
+        if (ok) {
+            instance_set_state(inst, INST_UNLOADED, "memory reclaimed");
+        } else if (inst->external) {
+            instance_set_state(inst, INST_UNLOADED, "memory not returned");
+            set_failed(m, "external server did not give its memory back after unload");
+        } else {
+            log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s", m->name, inst->id,
+                      (int)inst->pid, "memory not returned after unload");
+            inst->stop_requested = true;
+            inst->stop_reason = "memory not returned after unload";
+            instance_set_state(inst, INST_STOPPING, "memory not returned after unload");
+            if (inst->proc)
+                process_signal(inst->proc, SIGKILL);
+        }
+    }
+    sched_pump_all(m->d);
+}
+
+static void on_reload_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    (void)body;
+    (void)len;
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    inst->hook_call = NULL;
+    bool ok = status >= 200 && status < 300;
+    log_event(ok ? LOG_INFO : LOG_WARN, "reload_hook_done", "model=%s instance=%u status=%d error=%s", m->name,
+              inst->id, status, error);
+    if (inst->state != INST_RELOADING)
+        return;
+    if (!ok) {
+        instance_set_state(inst, INST_UNLOADED, "reload hook failed");
+        record_failure(m, "reload hook failed");
+        return;
+    }
+    /* back to health checking: READY once it answers */
+    inst->started_ms = vramd_now();
+    instance_set_state(inst, INST_STARTING, "reloaded");
+    uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+}
+
+static void instance_reload(instance_t *inst)
+{
+    model_t *m = inst->model;
+    ledger_t *l = sched_ledger();
+    if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
+        uint64_t want = m->cfg->memory.resident + sched_request_estimate(m);
+        uint64_t held = inst->mem.bytes;
+        uint64_t extra = want > held ? want - held : 0;
+        if (!ledger_fits(l, (size_t)inst->gpu_pos, extra, m)) {
+            size_t pos;
+            (void)sched_place(m, &pos); /* starts evictions when that makes room */
+            return;
+        }
+        uint64_t resident = m->cfg->memory.resident > held ? m->cfg->memory.resident : held;
+        ledger_resize(l, &inst->mem, resident);
+        sched_unblocked(m);
+    }
+    if (!m->cfg->reload.set) {
+        /* nothing to call: the server reloads on its own; check its health */
+        instance_set_state(inst, INST_STARTING, "reload (no hook)");
+        uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+        return;
+    }
+    instance_set_state(inst, INST_RELOADING, "needed again");
+    if (call_hook(inst, &m->cfg->reload, 60000, on_reload_answer) != 0) {
+        instance_set_state(inst, INST_UNLOADED, "reload hook could not be called");
+        record_failure(m, "reload hook could not be called");
+    }
+}
+
 /* ---- pump ------------------------------------------------------------------------------ */
 
 static instance_t *free_instance(model_t *m)
@@ -641,25 +833,50 @@ void model_pump(model_t *m)
         instance_t *inst = free_instance(m);
         if (!inst)
             break;
-        queue_entry_t *e = queue_pop(&m->queue, now);
+        queue_entry_t *e = queue_peek(&m->queue, now);
         request_t *r = (request_t *)((char *)e - offsetof(request_t, qe));
+        if (!sched_admit(r, inst)) {
+            sched_blocked(m, r, inst);
+            break;
+        }
+        queue_remove(&m->queue, e);
         d->queued_total--;
         request_dispatch(r, inst);
     }
+    if (m->queue.depth == 0)
+        sched_unblocked(m);
     bool pinned = m->cfg->keep_alive_ms == CONFIG_FOREVER && !d->stopping && !m->removed;
     bool want = (m->queue.depth > 0 || (pinned && m->n_instances == 0)) && !m->cfg->url && !d->stopping &&
                 !m->unload_requested;
     if (want) {
-        unsigned starting = 0;
+        unsigned starting = 0, unloaded = 0, busy = 0;
+        instance_t *to_reload = NULL;
         list_foreach(it, &m->instances) {
             instance_t *in = list_entry(it, instance_t, link);
-            if (in->state == INST_STARTING)
+            if (in->state == INST_STARTING || in->state == INST_RELOADING || in->state == INST_UNLOADING)
                 starting++;
+            if (in->state == INST_UNLOADED) {
+                unloaded++;
+                to_reload = in;
+            }
+            if (in->state == INST_READY && !in->stop_requested)
+                busy++;
         }
-        /* one start at a time; scale out only while the queue is deeper than starting capacity */
-        if (starting == 0 && m->n_instances < m->cfg->instances) {
+        (void)busy;
+        if (starting == 0 && to_reload) {
+            instance_reload(to_reload);
+        } else if (starting == 0 && m->n_instances < m->cfg->instances) {
+            /* one start at a time; scale out only while the queue waits for a slot */
             if (now >= m->next_start_ms) {
-                instance_start(m);
+                size_t pos = 0;
+                enum placer_result pr = sched_place(m, &pos);
+                if (pr == PLACER_FITS) {
+                    instance_start(m, pos);
+                } else if (pr == PLACER_NEVER) {
+                    fail_queued(m, 422, "cannot_fit");
+                } else if (pr == PLACER_WAIT || pr == PLACER_EVICT) {
+                    log_event(LOG_DEBUG, "placement_waiting", "model=%s result=%s", m->name, placer_result_name(pr));
+                }
             } else if (!uv_is_active((uv_handle_t *)&m->backoff_timer)) {
                 uv_timer_start(&m->backoff_timer, on_backoff_timer, m->next_start_ms - now, 0);
             }

@@ -8,6 +8,10 @@
  *      +--exit/startup_timeout--> failure counted, restart after backoff if wanted
  *   External servers (url:) are one instance that is never started or stopped: READY while
  *   health checks pass, DOWN after `failures` failed checks, READY again on the next pass.
+ *   Eviction through an unload hook (external servers, or supervised ones that declare it):
+ *   READY --unload hook--> UNLOADING --NVML shows memory back--> UNLOADED --reload hook-->
+ *   RELOADING --> STARTING (health) --> READY. A supervised worker whose memory does not
+ *   come back within stop_timeout is killed; an external one is marked failed.
  *
  * Model state (what /v1/status shows) is derived: failed > ready (some instance READY) >
  * starting > draining (admin unload waiting for in-flight) > unloading (instances
@@ -38,13 +42,18 @@
 #include "common/list.h"
 #include "daemon/config.h"
 #include "daemon/types.h"
+#include "sched/ledger.h"
 #include "sched/queue.h"
+#include "sched/scheduler.h"
 
 enum instance_state {
     INST_STARTING = 0,
     INST_READY,
-    INST_DOWN,     /* external only: health failing */
+    INST_DOWN,      /* external only: health failing */
     INST_STOPPING,
+    INST_UNLOADING, /* its unload hook was called; waiting for NVML to show memory back */
+    INST_UNLOADED,  /* process (or external server) up, models unloaded; reload hook brings it back */
+    INST_RELOADING, /* reload hook called */
 };
 
 enum model_state {
@@ -68,7 +77,20 @@ struct instance {
     pid_t pid;
     char host[64];
     int port;
-    int gpu;                 /* -1 = not assigned */
+    int gpu;                 /* NVML index, -1 = not assigned (model uses no GPU memory) */
+    int gpu_pos;             /* position in the ledger, -1 = none */
+    ledger_entry_t mem;      /* RESIDENT reservation (scheduler.h says when it is held) */
+    pid_t pgid;
+    pid_t external_pid;      /* external servers: pid listening on the port, 0 = unknown */
+    uint64_t measured;       /* bytes NVML shows for its processes (last snapshot) */
+    uint64_t baseline;       /* measured when it became ready (nothing cached yet) */
+    uint64_t run_peak;       /* peak measured while requests ran */
+    bool run_alone;          /* only one request ran since run_peak was reset */
+    uint64_t credit_used;    /* cached memory lent to running requests */
+    bool reclaiming;         /* stopped/unloaded: waiting for NVML to show memory back */
+    uint64_t reclaim_since_ms;
+    uint64_t last_clear_cache_ms;
+    struct http_call *hook_call;
     unsigned in_flight;
     uint64_t requests_total;
     uint64_t started_ms, ready_ms, last_used_ms;
@@ -105,6 +127,14 @@ struct model {
     uint64_t next_start_ms;  /* backoff: no start before this */
     uv_timer_t backoff_timer;
     list_t waiters;          /* admin load/unload requests waiting for a state (conn.h) */
+    /* memory and time learned from NVML and completed requests */
+    uint64_t est_per_request;  /* 0 = declared value */
+    uint64_t peaks[SCHED_PEAK_SAMPLES];
+    unsigned n_peaks, peak_next;
+    uint64_t load_ms_ewma, run_ms_ewma;
+    uint64_t oom_total;
+    uint64_t deadline_rejections;
+    bool claiming;
     /* counters */
     uint64_t requests_total;
     uint64_t restarts_total;
@@ -138,5 +168,9 @@ bool model_has_live_instances(const model_t *m);
 
 /* An instance finished one request (slot released by the proxy). */
 void instance_request_done(instance_t *inst, bool worker_broken);
+/* Make room: the unload hook when the model has one, else stop the process. */
+void instance_evict(instance_t *inst, const char *why);
+/* The scheduler saw the instance's memory come back (ok) or gave up waiting (!ok). */
+void instance_reclaimed(instance_t *inst, bool ok);
 
 #endif

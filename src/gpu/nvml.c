@@ -1,0 +1,686 @@
+/*
+ * nvml.c: the GPU probe (gpu.h) over NVML, loaded at run time with dlopen. It is the only
+ * place in vramd that talks to NVML; a real driver and build/lib/libnvidia-ml-sim.so go
+ * through the same code.
+ *
+ * Life of a gpu_t:
+ *   gpu_open     dlopen (RTLD_NOW|RTLD_LOCAL) -> dlsym every entry point -> nvmlInit_v2 ->
+ *                resolve the selected devices (handle, NVML index, name, UUID, cached: they
+ *                do not change while the driver is loaded). Any failure undoes what was
+ *                done and returns NULL with the reason in err.
+ *   reads        read_snapshot() fills a gpu_snapshot_t: memory info, the per-process list
+ *                (two-call INSUFFICIENT_SIZE protocol), utilization, for each device.
+ *   polling      one uv_work_t on the loop's thread pool, one uv_timer_t on the loop.
+ *   gpu_close    stops polling; the object is destroyed at the first safe point (below).
+ *
+ * Invariants:
+ *   - Only one thread calls NVML at a time for a gpu_t: every call after gpu_open happens
+ *     with nvml_lock held (the pool thread during a poll read, the caller of
+ *     gpu_probe_once). proc_buf belongs to whoever holds nvml_lock.
+ *   - At most one read is in flight (read_in_flight). The next read is queued only from
+ *     the loop thread and only at a safe point: never while a read is in flight and never
+ *     while the snapshot callback runs (it reads poll_snap, which the next read would
+ *     overwrite); a request made at such a time sets read_requested and is honoured when
+ *     the read or the callback ends.
+ *   - The timer is armed only while polling and no read is in flight: the next read starts
+ *     interval_ms after the previous one ended (or at once after gpu_poll_now).
+ *   - The snapshot callback never runs after gpu_poll_stop or gpu_close.
+ *   - gpu_close never frees under a running read, a running callback or an open timer
+ *     handle: destroy happens when closing && !read_in_flight && !in_callback && the timer
+ *     is closed (or was never created). That point is reached in gpu_close itself, in the
+ *     after-work callback, or in the timer's close callback, whichever comes last; the loop
+ *     must therefore run after gpu_close when polling was started on it.
+ *   - Every buffer is bounded: GPU_MAX_DEVICES devices, GPU_MAX_PROCS processes per device
+ *     in a snapshot, PROCS_READ_MAX entries in the NVML process buffer.
+ *
+ * Return convention (as gpu.h): 0 ok, -1 error with a message in err (gpu_probe_once: in
+ * out->error).
+ */
+#include "gpu/gpu.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- NVML ABI: only what vramd uses, as documented in NVIDIA's NVML API Reference ---- */
+
+typedef int nvmlReturn_t; /* enum nvmlReturn_enum, int-sized */
+#define NVML_SUCCESS 0
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NOT_FOUND 6
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_VALUE_NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFULL
+#define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
+#define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
+
+typedef struct nvmlDevice_st *nvmlDevice_t;
+
+typedef struct nvmlMemory_st {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct nvmlUtilization_st {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+/* The record of nvmlDeviceGetComputeRunningProcesses_v3 (nvmlProcessInfo_v2_t layout). */
+typedef struct nvmlProcessInfo_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+typedef nvmlReturn_t (*nvml_init_v2_fn)(void);
+typedef nvmlReturn_t (*nvml_shutdown_fn)(void);
+typedef const char *(*nvml_error_string_fn)(nvmlReturn_t result);
+typedef nvmlReturn_t (*nvml_device_get_count_v2_fn)(unsigned int *count);
+typedef nvmlReturn_t (*nvml_device_get_handle_by_index_v2_fn)(unsigned int index,
+                                                               nvmlDevice_t *device);
+typedef nvmlReturn_t (*nvml_device_get_handle_by_uuid_fn)(const char *uuid, nvmlDevice_t *device);
+typedef nvmlReturn_t (*nvml_device_get_name_fn)(nvmlDevice_t device, char *name,
+                                                 unsigned int length);
+typedef nvmlReturn_t (*nvml_device_get_uuid_fn)(nvmlDevice_t device, char *uuid,
+                                                 unsigned int length);
+typedef nvmlReturn_t (*nvml_device_get_memory_info_fn)(nvmlDevice_t device, nvmlMemory_t *memory);
+typedef nvmlReturn_t (*nvml_device_get_compute_running_processes_v3_fn)(nvmlDevice_t device,
+                                                                         unsigned int *infoCount,
+                                                                         nvmlProcessInfo_t *infos);
+typedef nvmlReturn_t (*nvml_device_get_utilization_rates_fn)(nvmlDevice_t device,
+                                                              nvmlUtilization_t *utilization);
+
+struct nvml_api {
+    nvml_init_v2_fn init_v2;
+    nvml_shutdown_fn shutdown;
+    nvml_error_string_fn error_string;
+    nvml_device_get_count_v2_fn device_get_count_v2;
+    nvml_device_get_handle_by_index_v2_fn device_get_handle_by_index_v2;
+    nvml_device_get_handle_by_uuid_fn device_get_handle_by_uuid;
+    nvml_device_get_name_fn device_get_name;
+    nvml_device_get_uuid_fn device_get_uuid;
+    nvml_device_get_memory_info_fn device_get_memory_info;
+    nvml_device_get_compute_running_processes_v3_fn device_get_compute_running_processes_v3;
+    nvml_device_get_utilization_rates_fn device_get_utilization_rates; /* optional: NULL */
+};
+
+/* ---- the probe ---- */
+
+#define DEFAULT_NVML_LIBRARY "libnvidia-ml.so.1"
+#define PROCS_FIRST_GUESS 8  /* initial room in the process buffer; it grows as needed */
+#define PROCS_READ_MAX 4096  /* hard cap of the process buffer (entries) */
+#define PROCS_READ_TRIES 5   /* INSUFFICIENT_SIZE retries: the count can change between calls */
+#define LIBRARY_PATH_MAX 4096
+
+_Static_assert(GPU_MAX_PROCS <= PROCS_READ_MAX, "the NVML buffer must hold a full snapshot list");
+
+typedef struct managed_device {
+    int index; /* NVML's */
+    nvmlDevice_t handle;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+} managed_device_t;
+
+struct gpu {
+    void *lib;
+    char library[LIBRARY_PATH_MAX];
+    struct nvml_api nvml;
+    bool nvml_initialised;
+
+    pthread_mutex_t nvml_lock; /* held around every NVML call after gpu_open */
+    size_t n_devices;
+    managed_device_t devices[GPU_MAX_DEVICES]; /* ascending NVML index, no duplicates */
+    nvmlProcessInfo_t *proc_buf;               /* under nvml_lock */
+    unsigned proc_cap;                         /* entries in proc_buf, <= PROCS_READ_MAX */
+
+    /* Polling: touched on the loop thread only (the pool thread touches poll_snap while
+     * read_in_flight, and nothing else). */
+    uv_loop_t *loop;
+    uv_timer_t timer;
+    bool timer_initialised;
+    bool timer_closed;
+    uv_work_t work;
+    gpu_snapshot_t *poll_snap;
+    gpu_snapshot_cb cb;
+    void *cb_ctx;
+    uint64_t interval_ms;
+    bool polling;
+    bool read_in_flight;
+    bool read_requested; /* a read was asked for while one could not start */
+    bool in_callback;
+    bool closing;
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* NVML's text for a return code, safe when the library could not give one. */
+static const char *nvml_text(const gpu_t *g, nvmlReturn_t rc)
+{
+    const char *text = g->nvml.error_string ? g->nvml.error_string(rc) : NULL;
+    return text ? text : "unknown NVML error";
+}
+
+/* ---- opening ---- */
+
+static int resolve_symbols(gpu_t *g, char *err, size_t errlen)
+{
+    struct {
+        const char *name;
+        void **slot;
+        bool required;
+    } table[] = {
+        {"nvmlInit_v2", (void **)&g->nvml.init_v2, true},
+        {"nvmlShutdown", (void **)&g->nvml.shutdown, true},
+        {"nvmlErrorString", (void **)&g->nvml.error_string, true},
+        {"nvmlDeviceGetCount_v2", (void **)&g->nvml.device_get_count_v2, true},
+        {"nvmlDeviceGetHandleByIndex_v2", (void **)&g->nvml.device_get_handle_by_index_v2, true},
+        {"nvmlDeviceGetHandleByUUID", (void **)&g->nvml.device_get_handle_by_uuid, true},
+        {"nvmlDeviceGetName", (void **)&g->nvml.device_get_name, true},
+        {"nvmlDeviceGetUUID", (void **)&g->nvml.device_get_uuid, true},
+        {"nvmlDeviceGetMemoryInfo", (void **)&g->nvml.device_get_memory_info, true},
+        {"nvmlDeviceGetComputeRunningProcesses_v3",
+         (void **)&g->nvml.device_get_compute_running_processes_v3, true},
+        {"nvmlDeviceGetUtilizationRates", (void **)&g->nvml.device_get_utilization_rates, false},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        dlerror();
+        *table[i].slot = dlsym(g->lib, table[i].name);
+        if (!*table[i].slot && table[i].required) {
+            const char *why = dlerror();
+            set_err(err, errlen, "NVML library %s lacks the symbol %s (%s)", g->library,
+                    table[i].name, why ? why : "not found");
+            /* Nothing resolved may be used: a library without the ABI is not NVML. */
+            memset(&g->nvml, 0, sizeof g->nvml);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Record the path the dynamic linker actually loaded (the name as given when it cannot
+ * say). */
+static void record_library_path(gpu_t *g, const char *requested)
+{
+    struct link_map *map = NULL;
+    const char *path = requested;
+    if (dlinfo(g->lib, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && map->l_name[0])
+        path = map->l_name;
+    snprintf(g->library, sizeof g->library, "%s", path);
+}
+
+static int read_identity(gpu_t *g, managed_device_t *d, char *err, size_t errlen)
+{
+    nvmlReturn_t rc = g->nvml.device_get_name(d->handle, d->name, sizeof d->name);
+    if (rc != NVML_SUCCESS) {
+        set_err(err, errlen, "GPU %d: nvmlDeviceGetName: %s", d->index, nvml_text(g, rc));
+        return -1;
+    }
+    rc = g->nvml.device_get_uuid(d->handle, d->uuid, sizeof d->uuid);
+    if (rc != NVML_SUCCESS) {
+        set_err(err, errlen, "GPU %d: nvmlDeviceGetUUID: %s", d->index, nvml_text(g, rc));
+        return -1;
+    }
+    d->name[sizeof d->name - 1] = '\0';
+    d->uuid[sizeof d->uuid - 1] = '\0';
+    return 0;
+}
+
+/* The NVML index of the device named by uuid among the first n_visible; -1 with err. */
+static int index_of_uuid(gpu_t *g, const char *uuid, unsigned n_visible, char *err, size_t errlen)
+{
+    nvmlDevice_t wanted = NULL;
+    nvmlReturn_t rc = g->nvml.device_get_handle_by_uuid(uuid, &wanted);
+    if (rc != NVML_SUCCESS) {
+        set_err(err, errlen, "gpu.devices: no GPU with UUID %s (nvmlDeviceGetHandleByUUID: %s)",
+                uuid, nvml_text(g, rc));
+        return -1;
+    }
+    for (unsigned i = 0; i < n_visible; i++) {
+        nvmlDevice_t h = NULL;
+        if (g->nvml.device_get_handle_by_index_v2(i, &h) == NVML_SUCCESS && h == wanted)
+            return (int)i;
+    }
+    set_err(err, errlen, "gpu.devices: GPU %s is not among the first %u devices vramd can manage",
+            uuid, n_visible);
+    return -1;
+}
+
+static int select_devices(gpu_t *g, const gpu_options_t *opt, char *err, size_t errlen)
+{
+    unsigned count = 0;
+    nvmlReturn_t rc = g->nvml.device_get_count_v2(&count);
+    if (rc != NVML_SUCCESS) {
+        set_err(err, errlen, "nvmlDeviceGetCount_v2 (%s): %s", g->library, nvml_text(g, rc));
+        return -1;
+    }
+    if (count == 0) {
+        set_err(err, errlen, "no GPU: NVML (%s) reports 0 devices", g->library);
+        return -1;
+    }
+    /* More than GPU_MAX_DEVICES: vramd manages the first GPU_MAX_DEVICES. */
+    unsigned n_visible = count < GPU_MAX_DEVICES ? count : GPU_MAX_DEVICES;
+    bool selected[GPU_MAX_DEVICES] = {false};
+    size_t n_indexes = opt ? opt->n_indexes : 0, n_uuids = opt ? opt->n_uuids : 0;
+    if (n_indexes == 0 && n_uuids == 0) {
+        for (unsigned i = 0; i < n_visible; i++)
+            selected[i] = true;
+    }
+    for (size_t k = 0; k < n_indexes; k++) {
+        int index = opt->indexes[k];
+        if (index < 0 || (unsigned)index >= count) {
+            set_err(err, errlen, "gpu.devices: no GPU with index %d (NVML reports %u device%s)",
+                    index, count, count == 1 ? "" : "s");
+            return -1;
+        }
+        if ((unsigned)index >= n_visible) {
+            set_err(err, errlen, "gpu.devices: GPU %d is beyond the %d devices vramd can manage",
+                    index, GPU_MAX_DEVICES);
+            return -1;
+        }
+        selected[index] = true;
+    }
+    for (size_t k = 0; k < n_uuids; k++) {
+        int index = index_of_uuid(g, opt->uuids[k] ? opt->uuids[k] : "", n_visible, err, errlen);
+        if (index < 0)
+            return -1;
+        selected[index] = true;
+    }
+    g->n_devices = 0;
+    for (unsigned i = 0; i < n_visible; i++) {
+        if (!selected[i])
+            continue;
+        managed_device_t *d = &g->devices[g->n_devices];
+        d->index = (int)i;
+        rc = g->nvml.device_get_handle_by_index_v2(i, &d->handle);
+        if (rc != NVML_SUCCESS) {
+            set_err(err, errlen, "GPU %u: nvmlDeviceGetHandleByIndex_v2: %s", i, nvml_text(g, rc));
+            return -1;
+        }
+        if (read_identity(g, d, err, errlen) < 0)
+            return -1;
+        g->n_devices++;
+    }
+    return 0;
+}
+
+/* Undo everything; only at a safe point (no read in flight, timer closed or never made). */
+static void gpu_destroy(gpu_t *g)
+{
+    if (g->nvml_initialised)
+        g->nvml.shutdown();
+    if (g->lib)
+        dlclose(g->lib);
+    free(g->proc_buf);
+    free(g->poll_snap);
+    pthread_mutex_destroy(&g->nvml_lock);
+    free(g);
+}
+
+gpu_t *gpu_open(const gpu_options_t *opt, char *err, size_t errlen)
+{
+    set_err(err, errlen, "%s", "");
+    const char *requested = opt && opt->library && opt->library[0] ? opt->library : NULL;
+    if (!requested) {
+        const char *env = getenv("VRAMD_NVML_LIBRARY");
+        requested = env && env[0] ? env : DEFAULT_NVML_LIBRARY;
+    }
+    gpu_t *g = calloc(1, sizeof *g);
+    if (!g) {
+        set_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&g->nvml_lock, NULL);
+    snprintf(g->library, sizeof g->library, "%s", requested);
+
+    dlerror();
+    g->lib = dlopen(requested, RTLD_NOW | RTLD_LOCAL);
+    if (!g->lib) {
+        const char *why = dlerror();
+        set_err(err, errlen, "cannot load NVML library %s: %s", requested, why ? why : "unknown");
+        goto fail;
+    }
+    record_library_path(g, requested);
+    if (resolve_symbols(g, err, errlen) < 0)
+        goto fail;
+
+    nvmlReturn_t rc = g->nvml.init_v2();
+    if (rc != NVML_SUCCESS) {
+        set_err(err, errlen, "nvmlInit_v2 failed (%s): %s (NVML error %d)", g->library,
+                nvml_text(g, rc), rc);
+        goto fail;
+    }
+    g->nvml_initialised = true;
+
+    if (select_devices(g, opt, err, errlen) < 0)
+        goto fail;
+    g->proc_cap = PROCS_FIRST_GUESS;
+    g->proc_buf = calloc(g->proc_cap, sizeof *g->proc_buf);
+    if (!g->proc_buf) {
+        set_err(err, errlen, "out of memory");
+        goto fail;
+    }
+    return g;
+fail:
+    gpu_destroy(g);
+    return NULL;
+}
+
+const char *gpu_library(const gpu_t *g)
+{
+    return g ? g->library : "";
+}
+
+/* ---- reading (caller holds nvml_lock) ---- */
+
+static void snapshot_fail(gpu_snapshot_t *snap, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void snapshot_fail(gpu_snapshot_t *snap, const char *fmt, ...)
+{
+    if (!snap->ok)
+        return; /* keep the first error */
+    snap->ok = false;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(snap->error, sizeof snap->error, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t reported_bytes(unsigned long long used)
+{
+    return used == NVML_VALUE_NOT_AVAILABLE ? 0 : (uint64_t)used;
+}
+
+static int compare_used_desc(const void *a, const void *b)
+{
+    uint64_t ua = reported_bytes(((const nvmlProcessInfo_t *)a)->usedGpuMemory);
+    uint64_t ub = reported_bytes(((const nvmlProcessInfo_t *)b)->usedGpuMemory);
+    return ua < ub ? 1 : ua > ub ? -1 : 0;
+}
+
+/* Copy n NVML records into dev. Beyond GPU_MAX_PROCS the largest holders are kept (so the
+ * listed processes account for as much memory as possible) and procs_truncated is set.
+ * NVML_VALUE_NOT_AVAILABLE counts as 0 bytes. Reorders buf when truncating. */
+static void procs_from_nvml(gpu_device_t *dev, nvmlProcessInfo_t *buf, size_t n)
+{
+    if (n > GPU_MAX_PROCS) {
+        qsort(buf, n, sizeof *buf, compare_used_desc);
+        n = GPU_MAX_PROCS;
+        dev->procs_truncated = true;
+    }
+    for (size_t i = 0; i < n; i++) {
+        dev->procs[i].pid = (pid_t)buf[i].pid;
+        dev->procs[i].used = reported_bytes(buf[i].usedGpuMemory);
+    }
+    dev->n_procs = n;
+}
+
+/* Grow the process buffer to hold want entries (capped at PROCS_READ_MAX); -1 when out of
+ * memory (the old buffer is kept). */
+static int proc_buf_grow(gpu_t *g, unsigned want)
+{
+    if (want > PROCS_READ_MAX)
+        want = PROCS_READ_MAX;
+    if (want <= g->proc_cap)
+        return 0;
+    nvmlProcessInfo_t *bigger = realloc(g->proc_buf, (size_t)want * sizeof *bigger);
+    if (!bigger)
+        return -1;
+    g->proc_buf = bigger;
+    g->proc_cap = want;
+    return 0;
+}
+
+/* The per-process list of one device through NVML's two-call protocol: call with the room
+ * we have; on INSUFFICIENT_SIZE *infoCount says how many exist, so grow (with slack for
+ * processes starting meanwhile) and call again. */
+static void read_processes(gpu_t *g, const managed_device_t *d, gpu_device_t *dev,
+                           gpu_snapshot_t *snap)
+{
+    for (int attempt = 0; attempt < PROCS_READ_TRIES; attempt++) {
+        unsigned count = g->proc_cap;
+        nvmlReturn_t rc = g->nvml.device_get_compute_running_processes_v3(d->handle, &count,
+                                                                          g->proc_buf);
+        if (rc == NVML_SUCCESS) {
+            procs_from_nvml(dev, g->proc_buf, count < g->proc_cap ? count : g->proc_cap);
+            return;
+        }
+        if (rc == NVML_ERROR_NOT_SUPPORTED) {
+            /* This device cannot list processes: say the list is incomplete. */
+            dev->n_procs = 0;
+            dev->procs_truncated = true;
+            return;
+        }
+        if (rc != NVML_ERROR_INSUFFICIENT_SIZE) {
+            snapshot_fail(snap, "GPU %d: nvmlDeviceGetComputeRunningProcesses_v3: %s", d->index,
+                          nvml_text(g, rc));
+            return;
+        }
+        if (g->proc_cap >= PROCS_READ_MAX) {
+            /* More processes than the hard cap: none can be listed reliably. */
+            dev->n_procs = 0;
+            dev->procs_truncated = true;
+            return;
+        }
+        unsigned want = count > g->proc_cap ? count : g->proc_cap * 2;
+        want += want / 4 + 4;
+        if (proc_buf_grow(g, want) < 0) {
+            snapshot_fail(snap, "GPU %d: out of memory for %u process records", d->index, want);
+            return;
+        }
+    }
+    snapshot_fail(snap, "GPU %d: the process list kept growing across %d reads", d->index,
+                  PROCS_READ_TRIES);
+}
+
+static void read_device(gpu_t *g, const managed_device_t *d, gpu_device_t *dev,
+                        gpu_snapshot_t *snap)
+{
+    dev->index = d->index;
+    memcpy(dev->name, d->name, sizeof dev->name);
+    memcpy(dev->uuid, d->uuid, sizeof dev->uuid);
+    dev->total = dev->used = dev->free = 0;
+    dev->util_gpu = 0;
+    dev->n_procs = 0;
+    dev->procs_truncated = false;
+
+    nvmlMemory_t mem = {0, 0, 0};
+    nvmlReturn_t rc = g->nvml.device_get_memory_info(d->handle, &mem);
+    if (rc != NVML_SUCCESS) {
+        snapshot_fail(snap, "GPU %d: nvmlDeviceGetMemoryInfo: %s", d->index, nvml_text(g, rc));
+        return;
+    }
+    dev->total = mem.total;
+    dev->used = mem.used;
+    dev->free = mem.free;
+
+    read_processes(g, d, dev, snap);
+
+    if (g->nvml.device_get_utilization_rates) {
+        nvmlUtilization_t util = {0, 0};
+        if (g->nvml.device_get_utilization_rates(d->handle, &util) == NVML_SUCCESS)
+            dev->util_gpu = util.gpu <= 100 ? util.gpu : 100;
+    }
+}
+
+static void read_snapshot(gpu_t *g, gpu_snapshot_t *snap)
+{
+    uint64_t started_ns = uv_hrtime();
+    snap->ok = true;
+    snap->error[0] = '\0';
+    snap->n_devices = g->n_devices;
+    for (size_t i = 0; i < g->n_devices; i++)
+        read_device(g, &g->devices[i], &snap->devices[i], snap);
+    uint64_t ended_ns = uv_hrtime();
+    snap->taken_ms = ended_ns / 1000000u;
+    snap->read_us = (ended_ns - started_ns) / 1000u;
+}
+
+int gpu_probe_once(gpu_t *g, gpu_snapshot_t *out)
+{
+    if (!g || !out || g->closing) {
+        if (out) {
+            memset(out, 0, sizeof *out);
+            snprintf(out->error, sizeof out->error, "%s", "GPU probe is closed");
+        }
+        return -1;
+    }
+    pthread_mutex_lock(&g->nvml_lock);
+    read_snapshot(g, out);
+    pthread_mutex_unlock(&g->nvml_lock);
+    return out->ok ? 0 : -1;
+}
+
+/* ---- polling (loop thread, except on_read_work) ---- */
+
+static void maybe_destroy(gpu_t *g)
+{
+    if (g->closing && !g->read_in_flight && !g->in_callback &&
+        (!g->timer_initialised || g->timer_closed))
+        gpu_destroy(g);
+}
+
+static void on_read_work(uv_work_t *work)
+{
+    gpu_t *g = work->data;
+    pthread_mutex_lock(&g->nvml_lock);
+    read_snapshot(g, g->poll_snap);
+    pthread_mutex_unlock(&g->nvml_lock);
+}
+
+static void on_read_done(uv_work_t *work, int status);
+static void on_poll_timer(uv_timer_t *timer);
+
+/* Start a read now if that is safe, else remember that one is wanted. */
+static void request_read(gpu_t *g)
+{
+    if (!g->polling || g->closing)
+        return;
+    if (g->read_in_flight || g->in_callback) {
+        g->read_requested = true;
+        return;
+    }
+    uv_timer_stop(&g->timer);
+    g->read_requested = false;
+    g->work.data = g;
+    if (uv_queue_work(g->loop, &g->work, on_read_work, on_read_done) == 0) {
+        g->read_in_flight = true;
+        return;
+    }
+    /* Cannot happen with valid arguments; try again after an interval. */
+    uv_timer_start(&g->timer, on_poll_timer, g->interval_ms ? g->interval_ms : 1, 0);
+}
+
+static void on_poll_timer(uv_timer_t *timer)
+{
+    request_read(timer->data);
+}
+
+static void on_read_done(uv_work_t *work, int status)
+{
+    gpu_t *g = work->data;
+    g->read_in_flight = false;
+    if (status == 0 && g->polling && !g->closing && g->cb) {
+        g->in_callback = true;
+        g->cb(g->cb_ctx, g->poll_snap);
+        g->in_callback = false;
+    }
+    if (g->closing) {
+        maybe_destroy(g); /* g may be gone */
+        return;
+    }
+    if (!g->polling)
+        return;
+    if (g->read_requested)
+        request_read(g);
+    else
+        uv_timer_start(&g->timer, on_poll_timer, g->interval_ms, 0);
+}
+
+int gpu_poll_start(gpu_t *g, uv_loop_t *loop, uint64_t interval_ms, gpu_snapshot_cb cb, void *ctx)
+{
+    if (!g || !loop || !cb || g->closing)
+        return -1;
+    if (g->loop && g->loop != loop)
+        return -1; /* the timer lives on the first loop */
+    if (!g->poll_snap) {
+        g->poll_snap = calloc(1, sizeof *g->poll_snap);
+        if (!g->poll_snap)
+            return -1;
+    }
+    if (!g->timer_initialised) {
+        if (uv_timer_init(loop, &g->timer) != 0)
+            return -1;
+        g->timer.data = g;
+        g->timer_initialised = true;
+        g->loop = loop;
+    }
+    g->interval_ms = interval_ms;
+    g->cb = cb;
+    g->cb_ctx = ctx;
+    g->polling = true;
+    request_read(g); /* the first snapshot as soon as possible */
+    return 0;
+}
+
+void gpu_poll_now(gpu_t *g)
+{
+    if (g)
+        request_read(g);
+}
+
+void gpu_poll_stop(gpu_t *g)
+{
+    if (!g)
+        return;
+    g->polling = false;
+    g->read_requested = false;
+    if (g->timer_initialised && !g->closing)
+        uv_timer_stop(&g->timer);
+}
+
+static void on_timer_closed(uv_handle_t *handle)
+{
+    gpu_t *g = handle->data;
+    g->timer_closed = true;
+    maybe_destroy(g);
+}
+
+void gpu_close(gpu_t *g)
+{
+    if (!g || g->closing)
+        return;
+    gpu_poll_stop(g);
+    g->closing = true;
+    if (g->timer_initialised)
+        uv_close((uv_handle_t *)&g->timer, on_timer_closed);
+    maybe_destroy(g);
+}
+
+uint64_t gpu_proc_used(const gpu_device_t *dev, pid_t pid)
+{
+    if (!dev)
+        return 0;
+    uint64_t used = 0; /* summed: under MIG one process may appear once per instance */
+    size_t n = dev->n_procs < GPU_MAX_PROCS ? dev->n_procs : GPU_MAX_PROCS;
+    for (size_t i = 0; i < n; i++)
+        if (dev->procs[i].pid == pid)
+            used += dev->procs[i].used;
+    return used;
+}

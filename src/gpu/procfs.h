@@ -1,0 +1,18 @@
+/*
+ * procfs: the few facts about processes that vramd reads from /proc to attribute GPU
+ * memory to the workers it manages.
+ *   procfs_pgid(pid)         process group of pid, or -1
+ *   procfs_listener(port)    pid of a process listening on 127.0.0.1/::/0.0.0.0 TCP port,
+ *                            or 0 when none is visible (another PID namespace, no
+ *                            permission): found through /proc/net/tcp{,6} inodes and
+ *                            /proc/<pid>/fd links. It scans every process: call it rarely.
+ */
+#ifndef VRAMD_GPU_PROCFS_H
+#define VRAMD_GPU_PROCFS_H
+
+#include <sys/types.h>
+
+pid_t procfs_pgid(pid_t pid);
+pid_t procfs_listener(int port);
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * scheduler: memory-aware admission. Joins what NVML measures (gpu/), the memory book
+ * (ledger.c) and the placement rules (placer.c) to the model runtimes (supervisor.c).
+ *
+ * Who holds what in the ledger:
+ *   - an instance that needs GPU memory holds one RESIDENT entry from the moment it is
+ *     placed (before its process starts) until NVML shows its memory returned after it
+ *     stopped (verified reclaim) — or, bounded, stop_timeout + 5 s after its exit;
+ *     while it is loaded and idle the entry is max(declared resident, measured usage), so
+ *     memory a framework keeps cached counts as held by that instance;
+ *   - a running request holds one REQUEST entry, sized estimate - cache credit (the part
+ *     of its instance's cached memory it can reuse), from dispatch until its slot is
+ *     released, however the request ends.
+ * Models that declare no memory (resident 0, per_request 0, no learning) never touch a
+ * GPU: they are admitted on concurrency alone.
+ *
+ * Foreign usage: at each NVML snapshot, per GPU, foreign = used - usage of processes
+ * vramd manages (an instance's pid, its process group, or for external servers the pid
+ * listening on their port). Capacity = total - headroom - foreign.
+ *
+ * Learning: while exactly one request runs on an instance, its peak usage above the
+ * instance's post-load baseline is a sample; the estimate for `per_request: learn` models
+ * is the 95th percentile of the last 32 samples plus 10 % (the declared value until 3
+ * samples exist); an OOM raises it at once. Load and run times are learned (EWMA) for
+ * deadlines and eviction cost.
+ *
+ * Anti-starvation: a queue head that does not fit and has waited longer than its model's
+ * learned run time (at least 1 s) claims the memory it needs on its GPU: smaller requests
+ * of other models may no longer take it.
+ * Return conventions: bool "did it"; enum placer_result for placement.
+ */
+#ifndef VRAMD_SCHED_SCHEDULER_H
+#define VRAMD_SCHED_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/config.h"
+#include "daemon/types.h"
+#include "sched/ledger.h"
+#include "sched/placer.h"
+
+#define SCHED_PEAK_SAMPLES 32
+
+/* Start NVML (failure is reported, not fatal: /readyz says why). */
+void sched_init(vramd_t *d);
+void sched_shutdown(vramd_t *d);
+bool sched_gpu_ok(void);
+const char *sched_gpu_error(void);
+ledger_t *sched_ledger(void);
+
+/* Does this model use GPU memory at all? */
+bool sched_model_uses_gpu(const model_config_t *mc);
+/* Current per-request estimate in bytes (declared, learned, raised by OOMs). */
+uint64_t sched_request_estimate(const model_t *m);
+/* 422: can this model's request never fit on any allowed GPU? */
+bool sched_never_fits(const model_t *m, char *why, size_t whylen);
+/* Predicted ms until a new request of m would start (0 when unknown or immediate). */
+uint64_t sched_predicted_start_ms(const model_t *m);
+
+/* Try to reserve memory for r on inst; true = reserved (or no GPU needed). */
+bool sched_admit(request_t *r, instance_t *inst);
+/* r's slot is released: release its reservation, learn from it. */
+void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, bool ok);
+/* The queue head r of m could not be admitted on inst: claim memory if it starves,
+ * free cached memory of idle instances when a hook exists. */
+void sched_blocked(model_t *m, request_t *r, instance_t *inst);
+void sched_unblocked(model_t *m);
+
+/* Find a GPU for a new instance of m (starting evictions when needed). On PLACER_FITS,
+ * *gpu_pos is where to start it and the resident entry is already reserved by
+ * sched_place_instance. */
+enum placer_result sched_place(model_t *m, size_t *gpu_pos);
+void sched_place_instance(instance_t *inst, size_t gpu_pos);
+/* The instance stopped being loaded (exit or unload): its entry is released once NVML
+ * shows the memory back. */
+void sched_instance_unloading(instance_t *inst);
+bool sched_instance_holds_memory(const instance_t *inst);
+/* Learned load time (ms) for eviction cost and deadlines. */
+void sched_note_load(model_t *m, uint64_t load_ms);
+/* An OOM was seen for m: raise the estimate now. */
+void sched_note_oom(model_t *m);
+
+/* Add the "gpus" array and memory fields to a status object (cJSON *). */
+void sched_status_json(void *gpus_array);
+/* Pump every model that has queued requests (memory was released). */
+void sched_pump_all(vramd_t *d);
+
+#endif
