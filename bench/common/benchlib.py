@@ -32,6 +32,14 @@ class BenchError(Exception):
     pass
 
 
+def exit_cleanly_on_sigterm():
+    """SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so every `with Procs()` block
+    stops the processes it started."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt("signal %d" % signum)
+    signal.signal(signal.SIGTERM, handler)
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

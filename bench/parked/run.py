@@ -329,6 +329,7 @@ def main():
 
 
 if __name__ == "__main__":
+    bl.exit_cleanly_on_sigterm()
     try:
         main()
     except bl.BenchError as e:

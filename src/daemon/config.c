@@ -59,6 +59,7 @@
 #define LADDER_MAX 32
 #define STRING_MAX 4096              /* any one string value */
 #define JSON_DEPTH_MAX 64
+#define YAML_DEPTH_MAX 64            /* collections inside collections, anywhere in the file */
 #define JSON_VALUES_MAX 100000       /* values converted from YAML to JSON, whole config */
 
 /* ------------------------------------------------------------------------------------ */
@@ -2164,6 +2165,41 @@ static int yaml_error(ctx_t *c, yaml_parser_t *parser, const char *text, size_t 
     return fail_at_line(c, line, col, "YAML syntax error: %s", problem);
 }
 
+/*
+ * libyaml's scanner does work proportional to (tokens x flow nesting depth), so a file of
+ * a few MiB of "[[[[" would take minutes to load. A first pass over the events refuses
+ * nesting deeper than YAML_DEPTH_MAX before the document is built (and reports syntax
+ * errors, with the same messages the loader would give).
+ */
+static int check_nesting(ctx_t *c, const char *text, size_t len)
+{
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser))
+        return fail_at_line(c, 0, 0, "out of memory");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    int depth = 0, rc = 0;
+    for (;;) {
+        yaml_event_t event;
+        if (!yaml_parser_parse(&parser, &event)) {
+            rc = yaml_error(c, &parser, text, len);
+            break;
+        }
+        yaml_event_type_t type = event.type;
+        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+            if (++depth > YAML_DEPTH_MAX)
+                rc = fail_at_line(c, event.start_mark.line, event.start_mark.column,
+                                  "YAML nested more than %d levels deep", YAML_DEPTH_MAX);
+        } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+        yaml_event_delete(&event);
+        if (rc != 0 || type == YAML_STREAM_END_EVENT)
+            break;
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
 /* Loads exactly one YAML document from text; -1 after fail() on a syntax error or a second document. */
 static int load_document(ctx_t *c, const char *text, size_t len, yaml_document_t *doc)
 {
@@ -2207,7 +2243,7 @@ static config_t *parse_in_dir(const char *text, size_t len, const char *name, co
         return NULL;
     }
     yaml_document_t doc;
-    if (load_document(&c, text, len, &doc) != 0)
+    if (check_nesting(&c, text, len) != 0 || load_document(&c, text, len, &doc) != 0)
         return NULL;
     c.doc = &doc;
     config_t *cfg = config_new_builtin();

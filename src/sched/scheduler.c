@@ -359,6 +359,26 @@ enum placer_result sched_place(model_t *m, size_t *gpu_pos)
         for (size_t g = 0; g < S.ledger.n_gpus; g++)
             if (allowed[g])
                 clear_caches(g, m);
+        /* a load that keeps waiting claims the allowed GPU with the most capacity, so
+         * smaller requests of other models stop taking what it needs */
+        uint64_t now = vramd_now();
+        uint64_t oldest = queue_oldest_ms(&m->queue);
+        uint64_t threshold = m->load_ms_ewma > STARVE_MIN_MS ? m->load_ms_ewma : STARVE_MIN_MS;
+        if (!m->claiming && oldest && now - oldest > threshold) {
+            size_t best = 0;
+            uint64_t cap = 0;
+            for (size_t g = 0; g < S.ledger.n_gpus; g++)
+                if (allowed[g] && ledger_capacity(&S.ledger, g) >= cap) {
+                    cap = ledger_capacity(&S.ledger, g);
+                    best = g;
+                }
+            if (ledger_claim(&S.ledger, best, need, m) == 0) {
+                m->claiming = true;
+                log_event(LOG_INFO, "memory_claimed", "model=%s gpu=%d bytes=%llu waited_ms=%llu reason=%s", m->name,
+                          S.ledger.gpus[best].index, (unsigned long long)need, (unsigned long long)(now - oldest),
+                          "load waiting");
+            }
+        }
     }
     return res;
 }

@@ -846,8 +846,7 @@ void model_pump(model_t *m)
     if (m->queue.depth == 0)
         sched_unblocked(m);
     bool pinned = m->cfg->keep_alive_ms == CONFIG_FOREVER && !d->stopping && !m->removed;
-    bool want = (m->queue.depth > 0 || (pinned && m->n_instances == 0)) && !m->cfg->url && !d->stopping &&
-                !m->unload_requested;
+    bool want = (m->queue.depth > 0 || (pinned && m->n_instances == 0)) && !d->stopping && !m->unload_requested;
     if (want) {
         unsigned starting = 0, unloaded = 0, busy = 0;
         instance_t *to_reload = NULL;
@@ -865,7 +864,7 @@ void model_pump(model_t *m)
         (void)busy;
         if (starting == 0 && to_reload) {
             instance_reload(to_reload);
-        } else if (starting == 0 && m->n_instances < m->cfg->instances) {
+        } else if (starting == 0 && m->n_instances < m->cfg->instances && !m->cfg->url) {
             /* one start at a time; scale out only while the queue waits for a slot */
             if (now >= m->next_start_ms) {
                 size_t pos = 0;

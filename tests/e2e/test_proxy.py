@@ -35,6 +35,7 @@ def test_forwards_method_headers_body_and_strips_prefix(vramd):
     for h in ("x-vramd-queue-ms", "x-vramd-run-ms"):
         assert h in r.headers, (h, r.headers)
         assert int(r.headers[h]) >= 0
+    assert r.headers.get("x-vramd-attempts") == "1", r.headers
     for method in ("PUT", "DELETE", "PATCH"):
         r = vd.request(method, "/alpha/item/7", body=b"{}" if method != "DELETE" else None)
         assert r.status == 200, (method, r)

@@ -50,7 +50,7 @@ def test_queue_full_503_with_retry_after(vramd):
 
     def one():
         barrier.wait(10)
-        return vd.get("/w/slow?ms=2500", timeout=60)
+        return vd.get("/w/slow?ms=1500", timeout=60)
     results = run_threads([one] * 5, timeout=90)
     assert all(not isinstance(r, Exception) for r in results), results
     ok = [r for r in results if r.status == 200]
@@ -70,7 +70,7 @@ def test_global_queue_max(vramd):
     models = one_slot(vramd)
     vd = vramd.start(models=models, limits={"queue_max": 1})
     assert vd.get("/w/echo").status == 200
-    results = run_threads([lambda: vd.get("/w/slow?ms=2000", timeout=60)] * 4, timeout=90)
+    results = run_threads([lambda: vd.get("/w/slow?ms=1500", timeout=60)] * 4, timeout=90)
     statuses = sorted(r.status for r in results)
     assert statuses.count(503) >= 2, statuses
     assert statuses.count(200) >= 1, statuses

@@ -15,7 +15,9 @@ All durations are simulated with SIMGPU_TIMESCALE=0.01.
 import json
 import signal
 import socket
+import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 import requests
@@ -60,7 +62,7 @@ def test_seed004_two_concurrent_requests_oom_on_5_6gb(sim, workers):
     gpu = sim.create(memory="5.6GiB", model_name="NVIDIA GeForce RTX 3060 Laptop GPU",
                      timescale=TIMESCALE)
     w = workers.start(gpu, "--name", "robobrain-3b", "--resident", "3GiB",
-                      "--per-request", "2.1GiB", "--run-time", "30s", "--path", "/api/chat")
+                      "--per-request", "2.1GiB", "--run-time", "100s", "--path", "/api/chat")
     assert process_used(sim, gpu, w.pid) == CONTEXT + 3 * GiB
     # One request alone fits (5.4 GiB of 5.6 GiB) ...
     r = w.post("/api/chat", json={"session_id": "s", "message": "what do you see?"})
@@ -227,7 +229,7 @@ def test_global_lock_serialises_across_workers(sim, workers, tmp_path):
     # shared lock file only one request is on the GPU at a time and both succeed.
     gpu = sim.create(memory="16GiB", timescale=TIMESCALE)
     lock = str(tmp_path / "gpu0.lock")
-    flags = ["--context", "0", "--per-request", "10GiB", "--cache", "release", "--run-time", "30s"]
+    flags = ["--context", "0", "--per-request", "10GiB", "--cache", "release", "--run-time", "60s"]
     a = workers.start(gpu, "--global-lock", lock, *flags)
     b = workers.start(gpu, "--global-lock", lock, *flags)
     for _ in range(2):
@@ -365,3 +367,32 @@ def test_chat_completions_plain_and_streaming(sim, workers):
     assert text
     # Memory is held while streaming and cached afterwards (allocator keeps it).
     assert process_used(sim, gpu, w.pid) == CONTEXT + 16 * GiB
+
+
+# --- the traffic player, against a bare simworker (the field's "before") ---------------------
+
+def test_player_counts_ooms_of_seed004_bursts(sim, workers, tmp_path):
+    repo = Path(__file__).resolve().parents[2]
+    gpu = sim.create(memory="5.6GiB", timescale=TIMESCALE)
+    w = workers.start(gpu, "--resident", "3GiB", "--per-request", "2.1GiB", "--run-time", "3.5s",
+                      "--path", "/vlm/api/chat")
+    out = tmp_path / "result.json"
+    res = subprocess.run(["/usr/bin/python3", str(repo / "bench/player/player.py"),
+                          str(repo / "examples/seed004-vlm-6gb"), "--url", w.url(""),
+                          "--duration", "130s", "--json", str(out), "--simgpu", gpu],
+                         capture_output=True, text=True, timeout=120, env=workers.env(gpu))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    s = doc["summary"]
+    reqs = doc["requests"]
+    assert s["requests"] == doc["planned"] == len(reqs) >= 10
+    # Bursts of 5 on a card that fits one request: OOMs, counted from PyTorch's text.
+    assert s["oom"] == sum(1 for r in reqs if r["status"] == 500 and "out of memory" in r["error"]) > 0
+    assert s["succeeded"] == sum(1 for r in reqs if r["status"] == 200) > 0
+    assert s["succeeded"] + s["oom"] == s["requests"]
+    assert s["statuses"] == {"200": s["succeeded"], "500": s["oom"]}
+    assert 0 < s["deadline_hit_rate"] <= s["success_rate"]
+    assert s["latency_s"]["p50"] <= s["latency_s"]["p95"] <= s["latency_s"]["max"]
+    assert doc["gpu"]["gpus"][0]["peak_used"] <= 5.6 * GiB
+    assert doc["gpu"]["gpus"][0]["peak_used"] >= CONTEXT + 3 * GiB + 2 * GiB
+    assert "OOM seen: %d" % s["oom"] in res.stdout

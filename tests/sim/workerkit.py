@@ -4,7 +4,9 @@ The `workers` fixture gives a test a Workers factory: workers.start(gpu_set, *fl
 $VRAMD_BUILD/bin/simworker --port 0 ... with SIMGPU=gpu_set and SIMGPU_TIMESCALE=0.01 (every
 simulated duration 100x shorter), reads the port it printed ("listening ... port=N"), and
 by default waits until /health answers 200. At teardown every worker still running is
-SIGKILLed and reaped. A worker's stderr goes to a file in the test's tmp dir (w.log()).
+SIGKILLed and reaped, and the test fails if a worker's log holds a sanitizer report (ASan,
+LSan, UBSan: runs with VRAMD_BUILD=build-san). A worker's stderr goes to a file in the
+test's tmp dir (w.log()).
 
 Simulated GPU sets come from the `sim` fixture (conftest.py); create them with
 sim.create(..., timescale=TIMESCALE) so that release delays are scaled like the workers.
@@ -26,6 +28,7 @@ MiB = 1024 * 1024
 GiB = 1024 * MiB
 HTTP_TIMEOUT = 30.0
 START_TIMEOUT = 30.0
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
 def simworker_bin():
@@ -127,6 +130,8 @@ class Workers:
         return w
 
     def close(self):
+        """Kill what still runs; return the sanitizer reports found in the workers' logs."""
+        reports = []
         for w in self.started:
             if w.proc.poll() is None:
                 w.proc.kill()
@@ -135,13 +140,19 @@ class Workers:
             except subprocess.TimeoutExpired:
                 pass
             w.session.close()
+            text = w.log()
+            if any(marker in text for marker in SANITIZER_MARKERS):
+                reports.append(f"simworker {w.pid}:\n{text[-4000:]}")
+        return reports
 
 
 @pytest.fixture
 def workers(tmp_path):
     ws = Workers(tmp_path)
     yield ws
-    ws.close()
+    reports = ws.close()
+    if reports:  # an ASan/UBSan build (VRAMD_BUILD=build-san) found something
+        pytest.fail("sanitizer report in a simworker log:\n" + "\n".join(reports))
 
 
 def process_used(sim, gpu_set, pid, gpu=0):

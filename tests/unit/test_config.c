@@ -617,6 +617,11 @@ static void test_error_yaml_syntax(void **state)
     expect_error("models:\n  a: {cmd: [\xff]}\n", "test.yaml:2:13: YAML syntax error: invalid leading UTF-8 octet");
     expect_error("models: {a: {cmd: [x]}}\n---\nmodels: {b: {cmd: [y]}}\n",
                  "test.yaml:2:1: only one YAML document is allowed in a configuration file");
+    /* Deep nesting is refused before libyaml builds the document (its scanner is slow on it). */
+    char deep[256];
+    snprintf(deep, sizeof deep, "models: %.*s\n", 100, "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+                                                        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[");
+    expect_error(deep, "test.yaml:1:72: YAML nested more than 64 levels deep");
     expect_error("", "test.yaml:1:1: the configuration is empty (at least one model is required)");
     expect_error("# just a comment\n", "test.yaml:1:1: the configuration is empty (at least one model is required)");
     expect_error("listen: 127.0.0.1:8800\n", "test.yaml:1:1: models: at least one model is required");

@@ -53,6 +53,11 @@ static char sim_library[PATH_MAX];
 static pid_t children[MAX_CHILDREN];
 static size_t n_children;
 static simgpu_t *own_set; /* this process's own mapping, for its allocations */
+/* Probes a test opened and has not closed yet; teardown closes them, so that a failed test
+ * does not leave NVML initialised on its set for the next one. */
+#define MAX_TRACKED 8
+static gpu_t *tracked[MAX_TRACKED];
+static uv_loop_t test_loop; /* every polling test runs on this loop */
 
 /* ---- fixtures ---- */
 
@@ -97,7 +102,8 @@ static int setup(void **state)
     unsetenv("VRAMD_NVML_LIBRARY");
     n_children = 0;
     own_set = NULL;
-    return 0;
+    memset(tracked, 0, sizeof tracked);
+    return uv_loop_init(&test_loop);
 }
 
 static void reap_children(void)
@@ -112,9 +118,22 @@ static void reap_children(void)
     n_children = 0;
 }
 
+static void close_probe(gpu_t *g)
+{
+    for (size_t i = 0; i < MAX_TRACKED; i++)
+        if (tracked[i] == g)
+            tracked[i] = NULL;
+    gpu_close(g);
+}
+
 static int teardown(void **state)
 {
     (void)state;
+    for (size_t i = 0; i < MAX_TRACKED; i++)
+        if (tracked[i])
+            close_probe(tracked[i]);
+    uv_run(&test_loop, UV_RUN_DEFAULT);
+    uv_loop_close(&test_loop);
     reap_children();
     if (own_set) {
         simgpu_close(own_set);
@@ -146,6 +165,12 @@ static gpu_t *open_sim(const gpu_options_t *extra)
     gpu_t *g = gpu_open(&opt, err, sizeof err);
     if (!g)
         fail_msg("gpu_open: %s", err);
+    for (size_t i = 0; i < MAX_TRACKED; i++) {
+        if (!tracked[i]) {
+            tracked[i] = g;
+            break;
+        }
+    }
     return g;
 }
 
@@ -223,6 +248,7 @@ typedef struct poll_record {
     gpu_snapshot_t *last;
     int close_at;       /* gpu_close from inside the callback at this count (0 = never) */
     int poll_now_until; /* gpu_poll_now from inside the callback while count < this */
+    bool overlap;       /* a read was in flight while the callback ran */
 } poll_record_t;
 
 static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
@@ -230,10 +256,16 @@ static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
     poll_record_t *rec = ctx;
     rec->count++;
     memcpy(rec->last, snap, sizeof *snap);
-    if (rec->close_at && rec->count == rec->close_at)
-        gpu_close(rec->g);
-    else if (rec->count < rec->poll_now_until)
+    if (rec->g->read_in_flight)
+        rec->overlap = true;
+    if (rec->close_at && rec->count == rec->close_at) {
+        close_probe(rec->g);
+    } else if (rec->count < rec->poll_now_until) {
         gpu_poll_now(rec->g);
+        /* The next read must wait until this callback is done with the snapshot. */
+        if (rec->g->read_in_flight)
+            rec->overlap = true;
+    }
 }
 
 static void poll_record_init(poll_record_t *rec, gpu_t *g)
@@ -290,7 +322,7 @@ static bool last_shows_usage(const poll_record_t *rec, const void *arg)
 static void finish_loop(uv_loop_t *loop)
 {
     uv_run(loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(loop), 0);
+    assert_int_equal(uv_loop_alive(loop), 0);
 }
 
 /* ---- tests: opening and reading ---- */
@@ -320,7 +352,7 @@ static void test_open_identity_totals(void **state)
     assert_string_not_equal(snap->devices[0].uuid, snap->devices[1].uuid);
     assert_true(snap->taken_ms > 0);
     free(snap);
-    gpu_close(g);
+    close_probe(g);
 }
 
 static void test_usage_of_self_and_children(void **state)
@@ -373,7 +405,7 @@ static void test_usage_of_self_and_children(void **state)
     free(snap);
     assert_int_equal(simgpu_free(own_set, 0, 5 * MiB), 0);
     assert_int_equal(simgpu_free(own_set, 1, 7 * MiB), 0);
-    gpu_close(g);
+    close_probe(g);
 }
 
 static void test_select_by_index(void **state)
@@ -390,7 +422,7 @@ static void test_select_by_index(void **state)
     assert_int_equal(snap->devices[0].index, 1);
     assert_string_equal(snap->devices[0].uuid, info.uuid);
     free(snap);
-    gpu_close(g);
+    close_probe(g);
 }
 
 static void test_select_by_uuid_and_mixed(void **state)
@@ -409,7 +441,7 @@ static void test_select_by_uuid_and_mixed(void **state)
     assert_int_equal(snap->devices[0].index, 2);
     assert_string_equal(snap->devices[0].uuid, info2.uuid);
     free(snap);
-    gpu_close(g);
+    close_probe(g);
 
     /* Index 2 and UUIDs of 0 and 2: two devices, in NVML order, no duplicate. */
     int indexes[] = {2};
@@ -423,7 +455,7 @@ static void test_select_by_uuid_and_mixed(void **state)
     assert_int_equal(snap->devices[1].index, 2);
     assert_string_equal(snap->devices[1].uuid, info2.uuid);
     free(snap);
-    gpu_close(g);
+    close_probe(g);
 }
 
 static void test_select_unknown(void **state)
@@ -453,7 +485,7 @@ static void test_select_unknown(void **state)
 
     /* Failures undo nvmlInit_v2: a later open still works. */
     gpu_t *g = open_sim(NULL);
-    gpu_close(g);
+    close_probe(g);
 }
 
 /* ---- tests: library choice and its errors ---- */
@@ -468,12 +500,12 @@ static void test_library_from_environment(void **state)
     if (!g)
         fail_msg("gpu_open with VRAMD_NVML_LIBRARY: %s", err);
     assert_true(contains(gpu_library(g), "libnvidia-ml-sim.so"));
-    gpu_close(g);
+    close_probe(g);
 
     /* The option wins over the environment. */
     setenv("VRAMD_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
     g = open_sim(NULL);
-    gpu_close(g);
+    close_probe(g);
     gpu_options_t from_env = {0};
     err[0] = '\0';
     assert_null(gpu_open(&from_env, err, sizeof err));
@@ -485,7 +517,7 @@ static void test_library_from_environment(void **state)
     g = gpu_open(NULL, err, sizeof err);
     if (g) {
         assert_true(gpu_library(g)[0] != '\0');
-        gpu_close(g);
+        close_probe(g);
     } else {
         assert_true(contains(err, "libnvidia-ml.so.1"));
     }
@@ -579,41 +611,42 @@ static void test_poll_sees_later_allocation(void **state)
     (void)state;
     create_set(1, 4 * GiB, 0);
     gpu_t *g = open_sim(NULL);
-    uv_loop_t loop;
-    assert_int_equal(uv_loop_init(&loop), 0);
+    uv_loop_t *loop = &test_loop;
     poll_record_t rec;
     poll_record_init(&rec, g);
-    assert_int_equal(gpu_poll_start(g, &loop, 20, on_snapshot, &rec), 0);
-    assert_int_equal(gpu_poll_start(g, &loop, 20, on_snapshot, &rec), 0); /* again: fine */
+    assert_int_equal(gpu_poll_start(g, loop, 20, on_snapshot, &rec), 0);
+    assert_int_equal(gpu_poll_start(g, loop, 20, on_snapshot, &rec), 0); /* again: fine */
 
     int three = 3;
-    assert_true(run_until(&loop, &rec, count_at_least, &three, WAIT_LIMIT_MS));
+    assert_true(run_until(loop, &rec, count_at_least, &three, WAIT_LIMIT_MS));
     assert_true(rec.last->ok);
     assert_int_equal(rec.last->n_devices, 1);
     assert_int_equal(gpu_proc_used(&rec.last->devices[0], getpid()), 0);
 
     assert_int_equal(simgpu_alloc(own_set, 0, 64 * MiB), 0);
     usage_wanted_t want = {0, getpid(), 64 * MiB};
-    assert_true(run_until(&loop, &rec, last_shows_usage, &want, WAIT_LIMIT_MS));
+    assert_true(run_until(loop, &rec, last_shows_usage, &want, WAIT_LIMIT_MS));
     assert_int_equal(rec.last->devices[0].used, 64 * MiB);
 
     /* Stopped: no more snapshots, even from a read that was in flight. */
+    gpu_poll_now(g);
+    assert_true(g->read_in_flight);
     gpu_poll_stop(g);
     int stopped_at = rec.count;
     int never = stopped_at + 1;
-    assert_false(run_until(&loop, &rec, count_at_least, &never, 300));
+    assert_false(run_until(loop, &rec, count_at_least, &never, 300));
     assert_int_equal(rec.count, stopped_at);
 
     /* Restarted: snapshots again, showing the memory freed meanwhile. */
     assert_int_equal(simgpu_free(own_set, 0, 64 * MiB), 0);
-    assert_int_equal(gpu_poll_start(g, &loop, 20, on_snapshot, &rec), 0);
+    assert_int_equal(gpu_poll_start(g, loop, 20, on_snapshot, &rec), 0);
     want.bytes = 0;
-    assert_true(run_until(&loop, &rec, last_shows_usage, &want, WAIT_LIMIT_MS));
+    assert_true(run_until(loop, &rec, last_shows_usage, &want, WAIT_LIMIT_MS));
     assert_true(rec.count > stopped_at);
 
-    gpu_close(g);
+    close_probe(g);
     int after_close = rec.count;
-    finish_loop(&loop);
+    finish_loop(loop);
     assert_int_equal(rec.count, after_close);
     free(rec.last);
 }
@@ -623,32 +656,32 @@ static void test_poll_now(void **state)
     (void)state;
     create_set(1, 4 * GiB, 0);
     gpu_t *g = open_sim(NULL);
-    uv_loop_t loop;
-    assert_int_equal(uv_loop_init(&loop), 0);
+    uv_loop_t *loop = &test_loop;
     poll_record_t rec;
     poll_record_init(&rec, g);
     /* An interval far beyond the wait limit: only gpu_poll_now can bring a new snapshot. */
     const uint64_t long_interval = 10 * 60 * 1000;
-    assert_int_equal(gpu_poll_start(g, &loop, long_interval, on_snapshot, &rec), 0);
+    assert_int_equal(gpu_poll_start(g, loop, long_interval, on_snapshot, &rec), 0);
     int one = 1;
-    assert_true(run_until(&loop, &rec, count_at_least, &one, WAIT_LIMIT_MS));
+    assert_true(run_until(loop, &rec, count_at_least, &one, WAIT_LIMIT_MS));
 
     assert_int_equal(simgpu_alloc(own_set, 0, 32 * MiB), 0);
     gpu_poll_now(g);
     gpu_poll_now(g); /* while one is in flight: folded into one more read at most */
     usage_wanted_t want = {0, getpid(), 32 * MiB};
-    assert_true(run_until(&loop, &rec, last_shows_usage, &want, WAIT_LIMIT_MS));
+    assert_true(run_until(loop, &rec, last_shows_usage, &want, WAIT_LIMIT_MS));
 
     /* gpu_poll_now from inside the callback chains reads without the interval. */
     int from = rec.count;
     rec.poll_now_until = from + 5;
     gpu_poll_now(g);
     int target = from + 5;
-    assert_true(run_until(&loop, &rec, count_at_least, &target, WAIT_LIMIT_MS));
+    assert_true(run_until(loop, &rec, count_at_least, &target, WAIT_LIMIT_MS));
+    assert_false(rec.overlap);
 
     assert_int_equal(simgpu_free(own_set, 0, 32 * MiB), 0);
-    gpu_close(g);
-    finish_loop(&loop);
+    close_probe(g);
+    finish_loop(loop);
     free(rec.last);
 }
 
@@ -657,16 +690,15 @@ static void test_close_inside_callback(void **state)
     (void)state;
     create_set(1, 4 * GiB, 0);
     gpu_t *g = open_sim(NULL);
-    uv_loop_t loop;
-    assert_int_equal(uv_loop_init(&loop), 0);
+    uv_loop_t *loop = &test_loop;
     poll_record_t rec;
     poll_record_init(&rec, g);
     rec.close_at = 2;
-    assert_int_equal(gpu_poll_start(g, &loop, 5, on_snapshot, &rec), 0);
+    assert_int_equal(gpu_poll_start(g, loop, 5, on_snapshot, &rec), 0);
     /* The loop ends by itself once the probe closed from its own callback. */
     int two = 2;
-    assert_true(run_until(&loop, &rec, count_at_least, &two, WAIT_LIMIT_MS));
-    finish_loop(&loop);
+    assert_true(run_until(loop, &rec, count_at_least, &two, WAIT_LIMIT_MS));
+    finish_loop(loop);
     assert_int_equal(rec.count, 2);
     free(rec.last);
 }
@@ -676,24 +708,27 @@ static void test_close_during_read(void **state)
     (void)state;
     create_set(1, 4 * GiB, 0);
     gpu_t *g = open_sim(NULL);
-    uv_loop_t loop;
-    assert_int_equal(uv_loop_init(&loop), 0);
+    uv_loop_t *loop = &test_loop;
     poll_record_t rec;
     poll_record_init(&rec, g);
 
     /* Hold the probe's NVML lock: the pool thread's read blocks inside on_read_work. */
     pthread_mutex_t *nvml_lock = &g->nvml_lock;
     pthread_mutex_lock(nvml_lock);
-    assert_int_equal(gpu_poll_start(g, &loop, 5, on_snapshot, &rec), 0);
-    assert_true(g->read_in_flight);
-    gpu_close(g);
+    if (gpu_poll_start(g, loop, 5, on_snapshot, &rec) != 0) {
+        pthread_mutex_unlock(nvml_lock);
+        fail_msg("gpu_poll_start failed");
+    }
+    bool in_flight = g->read_in_flight;
+    close_probe(g);
     /* The timer's close callback runs; the object must survive it (read in flight). */
     for (int i = 0; i < 5; i++)
-        uv_run(&loop, UV_RUN_NOWAIT);
+        uv_run(loop, UV_RUN_NOWAIT);
     sleep_ms(50); /* let the pool thread reach the lock */
     pthread_mutex_unlock(nvml_lock);
+    assert_true(in_flight);
     /* The read completes, its snapshot is dropped, then the probe is freed (ASan checks). */
-    finish_loop(&loop);
+    finish_loop(loop);
     assert_int_equal(rec.count, 0);
     free(rec.last);
 }
@@ -703,26 +738,25 @@ static void test_close_without_polling_and_probe_while_polling(void **state)
     (void)state;
     create_set(1, 4 * GiB, 0);
     gpu_t *g = open_sim(NULL);
-    gpu_close(g); /* never polled: freed at once */
-    gpu_close(NULL);
+    close_probe(g); /* never polled: freed at once */
+    gpu_close(NULL); /* harmless */
 
     g = open_sim(NULL);
-    uv_loop_t loop;
-    assert_int_equal(uv_loop_init(&loop), 0);
+    uv_loop_t *loop = &test_loop;
     poll_record_t rec;
     poll_record_init(&rec, g);
-    assert_int_equal(gpu_poll_start(g, &loop, 1, on_snapshot, &rec), 0);
+    assert_int_equal(gpu_poll_start(g, loop, 1, on_snapshot, &rec), 0);
     /* Synchronous reads interleaved with a fast poll: serialised by the probe's lock. */
     for (int i = 0; i < 20; i++) {
         gpu_snapshot_t *snap = probe(g);
         assert_int_equal(snap->n_devices, 1);
         free(snap);
-        uv_run(&loop, UV_RUN_NOWAIT);
+        uv_run(loop, UV_RUN_NOWAIT);
     }
     int some = rec.count + 2;
-    assert_true(run_until(&loop, &rec, count_at_least, &some, WAIT_LIMIT_MS));
-    gpu_close(g);
-    finish_loop(&loop);
+    assert_true(run_until(loop, &rec, count_at_least, &some, WAIT_LIMIT_MS));
+    close_probe(g);
+    finish_loop(loop);
     free(rec.last);
 }
 
@@ -761,17 +795,16 @@ static void test_killed_foreign_processes_release_after_delay(void **state)
     const uint64_t release_delay_ms = 400;
     create_set(1, 4 * GiB, release_delay_ms);
     gpu_t *g = open_sim(NULL);
-    uv_loop_t loop;
-    assert_int_equal(uv_loop_init(&loop), 0);
+    uv_loop_t *loop = &test_loop;
     poll_record_t rec;
     poll_record_init(&rec, g);
-    assert_int_equal(gpu_poll_start(g, &loop, 25, on_snapshot, &rec), 0);
+    assert_int_equal(gpu_poll_start(g, loop, 25, on_snapshot, &rec), 0);
 
     pid_t pids[3];
     for (int i = 0; i < 3; i++)
         pids[i] = spawn_holder(0, 100 * MiB);
     gone_wanted_t want = {pids, 3};
-    assert_true(run_until(&loop, &rec, last_shows_all_of, &want, WAIT_LIMIT_MS));
+    assert_true(run_until(loop, &rec, last_shows_all_of, &want, WAIT_LIMIT_MS));
     assert_int_equal(rec.last->devices[0].used, 300 * MiB);
 
     uint64_t before_kill = now_ms();
@@ -786,14 +819,14 @@ static void test_killed_foreign_processes_release_after_delay(void **state)
     }
     free(snap);
 
-    assert_true(run_until(&loop, &rec, last_shows_none_of, &want, WAIT_LIMIT_MS));
+    assert_true(run_until(loop, &rec, last_shows_none_of, &want, WAIT_LIMIT_MS));
     assert_int_equal(rec.last->devices[0].used, 0);
     assert_int_equal(rec.last->devices[0].free, 4 * GiB);
     /* Not before the release delay (1 ms for the two clocks' rounding). */
     assert_true(rec.last->taken_ms + 1 >= before_kill + release_delay_ms);
 
-    gpu_close(g);
-    finish_loop(&loop);
+    close_probe(g);
+    finish_loop(loop);
     free(rec.last);
 }
 
