@@ -99,10 +99,14 @@ double sw_rand01(sw_worker_t *w)
 
 void sw_maybe_exit(sw_worker_t *w)
 {
-    if (w->stopping && w->n_running == 0 && w->n_waiting == 0 && !w->admin_req) {
-        log_event(LOG_INFO, "exit", "model=%s reason=%s", w->f.name, "signal");
-        exit(0);
-    }
+    if (!w->stopping || w->closing || w->n_running || w->n_waiting || w->admin_req || w->locking)
+        return;
+    w->closing = true;
+    log_event(LOG_INFO, "exit", "model=%s reason=%s", w->f.name, "signal");
+    uv_close((uv_handle_t *)&w->job_timer, NULL);
+    uv_close((uv_handle_t *)&w->model_timer, NULL);
+    uv_close((uv_handle_t *)&w->sigterm, NULL);
+    uv_close((uv_handle_t *)&w->sigint, NULL);
 }
 
 static unsigned slots(const sw_worker_t *w)
@@ -512,6 +516,8 @@ static void on_job_timer(uv_timer_t *t)
 
 static void reschedule(sw_worker_t *w)
 {
+    if (w->closing)
+        return;
     double rate = current_rate(w);
     double best = -1;
     list_foreach(it, &w->running)

@@ -4,7 +4,9 @@
  * take the CUDA-context-like memory, then load the model (health answers 503 "loading"
  * meanwhile). SIGTERM/SIGINT: stop accepting, finish the requests in progress, exit 0 (a
  * hung request keeps it alive until SIGKILL, like a real server). Exit 1 on bad flags, no
- * GPU, a port in use, or out of memory at load (PyTorch's error on stderr).
+ * GPU, a port in use, or out of memory at load (PyTorch's error on stderr). Memory is not
+ * freed by hand on the way out: the process's exit returns it (after the simulated GPU's
+ * release delay), as the driver does.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -68,12 +70,11 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    uv_signal_t sigterm, sigint;
-    uv_signal_init(w.loop, &sigterm);
-    uv_signal_init(w.loop, &sigint);
-    sigterm.data = sigint.data = &w;
-    uv_signal_start(&sigterm, on_signal, SIGTERM);
-    uv_signal_start(&sigint, on_signal, SIGINT);
+    uv_signal_init(w.loop, &w.sigterm);
+    uv_signal_init(w.loop, &w.sigint);
+    w.sigterm.data = w.sigint.data = &w;
+    uv_signal_start(&w.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&w.sigint, on_signal, SIGINT);
 
     sw_model_start_load(&w, NULL);
     uv_run(w.loop, UV_RUN_DEFAULT);

@@ -137,6 +137,10 @@ static void models(sw_worker_t *w, sw_http_req_t *r)
 
 static void unload(sw_worker_t *w, sw_http_req_t *r)
 {
+    if (w->stopping) {
+        sw_respond_json(r, 503, NULL, "{\"status\": \"error\", \"error\": \"shutting down\"}");
+        return;
+    }
     if (w->state == SW_LOADING || w->state == SW_UNLOADING) {
         sw_respond_json(r, 409, NULL, "{\"status\": \"error\", \"error\": \"busy: %s\"}", sw_model_state_name(w->state));
         return;
@@ -155,6 +159,10 @@ static void unload(sw_worker_t *w, sw_http_req_t *r)
 
 static void reload(sw_worker_t *w, sw_http_req_t *r)
 {
+    if (w->stopping) {
+        sw_respond_json(r, 503, NULL, "{\"status\": \"error\", \"error\": \"shutting down\"}");
+        return;
+    }
     if (w->state == SW_LOADING || w->state == SW_UNLOADING) {
         sw_respond_json(r, 409, NULL, "{\"status\": \"error\", \"error\": \"busy: %s\"}", sw_model_state_name(w->state));
         return;

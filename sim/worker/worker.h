@@ -63,6 +63,9 @@ typedef struct sw_worker {
     uint64_t started, completed, ooms, failures, outputs;
 
     bool stopping; /* SIGTERM: finish what runs, then exit */
+    bool closing;  /* idle while stopping: own handles closed; uv_run returns when the
+                    * last connection has written its answer and closed */
+    uv_signal_t sigterm, sigint;
 } sw_worker_t;
 
 /* model.c */
@@ -80,7 +83,8 @@ void sw_jobs_kick(sw_worker_t *w);
 double sw_now_ms(void); /* monotonic real ms */
 uint64_t sw_rand(sw_worker_t *w);
 double sw_rand01(sw_worker_t *w);
-/* Exit when stopping and nothing runs or waits. */
+/* When stopping and nothing runs or waits: close the worker's own handles, so that the
+ * loop ends once the answers already queued have been written (main then returns 0). */
 void sw_maybe_exit(sw_worker_t *w);
 
 /* routes.c */

@@ -41,6 +41,7 @@ PYTHON = "/usr/bin/python3"
 START_TIMEOUT = 20.0
 STOP_TIMEOUT = 20.0
 REQUEST_TIMEOUT = 30.0
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
 def vramd_binary():
@@ -612,7 +613,14 @@ class VramdFactory:
         problems = []
         for vd in self.instances:
             if vd.proc is not None and vd.proc.poll() is None:
-                vd.stop()
+                code = vd.stop()
+                if code != 0:
+                    problems.append(f"{vd.name}: exit status {code} after SIGTERM at teardown"
+                                    " (None: had to be killed)")
+            text = vd.log_text()
+            for marker in SANITIZER_MARKERS:
+                if marker in text:
+                    problems.append(f"{vd.name}: sanitizer report in its log ({marker!r})")
         for w in self.externals:
             w.close()
         # supervised workers must be gone once vramd has exited

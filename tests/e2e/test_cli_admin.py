@@ -139,7 +139,7 @@ def test_admin_token(vramd):
     good = {"Authorization": "Bearer s3cret-token"}
     r = vd.post("/v1/admin/reload", headers=good)
     assert r.status == 200, r
-    r = vd.post("/v1/models/a/load", headers=good, timeout=60)
+    r = vd.post("/v1/models/a/load", headers=good, timeout=30)
     assert r.status == 200, r
     assert r.json()["model"] == "a" and r.json()["state"] == "ready"
     # non-admin routes are open

@@ -81,7 +81,7 @@ def test_start_failure_backoff_then_failed_then_load_after_fix(vramd):
     r = vd.get("/w/echo", timeout=10)
     assert r.status == 503 and r.error_code() == "model_failed", r
     flag.unlink()
-    r = vd.post("/v1/models/w/load", timeout=60)
+    r = vd.post("/v1/models/w/load", timeout=30)
     assert r.status == 200, r
     assert r.json()["model"] == "w" and r.json()["state"] == "ready", r
     r = vd.get("/w/echo")
@@ -93,7 +93,7 @@ def test_load_unload_admin(vramd):
     (200 once stopped, process gone); unknown names get 404."""
     vd = vramd.start(models={"w": vramd.worker("w")})
     assert vd.model_status("w")["state"] == "stopped"
-    r = vd.post("/v1/models/w/load", timeout=60)
+    r = vd.post("/v1/models/w/load", timeout=30)
     assert r.status == 200, r
     assert r.json()["state"] == "ready"
     pids = vd.worker_pids("w")

@@ -287,7 +287,8 @@ def test_cuda_visible_devices_picks_the_gpu(sim, workers):
 
 def test_sigterm_finishes_running_request_then_exits(sim, workers):
     gpu = sim.create(memory="24GiB", timescale=TIMESCALE)
-    w = workers.start(gpu, "--per-request", "1GiB", "--run-time", "100s")
+    w = workers.start(gpu, "--per-request", "1GiB", "--run-time", "100s", "--output", "ply",
+                      "--output-size", "24MiB")
     result = []
     t = threading.Thread(target=lambda: result.append(post(w, "/generate", json={})))
     t.start()
@@ -295,7 +296,10 @@ def test_sigterm_finishes_running_request_then_exits(sim, workers):
     w.proc.send_signal(signal.SIGTERM)
     t.join(60)
     assert result and result[0].status_code == 200
+    # The whole answer left before the process did (a 24 MiB body takes several writes).
+    assert len(result[0].content) == int(result[0].headers["content-length"]) > 20 * MiB
     assert w.wait_exit() == 0
+    assert w.get_refused()
 
 
 # --- HTTP ------------------------------------------------------------------------------------

@@ -54,6 +54,14 @@ class Worker:
         kw.setdefault("timeout", HTTP_TIMEOUT)
         return self.session.post(self.url(path), **kw)
 
+    def get_refused(self):
+        """True when nothing listens on the worker's port any more."""
+        try:
+            requests.get(self.url("/health"), timeout=5)
+        except requests.ConnectionError:
+            return True
+        return False
+
     def status(self):
         r = self.get("/gpu_status/")
         assert r.status_code == 200, r.text
