@@ -23,6 +23,13 @@ OPT = -O2
 endif
 
 CC ?= cc
+# `make V=1` shows the full commands; by default one short line per target
+V ?= 0
+ifeq ($(V),1)
+Q =
+else
+Q = @
+endif
 PKGS = libuv libcjson yaml-0.1 sqlite3 libsystemd
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -50,6 +57,8 @@ UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 REPLAY_BINS := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
+BENCH_SRCS := $(wildcard bench/*/*.c)
+BENCH_BINS := $(foreach f,$(BENCH_SRCS),$(BUILD)/bench/$(basename $(notdir $(f))))
 TESTHELPER_SRCS := $(wildcard tests/helpers/*.c)
 TESTHELPER_BINS := $(TESTHELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/%)
 
@@ -68,55 +77,71 @@ BINS += $(BUILD)/lib/libnvidia-ml-sim.so
 endif
 
 .PHONY: all deps test demo fuzz lint clean check-build
-all: $(BINS) $(UNIT_BINS) $(REPLAY_BINS) $(TESTHELPER_BINS)
+all: $(BINS) $(UNIT_BINS) $(REPLAY_BINS) $(TESTHELPER_BINS) $(BENCH_BINS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	@echo "  CC   $<"
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libvramd.a: $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	@echo "  AR   $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/libsimgpu.a: $(SIMLIB_OBJS)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	@echo "  AR   $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/bin/vramd: $(BUILD)/obj/src/daemon/main.o $(BUILD)/libvramd.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
+	@echo "  LD   $@"
+	$(Q)$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
 
 $(BUILD)/bin/vramctl: $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/libvramd.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
+	@echo "  LD   $@"
+	$(Q)$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
 
 $(BUILD)/bin/simgpu: $(SIMGPU_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/libsimgpu.a $(BUILD)/libvramd.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
+	@echo "  LD   $@"
+	$(Q)$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
 
 $(BUILD)/bin/simworker: $(SIMWORKER_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/libsimgpu.a $(BUILD)/libvramd.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
+	@echo "  LD   $@"
+	$(Q)$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS)
 
 # The simulated NVML library is loaded by dlopen into vramd (and into probes); it must not
 # drag in the sanitizer runtime on its own, so it links only the sim library objects.
 $(BUILD)/lib/libnvidia-ml-sim.so: $(NVMLSIM_OBJS) $(SIMLIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=sim/nvml/exports.map \
+	@echo "  LD   $@"
+	$(Q)$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=sim/nvml/exports.map \
 		$(LDFLAGS_COMMON) -o $@ $^ -lrt -pthread
 
 $(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a \
+	@echo "  LD   $@"
+	$(Q)$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a \
 		$(LDFLAGS_COMMON) $(LIBS) -lcmocka -ldl
 
 $(BUILD)/tests/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(BUILD)/libvramd.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS_COMMON) $(LIBS)
+	@echo "  LD   $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS_COMMON) $(LIBS)
 
 $(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a $(LDFLAGS_COMMON) $(LIBS) -ldl
+	@echo "  LD   $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a $(LDFLAGS_COMMON) $(LIBS) -ldl
+
+$(BUILD)/bench/%: $(BUILD)/libvramd.a $(BENCH_SRCS)
+	@mkdir -p $(dir $@)
+	@echo "  LD   $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %/$*.c,$(BENCH_SRCS)) $(BUILD)/libvramd.a $(LDFLAGS_COMMON) $(LIBS)
 
 deps:
 	@sh mk/deps.sh

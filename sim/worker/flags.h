@@ -4,7 +4,7 @@
  * One simworker process describes one model server: how much GPU memory it takes at load
  * and per request, how long each takes, how those scale with request parameters, and how
  * it misbehaves (caching, leaks, unload residue, hangs, crashes, random failures, corrupt
- * outputs). The full table is in sw_flags_usage() and docs of sim/worker/README.md.
+ * outputs). The full table is in sw_flags_usage() and sim/worker/README.md.
  *
  * Every size is bytes, every duration is *simulated* milliseconds (the server applies
  * SIMGPU_TIMESCALE when it schedules). Every list has a fixed maximum (SW_MAX_*).

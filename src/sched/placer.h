@@ -25,7 +25,7 @@
 
 #include "sched/ledger.h"
 
-#define PLACER_MAX_EVICT 64
+#define PLACER_MAX_EVICT 256
 
 enum placer_result { PLACER_FITS = 0, PLACER_EVICT = 1, PLACER_WAIT = 2, PLACER_NEVER = 3 };
 
