@@ -365,9 +365,10 @@ def vramd_binary():
 
 
 def start_vramd(procs, port, upstream_port, concurrency, queue_max, max_connections,
-                log_level="warn", name="vramd", route="/b/"):
+                log_level="warn", name="vramd", route="/b/", deadline="10m"):
     """vramd with one external model (url: the upstream) on `route`, the given concurrency
-    and queues, a long deadline. Returns the process; raises BenchError when it does not
+    and queues, a long deadline (vramd refuses a request whose predicted start, queue ahead x
+    learned run time, is past its deadline: the parked benchmark needs a very long one). Returns the process; raises BenchError when it does not
     come up or does not proxy."""
     binary = vramd_binary()
     if not os.access(binary, os.X_OK):
@@ -389,9 +390,9 @@ models:
     health: { path: /health, interval: 5s, timeout: 2s, failures: 3 }
     concurrency: %d
     queue_max: %d
-    deadline: 10m
+    deadline: %s
 """ % (port, d, log_level, max_connections, queue_max, extra, route, upstream_port,
-           concurrency, queue_max))
+           concurrency, queue_max, deadline))
     p = procs.start(name, [binary, "--config", conf])
     try:
         wait_port(port, proc=p)

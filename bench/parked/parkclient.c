@@ -7,7 +7,9 @@
  *   parkclient HOST PORT PATH N SECONDS [CONNECT_PARALLEL]
  *
  * Output on stdout, one line every 250 ms and one at the end:
- *   stat MONO_NS connected COMPLETED NON200 CLOSED FAILED_CONNECTS
+ *   stat MONO_NS CONNECTED COMPLETED NON200 CLOSED FAILED_CONNECTS
+ * then "statuses CODE:COUNT ..." and, if any, "first_non200 HEAD" (the first non-200
+ * response head, CR/LF shown as spaces).
  * (MONO_NS: CLOCK_MONOTONIC in ns; the other fields are cumulative counts). The driver takes
  * rates from the difference of two lines. Exits after SECONDS or on SIGTERM/SIGINT (printing a
  * final stat line), closing every connection.
@@ -60,6 +62,8 @@ static char request[1024];
 static size_t request_len;
 static struct sockaddr_in target;
 static uint64_t completed, non200, closed_by_peer, failed_connects, connected;
+static uint64_t status_counts[600];
+static char first_non200[512]; /* head of the first non-200 response, for the report */
 
 static uint64_t mono_ns(void)
 {
@@ -128,6 +132,12 @@ static int start_connect(int epfd, client_t *c)
 static void parse_head_fields(client_t *c, const char *head, size_t len)
 {
     c->status = (len > 12) ? atoi(head + 9) : 0;
+    if (c->status != 200 && c->status != 100 && first_non200[0] == '\0') {
+        size_t n = len < sizeof first_non200 - 1 ? len : sizeof first_non200 - 1;
+        for (size_t i = 0; i < n; i++)
+            first_non200[i] = (head[i] == '\r' || head[i] == '\n') ? ' ' : head[i];
+        first_non200[n] = '\0';
+    }
     const char *p = head, *end = head + len;
     while (p < end) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
@@ -194,6 +204,13 @@ static int parse_response(client_t *c)
     }
 }
 
+static void count_response(const client_t *c)
+{
+    completed++;
+    if (c->status != 200) non200++;
+    if (c->status >= 0 && c->status < 600) status_counts[c->status]++;
+}
+
 static void on_event(int epfd, client_t *c, uint32_t events, int *connecting)
 {
     if (c->state == ST_CONNECTING) {
@@ -234,8 +251,7 @@ static void on_event(int epfd, client_t *c, uint32_t events, int *connecting)
         /* EOF or error: take what is buffered first */
         int r;
         while (c->in_len > 0 && (r = parse_response(c)) == 1) {
-            completed++;
-            if (c->status != 200) non200++;
+            count_response(c);
         }
         closed_by_peer++;
         client_kill(epfd, c);
@@ -249,8 +265,7 @@ static void on_event(int epfd, client_t *c, uint32_t events, int *connecting)
             return;
         }
         if (r == 0) return;
-        completed++;
-        if (c->status != 200) non200++;
+        count_response(c);
         if (send_request(c) < 0) {
             closed_by_peer++;
             client_kill(epfd, c);
@@ -334,6 +349,12 @@ int main(int argc, char **argv)
         }
     }
     print_stat();
+    printf("statuses");
+    for (int i = 0; i < 600; i++)
+        if (status_counts[i]) printf(" %d:%llu", i, (unsigned long long)status_counts[i]);
+    printf("\n");
+    if (first_non200[0]) printf("first_non200 %s\n", first_non200);
+    fflush(stdout);
     for (int i = 0; i < n_clients; i++)
         if (clients[i].fd >= 0) close(clients[i].fd);
     return 0;

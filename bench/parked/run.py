@@ -6,7 +6,9 @@ Setup (127.0.0.1 only; fresh processes for every measurement):
               while its gate is closed it holds every request (except /health) unanswered.
   HAProxy     mode http, nbthread 1, `server up ... maxconn 1`, timeout queue 10m
   vramd       one external model (url: holdserver, route /b/), concurrency 1,
-              queue_max 20000 (model and limits), max_connections 9000, deadline 10m
+              queue_max 20000 (model and limits), max_connections 9000, deadline 24h (so that
+              the deadline predictor, 8000 ahead x the run time learned from the held
+              request, never refuses: this benchmark measures the queue, not the predictor)
   parkclient  (bench/parked/parkclient.c) N keep-alive connections, one request outstanding on
               each; a completed response is followed at once by the next request (closed loop),
               so with one upstream slot N-1 requests stay queued in the proxy.
@@ -145,7 +147,8 @@ def measure(proxy, n, window, tools, quick):
             def depth_and_in_flight():
                 return bl.haproxy_stat(sock)
         else:
-            p = bl.start_vramd(procs, port, up_port, concurrency=1, queue_max=20000, max_connections=9000)
+            p = bl.start_vramd(procs, port, up_port, concurrency=1, queue_max=20000, max_connections=9000,
+                               deadline="24h")
 
             def depth_and_in_flight():
                 return bl.vramd_model_stat(port)
@@ -204,7 +207,10 @@ def measure(proxy, n, window, tools, quick):
         done = s1["completed"] - s0["completed"]
         rate = done / ((s1["t_ns"] - s0["t_ns"]) / 1e9)
         if s1["non200"] or s1["closed"] or s1["failed_connects"]:
-            raise bl.BenchError("%s N=%d: client errors during dispatch: %r" % (proxy, n, s1))
+            procs.stop(client)
+            cl.thread.join(5)
+            raise bl.BenchError("%s N=%d: client errors during dispatch: %r %s; log tail:\n%s"
+                                % (proxy, n, s1, " | ".join(cl.lines), procs.log_tail(proxy)))
         return {
             "proxy": proxy, "n": n,
             "park_seconds": park_s,

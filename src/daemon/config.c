@@ -1,9 +1,10 @@
 /*
  * config: parse vramd's YAML configuration (SPEC section 2) into an immutable config_t.
  *
- * How it works: libyaml loads the text into a document (every node keeps its line and
- * column); the document is walked with tables of known keys (field_spec_t), one table per
- * section. Each model starts from model_init_builtin(), then the `defaults:` mapping is
+ * How it works: a first pass over libyaml's events refuses nesting deeper than 64 (libyaml's
+ * scanner is slow on deep flow nesting); then libyaml loads the text into a document (every
+ * node keeps its line and column); the document is walked with tables of known keys
+ * (field_spec_t), one table per section. Each model starts from model_init_builtin(), then the `defaults:` mapping is
  * applied to it, then the model's own mapping; applying a mapping sets only the keys it
  * names, so nested sections (health, memory, recycle, ...) overlay key by key, while
  * lists (cmd, aliases, ladder, ...) and `json: {path, equals}` pairs are replaced whole.
@@ -22,6 +23,7 @@
  *    flag it is an error.
  * Return conventions: config_load/config_parse return a config with refs = 1 or NULL with
  * the message in err; internal parse functions return 0 or -1 (after fail()).
+ * config_ref/config_unref are not atomic: a config is shared within the event-loop thread.
  */
 #include "daemon/config.h"
 

@@ -29,6 +29,11 @@
 #define LEARN_MIN_SAMPLES 3
 #define PGID_CACHE 64
 
+static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need,
+                                    size_t *gpu_pos);
+static void claim_if_starving(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, uint64_t threshold,
+                              const char *why);
+
 static struct {
     vramd_t *d;
     gpu_t *gpu;
@@ -36,6 +41,7 @@ static struct {
     char error[400];
     ledger_t ledger;
     gpu_snapshot_t *snap; /* last good snapshot (heap: it is large) */
+    placer_candidate_t cands[PLACER_MAX_EVICT];
     uint64_t last_listener_lookup_ms;
 } S;
 
@@ -235,7 +241,13 @@ void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, boo
 {
     model_t *m = inst->model;
     bool held = r->mem.gpu >= 0;
+    uint64_t released = r->mem.bytes;
     ledger_release(&S.ledger, &r->mem);
+    /* Until NVML says otherwise, assume the framework kept what the request allocated
+     * (PyTorch's caching allocator does): the instance holds it now. The next idle
+     * snapshot sets the entry to what is really measured, so this never under-counts. */
+    if (held && released && inst->mem.gpu >= 0 && inst->state == INST_READY && !inst->stop_requested)
+        ledger_resize(&S.ledger, &inst->mem, inst->mem.bytes + released);
     inst->credit_used = inst->credit_used > r->credit ? inst->credit_used - r->credit : 0;
     r->credit = 0;
     if (ok) {
@@ -269,19 +281,25 @@ void sched_note_load(model_t *m, uint64_t load_ms)
 
 void sched_blocked(model_t *m, request_t *r, instance_t *inst)
 {
-    if (inst->gpu_pos < 0)
+    (void)r;
+    if (inst->gpu_pos < 0 || !S.ok)
         return;
-    uint64_t now = vramd_now();
-    uint64_t threshold = m->run_ms_ewma > STARVE_MIN_MS ? m->run_ms_ewma : STARVE_MIN_MS;
-    if (!m->claiming && now - r->t_queued > threshold) {
-        uint64_t est = sched_request_estimate(m);
-        if (ledger_claim(&S.ledger, (size_t)inst->gpu_pos, est, m) == 0) {
-            m->claiming = true;
-            log_event(LOG_INFO, "memory_claimed", "model=%s gpu=%d bytes=%llu waited_ms=%llu", m->name, inst->gpu,
-                      (unsigned long long)est, (unsigned long long)(now - r->t_queued));
-        }
+    uint64_t est = sched_request_estimate(m);
+    uint64_t cache = instance_cache(inst);
+    uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
+    uint64_t need = est - (est < avail ? est : avail);
+    bool only[LEDGER_MAX_GPUS] = {false};
+    only[inst->gpu_pos] = true;
+    size_t pos;
+    enum placer_result res = make_room(m, only, need, &pos);
+    if (res == PLACER_FITS) {
+        model_schedule_pump(m); /* e.g. the claim it needed is now its own */
+        return;
     }
-    clear_caches((size_t)inst->gpu_pos, NULL);
+    if (res == PLACER_WAIT) {
+        uint64_t threshold = m->run_ms_ewma > STARVE_MIN_MS ? m->run_ms_ewma : STARVE_MIN_MS;
+        claim_if_starving(m, only, need, threshold, "request waiting");
+    }
 }
 
 void sched_unblocked(model_t *m)
@@ -297,6 +315,10 @@ void sched_unblocked(model_t *m)
 static bool evictable(const instance_t *in)
 {
     const model_t *m = in->model;
+    /* a supervised worker left unloaded with memory still held (residue): stop it */
+    if (in->state == INST_UNLOADED && !in->external && in->proc && in->mem.gpu >= 0 && in->mem.bytes > 0 &&
+        !in->hook_call)
+        return m->queue.depth == 0;
     if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->gpu_pos < 0 || in->hook_call)
         return false;
     if (m->queue.depth > 0 || m->cfg->keep_alive_ms == CONFIG_FOREVER)
@@ -306,17 +328,57 @@ static bool evictable(const instance_t *in)
     return true;
 }
 
-enum placer_result sched_place(model_t *m, size_t *gpu_pos)
+/* Memory on GPU pos that is on its way back: evicted or stopping instances whose entries
+ * are still held until NVML shows the memory returned. */
+static uint64_t incoming(size_t pos)
 {
-    *gpu_pos = 0;
-    if (!uses_gpu(m))
-        return PLACER_FITS;
-    if (!S.ok || S.ledger.n_gpus == 0)
-        return PLACER_WAIT;
-    bool allowed[LEDGER_MAX_GPUS];
-    allowed_mask(m, allowed);
-    uint64_t need = m->cfg->memory.resident + sched_request_estimate(m);
-    placer_candidate_t cands[PLACER_MAX_EVICT];
+    uint64_t sum = 0;
+    list_foreach(mi, &S.d->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if (in->gpu_pos != (int)pos || in->mem.gpu < 0)
+                continue;
+            if (in->reclaiming || in->state == INST_UNLOADING || in->state == INST_STOPPING ||
+                (in->stop_requested && in->state == INST_READY))
+                sum += in->mem.bytes;
+        }
+    }
+    return sum;
+}
+
+/* The load waiting for memory (or the request starving) claims the GPU, so that smaller
+ * work of other models stops taking what it needs. */
+static void claim_if_starving(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, uint64_t threshold,
+                              const char *why)
+{
+    uint64_t now = vramd_now();
+    uint64_t oldest = queue_oldest_ms(&m->queue);
+    if (m->claiming || !oldest || now - oldest <= threshold)
+        return;
+    size_t best = 0;
+    uint64_t cap = 0;
+    bool any = false;
+    for (size_t g = 0; g < S.ledger.n_gpus; g++)
+        if (allowed[g] && ledger_capacity(&S.ledger, g) >= cap) {
+            cap = ledger_capacity(&S.ledger, g);
+            best = g;
+            any = true;
+        }
+    if (any && ledger_claim(&S.ledger, best, need, m) == 0) {
+        m->claiming = true;
+        log_event(LOG_INFO, "memory_claimed", "model=%s gpu=%d bytes=%llu waited_ms=%llu reason=%s", m->name,
+                  S.ledger.gpus[best].index, (unsigned long long)need, (unsigned long long)(now - oldest), why);
+    }
+}
+
+/* Find room for `need` bytes for model m on one of the allowed GPUs: it fits now (FITS,
+ * *gpu_pos set), or idle instances of other models are being evicted for it (EVICT), or
+ * it has to wait for running work or for memory already on its way back (WAIT), or it
+ * can never fit (NEVER). */
+static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, size_t *gpu_pos)
+{
+    placer_candidate_t *cands = S.cands;
     size_t n = 0;
     list_foreach(mi, &S.d->models) {
         model_t *om = list_entry(mi, model_t, link);
@@ -340,6 +402,12 @@ enum placer_result sched_place(model_t *m, size_t *gpu_pos)
         *gpu_pos = plan.gpu_pos;
         return res;
     }
+    if (res == PLACER_NEVER)
+        return res;
+    /* memory already on its way back may be enough: do not evict more while it comes */
+    for (size_t g = 0; g < S.ledger.n_gpus; g++)
+        if (allowed[g] && incoming(g) > 0 && ledger_free_for(&S.ledger, g, m) + incoming(g) >= need)
+            return PLACER_WAIT;
     if (res == PLACER_EVICT) {
         if (ledger_claim(&S.ledger, plan.gpu_pos, need, m) != 0)
             return PLACER_WAIT; /* another waiter holds this GPU's claim */
@@ -355,30 +423,26 @@ enum placer_result sched_place(model_t *m, size_t *gpu_pos)
         }
         return res;
     }
+    for (size_t g = 0; g < S.ledger.n_gpus; g++)
+        if (allowed[g])
+            clear_caches(g, m);
+    return res;
+}
+
+enum placer_result sched_place(model_t *m, size_t *gpu_pos)
+{
+    *gpu_pos = 0;
+    if (!uses_gpu(m))
+        return PLACER_FITS;
+    if (!S.ok || S.ledger.n_gpus == 0)
+        return PLACER_WAIT;
+    bool allowed[LEDGER_MAX_GPUS];
+    allowed_mask(m, allowed);
+    uint64_t need = m->cfg->memory.resident + sched_request_estimate(m);
+    enum placer_result res = make_room(m, allowed, need, gpu_pos);
     if (res == PLACER_WAIT) {
-        for (size_t g = 0; g < S.ledger.n_gpus; g++)
-            if (allowed[g])
-                clear_caches(g, m);
-        /* a load that keeps waiting claims the allowed GPU with the most capacity, so
-         * smaller requests of other models stop taking what it needs */
-        uint64_t now = vramd_now();
-        uint64_t oldest = queue_oldest_ms(&m->queue);
         uint64_t threshold = m->load_ms_ewma > STARVE_MIN_MS ? m->load_ms_ewma : STARVE_MIN_MS;
-        if (!m->claiming && oldest && now - oldest > threshold) {
-            size_t best = 0;
-            uint64_t cap = 0;
-            for (size_t g = 0; g < S.ledger.n_gpus; g++)
-                if (allowed[g] && ledger_capacity(&S.ledger, g) >= cap) {
-                    cap = ledger_capacity(&S.ledger, g);
-                    best = g;
-                }
-            if (ledger_claim(&S.ledger, best, need, m) == 0) {
-                m->claiming = true;
-                log_event(LOG_INFO, "memory_claimed", "model=%s gpu=%d bytes=%llu waited_ms=%llu reason=%s", m->name,
-                          S.ledger.gpus[best].index, (unsigned long long)need, (unsigned long long)(now - oldest),
-                          "load waiting");
-            }
-        }
+        claim_if_starving(m, allowed, need, threshold, "load waiting");
     }
     return res;
 }
@@ -400,6 +464,8 @@ void sched_instance_unloading(instance_t *inst)
 {
     if (inst->mem.gpu < 0)
         return;
+    inst->reclaim_last = UINT64_MAX;
+    inst->reclaim_stable = 0;
     inst->reclaiming = true;
     inst->reclaim_since_ms = vramd_now();
     if (S.gpu)
@@ -525,9 +591,29 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
                 continue;
             uint64_t declared = m->cfg->memory.resident;
             if (in->reclaiming) {
-                bool process_gone = !in->proc;
-                uint64_t limit = in->external || !process_gone ? in->mem.bytes / 10 : 0;
-                if (in->measured <= limit) {
+                bool process_gone = !in->proc && !in->external;
+                bool settled = false, enough = false;
+                if (process_gone) {
+                    settled = enough = in->measured == 0;
+                } else {
+                    /* unload hook: the process stays (CUDA context, residue); done when the
+                     * usage stops falling; "returned" when at least half came back */
+                    if (in->measured <= in->reclaim_last && in->reclaim_last - in->measured <= in->mem.bytes / 100)
+                        in->reclaim_stable++;
+                    else
+                        in->reclaim_stable = 0;
+                    in->reclaim_last = in->measured;
+                    settled = in->measured <= in->mem.bytes / 10 || in->reclaim_stable >= 3;
+                    enough = in->measured <= in->mem.bytes / 2;
+                }
+                if (settled && !enough && !process_gone) {
+                    log_event(LOG_WARN, "reclaim_incomplete", "model=%s instance=%u gpu=%d still_held=%llu of=%llu",
+                              m->name, in->id, in->gpu, (unsigned long long)in->measured,
+                              (unsigned long long)in->mem.bytes);
+                    in->reclaiming = false;
+                    ledger_resize(&S.ledger, &in->mem, in->measured);
+                    instance_reclaimed(in, false);
+                } else if (settled) {
                     log_event(LOG_INFO, "memory_reclaimed", "model=%s instance=%u gpu=%d wait_ms=%llu remaining=%llu",
                               m->name, in->id, in->gpu, (unsigned long long)(now - in->reclaim_since_ms),
                               (unsigned long long)in->measured);

@@ -163,6 +163,7 @@ static void fail_queued(model_t *m, int status, const char *code)
 
 static void set_failed(model_t *m, const char *reason)
 {
+    m->load_requested = false;
     if (m->failed)
         return;
     enum model_state before = model_state(m);
@@ -208,13 +209,14 @@ void model_load(model_t *m)
     if (m->failed) {
         m->failed = false;
         m->failed_reason[0] = '\0';
-        log_event(LOG_INFO, "model_state", "model=%s from=failed to=%s reason=admin_load", m->name,
-                  model_state_name(model_state(m)));
+        log_event(LOG_INFO, "model_state", "model=%s from=%s to=%s reason=%s", m->name, "failed",
+                  model_state_name(model_state(m)), "admin load");
     }
     m->consecutive_failures = 0;
     memset(m->failure_times, 0, sizeof m->failure_times);
     m->next_start_ms = 0;
     m->unload_requested = false;
+    m->load_requested = true; /* the pump starts (or reloads) an instance even with an empty queue */
     if (m->cfg->url) {
         /* external: check its health right away */
         list_foreach(it, &m->instances) {
@@ -582,8 +584,8 @@ static void ensure_external(model_t *m)
         }
         sched_place_instance(inst, pos);
     }
-    log_event(LOG_INFO, "instance_state", "model=%s instance=%u from=none to=ready reason=%s", m->name,
-              inst->id, "external server");
+    log_event(LOG_INFO, "instance_state", "model=%s instance=%u from=%s to=%s reason=%s", m->name, inst->id, "none",
+              "ready", "external server");
     uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
 }
 
@@ -692,6 +694,15 @@ void instance_evict(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     uv_timer_stop(&inst->idle_timer);
+    if (inst->state == INST_UNLOADED && !inst->external) {
+        /* unloaded but still holding residue: only stopping it gives that back */
+        inst->stop_requested = true;
+        inst->stop_reason = why;
+        instance_set_state(inst, INST_STOPPING, why);
+        if (inst->proc)
+            process_stop(inst->proc, m->cfg->stop_timeout_ms);
+        return;
+    }
     if (m->cfg->unload.set && inst->state == INST_READY) {
         instance_set_state(inst, INST_UNLOADING, why);
         if (call_hook(inst, &m->cfg->unload, 30000, on_unload_answer) == 0)
@@ -846,7 +857,16 @@ void model_pump(model_t *m)
     if (m->queue.depth == 0)
         sched_unblocked(m);
     bool pinned = m->cfg->keep_alive_ms == CONFIG_FOREVER && !d->stopping && !m->removed;
-    bool want = (m->queue.depth > 0 || (pinned && m->n_instances == 0)) && !d->stopping && !m->unload_requested;
+    bool ready_now = false;
+    list_foreach(it, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        if (in->state == INST_READY && !in->stop_requested)
+            ready_now = true;
+    }
+    if (ready_now)
+        m->load_requested = false;
+    bool want = (m->queue.depth > 0 || (pinned && m->n_instances == 0) || (m->load_requested && !ready_now)) &&
+                !d->stopping && !m->unload_requested;
     if (want) {
         unsigned starting = 0, unloaded = 0, busy = 0;
         instance_t *to_reload = NULL;

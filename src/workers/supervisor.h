@@ -89,6 +89,8 @@ struct instance {
     uint64_t credit_used;    /* cached memory lent to running requests */
     bool reclaiming;         /* stopped/unloaded: waiting for NVML to show memory back */
     uint64_t reclaim_since_ms;
+    uint64_t reclaim_last;   /* unload hooks: last measurement, to see the usage settle */
+    unsigned reclaim_stable; /* consecutive snapshots without a further drop */
     uint64_t last_clear_cache_ms;
     struct http_call *hook_call;
     unsigned in_flight;
@@ -121,6 +123,7 @@ struct model {
     bool failed;
     char failed_reason[160];
     bool unload_requested;   /* admin unload in progress */
+    bool load_requested;     /* admin load waiting for an instance to be READY */
     unsigned consecutive_failures;
     uint64_t failure_times[MODEL_FAILURE_WINDOW]; /* ring of monotonic ms */
     unsigned failure_next;

@@ -10,6 +10,15 @@ def parse_ts(ts):
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
+def wait_not_ready(vd, model, pid):
+    """Wait until vramd has noticed that worker pid died (its instance is no longer
+    `ready` in /v1/status)."""
+    wait_for(lambda: not pid_alive(pid) and
+             all(i.get("pid") != pid or i.get("state") != "ready"
+                 for i in vd.model_status(model).get("instances", [])),
+             timeout=10, what=f"vramd to notice that worker {pid} exited")
+
+
 def test_worker_crash_502_then_restarted(vramd):
     """A worker that dies before answering gives 502 worker_failed; the next request is
     served by a new worker process."""
@@ -20,7 +29,7 @@ def test_worker_crash_502_then_restarted(vramd):
     r = vd.get("/w/crash")
     assert r.status == 502, r
     assert r.error_code() == "worker_failed"
-    wait_for(lambda: not pid_alive(pid1), timeout=10, what="the crashed worker to be gone")
+    wait_not_ready(vd, "w", pid1)
     r = vd.get("/w/echo?after=crash", timeout=60)
     assert r.status == 200, r
     assert r.json()["pid"] != pid1
@@ -41,7 +50,9 @@ def test_worker_crash_mid_stream_gives_incomplete_response(vramd):
     """A worker that dies after sending the head and part of a chunked body: the client's
     response ends visibly incomplete (no last chunk, connection closed)."""
     vd = vramd.start(models={"w": vramd.worker("w")})
-    assert vd.get("/w/echo").status == 200
+    r = vd.get("/w/echo")
+    assert r.status == 200
+    pid = r.json()["pid"]
     with vd.conn() as c:
         c.send(build_request("GET", "/w/crash-mid"))
         r = c.read_response(timeout=20)
@@ -49,6 +60,9 @@ def test_worker_crash_mid_stream_gives_incomplete_response(vramd):
         assert not r.complete, f"the response looked complete: {r!r}"
         assert b"partial response" in r.body
         assert c.closed_by_peer(5)
+    # a request sent before vramd has reaped the dead worker may fairly get 502; wait
+    # until the dead instance is no longer `ready` in /v1/status
+    wait_not_ready(vd, "w", pid)
     r = vd.get("/w/echo", timeout=60)
     assert r.status == 200, r
 
@@ -142,8 +156,9 @@ def test_keep_alive_forever_starts_at_startup(vramd):
 
 
 def test_external_worker_proxied_health_checked_and_recovers(vramd):
-    """An external url: server is proxied as is; when it dies requests get 502/503; once it
-    is back (same port) requests succeed again; vramd never stops it."""
+    """An external url: server is proxied as is; when it dies its health checks mark it not
+    ready and requests get 502/503; once it is back (same port) it is ready again and
+    requests succeed; vramd never stops it."""
     ext = vramd.external("ext")
     vd = vramd.start(models={"ext": {
         "route": "/ext/", "url": f"http://127.0.0.1:{ext.port}",
@@ -154,7 +169,11 @@ def test_external_worker_proxied_health_checked_and_recovers(vramd):
     assert r.json()["pid"] == ext.proc.pid
     assert r.json()["path"] == "/echo?x=1"
 
+    vd.wait_model_state("ext", "ready", timeout=10)
     ext.kill()
+    # the health checks alone (no request) notice that the server is gone
+    wait_for(lambda: vd.model_status("ext")["state"] != "ready", timeout=15,
+             what="health checks to mark the dead external server not ready")
 
     def refused():
         r = vd.get("/ext/echo", timeout=30)
@@ -164,6 +183,7 @@ def test_external_worker_proxied_health_checked_and_recovers(vramd):
     assert r.error_code(), f"not vramd's JSON error shape: {r!r}"
 
     ext2 = vramd.external("ext", port=ext.port)
+    vd.wait_model_state("ext", "ready", timeout=15)
     r = wait_for(lambda: (lambda x: x if x.status == 200 else None)(vd.get("/ext/echo",
                                                                           timeout=30)),
                  timeout=30, interval=0.3, what="requests to succeed after the restart")
