@@ -364,6 +364,31 @@ def vramd_binary():
     return os.environ.get("VRAMD_BIN", os.path.join(REPO, "build", "bin", "vramd"))
 
 
+_snapshot_dir = None
+
+
+def snapshot_vramd():
+    """Copies the vramd binary to a private temp file and points vramd_binary() at it, so a
+    rebuild of build/bin/vramd by someone else during a long benchmark cannot change the
+    binary between rounds. Returns {"path", "sha256", "mtime"} of the original, or None when
+    there is no binary. The copy is removed at exit."""
+    global _snapshot_dir
+    import atexit
+    import hashlib
+    src = vramd_binary()
+    if not os.access(src, os.X_OK):
+        return None
+    _snapshot_dir = tempfile.mkdtemp(prefix="vramd-bench-bin-")
+    atexit.register(shutil.rmtree, _snapshot_dir, True)
+    dst = os.path.join(_snapshot_dir, "vramd")
+    shutil.copy2(src, dst)
+    with open(dst, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    os.environ["VRAMD_BIN"] = dst
+    return {"path": src, "sha256": digest,
+            "mtime": datetime.datetime.fromtimestamp(os.path.getmtime(src)).strftime("%Y-%m-%dT%H:%M:%S")}
+
+
 def start_vramd(procs, port, upstream_port, concurrency, queue_max, max_connections,
                 log_level="warn", name="vramd", route="/b/", deadline="10m"):
     """vramd with one external model (url: the upstream) on `route`, the given concurrency

@@ -7,12 +7,18 @@ performance problem can be shown with evidence instead of guessed.
       holdserver upstream behind vramd (concurrency 1), N closed-loop clients parked,
       then released; the profile covers the dispatch phase only
 
-Runs `perf record -g --call-graph dwarf` on the vramd process only and prints
+  /usr/bin/python3 bench/common/profile_vramd.py syscalls [--seconds 5]
+      nginx upstream behind HAProxy and vramd; for each at c=1 and c=64: system calls per
+      request (perf stat -e raw_syscalls:sys_enter on the proxy), then a per-call
+      breakdown at c=64 (strace -c, 3 s; strace slows the proxy, the counts stay valid)
+
+proxy/parked: runs `perf record -g --call-graph dwarf` on the vramd process only and prints
 `perf report --no-children` (top symbols) and the caller-based view; the perf.data file is
 kept under bench/results/ (gitignored). Needs root or perf_event_paranoid <= 1 for -p.
 """
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -41,14 +47,50 @@ def report(out, top):
     print("\n".join(lines[:top]))
 
 
+def syscalls(seconds):
+    with bl.Procs() as procs:
+        ng = bl.free_port()
+        bl.start_nginx(procs, ng)
+        hp = bl.free_port()
+        h, _ = bl.start_haproxy(procs, hp, ng, 64)
+        vp = bl.free_port()
+        v = bl.start_vramd(procs, vp, ng, concurrency=256, queue_max=20000, max_connections=9000)
+        lua = os.path.join(bl.REPO, "bench", "proxy-overhead", "wrk_report.lua")
+        for name, port, pid in (("haproxy", hp, h.pid), ("vramd", vp, v.pid)):
+            for c in (1, 64):
+                wrk = subprocess.Popen(["wrk", "-t1", "-c%d" % c, "-d%ds" % (seconds + 3), "-s", lua,
+                                        "http://127.0.0.1:%d/b/ping" % port], stdout=subprocess.PIPE, text=True)
+                time.sleep(1)
+                t0 = time.monotonic()
+                ps = subprocess.run(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(pid),
+                                     "--", "sleep", str(seconds)], capture_output=True, text=True)
+                elapsed = time.monotonic() - t0
+                out = wrk.communicate()[0]
+                w = json.loads([ln for ln in out.splitlines() if ln.startswith("WRKJSON ")][0][8:])
+                rps = w["requests"] / (w["duration_us"] / 1e6)
+                calls = int(ps.stderr.strip().splitlines()[-1].split(",")[0])
+                print("%-8s c=%-3d %8.0f req/s  %5.2f syscalls/req" % (name, c, rps, calls / (rps * elapsed)),
+                      flush=True)
+            wrk = subprocess.Popen(["wrk", "-t1", "-c64", "-d6s", "http://127.0.0.1:%d/b/ping" % port],
+                                   stdout=subprocess.DEVNULL)
+            time.sleep(1)
+            st = subprocess.run(["timeout", "-s", "INT", "3", "strace", "-c", "-f", "-p", str(pid)],
+                                capture_output=True, text=True)
+            wrk.wait()
+            print("\n".join(ln for ln in st.stderr.splitlines() if not ln.startswith("strace:")))
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["proxy", "parked"])
+    ap.add_argument("scenario", choices=["proxy", "parked", "syscalls"])
     ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--n", type=int, default=8000)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--top", type=int, default=40)
     args = ap.parse_args()
+    if args.scenario == "syscalls":
+        syscalls(int(args.seconds) if args.seconds != 10 else 5)
+        return
     os.makedirs(bl.RESULTS_DIR, exist_ok=True)
     out = os.path.join(bl.RESULTS_DIR, "perf-%s-%s.data" % (args.scenario, time.strftime("%Y%m%d-%H%M%S")))
     with bl.Procs() as procs:

@@ -240,7 +240,9 @@ def main():
     rounds = args.rounds or (1 if args.quick else 3)
     window = args.window or (2.0 if args.quick else 5.0)
     tools = build_tools()
+    binary = None if args.no_vramd else bl.snapshot_vramd()
     env = bl.environment()
+    env["vramd_binary"] = binary
     proxies = [] if args.no_haproxy else ["haproxy"]
     result = {"benchmark": "parked", "quick": args.quick, "rounds": rounds, "window_s": window,
               "big": args.big, "small": args.small, "environment": env, "pinning": "none",

@@ -127,7 +127,9 @@ def main():
     seconds = args.duration or (3 if args.quick else 10)
     conns_list = [int(x) for x in args.conns.split(",")]
 
+    binary = None if args.no_vramd else bl.snapshot_vramd()
     env = bl.environment()
+    env["vramd_binary"] = binary
     result = {"benchmark": "proxy-overhead", "quick": args.quick, "rounds": rounds,
               "seconds_per_run": seconds, "conns": conns_list, "environment": env,
               "pinning": "none", "wrk": "wrk -t1 -cC -dS --latency --timeout 5s",

@@ -641,7 +641,9 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
                 if (b != in->mem.bytes)
                     ledger_resize(&S.ledger, &in->mem, b);
             } else if (in->state == INST_READY && in->in_flight == 0 && !in->stop_requested) {
-                if (!in->baseline)
+                /* the post-load baseline: only before any request ran (afterwards the
+                 * process may hold cached memory), and it only ever falls afterwards */
+                if ((!in->baseline && in->requests_total == 0) || (in->baseline && in->measured < in->baseline))
                     in->baseline = in->measured;
                 uint64_t b = in->measured > declared ? in->measured : declared;
                 if (b != in->mem.bytes)
