@@ -148,6 +148,7 @@ deps:
 
 test: deps
 	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory SAN=1 all
 	@/usr/bin/python3 tests/run_tests.py --build build --san-build build-san
 
@@ -171,7 +172,8 @@ $(foreach n,$(FUZZ_NAMES),$(eval $(call FUZZ_RULE,$(n))))
 fuzz: $(FUZZ_NAMES:%=$(FUZZ_BUILD)/%)
 
 lint:
-	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	@echo "  LINT src sim (cppcheck)"
+	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim
 
 clean:

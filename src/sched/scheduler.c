@@ -129,12 +129,19 @@ uint64_t sched_predicted_start_ms(const model_t *m)
 
 /* ---- cached memory ----------------------------------------------------------------- */
 
-static uint64_t instance_cache(const instance_t *inst)
+static uint64_t instance_floor(const instance_t *inst)
 {
     uint64_t floor = inst->model->cfg->memory.resident;
-    if (inst->baseline > floor)
-        floor = inst->baseline;
-    return inst->mem.bytes > floor ? inst->mem.bytes - floor : 0;
+    return inst->baseline > floor ? inst->baseline : floor;
+}
+
+/* Cached memory the instance really holds (measured), excluding what is only assumed
+ * cached since the last snapshot: only verified cache can be lent to its next requests. */
+static uint64_t instance_cache(const instance_t *inst)
+{
+    uint64_t floor = instance_floor(inst);
+    uint64_t verified = inst->mem.bytes > inst->unverified ? inst->mem.bytes - inst->unverified : 0;
+    return verified > floor ? verified - floor : 0;
 }
 
 static void on_hook_answer(void *ctx, int status, const char *body, size_t len, const char *error)
@@ -196,6 +203,7 @@ bool sched_admit(request_t *r, instance_t *inst)
         return false;
     r->credit = credit;
     inst->credit_used += credit;
+    inst->running_reserved += need;
     if (inst->in_flight == 0) {
         inst->run_peak = inst->measured;
         inst->run_alone = true;
@@ -243,11 +251,14 @@ void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, boo
     bool held = r->mem.gpu >= 0;
     uint64_t released = r->mem.bytes;
     ledger_release(&S.ledger, &r->mem);
+    inst->running_reserved = inst->running_reserved > released ? inst->running_reserved - released : 0;
     /* Until NVML says otherwise, assume the framework kept what the request allocated
      * (PyTorch's caching allocator does): the instance holds it now. The next idle
      * snapshot sets the entry to what is really measured, so this never under-counts. */
-    if (held && released && inst->mem.gpu >= 0 && inst->state == INST_READY && !inst->stop_requested)
+    if (held && released && inst->mem.gpu >= 0 && inst->state == INST_READY && !inst->stop_requested) {
         ledger_resize(&S.ledger, &inst->mem, inst->mem.bytes + released);
+        inst->unverified += released;
+    }
     inst->credit_used = inst->credit_used > r->credit ? inst->credit_used - r->credit : 0;
     r->credit = 0;
     if (ok) {
@@ -640,19 +651,31 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
                 uint64_t b = in->measured > declared ? in->measured : declared;
                 if (b != in->mem.bytes)
                     ledger_resize(&S.ledger, &in->mem, b);
-            } else if (in->state == INST_READY && in->in_flight == 0 && !in->stop_requested) {
-                /* the post-load baseline: only before any request ran (afterwards the
-                 * process may hold cached memory), and it only ever falls afterwards */
-                if ((!in->baseline && in->requests_total == 0) || (in->baseline && in->measured < in->baseline))
-                    in->baseline = in->measured;
-                uint64_t b = in->measured > declared ? in->measured : declared;
+            } else if (in->state == INST_READY && !in->stop_requested) {
+                if (in->in_flight == 0) {
+                    /* the post-load baseline: only before any request ran (afterwards the
+                     * process may hold cached memory), and it only ever falls afterwards */
+                    if ((!in->baseline && in->requests_total == 0) || (in->baseline && in->measured < in->baseline))
+                        in->baseline = in->measured;
+                } else {
+                    if (in->measured > in->run_peak)
+                        in->run_peak = in->measured;
+                    if (in->in_flight > 1)
+                        in->run_alone = false;
+                }
+                /* what it holds beyond its running requests' reservations (cache included),
+                 * never less than its floor plus the cache already lent to running requests */
+                uint64_t held = in->measured > in->running_reserved ? in->measured - in->running_reserved : 0;
+                uint64_t lent = instance_floor(in) + in->credit_used;
+                uint64_t b = held > lent ? held : lent;
+                if (b < declared)
+                    b = declared;
+                in->unverified = 0;
                 if (b != in->mem.bytes)
                     ledger_resize(&S.ledger, &in->mem, b);
             } else if (in->in_flight > 0) {
                 if (in->measured > in->run_peak)
                     in->run_peak = in->measured;
-                if (in->in_flight > 1)
-                    in->run_alone = false;
             }
         }
     }

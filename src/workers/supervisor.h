@@ -87,6 +87,8 @@ struct instance {
     uint64_t run_peak;       /* peak measured while requests ran */
     bool run_alone;          /* only one request ran since run_peak was reset */
     uint64_t credit_used;    /* cached memory lent to running requests */
+    uint64_t running_reserved; /* sum of the REQUEST entries of its running requests */
+    uint64_t unverified;     /* bytes assumed cached at request ends, not yet measured */
     bool reclaiming;         /* stopped/unloaded: waiting for NVML to show memory back */
     uint64_t reclaim_since_ms;
     uint64_t reclaim_last;   /* unload hooks: last measurement, to see the usage settle */

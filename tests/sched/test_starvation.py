@@ -48,7 +48,7 @@ def test_large_request_gets_memory_despite_a_stream_of_small_ones(sched):
         vd.wait_in_flight("small", 8)
         vd.wait_queued("small", 1)
         t_large = time.monotonic()
-        large = vd.generate("large", headers={"X-Vramd-Deadline": "45s"})
+        large = vd.generate("large", headers={"X-Vramd-Deadline": "20s"})
         t_large_done = time.monotonic()
         assert large.status == 200, large
         still_streaming = vd.model("small")["in_flight"] > 0
