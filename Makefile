@@ -157,16 +157,20 @@ demo: deps
 	@/usr/bin/python3 examples/demo.py --build build
 
 # Each fuzzer links only the sources it exercises: FUZZ_DEPS_<name> (the .c files; headers
-# listed there only trigger rebuilds). A fuzzer without such a line gets the whole library.
+# listed there only trigger rebuilds), plus the libraries in FUZZ_LIBS_<name>. A fuzzer
+# without such a line gets the whole library.
 FUZZ_BUILD = build-fuzz
 FUZZ_DEPS_fuzz_http1 = src/net/http1.c src/net/http1.h
+FUZZ_DEPS_fuzz_degrade = src/quality/degrade.c src/common/json_util.c src/common/buf.c \
+	src/quality/degrade.h src/common/json_util.h src/common/buf.h src/daemon/config.h
+FUZZ_LIBS_fuzz_degrade = -lcjson
 FUZZ_NAMES := $(FUZZ_SRCS:tests/fuzz/%.c=%)
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -Isim/lib $(PKG_CFLAGS) \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 define FUZZ_RULE
 $(FUZZ_BUILD)/$(1): tests/fuzz/$(1).c $(or $(FUZZ_DEPS_$(1)),$(LIB_SRCS))
 	@mkdir -p $(FUZZ_BUILD)
-	clang $(FUZZ_CFLAGS) -o $$@ $$(filter %.c,$$^) $(if $(FUZZ_DEPS_$(1)),,$(PKG_LIBS) -lrt -lm)
+	clang $(FUZZ_CFLAGS) -o $$@ $$(filter %.c,$$^) $(if $(FUZZ_DEPS_$(1)),$(FUZZ_LIBS_$(1)),$(PKG_LIBS) -lrt -lm)
 endef
 $(foreach n,$(FUZZ_NAMES),$(eval $(call FUZZ_RULE,$(n))))
 fuzz: $(FUZZ_NAMES:%=$(FUZZ_BUILD)/%)

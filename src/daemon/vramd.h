@@ -44,6 +44,7 @@ struct vramd {
     unsigned n_conns;
     unsigned queued_total;
     unsigned in_flight_total;
+    unsigned retries_in_flight; /* requests queued or running again after an OOM/invalid output */
     bool draining;
     bool stopping;           /* workers being stopped, loop about to end */
     bool ready;

@@ -27,6 +27,23 @@ pid_t procfs_pgid(pid_t pid)
     return (pid_t)pgrp;
 }
 
+int procfs_is_dead(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *rp = strrchr(buf, ')');
+    char state = 0;
+    if (!rp || sscanf(rp + 1, " %c", &state) != 1)
+        return 0;
+    return state == 'Z' || state == 'X';
+}
+
 static unsigned long find_inode(const char *table, int port)
 {
     FILE *f = fopen(table, "r");

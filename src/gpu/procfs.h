@@ -13,6 +13,8 @@
 #include <sys/types.h>
 
 pid_t procfs_pgid(pid_t pid);
+/* Has pid exited (gone, or a zombie not yet reaped)? */
+int procfs_is_dead(pid_t pid);
 pid_t procfs_listener(int port);
 
 #endif

@@ -19,6 +19,7 @@
 #include "daemon/vramd.h"
 #include "net/proxy.h"
 #include "net/router.h"
+#include "quality/verdict.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
@@ -218,6 +219,11 @@ static void request_free(request_t *r)
         return;
     /* every exit path released the reservation already; this is the last safety net */
     ledger_release(sched_ledger(), &r->mem);
+    if (r->is_retry && r->conn && r->conn->d->retries_in_flight)
+        r->conn->d->retries_in_flight--;
+    buf_free(&r->orig_body);
+    buf_free(&r->resp_head);
+    buf_free(&r->resp_body);
     free(r->head);
     free(r->hdrs);
     buf_free(&r->body);
@@ -235,8 +241,8 @@ static void request_cancel(conn_t *c)
     if (r->state == REQ_QUEUED && r->model && queue_contains(&r->qe)) {
         queue_remove(&r->model->queue, &r->qe);
         d->queued_total--;
-        log_event(LOG_INFO, "request_cancelled", "request_id=%s model=%s while=queued", r->id,
-                  r->model->name);
+        log_event(LOG_INFO, "request_cancelled", "request_id=%s model=%s while=%s", r->id,
+                  r->model->name, "queued");
         model_schedule_pump(r->model);
     } else if (r->up || r->instance) {
         log_event(LOG_INFO, "request_cancelled", "request_id=%s model=%s while=%s", r->id,
@@ -510,6 +516,9 @@ static void start_request(conn_t *c)
     queue_entry_init(&r->qe);
     ledger_entry_init(&r->mem);
     buf_init(&r->body, cfg->limits.max_body);
+    buf_init(&r->orig_body, cfg->limits.max_body);
+    buf_init(&r->resp_head, 64 * 1024);
+    buf_init(&r->resp_body, cfg->limits.max_body);
     r->head = malloc(msg.head_len + 1);
     r->hdrs = malloc((msg.n_headers ? msg.n_headers : 1) * sizeof *r->hdrs);
     if (!r->head || !r->hdrs) {

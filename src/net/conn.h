@@ -75,6 +75,18 @@ struct request {
     size_t strip_len;     /* bytes of route prefix to strip, minus the trailing '/' */
     int status;           /* status sent to the client, 0 until then */
     bool head_method;
+    /* resilience (quality/verdict.c) */
+    unsigned level;       /* degradation ladder level in use: 0 = as sent */
+    buf_t orig_body;      /* the body as the client sent it, kept while a ladder may rewrite it */
+    bool buffering;       /* the worker's answer is held and judged before the client sees it */
+    buf_t resp_head;      /* held answer: "Name: value\r\n" header lines (hop-by-hop removed) */
+    buf_t resp_body;
+    int resp_status;
+    char resp_reason[64];
+    unsigned invalid_retries; /* retries after an invalid output (at most 1) */
+    unsigned crash_retries;   /* retries after a worker crash (retry: safe, at most 1) */
+    bool is_retry;            /* this attempt is a retry (counts against the retry budget) */
+    struct process *validator; /* a validate.cmd process judging resp_body */
 };
 
 struct conn {

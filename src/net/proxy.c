@@ -19,7 +19,9 @@
 #include "common/log.h"
 #include "daemon/vramd.h"
 #include "net/conn.h"
+#include "gpu/procfs.h"
 #include "net/http1.h"
+#include "net/router.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
@@ -96,6 +98,8 @@ static void release_slot(request_t *r, bool worker_broken)
     instance_t *inst = r->instance;
     if (!inst)
         return;
+    if (!worker_broken && r->status >= 500)
+        worker_broken = r->status != 503 && r->status != 504 ? true : worker_broken;
     r->instance = NULL;
     vramd_t *d = inst->model->d;
     if (d->in_flight_total)
@@ -116,6 +120,7 @@ static void finish_ok(upstream_t *up)
         conn_write(c, "0\r\n\r\n", 5);
     r->up = NULL;
     up->req = NULL;
+    uv_timer_stop(&up->timer);
     bool reusable = up->upstream_keep_alive && up->framing != HTTP1_BODY_UNTIL_CLOSE &&
                     up->in.len == 0 && inst->state == INST_READY && !inst->stop_requested &&
                     inst->pool_size < PROXY_POOL_MAX;
@@ -139,6 +144,25 @@ static void finish_ok(upstream_t *up)
 
 static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_pooled);
 
+/* The answer failed before anything reached the client: 502 worker_failed (or 504
+ * worker_hang), or, for a model marked `retry: safe`, one more try from the queue. */
+static void fail_unsent(request_t *r, instance_t *inst, const char *why, bool hang)
+{
+    conn_t *c = r->conn;
+    model_t *m = inst->model;
+    release_slot(r, true);
+    if (m->cfg->retry_safe && r->crash_retries < 1 && !hang) {
+        r->crash_retries++;
+        request_requeue(r, why);
+        return;
+    }
+    if (hang)
+        conn_respond_error(c, 504, "worker_hang", m->name, -1, false, "model %s: request still running after %llu ms",
+                           m->name, (unsigned long long)m->cfg->recycle.hang_timeout_ms);
+    else
+        conn_respond_error(c, 502, "worker_failed", m->name, -1, false, "model %s: worker failed: %s", m->name, why);
+}
+
 /* Something went wrong with the worker. Before the response head reached the client the
  * client gets 502 worker_failed (or a fresh connection is tried once, for a pooled one that
  * died while idle); after it, the client's response is cut short. */
@@ -161,16 +185,50 @@ static void fail_request(upstream_t *up, const char *why)
         proxy_start_attempt(r, inst, false);
         return;
     }
+    if (inst->pid > 0 && !inst->external && procfs_is_dead(inst->pid))
+        inst->suspect = true; /* dead already; its exit is reaped in a moment */
     log_event(LOG_WARN, "upstream_failed", "request_id=%s model=%s instance=%u pid=%d reason=%s streamed=%B",
               r->id, inst->model->name, inst->id, (int)inst->pid, why, r->state == REQ_STREAMING);
-    bool streamed = r->state == REQ_STREAMING;
-    release_slot(r, true);
+    bool streamed = r->state == REQ_STREAMING && !r->buffering;
     if (streamed) {
+        release_slot(r, true);
         conn_abort(c);
     } else {
-        conn_respond_error(c, 502, "worker_failed", inst->model->name, -1, false,
-                           "model %s: worker failed: %s", inst->model->name, why);
+        fail_unsent(r, inst, why, false);
     }
+}
+
+static void on_hang_timeout(uv_timer_t *t)
+{
+    upstream_t *up = t->data;
+    request_t *r = up->req;
+    if (!r || up->state == UP_CLOSED || up->state == UP_IDLE)
+        return;
+    instance_t *inst = up->inst;
+    conn_t *c = r->conn;
+    log_event(LOG_WARN, "worker_hang", "request_id=%s model=%s instance=%u pid=%d hang_timeout_ms=%llu", r->id,
+              inst->model->name, inst->id, (int)inst->pid, (unsigned long long)inst->model->cfg->recycle.hang_timeout_ms);
+    bool streamed = r->state == REQ_STREAMING && !r->buffering;
+    r->up = NULL;
+    up->req = NULL;
+    up_close(up);
+    instance_kill_hung(inst);
+    if (streamed) {
+        release_slot(r, true);
+        conn_abort(c);
+    } else {
+        fail_unsent(r, inst, "hang", true);
+    }
+}
+
+static void arm_hang_timer(upstream_t *up)
+{
+    request_t *r = up->req;
+    uint64_t hang = up->inst->model->cfg->recycle.hang_timeout_ms;
+    if (!hang || !r)
+        return;
+    uint64_t spent = vramd_now() - r->t_dispatched;
+    uv_timer_start(&up->timer, on_hang_timeout, hang > spent ? hang - spent : 1, 0);
 }
 
 void proxy_cancel(request_t *r)
@@ -529,6 +587,7 @@ headers:
     uv_buf_t bufs[2] = {uv_buf_init(uw->head, (unsigned)hl), uv_buf_init(r->body.data, (unsigned)r->body.len)};
     up->state = UP_SENDING;
     request_set_state(r, REQ_WAITING);
+    arm_hang_timer(up);
     if (uv_write(&uw->req, (uv_stream_t *)&up->tcp, bufs, r->body.len ? 2 : 1, on_up_written) != 0) {
         free(uw->head);
         free(uw);

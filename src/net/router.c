@@ -79,6 +79,32 @@ void request_dispatch(request_t *r, instance_t *inst)
     proxy_start(r, inst);
 }
 
+void request_requeue(request_t *r, const char *why)
+{
+    conn_t *c = r->conn;
+    model_t *m = r->model;
+    vramd_t *d = c->d;
+    uint64_t now = vramd_now();
+    if (r->deadline_ms && now >= r->deadline_ms) {
+        conn_respond_error(c, 504, "deadline_exceeded", m->name, -1, false,
+                           "model %s: deadline passed before a retry (%s) could start", m->name, why);
+        return;
+    }
+    if (m->failed || d->draining) {
+        conn_respond_error(c, 503, m->failed ? "model_failed" : "draining", m->name, 5, false,
+                           "model %s: cannot retry (%s)", m->name, m->failed ? m->failed_reason : "draining");
+        return;
+    }
+    log_event(LOG_INFO, "request_retry", "request_id=%s model=%s reason=%s level=%u attempts=%u", r->id, m->name, why,
+              r->level, r->attempts);
+    r->t_dispatched = 0;
+    request_set_state(r, REQ_QUEUED);
+    queue_push_again(&m->queue, &r->qe, r->priority, r->t_queued);
+    d->queued_total++;
+    conn_arm_queue_deadline(c, r->deadline_ms > now ? r->deadline_ms - now : 1);
+    model_schedule_pump(m);
+}
+
 static void admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
 {
     vramd_t *d = c->d;

@@ -20,6 +20,9 @@
 #include "daemon/types.h"
 
 void router_handle(conn_t *c, request_t *r);
+/* Put a request that already ran back in its model's queue (degradation retry, invalid
+ * output, worker crash with retry: safe). Its deadline still holds (504 when passed). */
+void request_requeue(request_t *r, const char *why);
 /* Hand a queued request to an instance (called by the model's pump). Takes a slot. */
 void request_dispatch(request_t *r, instance_t *inst);
 /* The model named in the path or body (for tests): NULL when none. */

@@ -32,6 +32,25 @@ int queue_push(queue_t *q, queue_entry_t *e, int priority, uint64_t now_ms)
     return 0;
 }
 
+void queue_push_again(queue_t *q, queue_entry_t *e, int priority, uint64_t enqueued_ms)
+{
+    if (list_linked(&e->node))
+        return;
+    if (priority < 0)
+        priority = 0;
+    if (priority >= QUEUE_PRIORITIES)
+        priority = QUEUE_PRIORITIES - 1;
+    e->priority = priority;
+    e->enqueued_ms = enqueued_ms;
+    /* keep FIFO order by arrival within the list: walk back past younger entries */
+    list_t *head = &q->by_priority[priority];
+    list_t *pos = head->prev;
+    while (pos != head && list_entry(pos, queue_entry_t, node)->enqueued_ms > enqueued_ms)
+        pos = pos->prev;
+    list_insert_head(pos, &e->node);
+    q->depth++;
+}
+
 static uint64_t effective(const queue_t *q, const queue_entry_t *e, uint64_t now_ms)
 {
     uint64_t p = (uint64_t)e->priority;

@@ -39,6 +39,9 @@ typedef struct queue {
 void queue_init(queue_t *q, size_t max, uint64_t age_step_ms);
 void queue_entry_init(queue_entry_t *e);
 int queue_push(queue_t *q, queue_entry_t *e, int priority, uint64_t now_ms);
+/* Push a request that was already admitted once (a retry): ignores max, keeps its original
+ * enqueue time so that aging still counts its whole wait. */
+void queue_push_again(queue_t *q, queue_entry_t *e, int priority, uint64_t enqueued_ms);
 /* The entry that should run next, or NULL when empty (not removed). */
 queue_entry_t *queue_peek(const queue_t *q, uint64_t now_ms);
 queue_entry_t *queue_pop(queue_t *q, uint64_t now_ms);

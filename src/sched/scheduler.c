@@ -61,6 +61,14 @@ uint64_t sched_request_estimate(const model_t *m)
     return m->est_per_request ? m->est_per_request : m->cfg->memory.per_request;
 }
 
+uint64_t sched_level_estimate(const model_t *m, unsigned level)
+{
+    const model_config_t *mc = m->cfg;
+    if (level > 0 && level <= mc->degrade.n_ladder && mc->degrade.ladder[level - 1].has_per_request)
+        return mc->degrade.ladder[level - 1].per_request;
+    return sched_request_estimate(m);
+}
+
 static void allowed_mask(const model_t *m, bool out[LEDGER_MAX_GPUS])
 {
     for (size_t i = 0; i < LEDGER_MAX_GPUS; i++) {
@@ -194,7 +202,7 @@ bool sched_admit(request_t *r, instance_t *inst)
     model_t *m = inst->model;
     if (inst->gpu_pos < 0 || !uses_gpu(m))
         return true;
-    uint64_t est = sched_request_estimate(m);
+    uint64_t est = sched_level_estimate(m, r->level);
     uint64_t cache = instance_cache(inst);
     uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
     uint64_t credit = est < avail ? est : avail;
@@ -292,10 +300,9 @@ void sched_note_load(model_t *m, uint64_t load_ms)
 
 void sched_blocked(model_t *m, request_t *r, instance_t *inst)
 {
-    (void)r;
     if (inst->gpu_pos < 0 || !S.ok)
         return;
-    uint64_t est = sched_request_estimate(m);
+    uint64_t est = sched_level_estimate(m, r->level);
     uint64_t cache = instance_cache(inst);
     uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
     uint64_t need = est - (est < avail ? est : avail);
@@ -657,6 +664,23 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
                      * process may hold cached memory), and it only ever falls afterwards */
                     if ((!in->baseline && in->requests_total == 0) || (in->baseline && in->measured < in->baseline))
                         in->baseline = in->measured;
+                    /* recycle.max_growth: memory that stays after a request, measured idle; with
+                     * a clear_cache hook the cache is given back first, so only a leak counts */
+                    uint64_t growth_cap = m->cfg->recycle.max_growth;
+                    if (growth_cap && in->baseline && in->measured > in->baseline + growth_cap) {
+                        bool cache_cleared = !m->cfg->clear_cache.set ||
+                                             (in->last_clear_cache_ms && now - in->last_clear_cache_ms < 10000 &&
+                                              now - in->last_clear_cache_ms > 3 * d->cfg->gpu.poll_ms && !in->hook_call);
+                        if (cache_cleared) {
+                            char why[96];
+                            snprintf(why, sizeof why, "memory grew by %llu MiB since load",
+                                     (unsigned long long)((in->measured - in->baseline) >> 20));
+                            instance_recycle(in, why);
+                            continue;
+                        }
+                        if (!in->hook_call && now - in->last_clear_cache_ms >= CLEAR_CACHE_MIN_INTERVAL_MS)
+                            clear_caches((size_t)in->gpu_pos, NULL);
+                    }
                 } else {
                     if (in->measured > in->run_peak)
                         in->run_peak = in->measured;
@@ -676,6 +700,11 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
             } else if (in->in_flight > 0) {
                 if (in->measured > in->run_peak)
                     in->run_peak = in->measured;
+            } else if (in->state == INST_UNLOADED || in->state == INST_DOWN) {
+                /* unloaded (residue, context) or an external server that is down: vramd does
+                 * not control it, so it is booked at exactly what NVML shows it holding */
+                if (in->measured != in->mem.bytes)
+                    ledger_resize(&S.ledger, &in->mem, in->measured);
             }
         }
     }

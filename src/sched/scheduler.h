@@ -54,6 +54,8 @@ ledger_t *sched_ledger(void);
 bool sched_model_uses_gpu(const model_config_t *mc);
 /* Current per-request estimate in bytes (declared, learned, raised by OOMs). */
 uint64_t sched_request_estimate(const model_t *m);
+/* The estimate at a ladder level (the level's own per_request when it declares one). */
+uint64_t sched_level_estimate(const model_t *m, unsigned level);
 /* 422: can this model's request never fit on any allowed GPU? */
 bool sched_never_fits(const model_t *m, char *why, size_t whylen);
 /* Predicted ms until a new request of m would start (0 when unknown or immediate). */

@@ -248,6 +248,7 @@ static void on_instance_handle_closed(uv_handle_t *h)
         return;
     model_t *m = inst->model;
     free(inst);
+    m->instances_closing--;
     model_maybe_free(m);
 }
 
@@ -260,6 +261,7 @@ static void instance_maybe_free(instance_t *inst)
     model_t *m = inst->model;
     list_remove(&inst->link);
     m->n_instances--;
+    m->instances_closing++;
     proxy_pool_close(inst);
     inst->closing_handles = 2;
     uv_timer_stop(&inst->timer);
@@ -623,6 +625,30 @@ static void on_idle_timeout(uv_timer_t *t)
         instance_stop(inst, "idle");
 }
 
+void instance_recycle(instance_t *inst, const char *why)
+{
+    model_t *m = inst->model;
+    if (inst->external || inst->stop_requested || inst->state == INST_STOPPING)
+        return;
+    m->recycles_total++;
+    log_event(LOG_INFO, "worker_recycle", "model=%s instance=%u pid=%d reason=%s requests=%llu in_flight=%u", m->name,
+              inst->id, (int)inst->pid, why, (unsigned long long)inst->requests_total, inst->in_flight);
+    vramd_note_event(m->d, "recycling %s instance %u: %s", m->name, inst->id, why);
+    instance_stop(inst, why); /* drains first: new requests go elsewhere, in-flight ones finish */
+    model_schedule_pump(m);   /* a replacement starts when there is demand */
+}
+
+void instance_kill_hung(instance_t *inst)
+{
+    model_t *m = inst->model;
+    m->hangs_total++;
+    if (inst->external || !inst->proc)
+        return;
+    log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s", m->name, inst->id, (int)inst->pid,
+              "request hang");
+    process_signal(inst->proc, SIGKILL); /* the exit is a crash: counted, restarted with backoff */
+}
+
 void instance_request_done(instance_t *inst, bool worker_broken)
 {
     model_t *m = inst->model;
@@ -630,7 +656,12 @@ void instance_request_done(instance_t *inst, bool worker_broken)
         inst->in_flight--;
     if (m->in_flight)
         m->in_flight--;
-    (void)worker_broken;
+    inst->failed_in_row = worker_broken ? inst->failed_in_row + 1 : 0;
+    const config_recycle_t *rc = &m->cfg->recycle;
+    if (inst->failed_in_row >= 5)
+        instance_recycle(inst, "5 failed requests in a row");
+    else if (rc->after_requests && inst->requests_total >= rc->after_requests)
+        instance_recycle(inst, "after_requests");
     if (inst->stop_requested && inst->in_flight == 0 && inst->state != INST_STOPPING && !inst->external) {
         instance_stop(inst, inst->stop_reason ? inst->stop_reason : "stopped");
     } else if (!inst->proc && !inst->external && inst->state == INST_STOPPING) {
@@ -800,7 +831,7 @@ static instance_t *free_instance(model_t *m)
     instance_t *best = NULL;
     list_foreach(it, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
-        if (in->state != INST_READY || in->stop_requested || in->in_flight >= m->cfg->concurrency)
+        if (in->state != INST_READY || in->stop_requested || in->suspect || in->in_flight >= m->cfg->concurrency)
             continue;
         if (!best || in->in_flight < best->in_flight)
             best = in;
@@ -959,7 +990,7 @@ static void on_model_timer_closed(uv_handle_t *h)
 
 static void model_maybe_free(model_t *m)
 {
-    if (!m->removed || m->queue.depth > 0 || m->in_flight > 0 || !list_empty(&m->waiters))
+    if (!m->removed || m->queue.depth > 0 || m->in_flight > 0 || !list_empty(&m->waiters) || m->instances_closing)
         return;
     if (!list_empty(&m->instances)) {
         model_stop_all(m, "removed from config");

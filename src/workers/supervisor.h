@@ -97,8 +97,10 @@ struct instance {
     struct http_call *hook_call;
     unsigned in_flight;
     uint64_t requests_total;
+    unsigned failed_in_row;  /* consecutive requests that ended in a worker failure or 5xx */
     uint64_t started_ms, ready_ms, last_used_ms;
     bool stop_requested;     /* vramd asked it to stop: its exit is not a crash */
+    bool suspect;            /* its connection broke and its process looks dead: no new requests */
     const char *stop_reason;
     unsigned health_failures;
     struct http_call *health_call;
@@ -119,6 +121,7 @@ struct model {
     queue_t queue;
     list_t instances;
     unsigned n_instances;
+    unsigned instances_closing; /* instances off the list whose handles are still closing */
     unsigned next_instance_id;
     unsigned in_flight;
     bool removed;            /* no longer in the config: finishing what it has, then freed */
@@ -139,6 +142,10 @@ struct model {
     uint64_t load_ms_ewma, run_ms_ewma;
     uint64_t oom_total;
     uint64_t deadline_rejections;
+    uint64_t degraded_total;   /* retries at a lower ladder level */
+    uint64_t invalid_total;    /* outputs that failed validation */
+    uint64_t hangs_total;
+    uint64_t recycles_total;
     bool claiming;
     /* counters */
     uint64_t requests_total;
@@ -175,6 +182,11 @@ bool model_has_live_instances(const model_t *m);
 void instance_request_done(instance_t *inst, bool worker_broken);
 /* Make room: the unload hook when the model has one, else stop the process. */
 void instance_evict(instance_t *inst, const char *why);
+/* Replace the instance: stop it once its in-flight requests are done (recycling: after
+ * N requests, memory growth, 5 failed requests in a row, OOM with recycle.on_oom). */
+void instance_recycle(instance_t *inst, const char *why);
+/* A request hung (recycle.hang_timeout): kill the worker now; its exit counts as a failure. */
+void instance_kill_hung(instance_t *inst);
 /* The scheduler saw the instance's memory come back (ok) or gave up waiting (!ok). */
 void instance_reclaimed(instance_t *inst, bool ok);
 

@@ -15,6 +15,11 @@ What lives here:
     stops them and fails the test if any testworker process started for it is still alive;
   - a report hook that attaches each daemon's log tail to a failing test's report.
 
+Run: /usr/bin/python3 -m pytest tests/e2e            (after `make build/bin/vramd`)
+     VRAMD_BUILD=build-san /usr/bin/python3 -m pytest tests/e2e   (after `make SAN=1`)
+A test also fails at teardown when vramd does not exit 0 on SIGTERM, when its log holds a
+sanitizer report or a log_format_error field, or when a testworker it started outlives it.
+
 Invariants: every wait is a poll with a deadline (no fixed sleeps where a condition can be
 polled); every process a test starts is killed at teardown; each test gets a unique tag
 (its tmp dir name + a random suffix) that appears in every testworker command line it starts.
@@ -27,7 +32,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -621,6 +625,9 @@ class VramdFactory:
             for marker in SANITIZER_MARKERS:
                 if marker in text:
                     problems.append(f"{vd.name}: sanitizer report in its log ({marker!r})")
+            bad = [e for e in vd.logs() if "log_format_error" in e]
+            if bad:
+                problems.append(f"{vd.name}: log lines with log_format_error: {bad[:3]}")
         for w in self.externals:
             w.close()
         # supervised workers must be gone once vramd has exited
@@ -694,4 +701,4 @@ def readable(sock, timeout):
 
 __all__ = ["RawConn", "Resp", "PeerClosed", "build_request", "http_request", "free_port",
            "wait_for", "pid_alive", "pids_with_cmdline", "run_threads", "readable",
-           "yaml_dump", "PYTHON", "TESTWORKER", "REPO_ROOT", "sys"]
+           "yaml_dump", "PYTHON", "TESTWORKER", "REPO_ROOT"]

@@ -5,7 +5,7 @@ import json
 import threading
 import time
 
-from conftest import RawConn, build_request, readable
+from conftest import build_request, readable
 
 
 def echo_model(vramd, **kw):

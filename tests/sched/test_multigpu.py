@@ -12,9 +12,15 @@ def pids_on(show, index):
             if not p.get("dead")}
 
 
+def worker_env(pid):
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        items = f.read().split(b"\0")
+    return dict(i.decode(errors="replace").split("=", 1) for i in items if b"=" in i)
+
+
 def test_model_restricted_to_gpu_1_runs_there(sched):
     """2 x 16 GiB set; model pinned1 has gpus: [1]. Its worker is started with gpu=1
-    (worker_started), the status instance and ledger entry are on GPU 1, and simgpu show
+    (worker_started) and CUDA_VISIBLE_DEVICES=1 in its environment, the status instance and ledger entry are on GPU 1, and simgpu show
     lists the worker's pid on GPU 1 and not on GPU 0. Then model mid (any GPU, 6 GiB + 1 GiB)
     goes to GPU 1 as well: best fit, the smallest free space that still holds it, keeps
     GPU 0's larger hole for larger models."""
@@ -33,6 +39,7 @@ def test_model_restricted_to_gpu_1_runs_there(sched):
     st = vd.status()
     owners = {g["index"]: {e["owner"] for e in g["ledger"]} for g in st["gpus"]}
     assert "pinned1" in owners[1] and "pinned1" not in owners[0], owners
+    assert worker_env(inst["pid"]).get("CUDA_VISIBLE_DEVICES") == "1"
     show = sched.show(gpu)
     assert inst["pid"] in pids_on(show, 1), show
     assert inst["pid"] not in pids_on(show, 0), show
@@ -63,6 +70,8 @@ def test_two_large_models_land_on_different_gpus_and_run_together(sched):
     a = vd.first("worker_started", model="big_a")
     b = vd.first("worker_started", model="big_b")
     assert {a["gpu"], b["gpu"]} == {0, 1}, (a, b)
+    for ev in (a, b):
+        assert worker_env(ev["pid"]).get("CUDA_VISIBLE_DEVICES") == str(ev["gpu"]), ev
     assert frozenset({"big_a", "big_b"}) in watch.concurrent_models, \
         "the two models never had requests running at the same time"
     show = sched.show(gpu)

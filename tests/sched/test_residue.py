@@ -4,7 +4,7 @@ vramd evicts through the unload hook, then waits for NVML to show the memory bac
 stop_timeout plus a grace period). When it never comes back, a supervised worker is killed,
 and only once NVML shows the dead process's memory returned does the next model load.
 """
-from .schedkit import GiB, Watch, after, order, sim_s
+from .schedkit import GiB, Watch, after, order, sim_s, wait_for
 
 
 def test_unload_residue_supervised_worker_is_killed_before_next_load(sched):
@@ -56,5 +56,48 @@ def test_unload_residue_supervised_worker_is_killed_before_next_load(sched):
     assert gave_up["still_held"] >= 5 * GiB, gave_up
     # the dead process's memory stays for the release delay (0.2 s real): vramd waited for it
     assert reclaimed["wait_ms"] >= 100, reclaimed
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_unload_residue_external_server_is_marked_failed(sched):
+    """The same residue from an external server (url:, unload/reload hooks), which vramd
+    cannot kill: after unload_hook_done and a reclaim that never completes, the model is
+    `failed` (its reason says the memory did not come back) and `big`, which would OOM beside
+    the residue, is not started: its request gets 504 deadline_exceeded. Once the external
+    server exits and NVML shows its memory gone, the ledger stops counting it and a new
+    request for big loads it and succeeds."""
+    gpu = sched.gpu_set("16GiB")
+    ext = sched.external(gpu, "leakyext", [
+        "--resident", "7.7GiB", "--per-request", "512MiB", "--unload-residue", "5GiB",
+        "--run-time", sim_s(2), "--unload-time", sim_s(1)])
+    vd = sched.start_vramd(gpu, {
+        "leakyext": sched.external_model(
+            "leakyext", ext, "8GiB", "512MiB",
+            unload={"method": "POST", "path": "/unload_models/"},
+            reload={"method": "POST", "path": "/reload_models/"}),
+        "big": sched.model("big", ["--resident", "9.7GiB", "--per-request", "1GiB",
+                                   "--run-time", sim_s(2)], "10GiB", "1GiB"),
+    })
+    assert vd.generate("leakyext").status == 200
+    r = vd.generate("big", headers={"X-Vramd-Deadline": "3s"})
+    assert r.status == 504 and r.error_body().get("code") == "deadline_exceeded", r
+    assert not vd.events("worker_started", model="big")
+    ev = vd.first("eviction", model="leakyext")
+    assert ev and ev["for"] == "big", ev
+    unload = after(vd.events("unload_hook_done", model="leakyext"), ev)
+    gave_up = after(sorted(vd.events("reclaim_incomplete", model="leakyext") +
+                           vd.events("reclaim_timeout", model="leakyext"), key=lambda e: e["_i"]), ev)
+    order(ev, unload, gave_up)
+    m = vd.model("leakyext")
+    assert m["state"] == "failed", m
+    assert "memory" in m.get("failed_reason", ""), m
+
+    ext.close()  # the server goes away, and its memory with it
+    wait_for(lambda: not [p for g in sched.show(gpu)["gpus"] for p in g["processes"]
+                          if p["pid"] == ext.pid], what="the external's memory gone from the GPU")
+    r = vd.generate("big", headers={"X-Vramd-Deadline": "6s"})
+    assert r.status == 200, (r, vd.status()["gpus"][0]["ledger"])
+    assert not ext.oom_lines()
     vd.assert_no_oom()
     sched.finish()

@@ -1,0 +1,318 @@
+/*
+ * verdict: judging a held worker answer: deliver, retry at the next ladder level, retry
+ * after an invalid output, or fail. The rules and the retry budget are in verdict.h.
+ */
+#include "quality/verdict.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/json_util.h"
+#include "common/log.h"
+#include "daemon/vramd.h"
+#include "net/conn.h"
+#include "net/router.h"
+#include "quality/degrade.h"
+#include "quality/validate.h"
+#include "sched/scheduler.h"
+#include "workers/process.h"
+#include "workers/supervisor.h"
+
+typedef struct validator_run {
+    uv_timer_t timer;
+    request_t *r;        /* NULL once the client left */
+    process_t *proc;
+    bool timed_out;
+    bool exited;
+    int exit_status;
+    int handles;
+} validator_run_t;
+
+bool verdict_wants_buffer(const request_t *r)
+{
+    const model_config_t *mc = r->model ? r->model->cfg : NULL;
+    return mc && !r->head_method && (mc->degrade.set || mc->validate.kind != VALIDATE_NONE || mc->validate.min_bytes);
+}
+
+bool verdict_is_oom(const request_t *r)
+{
+    const model_config_t *mc = r->model->cfg;
+    if (!mc->degrade.set)
+        return false;
+    return degrade_is_oom(&mc->degrade.detect, r->resp_status, r->resp_head.data, r->resp_head.len,
+                          r->resp_body.data, r->resp_body.len);
+}
+
+int verdict_prepare_level(request_t *r, unsigned level, char *why, size_t whylen)
+{
+    const model_config_t *mc = r->model->cfg;
+    if (level == 0) {
+        if (r->orig_body.data) {
+            buf_reset(&r->body);
+            buf_append(&r->body, r->orig_body.data, r->orig_body.len);
+        }
+        r->level = 0;
+        return 0;
+    }
+    if (level > mc->degrade.n_ladder) {
+        snprintf(why, whylen, "no ladder level %u", level);
+        return -1;
+    }
+    if (!r->orig_body.data && r->body.len) {
+        buf_init(&r->orig_body, r->body.max);
+        if (buf_append(&r->orig_body, r->body.data, r->body.len) != 0) {
+            snprintf(why, whylen, "out of memory");
+            return -1;
+        }
+    }
+    const http1_header_t *ct = http1_find_header(r->head, &r->msg, "Content-Type");
+    char ctype[256] = "";
+    if (ct)
+        snprintf(ctype, sizeof ctype, "%.*s", (int)ct->value.len, r->head + ct->value.off);
+    char *out = NULL;
+    size_t out_len = 0;
+    const char *src = r->orig_body.data ? r->orig_body.data : "";
+    size_t src_len = r->orig_body.data ? r->orig_body.len : 0;
+    if (degrade_rewrite(mc->degrade.ladder[level - 1].set, ct ? ctype : NULL, src, src_len, &out, &out_len, why,
+                        whylen) != 0)
+        return -1;
+    buf_reset(&r->body);
+    int rc = buf_append(&r->body, out, out_len);
+    free(out);
+    if (rc != 0) {
+        snprintf(why, whylen, "rewritten body over max_body");
+        return -1;
+    }
+    r->level = level;
+    return 0;
+}
+
+static bool retry_allowed(vramd_t *d)
+{
+    unsigned running = d->in_flight_total + d->queued_total;
+    unsigned budget = running / 5;
+    if (budget < 1)
+        budget = 1;
+    return d->retries_in_flight < budget;
+}
+
+static void retry(request_t *r, const char *why)
+{
+    vramd_t *d = r->conn->d;
+    if (!r->is_retry) {
+        r->is_retry = true;
+        d->retries_in_flight++;
+    }
+    buf_reset(&r->resp_head);
+    buf_reset(&r->resp_body);
+    r->resp_status = 0;
+    request_requeue(r, why);
+}
+
+static void deliver(request_t *r)
+{
+    conn_t *c = r->conn;
+    buf_t h;
+    buf_init(&h, r->resp_head.len + 1024);
+    buf_printf(&h, "HTTP/1.1 %d %s\r\n", r->resp_status, r->resp_reason[0] ? r->resp_reason : http1_reason(r->resp_status));
+    if (r->resp_head.len)
+        buf_append(&h, r->resp_head.data, r->resp_head.len);
+    uint64_t run_ms = r->t_first_byte > r->t_dispatched ? r->t_first_byte - r->t_dispatched : 0;
+    buf_printf(&h, "X-Request-Id: %s\r\nX-Vramd-Queue-Ms: %llu\r\nX-Vramd-Run-Ms: %llu\r\nX-Vramd-Attempts: %u\r\n", r->id,
+               (unsigned long long)request_queue_ms(r), (unsigned long long)run_ms, r->attempts);
+    if (r->level > 0)
+        buf_printf(&h, "X-Vramd-Degrade-Level: %u\r\n", r->level);
+    bool no_body = r->resp_status == 204 || r->resp_status == 304 || (r->resp_status >= 100 && r->resp_status < 200);
+    if (!no_body)
+        buf_printf(&h, "Content-Length: %zu\r\n", r->resp_body.len);
+    if (!c->keep_alive)
+        buf_append_str(&h, "Connection: close\r\n");
+    buf_append_str(&h, "\r\n");
+    r->status = r->resp_status;
+    conn_write(c, h.data, h.len);
+    buf_free(&h);
+    if (!no_body && r->resp_body.len)
+        conn_write(c, r->resp_body.data, r->resp_body.len);
+    log_event(LOG_INFO, "request_done", "request_id=%s model=%s status=%d level=%u attempts=%u queue_ms=%llu",
+              r->id, r->model->name, r->resp_status, r->level, r->attempts,
+              (unsigned long long)request_queue_ms(r));
+    conn_request_done(c);
+}
+
+static void judged_invalid(request_t *r, const char *why)
+{
+    model_t *m = r->model;
+    log_event(LOG_WARN, "invalid_output", "request_id=%s model=%s status=%d bytes=%zu reason=%s retries=%u", r->id,
+              m->name, r->resp_status, r->resp_body.len, why, r->invalid_retries);
+    m->invalid_total++;
+    if (r->invalid_retries < 1 && retry_allowed(r->conn->d)) {
+        r->invalid_retries++;
+        retry(r, "invalid output");
+        return;
+    }
+    conn_respond_error(r->conn, 502, "invalid_output", m->name, -1, false,
+                       "model %s: output failed validation after %u attempts: %s", m->name, r->attempts, why);
+}
+
+/* ---- validate.cmd --------------------------------------------------------------------- */
+
+static void on_validator_handle_closed(uv_handle_t *h)
+{
+    validator_run_t *v = h->data;
+    free(v);
+}
+
+static void validator_finish(validator_run_t *v)
+{
+    request_t *r = v->r;
+    uv_timer_stop(&v->timer);
+    uv_close((uv_handle_t *)&v->timer, on_validator_handle_closed);
+    if (!r)
+        return;
+    r->validator = NULL;
+    if (v->timed_out) {
+        char why[96];
+        snprintf(why, sizeof why, "validator timed out after %llu ms",
+                 (unsigned long long)r->model->cfg->validate.timeout_ms);
+        judged_invalid(r, why);
+    } else if (v->exit_status != 0) {
+        char why[96];
+        snprintf(why, sizeof why, "validator exited with status %d", v->exit_status);
+        judged_invalid(r, why);
+    } else {
+        deliver(r);
+    }
+}
+
+static void on_validator_exit(process_t *p, int exit_status, int term_signal, void *ctx)
+{
+    (void)p;
+    validator_run_t *v = ctx;
+    v->proc = NULL;
+    v->exited = true;
+    v->exit_status = term_signal ? 128 + term_signal : exit_status;
+    validator_finish(v);
+}
+
+static void on_validator_timeout(uv_timer_t *t)
+{
+    validator_run_t *v = t->data;
+    v->timed_out = true;
+    if (v->proc)
+        process_signal(v->proc, SIGKILL);
+}
+
+static void run_validator_cmd(request_t *r)
+{
+    const model_config_t *mc = r->model->cfg;
+    vramd_t *d = r->conn->d;
+    validator_run_t *v = calloc(1, sizeof *v);
+    if (!v) {
+        judged_invalid(r, "validator could not start: out of memory");
+        return;
+    }
+    v->r = r;
+    uv_timer_init(d->loop, &v->timer);
+    v->timer.data = v;
+    process_spec_t spec = {
+        .argv = mc->validate.cmd,
+        .log_name = r->model->name,
+        .stdin_data = r->resp_body.data ? r->resp_body.data : "",
+        .stdin_len = r->resp_body.len,
+        .capture_stdout = 1,
+    };
+    char err[200];
+    if (process_spawn(d->loop, &spec, on_validator_exit, v, &v->proc, err, sizeof err) != 0) {
+        v->r = NULL;
+        uv_close((uv_handle_t *)&v->timer, on_validator_handle_closed);
+        char why[260];
+        snprintf(why, sizeof why, "validator could not start: %s", err);
+        judged_invalid(r, why);
+        return;
+    }
+    r->validator = (struct process *)v;
+    uint64_t timeout = mc->validate.timeout_ms ? mc->validate.timeout_ms : 30000;
+    uv_timer_start(&v->timer, on_validator_timeout, timeout, 0);
+}
+
+void verdict_cancel(request_t *r)
+{
+    validator_run_t *v = (validator_run_t *)r->validator;
+    if (!v)
+        return;
+    r->validator = NULL;
+    v->r = NULL;
+    if (v->proc)
+        process_signal(v->proc, SIGKILL);
+}
+
+/* ---- the verdict ---------------------------------------------------------------------- */
+
+static void judge_output(request_t *r)
+{
+    const model_config_t *mc = r->model->cfg;
+    bool ok_status = r->resp_status >= 200 && r->resp_status < 300;
+    if (!ok_status || (mc->validate.kind == VALIDATE_NONE && !mc->validate.min_bytes)) {
+        deliver(r);
+        return;
+    }
+    char why[256];
+    static const char *kinds[] = {"none", "glb", "ply", "png", "json", "cmd"};
+    if (mc->validate.kind == VALIDATE_CMD) {
+        if (mc->validate.min_bytes && r->resp_body.len < mc->validate.min_bytes) {
+            snprintf(why, sizeof why, "%zu bytes < min_bytes %llu", r->resp_body.len,
+                     (unsigned long long)mc->validate.min_bytes);
+            judged_invalid(r, why);
+            return;
+        }
+        run_validator_cmd(r);
+        return;
+    }
+    if (validate_body(kinds[mc->validate.kind], mc->validate.min_bytes, (const unsigned char *)r->resp_body.data,
+                      r->resp_body.len, why, sizeof why) != 0) {
+        judged_invalid(r, why);
+        return;
+    }
+    if (mc->validate.json_path) {
+        /* a declared false success, e.g. {"score": 0} */
+        cJSON *doc = cJSON_ParseWithLength(r->resp_body.data ? r->resp_body.data : "", r->resp_body.len);
+        const cJSON *v = doc ? json_pointer_get(doc, mc->validate.json_path) : NULL;
+        bool bad = v && mc->validate.json_equals && json_equal(v, mc->validate.json_equals);
+        cJSON_Delete(doc);
+        if (bad) {
+            snprintf(why, sizeof why, "%s equals the declared failure value", mc->validate.json_path);
+            judged_invalid(r, why);
+            return;
+        }
+    }
+    deliver(r);
+}
+
+void verdict_judge(request_t *r, bool oom)
+{
+    model_t *m = r->model;
+    const model_config_t *mc = m->cfg;
+    if (oom) {
+        sched_note_oom(m);
+        unsigned next = r->level + 1;
+        log_event(LOG_WARN, "oom", "request_id=%s model=%s level=%u status=%d next_level=%u of=%zu", r->id, m->name,
+                  r->level, r->resp_status, next, mc->degrade.n_ladder);
+        vramd_note_event(m->d, "OOM in %s at level %u", m->name, r->level);
+        if (next <= mc->degrade.n_ladder && retry_allowed(r->conn->d)) {
+            char why[200];
+            if (verdict_prepare_level(r, next, why, sizeof why) == 0) {
+                m->degraded_total++;
+                retry(r, "out of memory");
+                return;
+            }
+            log_event(LOG_WARN, "degrade_failed", "request_id=%s model=%s level=%u reason=%s", r->id, m->name, next, why);
+        }
+        conn_respond_error(r->conn, 503, "out_of_memory", m->name, 5, false,
+                           "model %s: out of memory at every level tried (%u attempts, last level %u)", m->name,
+                           r->attempts, r->level);
+        return;
+    }
+    judge_output(r);
+}

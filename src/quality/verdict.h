@@ -1,0 +1,42 @@
+/*
+ * verdict: what happens to a worker's complete answer when its model declares `degrade`
+ * or `validate` (the answer was held back, bounded by limits.max_body, instead of streamed).
+ *
+ *   OOM (degrade.detect)            -> the estimate grows (sched_note_oom), recycle.on_oom
+ *                                      restarts the instance, and the request is queued again
+ *                                      at the next ladder level (body rewritten from the
+ *                                      client's original, that level's per_request); past the
+ *                                      last level: 503 out_of_memory with the attempts.
+ *   2xx that fails validation       -> retried once (same level), then 502 invalid_output.
+ *   anything else                   -> delivered: status, headers, body, plus X-Request-Id,
+ *                                      X-Vramd-Queue-Ms/Run-Ms/Attempts/Gpu and, when a level
+ *                                      other than 0 was used, X-Vramd-Degrade-Level.
+ * Retries are bounded by the ladder, by one invalid-output retry, and by a retry budget: at
+ * most 20 % of the requests in flight (at least 1) may be retries; over budget, the answer
+ * is final (503 out_of_memory / 502 invalid_output).
+ * A validate.cmd validator runs as a process with the body on stdin (exit 0 = valid) under
+ * validate.timeout; a validator that times out or cannot start counts as "invalid".
+ * Ownership: the request's slot and reservation are already released when verdict_judge runs;
+ * the request still belongs to its conn (conn_respond / request_requeue end it).
+ */
+#ifndef VRAMD_QUALITY_VERDICT_H
+#define VRAMD_QUALITY_VERDICT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "daemon/types.h"
+
+/* Should the answer to r be held and judged (model declares degrade or validate)? */
+bool verdict_wants_buffer(const request_t *r);
+/* Is the held answer (r->resp_*) an out-of-memory error by the model's degrade.detect? */
+bool verdict_is_oom(const request_t *r);
+/* Act on the complete held answer. Called after the request's slot was released (so the
+ * instance may be gone); oom is verdict_is_oom's answer. */
+void verdict_judge(request_t *r, bool oom);
+/* The client left while a validator ran: stop it. */
+void verdict_cancel(request_t *r);
+/* Body to send for r's current level (the original at level 0). */
+int verdict_prepare_level(request_t *r, unsigned level, char *why, size_t whylen);
+
+#endif
