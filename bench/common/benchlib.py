@@ -145,11 +145,12 @@ class ForeignLoad:
         self.foreign_core_frac = self.foreign_s / self.elapsed if self.elapsed > 0 else 0.0
 
 
-def wait_quiet(pids, max_foreign=0.10, max_wait=120.0, probe=1.0):
+def wait_quiet(pids, max_foreign=0.10, max_wait=600.0, probe=1.0):
     """Waits (at most max_wait seconds) until, over a `probe`-second window, processes other
     than ours use at most max_foreign of one core. Returns the seconds waited, or None when
     the machine never got quiet (the caller goes on and flags its run)."""
     t0 = time.monotonic()
+    told = False
     while True:
         with ForeignLoad(pids) as f:
             time.sleep(probe)
@@ -157,6 +158,10 @@ def wait_quiet(pids, max_foreign=0.10, max_wait=120.0, probe=1.0):
             return time.monotonic() - t0
         if time.monotonic() - t0 > max_wait:
             return None
+        if not told and time.monotonic() - t0 > 30:
+            print("  (waiting for other processes to stop using %.0f %% of a core)" % (f.foreign_core_frac * 100),
+                  flush=True)
+            told = True
 
 
 def children_of(pid):

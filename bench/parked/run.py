@@ -23,7 +23,7 @@ Steps for one (proxy, N):
      responses completed over W seconds: the dispatch rate with N queued (the queue stays at
      N-1 throughout: closed loop); also the proxy's CPU per dispatched request;
   5. stop everything.
-Shared machine: before each measurement the script waits (up to 2 min) until other processes
+Shared machine: before each measurement the script waits (up to 10 min) until other processes
 use at most 10 % of a core, and repeats a measurement during whose window they used more (4
 attempts at most; the share is kept in the JSON).
 Ratio "kept" = rate(8000 queued) / rate(256 queued), within a round, median over rounds.

@@ -12,7 +12,7 @@ Load: wrk -t1 -cC -dDs --latency with wrk_report.lua, C in (1, 64), against
 Rounds: each round runs every target once, in an order rotated each round, so slow drifts
 of the machine hit every target alike; ratios (x direct, x haproxy) and added latency are
 computed within a round and the median over rounds is reported.
-This box is shared: before each run the script waits (up to 2 min) until other processes use
+This box is shared: before each run the script waits (up to 10 min) until other processes use
 at most 10 % of a core (machine busy time from /proc/stat minus ours, over 1 s), and a run
 during which they used more is repeated, up to 4 attempts; the JSON keeps that share per run.
 CPU per request of a proxy: utime+stime delta of its process (/proc/PID/stat, all threads)

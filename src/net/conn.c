@@ -251,6 +251,8 @@ static void request_cancel(conn_t *c)
     }
     if (list_linked(&r->wait_link))
         list_remove(&r->wait_link);
+    if (r->validator)
+        verdict_cancel(r);
     c->req = NULL;
     request_free(r);
     vramd_check_drained(d);

@@ -22,6 +22,7 @@
 #include "gpu/procfs.h"
 #include "net/http1.h"
 #include "net/router.h"
+#include "quality/verdict.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
@@ -48,6 +49,7 @@ struct upstream {
     bool client_chunked;
     bool got_bytes;
     bool paused;
+    bool too_big;       /* a held answer outgrew limits.max_body */
     int handles_open;
 };
 
@@ -116,7 +118,7 @@ static void finish_ok(upstream_t *up)
     request_t *r = up->req;
     conn_t *c = r->conn;
     instance_t *inst = up->inst;
-    if (up->client_chunked)
+    if (up->client_chunked && !r->buffering)
         conn_write(c, "0\r\n\r\n", 5);
     r->up = NULL;
     up->req = NULL;
@@ -134,6 +136,18 @@ static void finish_ok(upstream_t *up)
             up_read_start(up);
     } else {
         up_close(up);
+    }
+    if (r->buffering) {
+        /* the held answer: judge it once the slot is released (the instance may go away) */
+        bool oom = verdict_is_oom(r);
+        if (oom && inst->model->cfg->recycle.on_oom)
+            instance_recycle(inst, "out of memory (recycle.on_oom)");
+        r->status = oom ? 599 : r->resp_status; /* an OOM is a failed run: no learning from it */
+        release_slot(r, false);
+        r->status = 0;
+        r->buffering = false;
+        verdict_judge(r, oom);
+        return;
     }
     log_event(LOG_INFO, "request_done", "request_id=%s model=%s status=%d queue_ms=%llu run_ms=%llu attempts=%u",
               r->id, r->model->name, r->status, (unsigned long long)request_queue_ms(r),
@@ -246,6 +260,8 @@ void proxy_cancel(request_t *r)
 
 static void throttle_if_needed(upstream_t *up)
 {
+    if (up->req->buffering)
+        return;
     conn_t *c = up->req->conn;
     if (conn_write_backlog(c) > PROXY_BACKLOG_MAX && !up->paused) {
         uv_read_stop((uv_stream_t *)&up->tcp);
@@ -275,11 +291,22 @@ static void write_chunk(conn_t *c, const char *data, size_t len)
     free(tmp);
 }
 
+/* Body bytes of a held answer; false when it outgrew limits.max_body. */
+static bool hold(upstream_t *up, const char *data, size_t len)
+{
+    return buf_append(&up->req->resp_body, data, len) == 0;
+}
+
 static void on_chunk(void *ctx, const char *data, size_t len)
 {
     upstream_t *up = ctx;
     if (len == 0 || !up->req)
         return;
+    if (up->req->buffering) {
+        if (!hold(up, data, len))
+            up->too_big = true;
+        return;
+    }
     conn_t *c = up->req->conn;
     if (up->client_chunked)
         write_chunk(c, data, len);
@@ -297,7 +324,10 @@ static int forward_body(upstream_t *up, const char *data, size_t len, size_t *us
         return 1;
     case HTTP1_BODY_LENGTH: {
         size_t n = len < up->body_left ? len : (size_t)up->body_left;
-        if (n && !up->req->head_method)
+        if (n && up->req->buffering) {
+            if (!hold(up, data, n))
+                return -2;
+        } else if (n && !up->req->head_method)
             conn_write(c, data, n);
         up->body_left -= n;
         *used = n;
@@ -306,12 +336,17 @@ static int forward_body(upstream_t *up, const char *data, size_t len, size_t *us
     case HTTP1_BODY_CHUNKED: {
         http1_error_t err;
         int rc = http1_chunked_feed(&up->chunked, data, len, used, on_chunk, up, &err);
+        if (up->too_big)
+            return -2;
         if (rc == HTTP1_ERROR)
             return -1;
         return rc == HTTP1_OK ? 1 : 0;
     }
     case HTTP1_BODY_UNTIL_CLOSE:
-        if (len) {
+        if (len && up->req->buffering) {
+            if (!hold(up, data, len))
+                return -2;
+        } else if (len) {
             if (up->client_chunked)
                 write_chunk(c, data, len);
             else
@@ -350,6 +385,8 @@ static void send_response_head(upstream_t *up, const char *buf, const http1_msg_
                (unsigned long long)(now - r->t_dispatched), r->attempts);
     if (inst->gpu >= 0)
         buf_printf(&h, "X-Vramd-Gpu: %d\r\n", inst->gpu);
+    if (r->level > 0)
+        buf_printf(&h, "X-Vramd-Degrade-Level: %u\r\n", r->level);
     up->client_chunked = false;
     switch (up->framing) {
     case HTTP1_BODY_NONE:
@@ -387,6 +424,32 @@ static void send_response_head(upstream_t *up, const char *buf, const http1_msg_
     buf_free(&h);
 }
 
+/* A model that declares degrade/validate: keep the head (status, reason, end-to-end headers)
+ * for the verdict instead of sending it. */
+static void hold_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg)
+{
+    request_t *r = up->req;
+    r->buffering = true;
+    r->resp_status = msg->status;
+    r->t_first_byte = vramd_now();
+    snprintf(r->resp_reason, sizeof r->resp_reason, "%.*s", (int)msg->reason.len, buf + msg->reason.off);
+    buf_reset(&r->resp_head);
+    buf_reset(&r->resp_body);
+    for (size_t i = 0; i < msg->n_headers; i++) {
+        const http1_header_t *hd = &msg->headers[i];
+        if (http1_is_hop_by_hop(buf, msg, hd) || http1_header_is(buf, hd, "Content-Length") ||
+            http1_header_is(buf, hd, "X-Request-Id"))
+            continue;
+        buf_append(&r->resp_head, buf + hd->name.off, hd->name.len);
+        buf_append(&r->resp_head, ": ", 2);
+        buf_append(&r->resp_head, buf + hd->value.off, hd->value.len);
+        buf_append(&r->resp_head, "\r\n", 2);
+    }
+    if (r->resp_head.data == NULL)
+        buf_append(&r->resp_head, "", 0);
+    up->client_chunked = false;
+}
+
 static void process_upstream_input(upstream_t *up)
 {
     while (up->req && (up->state == UP_HEAD || up->state == UP_SENDING)) {
@@ -419,7 +482,10 @@ static void process_upstream_input(upstream_t *up)
         if (msg.body == HTTP1_BODY_CHUNKED)
             http1_chunked_init(&up->chunked, 16 * 1024);
         request_set_state(up->req, REQ_STREAMING);
-        send_response_head(up, up->in.data, &msg);
+        if (verdict_wants_buffer(up->req))
+            hold_response_head(up, up->in.data, &msg);
+        else
+            send_response_head(up, up->in.data, &msg);
         buf_consume(&up->in, msg.head_len);
         up->scan_from = 0;
         up->state = UP_BODY;
@@ -430,7 +496,7 @@ static void process_upstream_input(upstream_t *up)
     int rc = forward_body(up, up->in.data, up->in.len, &used);
     buf_consume(&up->in, used);
     if (rc < 0) {
-        fail_request(up, "malformed response body");
+        fail_request(up, rc == -2 ? "answer larger than limits.max_body" : "malformed response body");
         return;
     }
     if (rc == 1) {
@@ -477,7 +543,7 @@ static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
         size_t used = 0;
         int rc = forward_body(up, b->base, (size_t)nread, &used);
         if (rc < 0) {
-            fail_request(up, "malformed response body");
+            fail_request(up, rc == -2 ? "answer larger than limits.max_body" : "malformed response body");
             return;
         }
         if (rc == 1) {

@@ -15,6 +15,7 @@
 #include "net/api.h"
 #include "net/conn.h"
 #include "net/proxy.h"
+#include "quality/verdict.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
@@ -157,8 +158,29 @@ static void admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
             conn_respond_error(c, 422, "cannot_fit", m->name, -1, false, "%s", why);
             return;
         }
+        int first = sched_first_possible_level(m);
+        if (first > 0) {
+            /* the request as sent can never fit this host's GPUs: it would OOM at every
+             * level below `first`, so it starts there */
+            char lwhy[160];
+            if (verdict_prepare_level(r, (unsigned)first, lwhy, sizeof lwhy) == 0) {
+                log_event(LOG_INFO, "degrade_never_fits", "request_id=%s model=%s level=%d", r->id, m->name, first);
+                m->degraded_total++;
+            }
+        }
     }
     uint64_t predicted = sched_predicted_start_ms(m);
+    if (predicted > deadline && mc->degrade.when == DEGRADE_TO_FIT && mc->degrade.n_ladder > 0) {
+        /* degrade.when: to_fit: start now at the first ladder level that fits now */
+        unsigned level = sched_level_fitting_now(m);
+        char why[160];
+        if (level > 0 && verdict_prepare_level(r, level, why, sizeof why) == 0) {
+            log_event(LOG_INFO, "degrade_to_fit", "request_id=%s model=%s level=%u predicted_ms=%llu deadline_ms=%llu",
+                      r->id, m->name, level, (unsigned long long)predicted, (unsigned long long)deadline);
+            m->degraded_total++;
+            predicted = 0;
+        }
+    }
     if (predicted > deadline) {
         uint64_t over = (predicted - deadline + 999) / 1000;
         conn_respond_error(c, 503, "deadline_unmeetable", m->name, (int)(over > 3600 ? 3600 : over), false,

@@ -49,6 +49,12 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(mem, "per_request_estimate", (double)sched_request_estimate(m));
     cJSON_AddNumberToObject(mem, "samples", m->n_peaks);
     cJSON_AddNumberToObject(mem, "oom_total", (double)m->oom_total);
+    cJSON *rs = cJSON_AddObjectToObject(o, "resilience");
+    cJSON_AddNumberToObject(rs, "oom_total", (double)m->oom_total);
+    cJSON_AddNumberToObject(rs, "degraded_total", (double)m->degraded_total);
+    cJSON_AddNumberToObject(rs, "invalid_total", (double)m->invalid_total);
+    cJSON_AddNumberToObject(rs, "hangs_total", (double)m->hangs_total);
+    cJSON_AddNumberToObject(rs, "recycles_total", (double)m->recycles_total);
     cJSON_AddNumberToObject(o, "learned_load_ms", (double)m->load_ms_ewma);
     cJSON_AddNumberToObject(o, "learned_run_ms", (double)m->run_ms_ewma);
     cJSON *is = cJSON_AddArrayToObject(o, "instances");
@@ -72,6 +78,7 @@ static cJSON *model_json(model_t *m, uint64_t now)
         cJSON_AddNumberToObject(j, "measured_bytes", (double)in->measured);
         cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->baseline);
         cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);
+        cJSON_AddNumberToObject(j, "failed_in_row", in->failed_in_row);
         cJSON_AddNumberToObject(j, "idle_connections", in->pool_size);
         cJSON_AddNumberToObject(j, "uptime_ms", in->started_ms ? (double)(now - in->started_ms) : 0);
         cJSON_AddItemToArray(is, j);

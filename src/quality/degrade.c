@@ -245,37 +245,46 @@ static void entries_free(set_entry_t *entries, size_t n)
 }
 
 /* Renders each member of `set`: strings as-is, null as "remove", anything else as JSON text.
- * Returns 0, or -1 with why. */
+ * A name given twice keeps its last value (as a merge patch would end up). Returns 0, or
+ * -1 with why. */
 static int entries_build(const cJSON *set, set_entry_t **out, size_t *count, char *why, size_t whylen)
 {
-    size_t n = 0;
+    size_t members = 0, n = 0;
     for (const cJSON *m = set->child; m != NULL; m = m->next)
-        n++;
-    set_entry_t *entries = calloc(n ? n : 1, sizeof *entries);
+        members++;
+    set_entry_t *entries = calloc(members ? members : 1, sizeof *entries);
     if (entries == NULL) {
         set_why(why, whylen, "%s", "out of memory");
         return -1;
     }
-    size_t i = 0;
-    for (const cJSON *m = set->child; m != NULL; m = m->next, i++) {
+    for (const cJSON *m = set->child; m != NULL; m = m->next) {
         if (m->string == NULL) {
             entries_free(entries, n);
             set_why(why, whylen, "%s", "degrade set has a member without a name");
             return -1;
         }
-        entries[i].name = m->string;
+        set_entry_t *entry = NULL;
+        for (size_t i = 0; i < n && entry == NULL; i++)
+            if (strcmp(entries[i].name, m->string) == 0)
+                entry = &entries[i];
+        if (entry == NULL)
+            entry = &entries[n++];
+        free(entry->value);
+        entry->value = NULL;
+        entry->value_len = 0;
+        entry->name = m->string;
         if (cJSON_IsNull(m))
             continue;
         if (cJSON_IsString(m))
-            entries[i].value = strdup(m->valuestring ? m->valuestring : "");
+            entry->value = strdup(m->valuestring ? m->valuestring : "");
         else
-            entries[i].value = cJSON_PrintUnformatted(m);
-        if (entries[i].value == NULL) {
+            entry->value = cJSON_PrintUnformatted(m);
+        if (entry->value == NULL) {
             entries_free(entries, n);
             set_why(why, whylen, "%s", "out of memory");
             return -1;
         }
-        entries[i].value_len = strlen(entries[i].value);
+        entry->value_len = strlen(entry->value);
     }
     *out = entries;
     *count = n;

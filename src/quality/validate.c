@@ -219,6 +219,9 @@ static bool json_scan_string(const unsigned char *p, size_t n, size_t *io, json_
 {
     size_t i = *io + 1;
     for (;;) {
+        /* fast path: printable ASCII other than '"' and '\\' */
+        while (i < n && p[i] >= 0x20 && p[i] < 0x80 && p[i] != '"' && p[i] != '\\')
+            i++;
         if (i >= n)
             return json_error(s, *io, "unterminated string");
         unsigned char c = p[i];
@@ -298,7 +301,7 @@ static bool json_scan_literal(const unsigned char *p, size_t n, size_t *io, json
             return true;
         }
     }
-    return json_error(s, *io, "unexpected byte");
+    return json_error(s, *io, "unexpected character");
 }
 
 /* Checks that p[0..n) is exactly one JSON value with optional surrounding whitespace.
@@ -377,6 +380,18 @@ static bool json_scan(const unsigned char *p, size_t n, json_scan_t *s)
     return true;
 }
 
+/* Writes "<prefix><what> at byte <pos>" plus the byte found there, or "(end of data)". */
+static int json_fail(char *why, size_t whylen, const char *prefix, const unsigned char *p, size_t n,
+                     const json_scan_t *s, size_t shift)
+{
+    if (s->pos >= n)
+        return fail(why, whylen, "%s%s at byte %zu (end of data)", prefix, s->what, s->pos + shift);
+    unsigned char c = p[s->pos];
+    if (c >= 0x21 && c < 0x7f)
+        return fail(why, whylen, "%s%s at byte %zu ('%c')", prefix, s->what, s->pos + shift, c);
+    return fail(why, whylen, "%s%s at byte %zu (0x%02x)", prefix, s->what, s->pos + shift, c);
+}
+
 int validate_json(const unsigned char *p, size_t n, char *why, size_t whylen)
 {
     if (p == NULL || n == 0)
@@ -384,7 +399,7 @@ int validate_json(const unsigned char *p, size_t n, char *why, size_t whylen)
     size_t skip = (n >= 3 && p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF) ? 3 : 0;
     json_scan_t s;
     if (!json_scan(p + skip, n - skip, &s))
-        return fail(why, whylen, "json: %s at byte %zu", s.what, s.pos + skip);
+        return json_fail(why, whylen, "json: ", p + skip, n - skip, &s, skip);
     return 0;
 }
 
@@ -728,7 +743,7 @@ static int glb_check_document(const unsigned char *json, size_t json_len, bool h
 {
     json_scan_t s;
     if (!json_scan(json, json_len, &s))
-        return fail(why, whylen, "glb: JSON chunk does not parse: %s at byte %zu", s.what, s.pos);
+        return json_fail(why, whylen, "glb: JSON chunk does not parse: ", json, json_len, &s, 0);
     if (s.values > GLB_MAX_JSON_VALUES)
         return fail(why, whylen, "glb: JSON chunk holds more than %u values", GLB_MAX_JSON_VALUES);
     /* cJSON gets a NUL-terminated copy: it never relies on its length bound alone then. */
@@ -740,7 +755,7 @@ static int glb_check_document(const unsigned char *json, size_t json_len, bool h
     cJSON *root = cJSON_ParseWithLength(copy, json_len);
     free(copy);
     if (root == NULL)
-        return fail(why, whylen, "glb: JSON chunk could not be loaded (number too long or out of memory)");
+        return fail(why, whylen, "glb: JSON chunk could not be loaded (a lone \\u surrogate, or out of memory)");
     glb_doc_t d = {.root = root, .has_bin = has_bin, .bin_length = bin_length, .why = why, .whylen = whylen};
     int rc;
     if (!cJSON_IsObject(root))
@@ -1086,10 +1101,13 @@ static bool ply_token_is_number(const unsigned char *t, size_t len)
     size_t i = 0, digits = 0;
     if (i < len && (t[i] == '+' || t[i] == '-'))
         i++;
-    static const char *const words[] = {"nan", "inf", "infinity"};
-    for (size_t w = 0; w < 3; w++)
-        if (len - i == strlen(words[w]) && strncasecmp((const char *)t + i, words[w], len - i) == 0)
-            return true;
+    if (i < len && (t[i] == 'n' || t[i] == 'N' || t[i] == 'i' || t[i] == 'I')) {
+        static const char *const words[] = {"nan", "inf", "infinity"};
+        for (size_t w = 0; w < 3; w++)
+            if (len - i == strlen(words[w]) && strncasecmp((const char *)t + i, words[w], len - i) == 0)
+                return true;
+        return false;
+    }
     while (i < len && is_digit(t[i]))
         i++, digits++;
     if (i < len && t[i] == '.') {

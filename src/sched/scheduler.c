@@ -85,6 +85,31 @@ static void allowed_mask(const model_t *m, bool out[LEDGER_MAX_GPUS])
     }
 }
 
+static uint64_t largest_room(const model_t *m)
+{
+    bool allowed[LEDGER_MAX_GPUS];
+    allowed_mask(m, allowed);
+    uint64_t biggest = 0;
+    for (size_t i = 0; i < S.ledger.n_gpus; i++) {
+        const ledger_gpu_t *g = &S.ledger.gpus[i];
+        uint64_t room = g->total > g->headroom ? g->total - g->headroom : 0;
+        if (allowed[i] && room > biggest)
+            biggest = room;
+    }
+    return biggest;
+}
+
+int sched_first_possible_level(const model_t *m)
+{
+    if (!uses_gpu(m) || !S.ok || S.ledger.n_gpus == 0)
+        return 0;
+    uint64_t room = largest_room(m);
+    for (unsigned level = 0; level <= m->cfg->degrade.n_ladder; level++)
+        if (m->cfg->memory.resident + sched_level_estimate(m, level) <= room)
+            return (int)level;
+    return -1;
+}
+
 bool sched_never_fits(const model_t *m, char *why, size_t whylen)
 {
     if (!uses_gpu(m) || !S.ok || S.ledger.n_gpus == 0)
@@ -114,6 +139,21 @@ bool sched_never_fits(const model_t *m, char *why, size_t whylen)
     snprintf(why, whylen, "model %s needs %s (resident + per request) but the largest allowed GPU offers %s",
              m->name, a, b);
     return true;
+}
+
+unsigned sched_level_fitting_now(const model_t *m)
+{
+    for (unsigned level = 1; level <= m->cfg->degrade.n_ladder; level++) {
+        uint64_t est = sched_level_estimate(m, level);
+        list_foreach(it, &m->instances) {
+            const instance_t *in = list_entry(it, instance_t, link);
+            if (in->state != INST_READY || in->stop_requested || in->in_flight >= m->cfg->concurrency)
+                continue;
+            if (in->gpu_pos < 0 || ledger_fits(&S.ledger, (size_t)in->gpu_pos, est, m))
+                return level;
+        }
+    }
+    return 0;
 }
 
 uint64_t sched_predicted_start_ms(const model_t *m)
@@ -456,7 +496,12 @@ enum placer_result sched_place(model_t *m, size_t *gpu_pos)
         return PLACER_WAIT;
     bool allowed[LEDGER_MAX_GPUS];
     allowed_mask(m, allowed);
-    uint64_t need = m->cfg->memory.resident + sched_request_estimate(m);
+    /* room for the instance and one request at the cheapest level it can serve */
+    uint64_t per = sched_request_estimate(m);
+    for (unsigned level = 1; level <= m->cfg->degrade.n_ladder; level++)
+        if (sched_level_estimate(m, level) < per)
+            per = sched_level_estimate(m, level);
+    uint64_t need = m->cfg->memory.resident + per;
     enum placer_result res = make_room(m, allowed, need, gpu_pos);
     if (res == PLACER_WAIT) {
         uint64_t threshold = m->load_ms_ewma > STARVE_MIN_MS ? m->load_ms_ewma : STARVE_MIN_MS;

@@ -56,8 +56,14 @@ bool sched_model_uses_gpu(const model_config_t *mc);
 uint64_t sched_request_estimate(const model_t *m);
 /* The estimate at a ladder level (the level's own per_request when it declares one). */
 uint64_t sched_level_estimate(const model_t *m, unsigned level);
+/* The first ladder level (0 = as sent) whose resident + reservation can ever fit on an
+ * allowed GPU (total - headroom); -1 when none can (422). Levels above it would OOM for sure. */
+int sched_first_possible_level(const model_t *m);
 /* 422: can this model's request never fit on any allowed GPU? */
 bool sched_never_fits(const model_t *m, char *why, size_t whylen);
+/* degrade.when: to_fit: the first ladder level (>= 1) whose reservation fits right now on
+ * a READY instance of m with a free slot, or 0 when none does. */
+unsigned sched_level_fitting_now(const model_t *m);
 /* Predicted ms until a new request of m would start (0 when unknown or immediate). */
 uint64_t sched_predicted_start_ms(const model_t *m);
 

@@ -4,7 +4,7 @@ A supervised worker gets CUDA_VISIBLE_DEVICES set to the GPU vramd placed it on 
 allocates on the first GPU of that list, so `simgpu show` sees it there). Two models that each
 need most of a card land on different GPUs and run at the same time.
 """
-from .schedkit import GiB, Watch, parallel, sim_s
+from .schedkit import Watch, parallel, sim_s
 
 
 def pids_on(show, index):

@@ -1,8 +1,9 @@
 """Residue: a worker whose /unload_models/ does not give all its memory back.
 
-vramd evicts through the unload hook, then waits for NVML to show the memory back (bounded by
-stop_timeout plus a grace period). When it never comes back, a supervised worker is killed,
-and only once NVML shows the dead process's memory returned does the next model load.
+vramd evicts through the unload hook, then watches NVML until the memory is back, or until
+the usage stops falling short of that (bounded by stop_timeout plus a grace period). When it
+does not come back, a supervised worker is killed, and only once NVML shows the dead
+process's memory returned does the next model load; an external server is marked failed.
 """
 from .schedkit import GiB, Watch, after, order, sim_s, wait_for
 

@@ -12,7 +12,8 @@
  * duplicate members (the last one is the one changed), JSON
  * content types with parameters, no content type); non-object or invalid JSON under a JSON
  * content type; form-urlencoded (replace, add, order, encoding of spaces, + & = % and UTF-8,
- * decode-then-compare names, duplicates, null removes, numbers and booleans);
+ * decode-then-compare names, duplicates, null removes, numbers and booleans, a key given
+ * twice in `set`, the growth bound);
  * multipart/form-data (quoted and unquoted boundary, replace a text field, add a field
  * before the closing delimiter, file parts untouched, CRLF kept, bare-LF bodies, null
  * removes, missing boundary / closing delimiter, a value holding the boundary); unknown
@@ -393,6 +394,40 @@ static void test_form_compares_decoded_names(void **state)
     check_rewrite_str("{\"steps\": 12}", ct, "Steps=50&steps2=1", "Steps=50&steps2=1&steps=12");
 }
 
+static void test_form_set_with_a_key_twice_uses_the_last(void **state)
+{
+    (void)state;
+    const char *ct = "application/x-www-form-urlencoded";
+    check_rewrite_str("{\"a\": 1, \"a\": 2}", ct, "a=0&b=1", "a=2&b=1");
+    check_rewrite_str("{\"a\": 1, \"a\": 2}", ct, "b=1", "b=1&a=2");
+    check_rewrite_str("{\"a\": 1, \"a\": null}", ct, "a=0&b=1", "b=1");
+}
+
+static void test_form_growth_is_bounded(void **state)
+{
+    (void)state;
+    /* 300,000 fields all named "a": a 10-byte value in each would add about 3 MB */
+    size_t fields = 300000, len = fields * 2 - 1;
+    char *body = malloc(len);
+    assert_non_null(body);
+    for (size_t i = 0; i < fields; i++) {
+        body[2 * i] = 'a';
+        if (i + 1 < fields)
+            body[2 * i + 1] = '&';
+    }
+    check_refused("{\"a\": \"0123456789\"}", "application/x-www-form-urlencoded", body, len, "too large");
+    /* a short value stays within the bound */
+    cJSON *set = parse("{\"a\": 1}");
+    char *out = NULL, why[128] = "";
+    size_t out_len = 0;
+    assert_int_equal(degrade_rewrite(set, "application/x-www-form-urlencoded", body, len, &out, &out_len, why, sizeof why), 0);
+    assert_int_equal(out_len, len + fields * 2);
+    assert_memory_equal(out, "a=1&a=1&", 8);
+    free(out);
+    cJSON_Delete(set);
+    free(body);
+}
+
 static void test_form_values_null_numbers_booleans(void **state)
 {
     (void)state;
@@ -621,6 +656,8 @@ int main(void)
         cmocka_unit_test(test_form_adds_missing_field),
         cmocka_unit_test(test_form_encodes_values),
         cmocka_unit_test(test_form_compares_decoded_names),
+        cmocka_unit_test(test_form_set_with_a_key_twice_uses_the_last),
+        cmocka_unit_test(test_form_growth_is_bounded),
         cmocka_unit_test(test_form_values_null_numbers_booleans),
         cmocka_unit_test(test_multipart_replaces_text_field_quoted_boundary),
         cmocka_unit_test(test_multipart_adds_missing_field_unquoted_boundary),
