@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""A tiny PyTorch model server for tests/gpu: real CUDA allocations behind HTTP.
+
+GET /health -> 200 once the "model" (a resident tensor of --resident-mib) is on the GPU.
+POST /generate {"mib": N, "ms": M} -> allocates N MiB more for M ms (a matmul keeps the GPU
+busy), then frees it (PyTorch keeps it cached, as real servers do); answers JSON.
+POST /clear_cache/ -> torch.cuda.empty_cache(). A CUDA OOM answers 500 with PyTorch's text.
+"""
+import argparse
+import json
+import os
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import torch
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+ap.add_argument("--resident-mib", type=int, default=512)
+args = ap.parse_args()
+device = torch.device("cuda:0")  # CUDA_VISIBLE_DEVICES (set by vramd) picks the card
+resident = torch.empty(args.resident_mib * 2**20, dtype=torch.uint8, device=device)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, status, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self.reply(200, {"status": "ok"}) if self.path.startswith("/health") else self.reply(404, {})
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        req = json.loads(self.rfile.read(n) or b"{}")
+        if self.path.startswith("/clear_cache"):
+            torch.cuda.empty_cache()
+            return self.reply(200, {"cleared": True})
+        try:
+            mib, ms = int(req.get("mib", 256)), int(req.get("ms", 200))
+            t = torch.empty(mib * 2**20, dtype=torch.uint8, device=device)
+            a = torch.randn(1024, 1024, device=device)
+            end = time.time() + ms / 1000
+            while time.time() < end:
+                a = a @ a
+                a = a / a.norm()
+            torch.cuda.synchronize()
+            del t, a
+            self.reply(200, {"ok": True, "allocated_mib": mib, "pid": os.getpid()})
+        except torch.cuda.OutOfMemoryError as e:
+            self.reply(500, {"detail": "CUDA out of memory. " + str(e)})
+
+
+ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
