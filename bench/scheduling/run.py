@@ -250,6 +250,30 @@ class WarmStart:
 
 # ---- one run -----------------------------------------------------------------------------
 
+def vramd_events(workdir, n_models):
+    """What vramd did with the models during a run, from its log (its own lines, not its
+    workers'): evictions, worker starts beyond the first load of each model (reloads and
+    restarts), recycles, clear_cache calls. None when there is no vramd log."""
+    path = os.path.join(workdir or "", "vramd.log")
+    if not workdir or not os.path.exists(path):
+        return None
+    counts = {"evictions": 0, "worker_starts": 0, "recycles": 0, "clear_cache": 0}
+    with open(path, errors="replace") as f:
+        for line in f:
+            if "worker_output" in line:
+                continue
+            if " eviction " in line:
+                counts["evictions"] += 1
+            elif " worker_started " in line:
+                counts["worker_starts"] += 1
+            elif " worker_recycle " in line:
+                counts["recycles"] += 1
+            elif " clear_cache " in line:
+                counts["clear_cache"] += 1
+    counts["reloads"] = max(0, counts["worker_starts"] - n_models)
+    return counts
+
+
 def metrics(result, scn, jobs, bound):
     """The figures of one run, from the player's result."""
     s = result["summary"]
@@ -285,6 +309,10 @@ def metrics(result, scn, jobs, bound):
         "makespan_over_bound": round(makespan / bound["bound_s"], 4) if makespan and bound else None,
         "player_wall_s": s["wall_s"],
         "workdir": result.get("workdir"),
+        "by_template": {n: {"requests": t["requests"], "succeeded": t["succeeded"], "oom": t["oom"],
+                            "error_codes": t["error_codes"], "deadline_hit_rate": t["deadline_hit_rate"]}
+                        for n, t in result["by_template"].items()},
+        "vramd_events": vramd_events(result.get("workdir"), len(scn.models)),
     }
     if makespan:
         m["throughput_per_min_makespan"] = round(s["succeeded"] / makespan * 60.0, 4)
@@ -340,6 +368,9 @@ def summarize(runs):
         for c, n in (r.get("error_codes") or {}).items():
             codes[c] = codes.get(c, 0) + n
     out["error_codes_total"] = codes
+    evs = [r["vramd_events"] for r in runs if r.get("vramd_events")]
+    if evs:
+        out["vramd_events_median"] = {k: bl.median([e[k] for e in evs]) for k in evs[0]}
     return out
 
 
@@ -405,15 +436,17 @@ def markdown(results):
     lines.append("")
     lines.append("| scenario/variant | vramd/global-lock throughput | vramd/direct throughput | "
                  "global-lock/vramd makespan | memory allows at once (requests; distinct models) | "
-                 "bound s (config-capped) | binding term |")
-    lines.append("|---|---|---|---|---|---|---|")
+                 "bound s (config-capped) | binding term | vramd evictions / reloads / recycles |")
+    lines.append("|---|---|---|---|---|---|---|---|")
     for key, sc in results["scenarios"].items():
         r, b = sc["ratios"], sc["bound"]
-        lines.append("| %s | %s | %s | %s | %d; %d | %s (%s) | %s |" % (
+        ev = sc["setups"].get("vramd", {}).get("vramd_events_median")
+        lines.append("| %s | %s | %s | %s | %d; %d | %s (%s) | %s | %s |" % (
             key, num(r["thr_vramd_over_global_lock"], "%.2f"), num(r["thr_vramd_over_direct"], "%.2f"),
             num(r["makespan_global_lock_over_vramd"], "%.2f"), b["max_concurrency_memory"],
             b["max_concurrency_memory_distinct_models"], num(b["bound_s"], "%.0f"), num(b["bound_config_s"], "%.0f"),
-            b["binding_term"]))
+            b["binding_term"],
+            "-" if not ev else "%g / %g / %g" % (ev["evictions"], ev["reloads"], ev["recycles"])))
     return "\n".join(lines) + "\n"
 
 
@@ -515,12 +548,16 @@ def main():
                     for shown, setup in order:
                         m = run_one(copy_dir, scn, jobs, bound, setup, build, timescale, duration, seed, a.cold)
                         runs[shown] = m
+                        ev = m["vramd_events"]
                         print("  rep %d %-11s ok %d/%d oom %d/%s thr %.2f/min p50 %s p99 %s makespan %s "
-                              "work %s peak %s GiB  (%.0fs real, others %.0f%% of a core)"
+                              "work %s peak %s GiB%s  (%.0fs real, others %.0f%% of a core)"
                               % (rep, shown, m["succeeded"], m["requests"], m["oom_seen"], m["oom_logged"],
                                  m["throughput_per_min"] or 0, num(m["p50_s"]), num(m["p99_s"]),
                                  num(m["makespan_s"], "%.0f"), pct(m["work_done_fraction"]),
-                                 num(m["gpu_peak_gib"]), m["run_real_s"], 100 * m["foreign_core_frac"]),
+                                 num(m["gpu_peak_gib"]),
+                                 "" if ev is None else "  evictions %d reloads %d recycles %d"
+                                 % (ev["evictions"], ev["reloads"], ev["recycles"]),
+                                 m["run_real_s"], 100 * m["foreign_core_frac"]),
                               flush=True)
                     reps.append(runs)
                 results["scenarios"][key] = {

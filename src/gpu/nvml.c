@@ -500,6 +500,11 @@ static void read_device(gpu_t *g, const managed_device_t *d, gpu_device_t *dev,
     dev->n_procs = 0;
     dev->procs_truncated = false;
 
+    /* Processes first, device memory second: anything allocated between the two reads
+     * then shows in `used` but not in the per-process list, so the caller's foreign usage
+     * (used minus its own processes) errs high, never low. */
+    read_processes(g, d, dev, snap);
+
     nvmlMemory_t mem = {0, 0, 0};
     nvmlReturn_t rc = g->nvml.device_get_memory_info(d->handle, &mem);
     if (rc != NVML_SUCCESS) {
@@ -509,8 +514,6 @@ static void read_device(gpu_t *g, const managed_device_t *d, gpu_device_t *dev,
     dev->total = mem.total;
     dev->used = mem.used;
     dev->free = mem.free;
-
-    read_processes(g, d, dev, snap);
 
     if (g->nvml.device_get_utilization_rates) {
         nvmlUtilization_t util = {0, 0};

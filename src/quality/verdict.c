@@ -71,16 +71,30 @@ int verdict_prepare_level(request_t *r, unsigned level, char *why, size_t whylen
     char ctype[256] = "";
     if (ct)
         snprintf(ctype, sizeof ctype, "%.*s", (int)ct->value.len, r->head + ct->value.off);
-    char *out = NULL;
-    size_t out_len = 0;
-    const char *src = r->orig_body.data ? r->orig_body.data : "";
-    size_t src_len = r->orig_body.data ? r->orig_body.len : 0;
-    if (degrade_rewrite(mc->degrade.ladder[level - 1].set, ct ? ctype : NULL, src, src_len, &out, &out_len, why,
-                        whylen) != 0)
+    /* levels are cumulative, like the field's ladders: level k applies the `set` of
+     * levels 1..k in order to the client's original body */
+    char *cur = malloc(r->orig_body.len + 1);
+    if (!cur) {
+        snprintf(why, whylen, "out of memory");
         return -1;
+    }
+    memcpy(cur, r->orig_body.data ? r->orig_body.data : "", r->orig_body.len);
+    size_t cur_len = r->orig_body.len;
+    for (unsigned k = 1; k <= level; k++) {
+        char *out = NULL;
+        size_t out_len = 0;
+        if (degrade_rewrite(mc->degrade.ladder[k - 1].set, ct ? ctype : NULL, cur, cur_len, &out, &out_len, why,
+                            whylen) != 0) {
+            free(cur);
+            return -1;
+        }
+        free(cur);
+        cur = out;
+        cur_len = out_len;
+    }
     buf_reset(&r->body);
-    int rc = buf_append(&r->body, out, out_len);
-    free(out);
+    int rc = buf_append(&r->body, cur, cur_len);
+    free(cur);
     if (rc != 0) {
         snprintf(why, whylen, "rewritten body over max_body");
         return -1;

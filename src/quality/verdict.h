@@ -5,7 +5,8 @@
  *   OOM (degrade.detect)            -> the estimate grows (sched_note_oom), recycle.on_oom
  *                                      restarts the instance, and the request is queued again
  *                                      at the next ladder level (body rewritten from the
- *                                      client's original, that level's per_request); past the
+ *                                      client's original by the `set` of levels 1..k in
+ *                                      order: levels are cumulative; that level's per_request); past the
  *                                      last level: 503 out_of_memory with the attempts.
  *   2xx that fails validation       -> retried once (same level), then 502 invalid_output.
  *   anything else                   -> delivered: status, headers, body, plus X-Request-Id,

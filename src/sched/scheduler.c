@@ -24,6 +24,7 @@
 
 #define CLEAR_CACHE_MIN_INTERVAL_MS 2000
 #define RECLAIM_GRACE_MS 5000
+#define RECLAIM_SETTLE_MS 1500
 #define LISTENER_LOOKUP_INTERVAL_MS 5000
 #define STARVE_MIN_MS 1000
 #define LEARN_MIN_SAMPLES 3
@@ -42,6 +43,7 @@ static struct {
     ledger_t ledger;
     gpu_snapshot_t *snap; /* last good snapshot (heap: it is large) */
     placer_candidate_t cands[PLACER_MAX_EVICT];
+    uint64_t foreign_raw[LEDGER_MAX_GPUS]; /* last raw reading: a drop needs two in a row */
     uint64_t last_listener_lookup_ms;
 } S;
 
@@ -639,7 +641,17 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
             in->measured += dev->procs[p].used;
             attributed += dev->procs[p].used;
         }
-        uint64_t foreign = dev->used > attributed ? dev->used - attributed : 0;
+        uint64_t raw = dev->used > attributed ? dev->used - attributed : 0;
+        /* foreign usage rises at once but falls only when two readings in a row agree: one
+         * reading taken while workers allocate cannot make capacity look larger than it is */
+        uint64_t foreign = raw;
+        uint64_t current = S.ledger.gpus[pos].foreign;
+        if (raw < current) {
+            foreign = raw > S.foreign_raw[pos] ? raw : S.foreign_raw[pos];
+            if (foreign > current)
+                foreign = current;
+        }
+        S.foreign_raw[pos] = raw;
         if (!d->cfg->gpu.foreign_measure)
             foreign = 0;
         ledger_set_gpu(&S.ledger, pos, dev->index, dev->total, d->cfg->gpu.headroom);
@@ -661,12 +673,17 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
                 } else {
                     /* unload hook: the process stays (CUDA context, residue); done when the
                      * usage stops falling; "returned" when at least half came back */
-                    if (in->measured <= in->reclaim_last && in->reclaim_last - in->measured <= in->mem.bytes / 100)
-                        in->reclaim_stable++;
-                    else
+                    if (in->measured <= in->reclaim_last && in->reclaim_last - in->measured <= in->mem.bytes / 100) {
+                        if (in->reclaim_stable++ == 0)
+                            in->reclaim_stable_since_ms = now;
+                    } else {
                         in->reclaim_stable = 0;
+                    }
                     in->reclaim_last = in->measured;
-                    settled = in->measured <= in->mem.bytes / 10 || in->reclaim_stable >= 3;
+                    /* drivers return memory over 0.5-1.5 s: "settled" = no further drop for
+                     * RECLAIM_SETTLE_MS and at least 3 snapshots */
+                    settled = in->measured <= in->mem.bytes / 10 ||
+                              (in->reclaim_stable >= 3 && now - in->reclaim_stable_since_ms >= RECLAIM_SETTLE_MS);
                     enough = in->measured <= in->mem.bytes / 2;
                 }
                 if (settled && !enough && !process_gone) {

@@ -93,6 +93,7 @@ struct instance {
     uint64_t reclaim_since_ms;
     uint64_t reclaim_last;   /* unload hooks: last measurement, to see the usage settle */
     unsigned reclaim_stable; /* consecutive snapshots without a further drop */
+    uint64_t reclaim_stable_since_ms;
     uint64_t last_clear_cache_ms;
     struct http_call *hook_call;
     unsigned in_flight;

@@ -1,0 +1,304 @@
+"""faultkit: helpers for the fault tests of vramd's resilience features (issue 5).
+
+The tests run the real binaries (vramd, simgpu, libnvidia-ml-sim.so, simworker) from
+$VRAMD_BUILD (default "build") through the scheduling tests' harness (sched.schedkit,
+imported by its package path: pytest puts tests/ on sys.path for both packages), and add
+what a fault test needs on top of it:
+
+  - FaultHarness (the `faults` fixture): schedkit.Harness plus
+      * faultworker_model(): a model served by tests/faults/faultworker.py (empty 200s,
+        {"score": 0} answers: things simworker never does);
+      * baseline(vd) / check_clean(vd, base): the end-of-case checks every case runs: the
+        ledger holds resident reservations only (each GPU reserved == reserved_resident,
+        reserved_requests == 0), no zombie child of vramd, every live child of vramd and
+        every live worker process of this test is an instance /v1/status lists (no leaked
+        worker or validator process), and vramd's descriptor count is back to its
+        baseline within FD_TOLERANCE;
+      * finish(): schedkit's finish (clean SIGTERM exit, no sanitizer report, no worker
+        left) plus no log line with a log_format_error field.
+  - /proc helpers: proc_state, pid_alive, children_of, zombie_children, fd_count.
+  - StreamClient: a raw-socket HTTP/1.1 client that reads a chunked response chunk by
+    chunk, so a test can act between two SSE events and see a stream cut short.
+
+Invariants: every wait is a poll with a deadline (a slow, loaded 2-core box, ASan builds);
+nothing here sleeps a fixed time where a condition can be polled; every process a test
+starts is killed at teardown (schedkit.Harness.close, which also kills any process whose
+command line holds the test's tag).
+"""
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from sched.schedkit import (GiB, MiB, REQUEST_TIMEOUT, Background, Harness, binary,  # noqa: F401
+                            free_port, pids_with_cmdline, request, sim_s, size, wait_for)
+
+PYTHON = "/usr/bin/python3"
+FAULTWORKER = str(Path(__file__).resolve().parent / "faultworker.py")
+FD_TOLERANCE = 3          # descriptors vramd may hold beyond its baseline (pooled upstreams)
+CLEAN_TIMEOUT = 15.0      # how long the end-of-case checks poll before failing
+
+
+# --- /proc ------------------------------------------------------------------------------
+
+def proc_stat(pid):
+    """(state, ppid) of a process from /proc/PID/stat, or None when it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_state(pid):
+    st = proc_stat(pid)
+    return st[0] if st else None
+
+
+def pid_alive(pid):
+    """The process exists and is not a zombie."""
+    state = proc_state(pid)
+    return state is not None and state not in ("Z", "X")
+
+
+def proc_cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def children_of(ppid):
+    """[(pid, state)] of every process whose parent is ppid."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        st = proc_stat(entry)
+        if st and st[1] == ppid:
+            out.append((int(entry), st[0]))
+    return out
+
+
+def zombie_children(ppid):
+    return [pid for pid, state in children_of(ppid) if state == "Z"]
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def wait_gone(pids, timeout=10.0, what="processes to exit"):
+    """Poll until none of pids is alive; fail after timeout."""
+    pids = list(pids)
+    return wait_for(lambda: not any(pid_alive(p) for p in pids), timeout=timeout,
+                    what=f"{what} (pids {pids})")
+
+
+# --- raw streaming client -------------------------------------------------------------------
+
+class PeerClosed(Exception):
+    """The connection ended before the response did."""
+
+
+class StreamClient:
+    """One request on a raw socket; the response head, then its chunked body chunk by chunk."""
+
+    def __init__(self, port, method, path, body=None, headers=None, timeout=REQUEST_TIMEOUT):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.timeout = timeout
+        self.buf = b""
+        data = json.dumps(body).encode() if isinstance(body, (dict, list)) else (body or b"")
+        hdrs = {"Host": "vramd.test", "Content-Type": "application/json",
+                "Content-Length": str(len(data))}
+        hdrs.update(headers or {})
+        head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items())
+        self.sock.sendall(head.encode("latin-1") + b"\r\n" + data)
+        self.status = None
+        self.headers = {}
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def _fill(self, deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out reading from vramd")
+        self.sock.settimeout(left)
+        try:
+            data = self.sock.recv(65536)
+        except socket.timeout:
+            raise TimeoutError("timed out reading from vramd") from None
+        except (ConnectionResetError, ConnectionAbortedError):
+            data = b""
+        if not data:
+            raise PeerClosed(f"connection closed (unread: {self.buf[:200]!r})")
+        self.buf += data
+
+    def _line(self, deadline):
+        while b"\r\n" not in self.buf:
+            self._fill(deadline)
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def read_head(self):
+        deadline = time.monotonic() + self.timeout
+        while b"\r\n\r\n" not in self.buf:
+            self._fill(deadline)
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        self.status = int(lines[0].split(" ", 2)[1])
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+        return self.status
+
+    def read_chunk(self):
+        """The next chunk's data; None after the last (zero-size) chunk. PeerClosed when the
+        connection ends before that."""
+        deadline = time.monotonic() + self.timeout
+        size_line = self._line(deadline)
+        n = int(size_line.split(b";")[0].strip(), 16)
+        if n == 0:
+            while self._line(deadline) != b"":
+                pass  # trailers
+            return None
+        while len(self.buf) < n + 2:
+            self._fill(deadline)
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+
+# --- the harness ------------------------------------------------------------------------------
+
+class Baseline:
+    def __init__(self, vramd_pid, fds):
+        self.vramd_pid = vramd_pid
+        self.fds = fds
+
+    def __repr__(self):
+        return f"<Baseline vramd={self.vramd_pid} fds={self.fds}>"
+
+
+class FaultHarness(Harness):
+    """schedkit.Harness with the fault suite's end-of-case checks (see the module docstring)."""
+
+    def faultworker_model(self, name, **overrides):
+        """A model served by faultworker.py (uses no GPU memory: no memory section)."""
+        m = {
+            "route": f"/{name}/",
+            "cmd": [PYTHON, FAULTWORKER, "--port", "{port}", "--name", f"{name}@{self.tag}"],
+            "health": {"path": "/health", "interval": "200ms", "timeout": "2s", "failures": 3},
+            "startup_timeout": "30s",
+            "stop_timeout": "2s",
+            "concurrency": 1,
+            "queue_max": 64,
+            "deadline": "60s",
+            "keep_alive": "10m",
+        }
+        m.update(overrides)
+        return m
+
+    # end-of-case checks ------------------------------------------------------------------
+    @staticmethod
+    def settled_fds(pid, samples=5, interval=0.05):
+        """vramd's descriptor count, the smallest of a few samples (a connection the test
+        just closed may take a loop turn to be closed on vramd's side)."""
+        best = None
+        for _ in range(samples):
+            n = fd_count(pid)
+            best = n if best is None else min(best, n)
+            time.sleep(interval)
+        return best
+
+    def baseline(self, vd):
+        """Descriptor baseline of a running vramd, taken in a steady state (models ready,
+        nothing in flight)."""
+        return Baseline(vd.proc.pid, self.settled_fds(vd.proc.pid))
+
+    def instance_pids(self, vd, status=None):
+        st = status or vd.status()
+        return {i["pid"] for m in st["models"] for i in m.get("instances", []) if i.get("pid")}
+
+    def check_clean(self, vd, base, timeout=CLEAN_TIMEOUT, exclude=()):
+        """The checks each case ends with: ledger back to resident reservations only; no
+        zombie child of vramd; every live child of vramd and every live process of this
+        test's workers is an instance in /v1/status; descriptors back to the baseline."""
+        assert vd.alive(), f"{vd.name} died ({vd.proc.returncode}):\n{vd.log_tail()}"
+        vd.assert_ledger_clean(timeout=timeout)
+        pid = vd.proc.pid
+        last = {}
+
+        def no_zombies():
+            last["z"] = zombie_children(pid)
+            return not last["z"]
+        deadline = time.monotonic() + timeout
+        while not no_zombies():
+            if time.monotonic() > deadline:
+                pytest.fail(f"zombie children of vramd: {last['z']}")
+            time.sleep(0.05)
+
+        def processes_match():
+            st = vd.status()
+            listed = self.instance_pids(vd, st)
+            kids = {p for p, s in children_of(pid) if s not in ("Z", "X")}
+            workers = {p for p in pids_with_cmdline(self.tag) if p not in exclude}
+            workers -= {w.pid for w in self.externals}
+            last["p"] = (listed, kids, workers)
+            return kids <= listed and workers <= listed
+        deadline = time.monotonic() + timeout
+        while not processes_match():
+            if time.monotonic() > deadline:
+                listed, kids, workers = last["p"]
+                extra = {p: proc_cmdline(p) for p in (kids | workers) - listed}
+                pytest.fail(f"processes not listed as instances in /v1/status: {extra} "
+                            f"(listed: {sorted(listed)})")
+            time.sleep(0.1)
+
+        def fds_back():
+            last["fds"] = self.settled_fds(pid, samples=3)
+            return last["fds"] <= base.fds + FD_TOLERANCE
+        deadline = time.monotonic() + timeout
+        while not fds_back():
+            if time.monotonic() > deadline:
+                fds = sorted(os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")
+                             if os.path.exists(f"/proc/{pid}/fd/{fd}"))
+                pytest.fail(f"vramd holds {last['fds']} descriptors, baseline {base.fds} "
+                            f"(+{FD_TOLERANCE} allowed): {fds}")
+            time.sleep(0.1)
+        return last["fds"]
+
+    def finish(self):
+        """schedkit's finish, then: no log line of any daemon has a log_format_error field."""
+        super().finish()
+        for vd in self.daemons:
+            bad = [e for e in vd.events() if "log_format_error" in e]
+            assert not bad, f"{vd.name}: log lines with log_format_error: {bad[:3]}"
+
+
+# --- small readers ------------------------------------------------------------------------------
+
+def resilience(vd, model):
+    return vd.model(model)["resilience"]
+
+
+def error_code(reply):
+    return reply.error_body().get("code")
+
+
+def instance_pid(vd, model, timeout=30.0):
+    """The pid of the model's READY instance (waits for one)."""
+    def find():
+        for i in vd.instances(model):
+            if i["state"] == "ready" and i.get("pid"):
+                return i["pid"]
+        return None
+    return wait_for(find, timeout=timeout, what=f"a ready instance of {model}")
