@@ -12,7 +12,8 @@ what a fault test needs on top of it:
         ledger holds resident reservations only (each GPU reserved == reserved_resident,
         reserved_requests == 0), no zombie child of vramd, every live child of vramd and
         every live worker process of this test is an instance /v1/status lists (no leaked
-        worker or validator process), and vramd's descriptor count is back to its
+        worker or validator process), and vramd's descriptor count, less what its live
+        workers explain (2 pipes per worker, 1 per idle pooled connection), is back to its
         baseline within FD_TOLERANCE;
       * finish(): schedkit's finish (clean SIGTERM exit, no sanitizer report, no worker
         left) plus no log line with a log_format_error field.
@@ -38,7 +39,7 @@ from sched.schedkit import (GiB, MiB, REQUEST_TIMEOUT, Background, Harness, bina
 
 PYTHON = "/usr/bin/python3"
 FAULTWORKER = str(Path(__file__).resolve().parent / "faultworker.py")
-FD_TOLERANCE = 3          # descriptors vramd may hold beyond its baseline (pooled upstreams)
+FD_TOLERANCE = 2          # descriptors vramd may hold beyond its baseline (connections closing)
 CLEAN_TIMEOUT = 15.0      # how long the end-of-case checks poll before failing
 
 
@@ -180,12 +181,15 @@ class StreamClient:
 # --- the harness ------------------------------------------------------------------------------
 
 class Baseline:
-    def __init__(self, vramd_pid, fds):
+    """vramd's descriptors in a steady state, less the ones its live workers explain."""
+
+    def __init__(self, vramd_pid, fds, own):
         self.vramd_pid = vramd_pid
-        self.fds = fds
+        self.fds = fds      # what /proc showed
+        self.own = own      # fds - the workers' share (see FaultHarness.fd_load)
 
     def __repr__(self):
-        return f"<Baseline vramd={self.vramd_pid} fds={self.fds}>"
+        return f"<Baseline vramd={self.vramd_pid} fds={self.fds} own={self.own}>"
 
 
 class FaultHarness(Harness):
@@ -219,10 +223,31 @@ class FaultHarness(Harness):
             time.sleep(interval)
         return best
 
+    def fd_load(self, vd):
+        """(fds, own): vramd's descriptor count, and that count less what its live workers
+        explain: 2 per live worker process (its stdout and stderr pipes) and 1 per idle
+        pooled upstream connection (idle_connections in /v1/status). `own` is what must not
+        grow: a leak shows there whatever the number of workers or pooled connections."""
+        pid = vd.proc.pid
+        for _ in range(5):
+            before = self.settled_fds(pid, samples=3)
+            st = vd.status()
+            after = self.settled_fds(pid, samples=3)
+            if before == after:
+                break
+        live = idle = 0
+        for m in st["models"]:
+            for i in m.get("instances", []):
+                if i.get("pid") and pid_alive(i["pid"]):
+                    live += 1
+                idle += i.get("idle_connections", 0)
+        return after, after - 2 * live - idle
+
     def baseline(self, vd):
-        """Descriptor baseline of a running vramd, taken in a steady state (models ready,
-        nothing in flight)."""
-        return Baseline(vd.proc.pid, self.settled_fds(vd.proc.pid))
+        """Descriptor baseline of a running vramd, taken in a steady state (nothing in
+        flight)."""
+        fds, own = self.fd_load(vd)
+        return Baseline(vd.proc.pid, fds, own)
 
     def instance_pids(self, vd, status=None):
         st = status or vd.status()
@@ -264,15 +289,16 @@ class FaultHarness(Harness):
             time.sleep(0.1)
 
         def fds_back():
-            last["fds"] = self.settled_fds(pid, samples=3)
-            return last["fds"] <= base.fds + FD_TOLERANCE
+            last["fds"] = self.fd_load(vd)
+            return last["fds"][1] <= base.own + FD_TOLERANCE
         deadline = time.monotonic() + timeout
         while not fds_back():
             if time.monotonic() > deadline:
                 fds = sorted(os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")
                              if os.path.exists(f"/proc/{pid}/fd/{fd}"))
-                pytest.fail(f"vramd holds {last['fds']} descriptors, baseline {base.fds} "
-                            f"(+{FD_TOLERANCE} allowed): {fds}")
+                pytest.fail(f"vramd's own descriptors (less 2 per live worker and 1 per idle "
+                            f"pooled connection): {last['fds'][1]} of {last['fds'][0]}, baseline "
+                            f"{base} (+{FD_TOLERANCE} allowed): {fds}")
             time.sleep(0.1)
         return last["fds"]
 
@@ -302,3 +328,16 @@ def instance_pid(vd, model, timeout=30.0):
                 return i["pid"]
         return None
     return wait_for(find, timeout=timeout, what=f"a ready instance of {model}")
+
+
+def wait_worker_running(vd, model, n=1, timeout=30.0):
+    """Poll the simworker's own /status until n requests run inside it (vramd's in_flight
+    counts a request from its dispatch, before the worker has it)."""
+    def running():
+        for i in vd.instances(model):
+            if i["state"] == "ready" and i.get("port"):
+                r = request(i["port"], "GET", "/status", timeout=5)
+                if r.status == 200 and r.json()["requests"]["running"] >= n:
+                    return i["pid"]
+        return None
+    return wait_for(running, timeout=timeout, what=f"{n} request(s) running inside {model}'s worker")

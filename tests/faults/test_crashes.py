@@ -12,7 +12,7 @@ import os
 import signal
 
 from .faultkit import (GiB, PeerClosed, StreamClient, error_code, instance_pid, pid_alive,
-                       resilience, sim_s, wait_for, wait_gone)
+                       resilience, sim_s, wait_gone, wait_worker_running)
 
 WORKER = ["--resident", "1GiB", "--per-request", "512MiB", "--run-time", sim_s(1),
           "--time-scale", "steps:1:1"]
@@ -34,7 +34,7 @@ def test_sigkill_before_response_is_502_and_next_request_runs_on_a_new_worker(fa
     pid = instance_pid(vd, "crashy")
 
     running = vd.later("crashy", {"steps": 100})     # 5 s real: killed long before its end
-    vd.wait_in_flight("crashy")
+    assert wait_worker_running(vd, "crashy") == pid
     os.kill(pid, signal.SIGKILL)
     r = running.result()
     assert r.status == 502, r
@@ -120,13 +120,15 @@ def test_sigstop_hang_is_504_and_the_instance_is_replaced(faults):
     pid = instance_pid(vd, "hangy")
 
     running = vd.later("hangy", {"steps": 10})
-    vd.wait_in_flight("hangy")
+    assert wait_worker_running(vd, "hangy") == pid
     os.kill(pid, signal.SIGSTOP)
     try:
         r = running.result()
     finally:
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGCONT)
+        try:
+            os.kill(pid, signal.SIGCONT)   # in case vramd did not kill it
+        except ProcessLookupError:
+            pass
     assert r.status == 504, r
     assert error_code(r) == "worker_hang", r
     hang = vd.wait_event("worker_hang", model="hangy")[0]

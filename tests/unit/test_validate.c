@@ -418,6 +418,38 @@ static void test_glb_stride(void **state)
     assert_invalid(validate_glb, &f, "larger than its byteStride");
 }
 
+/* A JSON chunk of more than a million values is refused before cJSON builds a tree of it. */
+static void test_glb_json_value_cap(void **state)
+{
+    (void)state;
+    const char *head = "{\"asset\":{\"version\":\"2.0\"},\"x\":[";
+    size_t zeros = 1000000, json_len = strlen(head) + 2 * zeros + 1; /* "0," x n, "0]}" */
+    size_t chunk = (json_len + 3) & ~(size_t)3, total = 20 + chunk;
+    unsigned char *g = malloc(total);
+    assert_non_null(g);
+    memcpy(g, "glTF", 4);
+    t_le32(g + 4, 2);
+    t_le32(g + 8, (uint32_t)total);
+    t_le32(g + 12, (uint32_t)chunk);
+    memcpy(g + 16, "JSON", 4);
+    unsigned char *j = g + 20;
+    memcpy(j, head, strlen(head));
+    j += strlen(head);
+    for (size_t k = 0; k < zeros; k++, j += 2)
+        memcpy(j, k + 1 < zeros ? "0," : "0]", 2);
+    *j++ = '}';
+    while (j < g + total)
+        *j++ = ' ';
+    char why[WHY_LEN];
+    assert_int_equal(validate_glb(g, total, why, sizeof why), -1);
+    assert_non_null(strstr(why, "more than 1000000 values"));
+    /* The same with 999990 zeros fits under the cap and is valid. */
+    memcpy(g + 20 + strlen(head) + 2 * 999990 - 2, "0]}", 3);
+    memset(g + 20 + strlen(head) + 2 * 999990 + 1, ' ', total - (20 + strlen(head) + 2 * 999990 + 1));
+    assert_int_equal(validate_glb(g, total, why, sizeof why), 0);
+    free(g);
+}
+
 /* ------------------------------------------------------------------ PLY */
 
 #define PLY_ASCII_TRIANGLE                                                                       \
@@ -966,6 +998,7 @@ int main(void)
         cmocka_unit_test(test_glb_buffer_view_faults),
         cmocka_unit_test(test_glb_accessor_faults),
         cmocka_unit_test(test_glb_stride),
+        cmocka_unit_test(test_glb_json_value_cap),
         cmocka_unit_test(test_ply_ascii),
         cmocka_unit_test(test_ply_binary),
         cmocka_unit_test(test_ply_header_faults),
