@@ -86,7 +86,8 @@ struct request {
     unsigned invalid_retries; /* retries after an invalid output (at most 1) */
     unsigned crash_retries;   /* retries after a worker crash (retry: safe, at most 1) */
     bool is_retry;            /* this attempt is a retry (counts against the retry budget) */
-    struct process *validator; /* a validate.cmd process judging resp_body */
+    struct process *validator; /* a validate.cmd run (or pool work) judging resp_body */
+    bool validating_in_pool;   /* validator points at a thread-pool validation */
 };
 
 struct conn {

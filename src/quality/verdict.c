@@ -30,6 +30,18 @@ typedef struct validator_run {
     int handles;
 } validator_run_t;
 
+typedef struct validate_work {
+    uv_work_t work;
+    request_t *r; /* NULL once the client left */
+    const char *kind;
+    uint64_t min_bytes;
+    char *body;
+    size_t body_len;
+    size_t body_max;
+    int rc;
+    char why[256];
+} validate_work_t;
+
 bool verdict_wants_buffer(const request_t *r)
 {
     const model_config_t *mc = r->model ? r->model->cfg : NULL;
@@ -253,6 +265,14 @@ static void run_validator_cmd(request_t *r)
 
 void verdict_cancel(request_t *r)
 {
+    if (r->validating_in_pool) {
+        validate_work_t *w = (validate_work_t *)r->validator;
+        r->validator = NULL;
+        r->validating_in_pool = false;
+        if (w)
+            w->r = NULL; /* the work frees the body and itself when it completes */
+        return;
+    }
     validator_run_t *v = (validator_run_t *)r->validator;
     if (!v)
         return;
@@ -260,6 +280,66 @@ void verdict_cancel(request_t *r)
     v->r = NULL;
     if (v->proc)
         process_signal(v->proc, SIGKILL);
+}
+
+/* ---- built-in validators off the loop ----------------------------------------------------- */
+
+/* Large bodies are validated on libuv's thread pool so the loop never stalls (tens of MB
+ * take tens to hundreds of ms). The body moves into the work item while it runs, so a
+ * client that leaves meanwhile cannot free it under the worker thread. */
+#define VALIDATE_INLINE_MAX (256 * 1024)
+
+static void judged_valid_builtin(request_t *r);
+
+static void on_validate_work(uv_work_t *w)
+{
+    validate_work_t *v = (validate_work_t *)w;
+    v->rc = validate_body(v->kind, v->min_bytes, (const unsigned char *)v->body, v->body_len, v->why, sizeof v->why);
+}
+
+static void on_validate_done(uv_work_t *w, int status)
+{
+    validate_work_t *v = (validate_work_t *)w;
+    request_t *r = v->r;
+    if (!r) {
+        free(v->body);
+        free(v);
+        return;
+    }
+    r->validator = NULL;
+    r->validating_in_pool = false;
+    r->resp_body.data = v->body; /* give the body back */
+    r->resp_body.len = v->body_len;
+    r->resp_body.cap = v->body_max;
+    if (status != 0)
+        judged_invalid(r, "validation was cancelled");
+    else if (v->rc != 0)
+        judged_invalid(r, v->why);
+    else
+        judged_valid_builtin(r);
+    free(v);
+}
+
+static bool validate_off_loop(request_t *r, const char *kind)
+{
+    validate_work_t *v = calloc(1, sizeof *v);
+    if (!v)
+        return false;
+    v->r = r;
+    v->kind = kind;
+    v->min_bytes = r->model->cfg->validate.min_bytes;
+    v->body_max = r->resp_body.cap;
+    v->body = buf_steal(&r->resp_body, &v->body_len);
+    if (uv_queue_work(r->conn->d->loop, &v->work, on_validate_work, on_validate_done) != 0) {
+        r->resp_body.data = v->body;
+        r->resp_body.len = v->body_len;
+        r->resp_body.cap = v->body_max;
+        free(v);
+        return false;
+    }
+    r->validator = (struct process *)v;
+    r->validating_in_pool = true;
+    return true;
 }
 
 /* ---- the verdict ---------------------------------------------------------------------- */
@@ -284,11 +364,21 @@ static void judge_output(request_t *r)
         run_validator_cmd(r);
         return;
     }
+    if (r->resp_body.len > VALIDATE_INLINE_MAX && validate_off_loop(r, kinds[mc->validate.kind]))
+        return;
     if (validate_body(kinds[mc->validate.kind], mc->validate.min_bytes, (const unsigned char *)r->resp_body.data,
                       r->resp_body.len, why, sizeof why) != 0) {
         judged_invalid(r, why);
         return;
     }
+    judged_valid_builtin(r);
+}
+
+/* The built-in structural check passed: the declared false-success check, then deliver. */
+static void judged_valid_builtin(request_t *r)
+{
+    const model_config_t *mc = r->model->cfg;
+    char why[256];
     if (mc->validate.json_path) {
         /* a declared false success, e.g. {"score": 0} */
         cJSON *doc = cJSON_ParseWithLength(r->resp_body.data ? r->resp_body.data : "", r->resp_body.len);
