@@ -146,14 +146,16 @@ $(BUILD)/bench/%: $(BUILD)/libvramd.a $(BENCH_SRCS)
 deps:
 	@sh mk/deps.sh
 
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@$(MAKE) --no-print-directory lint
-	@$(MAKE) --no-print-directory SAN=1 all
+	@$(MAKE) --no-print-directory -j$(JOBS) SAN=1 all
 	@/usr/bin/python3 tests/run_tests.py --build build --san-build build-san
 
 demo: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@/usr/bin/python3 examples/demo.py --build build
 
 # Each fuzzer links only the sources it exercises: FUZZ_DEPS_<name> (the .c files; headers

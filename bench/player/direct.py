@@ -21,6 +21,7 @@ Runs until SIGTERM/SIGINT, then stops its workers (SIGTERM, then SIGKILL).
 import argparse
 import http.client
 import http.server
+import json
 import os
 import signal
 import socket
@@ -44,23 +45,27 @@ def free_port():
 
 def start_workers(cfg, fix, lock_file, log):
     routes = []  # (prefix, host, port, strip)
+    names = {}   # model name or alias -> (host, port): OpenAI-style routing by body "model"
+    health = []  # (host, port, path) of the workers started here
     procs = []
     defaults = cfg.get("defaults") or {}
     for name, m in (cfg.get("models") or {}).items():
         mm = dict(defaults)
         mm.update(m or {})
         route = mm.get("route")
-        if not route:
-            continue
-        if not route.startswith("/"):
-            route = "/" + route
-        if not route.endswith("/"):
-            route += "/"
+        if route:
+            if not route.startswith("/"):
+                route = "/" + route
+            if not route.endswith("/"):
+                route += "/"
         strip = mm.get("strip", True)
         if mm.get("url"):
             hostport = mm["url"].split("//", 1)[1].rstrip("/")
             host, port = hostport.rsplit(":", 1)
-            routes.append((route, host, int(port), strip))
+            if route:
+                routes.append((route, host, int(port), strip))
+            for n in [name] + list(mm.get("aliases") or []):
+                names[n] = (host, int(port))
             continue
         port = free_port()
         gpus = mm.get("gpus")
@@ -75,12 +80,30 @@ def start_workers(cfg, fix, lock_file, log):
         env.update({k: str(v) for k, v in (mm.get("env") or {}).items()})
         procs.append(subprocess.Popen(argv, env=env, cwd=mm.get("cwd"), stdout=log, stderr=log,
                                       start_new_session=True))
-        routes.append((route, "127.0.0.1", port, strip))
+        if route:
+            routes.append((route, "127.0.0.1", port, strip))
+        for n in [name] + list(mm.get("aliases") or []):
+            names[n] = ("127.0.0.1", port)
+        health.append(("127.0.0.1", port, (mm.get("health") or {}).get("path", "/health")))
     routes.sort(key=lambda r: -len(r[0]))
-    return routes, procs
+    return routes, names, health, procs
 
 
-def make_handler(routes, timeout):
+def all_healthy(health):
+    for host, port, path in health:
+        try:
+            c = http.client.HTTPConnection(host, port, timeout=2)
+            c.request("GET", path)
+            ok = c.getresponse().status == 200
+            c.close()
+        except (OSError, http.client.HTTPException):
+            ok = False
+        if not ok:
+            return False
+    return True
+
+
+def make_handler(routes, names, health, timeout):
     class Router(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -88,21 +111,40 @@ def make_handler(routes, timeout):
             pass
 
         def _forward(self):
+            if self.path == "/__direct_ready":
+                ok = all_healthy(health)
+                data = b'{"ready": %s}' % (b"true" if ok else b"false")
+                self.send_response(200 if ok else 503)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n) if n else None
+            target_hp = None
             for prefix, host, port, strip in routes:
                 if self.path.startswith(prefix) or self.path == prefix[:-1]:
+                    target_hp = (host, port)
                     break
-            else:
+            if target_hp is None and self.command == "POST" and self.path.startswith("/v1/") and body:
+                try:
+                    doc = json.loads(body)
+                    if isinstance(doc, dict) and doc.get("model") in names:
+                        target_hp = names[doc["model"]]
+                        prefix, strip = "/", False
+                except ValueError:
+                    pass
+            if target_hp is None:
                 body = b'{"error": "no route"}'
                 self.send_response(404)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
                 return
+            host, port = target_hp
             target = self.path[len(prefix) - 1:] if strip else self.path
             if not target.startswith("/"):
                 target = "/" + target
-            n = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(n) if n else None
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
             try:
                 c = http.client.HTTPConnection(host, port, timeout=timeout)
@@ -143,8 +185,9 @@ def main():
         cfg = yaml.safe_load(f)
     lock_file = args.lock_file or "/tmp/direct-global-lock.%d" % os.getpid()
     log = open(args.log, "ab") if args.log else subprocess.DEVNULL
-    routes, procs = start_workers(cfg, args.fix, lock_file, log)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(routes, args.timeout))
+    routes, names, health, procs = start_workers(cfg, args.fix, lock_file, log)
+    http.server.ThreadingHTTPServer.request_queue_size = 1024  # bursts of clients, like a real server
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(routes, names, health, args.timeout))
     server.daemon_threads = True
 
     def stop(*_):

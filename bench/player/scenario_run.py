@@ -119,8 +119,8 @@ def run(scenario, setup, build="build", timescale=0.02, duration=None, requests=
                                       "--lock-file", os.path.join(work, "gpu.lock"), "--log", worker_log],
                                      env=env, cwd=ROOT, stdout=open(os.path.join(work, "direct.log"), "ab"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
-            ok = wait_http("http://127.0.0.1:%d/__none__" % port, 2) or True  # router answers 404: up
-            time.sleep(0.3)
+            # ready when every worker it started answers its health check (models loaded)
+            ok = wait_http("http://127.0.0.1:%d/__direct_ready" % port, 300)
         if not ok:
             raise RuntimeError("%s did not start (see %s)" % (setup, work))
         out = os.path.join(work, "player.json")

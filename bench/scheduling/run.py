@@ -38,10 +38,15 @@ core other processes of this shared machine used meanwhile.
 Lower bound: bench/scheduling/lower_bound.py (formula and what it ignores: its docstring and
 bench/scheduling/README.md).
 
+Invariants: every process of a run is started and stopped by scenario_run.run (also on an
+error, and on SIGTERM, which unwinds like Ctrl-C); the scenario copies and the binary snapshot
+are removed at the end; everything listens on 127.0.0.1 only; a run that cannot be set up
+stops the benchmark (BenchError, exit 1) rather than leaving a made-up row.
+
 Usage: run.sh [--quick] [--reps R] [--scenarios a,b] [--variants open,burst] [--timescale X]
               [--burst-timescale X] [--duration 10m] [--cold] [--no-decision-cost]
 Prints a table; writes bench/results/scheduling-<stamp>.json (-latest.json) and a Markdown
-table bench/results/scheduling-latest.md. Raises (exit 1) when a run cannot be set up; a run's
+table bench/results/scheduling-latest.md (--quick: scheduling-quick-*). Raises (exit 1) when a run cannot be set up; a run's
 failed requests are results, not errors.
 """
 
@@ -574,8 +579,9 @@ def main():
     md = markdown(results)
     print()
     print(md)
-    path = bl.write_results("scheduling", results)
-    with open(os.path.join(bl.RESULTS_DIR, "scheduling-latest.md"), "w") as f:
+    name = "scheduling-quick" if a.quick else "scheduling"  # a smoke run never replaces the latest results
+    path = bl.write_results(name, results)
+    with open(os.path.join(bl.RESULTS_DIR, "%s-latest.md" % name), "w") as f:
         f.write(md)
     print("results: %s (%.0f s)" % (path, results["total_real_s"]))
     return 0

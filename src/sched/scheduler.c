@@ -726,9 +726,13 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
                      * process may hold cached memory), and it only ever falls afterwards */
                     if ((!in->baseline && in->requests_total == 0) || (in->baseline && in->measured < in->baseline))
                         in->baseline = in->measured;
-                    /* recycle.max_growth: memory that stays after a request, measured idle; with
-                     * a clear_cache hook the cache is given back first, so only a leak counts */
+                    /* recycle.max_growth: memory that stays after a request, measured idle. A
+                     * framework's allocator cache is not a leak: with a clear_cache hook the
+                     * cache is given back first and what remains is growth; without one, up to
+                     * one request's estimate is taken as cache and only growth beyond it counts */
                     uint64_t growth_cap = m->cfg->recycle.max_growth;
+                    if (growth_cap && !m->cfg->clear_cache.set)
+                        growth_cap += sched_request_estimate(m);
                     if (growth_cap && in->baseline && in->measured > in->baseline + growth_cap) {
                         bool cache_cleared = !m->cfg->clear_cache.set ||
                                              (in->last_clear_cache_ms && now - in->last_clear_cache_ms < 10000 &&

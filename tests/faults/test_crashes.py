@@ -11,7 +11,7 @@ import json
 import os
 import signal
 
-from .faultkit import (GiB, PeerClosed, StreamClient, error_code, instance_pid, pid_alive,
+from .faultkit import (PeerClosed, StreamClient, error_code, instance_pid, pid_alive,
                        resilience, sim_s, wait_gone, wait_worker_running)
 
 WORKER = ["--resident", "1GiB", "--per-request", "512MiB", "--run-time", sim_s(1),

@@ -93,6 +93,9 @@ def test_after_requests_recycles_after_the_third_request(faults):
     rec = vd.events("worker_recycle", model="cycled")
     assert [(e["reason"], e["requests"], e["in_flight"]) for e in rec] == \
         [("after_requests", 3, 0)] * 2, rec
+    # the workers' lines reach vramd's log through their stderr pipes, maybe after the answer
+    wait_for(lambda: sum(n for _, n in served_by(vd, "cycled")) >= 7,
+             what="the workers' request_done lines in vramd's log")
     served = served_by(vd, "cycled")
     assert [n for _, n in served] == [3, 3, 1], served
     assert len({pid for pid, _ in served}) == 3, served

@@ -11,7 +11,7 @@ magic, empty; png: truncated, bad CRC, bad signature, empty; json: truncated, no
 empty) and logs each as "corrupt_output" (which vramd's log carries as worker_output).
 Every case ends with faults.check_clean and faults.finish (see test_crashes.py).
 """
-from .faultkit import error_code, resilience, sim_s
+from .faultkit import error_code, resilience, sim_s, wait_for
 
 # kind -> (number of broken variants simworker cycles through, magic at the start of a good body)
 KINDS = {"glb": (6, b"glTF"), "ply": (4, b"ply\n"), "png": (4, b"\x89PNG\r\n\x1a\n"),
@@ -53,6 +53,8 @@ def test_every_output_corrupt_is_retried_once_then_502_invalid_output(faults):
         assert [e["retries"] for e in inv] == [0, 1] * requests, (kind, inv)
         assert all(e["status"] == 200 for e in inv), inv
         assert resilience(vd, kind)["invalid_total"] == 2 * requests
+        # the worker's lines reach vramd's log through its stderr pipe, maybe after the answer
+        wait_for(lambda: len(corrupt_lines(vd, kind)) >= len(inv), what=f"{kind}'s corrupt_output lines")
         lines = corrupt_lines(vd, kind)
         assert len(lines) == len(inv), (kind, lines, inv)
         variants_seen = {line.rsplit("variant=", 1)[1] for line in lines}
@@ -87,6 +89,7 @@ def test_every_second_output_corrupt_the_retry_succeeds(faults):
         assert resilience(vd, kind)["invalid_total"] == 1
         retries = vd.events("request_retry", model=kind)
         assert [e["reason"] for e in retries] == ["invalid output"], retries
+        wait_for(lambda: corrupt_lines(vd, kind), what=f"{kind}'s corrupt_output line")
         assert len(corrupt_lines(vd, kind)) == 1
     faults.check_clean(vd, base)
     faults.finish()
