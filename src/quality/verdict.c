@@ -115,8 +115,12 @@ int verdict_prepare_level(request_t *r, unsigned level, char *why, size_t whylen
     return 0;
 }
 
-static bool retry_allowed(vramd_t *d)
+/* The retry budget: at most 20 % of the requests queued or running (at least 1) may be
+ * retries. A request counts once, however many levels it goes down. */
+static bool retry_allowed(vramd_t *d, const request_t *r)
 {
+    if (r->is_retry)
+        return true;
     unsigned running = d->in_flight_total + d->queued_total;
     unsigned budget = running / 5;
     if (budget < 1)
@@ -173,7 +177,7 @@ static void judged_invalid(request_t *r, const char *why)
     log_event(LOG_WARN, "invalid_output", "request_id=%s model=%s status=%d bytes=%zu reason=%s retries=%u", r->id,
               m->name, r->resp_status, r->resp_body.len, why, r->invalid_retries);
     m->invalid_total++;
-    if (r->invalid_retries < 1 && retry_allowed(r->conn->d)) {
+    if (r->invalid_retries < 1 && retry_allowed(r->conn->d, r)) {
         r->invalid_retries++;
         retry(r, "invalid output");
         return;
@@ -404,7 +408,7 @@ void verdict_judge(request_t *r, bool oom)
         log_event(LOG_WARN, "oom", "request_id=%s model=%s level=%u status=%d next_level=%u of=%zu", r->id, m->name,
                   r->level, r->resp_status, next, mc->degrade.n_ladder);
         vramd_note_event(m->d, "OOM in %s at level %u", m->name, r->level);
-        if (next <= mc->degrade.n_ladder && retry_allowed(r->conn->d)) {
+        if (next <= mc->degrade.n_ladder && retry_allowed(r->conn->d, r)) {
             char why[200];
             if (verdict_prepare_level(r, next, why, sizeof why) == 0) {
                 m->degraded_total++;

@@ -186,8 +186,9 @@ def test_a_thousand_kill_restart_cycles_leave_no_zombie_and_no_descriptor(faults
     assert not zombie_children(vpid)
     for n in names:
         assert vd.generate(n).status == 200
-    faults.check_clean(vd, base)
+    fds, own = faults.check_clean(vd, base)
     live = [p for p, s in children_of(vpid) if s != "Z"]
     assert len(live) == models_n, live
-    print(f"{models_n * rounds} kill/restart cycles in {elapsed:.1f} s; descriptors {base}")
+    print(f"{models_n * rounds} kill/restart cycles in {elapsed:.1f} s; descriptors at the "
+          f"start {base}, at the end {fds} (own {own})")
     faults.finish()
