@@ -525,6 +525,15 @@ void sched_place_instance(instance_t *inst, size_t gpu_pos)
     ledger_force(&S.ledger, gpu_pos, &inst->mem, LEDGER_RESIDENT, m->cfg->memory.resident, m->name, inst);
 }
 
+void sched_instance_ready(instance_t *inst)
+{
+    inst->baseline = 0;
+    if (inst->gpu_pos < 0 || !S.ok || !S.gpu)
+        return;
+    inst->baseline_pending = true;
+    gpu_poll_now(S.gpu);
+}
+
 void sched_instance_unloading(instance_t *inst)
 {
     if (inst->mem.gpu < 0)
@@ -722,10 +731,15 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
                     ledger_resize(&S.ledger, &in->mem, b);
             } else if (in->state == INST_READY && !in->stop_requested) {
                 if (in->in_flight == 0) {
-                    /* the post-load baseline: only before any request ran (afterwards the
-                     * process may hold cached memory), and it only ever falls afterwards */
-                    if ((!in->baseline && in->requests_total == 0) || (in->baseline && in->measured < in->baseline))
+                    /* the post-load baseline: taken from the first snapshot after READY (its
+                     * first request waited for it), and it only ever falls afterwards */
+                    if (in->baseline_pending || (!in->baseline && in->requests_total == 0) ||
+                        (in->baseline && in->measured < in->baseline))
                         in->baseline = in->measured;
+                    if (in->baseline_pending) {
+                        in->baseline_pending = false;
+                        model_schedule_pump(m);
+                    }
                     /* recycle.max_growth: memory that stays after a request, measured idle. A
                      * framework's allocator cache is not a leak: with a clear_cache hook the
                      * cache is given back first and what remains is growth; without one, up to

@@ -92,6 +92,9 @@ void sched_note_oom(model_t *m);
 
 /* Add the "gpus" array and memory fields to a status object (cJSON *). */
 void sched_status_json(void *gpus_array);
+/* An instance just became READY: take its post-load baseline from a snapshot read now
+ * (its first request waits for it, one NVML read). */
+void sched_instance_ready(instance_t *inst);
 /* Pump every model that has queued requests (memory was released). */
 void sched_pump_all(vramd_t *d);
 

@@ -57,6 +57,7 @@
 #include "common/buf.h"
 #include "common/list.h"
 #include "common/log.h"
+#include "gpu/procfs.h"
 
 #define PROCESS_LINE_MAX 8192
 #define PROCESS_CAPTURE_MAX (64 * 1024)
@@ -988,6 +989,55 @@ static bool ends_with(const char *s, const char *suffix)
     return ls > lx && strcmp(s + ls - lx, suffix) == 0;
 }
 
+/* The group's leader died (PR_SET_PDEATHSIG killed it with vramd) but processes it started
+ * (a wrapper's child, say) may live on in its process group. Kill the members of pgid that
+ * are orphans of it: started no earlier than the leader, not a leader themselves (a live
+ * process with pid == pgid is a new group that reused the number), and whose parent is
+ * outside the group (orphans are re-parented to init or a subreaper). Returns 1 when
+ * something was killed. */
+static int kill_orphaned_group(int pgid, unsigned long long leader_start, const char *path)
+{
+    DIR *proc = opendir("/proc");
+    if (!proc)
+        return 0;
+    int killed = 0;
+    struct dirent *de;
+    while ((de = readdir(proc)) != NULL) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        int pid = atoi(de->d_name);
+        char fn[64], data[1024];
+        snprintf(fn, sizeof fn, "/proc/%d/stat", pid);
+        int fd = open(fn, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, data, sizeof data - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        data[n] = '\0';
+        char *rp = strrchr(data, ')');
+        char state;
+        int ppid, pgrp;
+        if (!rp || sscanf(rp + 1, " %c %d %d", &state, &ppid, &pgrp) != 3 || pgrp != pgid || pid == pgid)
+            continue;
+        unsigned long long st = 0;
+        if (read_starttime(pid, &st) != 0 || st < leader_start)
+            continue;
+        /* an orphan of our dead worker has been re-parented away from the group */
+        bool parent_in_group = ppid > 1 && procfs_pgid(ppid) == pgid;
+        if (parent_in_group)
+            continue;
+        kill(-pgid, SIGKILL);
+        kill(pid, SIGKILL);
+        log_event(LOG_WARN, "stale_worker_killed", "pid=%d pgid=%d pidfile=%s reason=%s", pid, pgid, path,
+                  "leader gone, group member left");
+        killed = 1;
+    }
+    closedir(proc);
+    return killed;
+}
+
 /* Kill the process a pid file names if it is still the same process; 1 if killed. */
 static int kill_if_same(const char *path)
 {
@@ -1007,7 +1057,7 @@ static int kill_if_same(const char *path)
     if (pid == getpid() || pgid == getpgrp())
         return 0; /* never ourselves */
     if (read_starttime(pid, &now) != 0 || now != starttime)
-        return 0; /* gone, or the pid was reused by another process */
+        return kill_orphaned_group(pgid, starttime, path); /* the leader is gone: its group may not be */
     kill(-pgid, SIGKILL);
     kill(pid, SIGKILL);
     log_event(LOG_WARN, "stale_worker_killed", "pid=%d pgid=%d pidfile=%s", pid, pgid, path);

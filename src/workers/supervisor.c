@@ -328,7 +328,7 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
             m->consecutive_failures = 0;
             m->loads_total++;
             sched_note_load(m, now - inst->started_ms);
-            inst->baseline = 0; /* measured at the first idle snapshot */
+            sched_instance_ready(inst);
             log_event(LOG_INFO, "worker_ready", "model=%s instance=%u pid=%d port=%d startup_ms=%llu",
                       m->name, inst->id, (int)inst->pid, inst->port,
                       (unsigned long long)(now - inst->started_ms));
@@ -833,6 +833,8 @@ static instance_t *free_instance(model_t *m)
         instance_t *in = list_entry(it, instance_t, link);
         if (in->state != INST_READY || in->stop_requested || in->suspect || in->in_flight >= m->cfg->concurrency)
             continue;
+        if (in->baseline_pending && sched_gpu_ok())
+            continue; /* one NVML read away: its post-load baseline is being measured */
         if (!best || in->in_flight < best->in_flight)
             best = in;
     }

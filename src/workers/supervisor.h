@@ -84,6 +84,7 @@ struct instance {
     pid_t external_pid;      /* external servers: pid listening on the port, 0 = unknown */
     uint64_t measured;       /* bytes NVML shows for its processes (last snapshot) */
     uint64_t baseline;       /* measured when it became ready (nothing cached yet) */
+    bool baseline_pending;   /* READY, waiting for the first snapshot to take the baseline */
     uint64_t run_peak;       /* peak measured while requests ran */
     bool run_alone;          /* only one request ran since run_peak was reset */
     uint64_t credit_used;    /* cached memory lent to running requests */

@@ -74,8 +74,10 @@ def test_oom_at_every_level_is_503_out_of_memory_with_the_attempts(faults):
     """The real peak is 64 GiB at resolution 1024, so even level 2 (16 GiB) OOMs on the
     8 GiB card: expected 503 out_of_memory whose message names the 3 attempts, three `oom`
     events (levels 0, 1, 2), resilience oom_total 3 / degraded_total 2 (two retries at a
-    lower level), and no X-Vramd-Degrade-Level success header. A small request still
-    succeeds afterwards on the same worker."""
+    lower level). The same request again: the same answer (6 OOM'd attempts in a row on
+    one worker). An OOM is an answer the worker gave, not a broken worker: without
+    recycle.on_oom the instance is not restarted (no worker_recycle; its failed_in_row
+    stays 0), and a small request still succeeds afterwards on the same worker."""
     gpu = faults.gpu_set("8GiB")
     vd = faults.start_vramd(gpu, {"deg": oom_model(faults, "deg", per_request="64GiB")})
     vd.allow_oom.add("deg")
@@ -91,6 +93,12 @@ def test_oom_at_every_level_is_503_out_of_memory_with_the_attempts(faults):
     assert [e["level"] for e in vd.events("oom", model="deg")] == [0, 1, 2]
     rs = resilience(vd, "deg")
     assert rs["oom_total"] == 3 and rs["degraded_total"] == 2, rs
+
+    r = vd.generate("deg", {"resolution": 1024})
+    assert r.status == 503 and error_code(r) == "out_of_memory", r
+    assert resilience(vd, "deg")["oom_total"] == 6
+    assert not vd.events("worker_recycle", model="deg"), vd.events("worker_recycle")
+    assert [i["failed_in_row"] for i in vd.instances("deg")] == [0], vd.instances("deg")
 
     r = vd.generate("deg", {"resolution": 64})
     assert r.status == 200, r

@@ -133,7 +133,8 @@ def test_a_thousand_kill_restart_cycles_leave_no_zombie_and_no_descriptor(faults
     and asks for each model again with POST /v1/models/NAME/load (which clears the restart
     backoff and answers 200 once a new worker is ready; without it each crash would wait
     1 s of backoff). Expected: every load answers 200 with state ready, vramd logged 1,000
-    unexpected worker_exit events (signal 9) and 1,000 restarts, and at the end: no zombie
+    unexpected worker_exit events (signal 9) and 1,000 restarts (plus one per failed start,
+    if any), and at the end: no zombie
     child, exactly the 10 current workers alive (no leaked process), vramd's own
     descriptors (less 2 per live worker and 1 per idle pooled connection) at the
     baseline within a small tolerance, the ledger back to resident reservations only, and
@@ -182,7 +183,10 @@ def test_a_thousand_kill_restart_cycles_leave_no_zombie_and_no_descriptor(faults
     exits = vd.events("worker_exit")
     unexpected = [e for e in exits if e["signal"] == 9 and e["expected"] is False]
     assert len(unexpected) == models_n * rounds, (len(unexpected), len(exits))
-    assert len(vd.events("worker_started")) == models_n * (rounds + 1)
+    # one start per cycle, plus one per failed start (a worker can lose its {port} to another
+    # process between vramd choosing it and the worker binding it: a start failure, retried)
+    start_failures = [e for e in vd.events("worker_failure") if e["reason"].startswith("start failed")]
+    assert len(vd.events("worker_started")) == models_n * (rounds + 1) + len(start_failures)
     assert not zombie_children(vpid)
     for n in names:
         assert vd.generate(n).status == 200
