@@ -142,7 +142,9 @@ static void finish_ok(upstream_t *up)
         bool oom = verdict_is_oom(r);
         if (oom && inst->model->cfg->recycle.on_oom)
             instance_recycle(inst, "out of memory (recycle.on_oom)");
-        r->status = oom ? 599 : r->resp_status; /* an OOM is a failed run: no learning from it */
+        /* an OOM is a failed run (no learning from it) but not the worker's ill health (it
+         * does not count toward the 5-failures-in-a-row ejection; recycle.on_oom decides) */
+        r->status = oom ? 503 : r->resp_status;
         release_slot(r, false);
         r->status = 0;
         r->buffering = false;
