@@ -67,7 +67,7 @@ def run_fuzz_replay(build, env):
 
 
 def run_pytest(build, env, label):
-    dirs = [d for d in ("tests/sim", "tests/e2e", "tests/sched", "tests/faults", "tests/gpu") if glob.glob(os.path.join(ROOT, d, "test_*.py"))]
+    dirs = [d for d in ("tests/sim", "tests/e2e", "tests/scheduling", "tests/faults", "tests/gpu") if glob.glob(os.path.join(ROOT, d, "test_*.py"))]
     if not dirs:
         return 0, 0
     junit = os.path.join(ROOT, build, f"pytest-{label}.xml")

@@ -11,7 +11,7 @@ Run: /usr/bin/python3 -m pytest tests/faults                       (after `make`
 """
 import pytest
 
-from sched.schedkit import check_binaries
+from scheduling.schedkit import check_binaries
 
 from .faultkit import FaultHarness
 

@@ -1,7 +1,7 @@
 """faultkit: helpers for the fault tests of vramd's resilience features (issue 5).
 
 The tests run the real binaries (vramd, simgpu, libnvidia-ml-sim.so, simworker) from
-$VRAMD_BUILD (default "build") through the scheduling tests' harness (sched.schedkit,
+$VRAMD_BUILD (default "build") through the scheduling tests' harness (scheduling.schedkit,
 imported by its package path: pytest puts tests/ on sys.path for both packages), and add
 what a fault test needs on top of it:
 
@@ -12,9 +12,9 @@ what a fault test needs on top of it:
         ledger holds resident reservations only (each GPU reserved == reserved_resident,
         reserved_requests == 0), no zombie child of vramd, every live child of vramd is an
         instance /v1/status lists and every live worker process of this test is one or
-        descends from one (no leaked worker or validator process), and vramd's descriptor count, less what its live
-        workers explain (2 pipes per worker, 1 per idle pooled connection), is back to its
-        baseline within FD_TOLERANCE;
+        descends from one (no leaked worker or validator process), and vramd's descriptor
+        count, less what its live workers explain (2 pipes per worker, 1 per idle pooled
+        connection), is back to its baseline within FD_TOLERANCE;
       * finish(): schedkit's finish (clean SIGTERM exit, no sanitizer report, no worker
         left) plus no log line with a log_format_error field.
   - /proc helpers: proc_state, pid_alive, children_of, zombie_children, fd_count.
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from sched.schedkit import (REQUEST_TIMEOUT, Harness, binary, pids_with_cmdline, request, sim_s,
+from scheduling.schedkit import (REQUEST_TIMEOUT, Harness, binary, pids_with_cmdline, request, sim_s,
                             wait_for)
 
 # what the test modules take from here (schedkit's helpers included, re-exported)
@@ -318,7 +318,8 @@ class FaultHarness(Harness):
         deadline = time.monotonic() + timeout
         while not fds_back():
             if time.monotonic() > deadline:
-                fds = sorted(os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")
+                fds = sorted(os.readlink(f"/proc/{pid}/fd/{fd}")
+                             for fd in os.listdir(f"/proc/{pid}/fd")
                              if os.path.exists(f"/proc/{pid}/fd/{fd}"))
                 pytest.fail(f"vramd's own descriptors (less 2 per live worker and 1 per idle "
                             f"pooled connection): {last['fds'][1]} of {last['fds'][0]}, baseline "
@@ -364,4 +365,5 @@ def wait_worker_running(vd, model, n=1, timeout=30.0):
                 if r.status == 200 and r.json()["requests"]["running"] >= n:
                     return i["pid"]
         return None
-    return wait_for(running, timeout=timeout, what=f"{n} request(s) running inside {model}'s worker")
+    return wait_for(running, timeout=timeout,
+                    what=f"{n} request(s) running inside {model}'s worker")

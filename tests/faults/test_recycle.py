@@ -54,12 +54,12 @@ def test_memory_growth_past_max_growth_recycles_between_requests(faults):
         sent += 1
         # before the next request, let vramd's idle snapshot see what the worker holds now
         # (it recycles in that snapshot when the growth is over the cap)
-        wait_for(lambda: vd.events("worker_recycle", model="leaky") or measured_current(vd, "leaky"),
+        wait_for(lambda: (vd.events("worker_recycle", model="leaky") or
+                          measured_current(vd, "leaky")),
                  what="vramd measuring the worker's current memory")
     rec = vd.events("worker_recycle", model="leaky")
     assert rec, (f"no recycle after {sent} requests leaking 300 MiB each, vramd measured "
-                 f"them all "
-                 f"(instances: {vd.instances('leaky')})")
+                 f"them all (instances: {vd.instances('leaky')})")
     assert len(rec) == 1, rec
     m_ = re.fullmatch(r"memory grew by (\d+) MiB since load", rec[0]["reason"])
     assert m_ and int(m_.group(1)) > 500, rec

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from .faultkit import (binary, children_of, instance_pid, pid_alive, pids_with_cmdline,
-                       proc_cmdline, proc_state, request, sim_s, wait_for, wait_gone, zombie_children)
+                       proc_cmdline, proc_state, request, sim_s, wait_for, wait_gone,
+                       zombie_children)
 
 WORKER = ["--resident", "256MiB", "--per-request", "256MiB", "--run-time", sim_s(0.5)]
 
@@ -185,7 +186,8 @@ def test_a_thousand_kill_restart_cycles_leave_no_zombie_and_no_descriptor(faults
     assert len(unexpected) == models_n * rounds, (len(unexpected), len(exits))
     # one start per cycle, plus one per failed start (a worker can lose its {port} to another
     # process between vramd choosing it and the worker binding it: a start failure, retried)
-    start_failures = [e for e in vd.events("worker_failure") if e["reason"].startswith("start failed")]
+    start_failures = [e for e in vd.events("worker_failure")
+                      if e["reason"].startswith("start failed")]
     assert len(vd.events("worker_started")) == models_n * (rounds + 1) + len(start_failures)
     assert not zombie_children(vpid)
     for n in names:

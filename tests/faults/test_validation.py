@@ -26,7 +26,8 @@ def output_model(faults, name, kind, corrupt_every, **overrides):
 
 
 def corrupt_lines(vd, model):
-    return [e["line"] for e in vd.events("worker_output", model=model) if "corrupt_output" in e["line"]]
+    return [e["line"] for e in vd.events("worker_output", model=model)
+            if "corrupt_output" in e["line"]]
 
 
 def test_every_output_corrupt_is_retried_once_then_502_invalid_output(faults):
@@ -54,7 +55,8 @@ def test_every_output_corrupt_is_retried_once_then_502_invalid_output(faults):
         assert all(e["status"] == 200 for e in inv), inv
         assert resilience(vd, kind)["invalid_total"] == 2 * requests
         # the worker's lines reach vramd's log through its stderr pipe, maybe after the answer
-        wait_for(lambda: len(corrupt_lines(vd, kind)) >= len(inv), what=f"{kind}'s corrupt_output lines")
+        wait_for(lambda: len(corrupt_lines(vd, kind)) >= len(inv),
+                 what=f"{kind}'s corrupt_output lines")
         lines = corrupt_lines(vd, kind)
         assert len(lines) == len(inv), (kind, lines, inv)
         variants_seen = {line.rsplit("variant=", 1)[1] for line in lines}
