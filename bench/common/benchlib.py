@@ -504,14 +504,17 @@ def environment():
 
 
 def write_results(name, data):
+    """Writes bench/results/NAME-STAMP.json and copies it to NAME-latest.json; a --quick
+    (smoke) run is written as NAME-quick-STAMP.json and never becomes -latest."""
     os.makedirs(RESULTS_DIR, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = os.path.join(RESULTS_DIR, "%s-%s.json" % (name, stamp))
+    quick = "-quick" if data.get("quick") else ""
+    path = os.path.join(RESULTS_DIR, "%s%s-%s.json" % (name, quick, stamp))
     with open(path, "w") as f:
         json.dump(data, f, indent=2, sort_keys=True)
         f.write("\n")
-    latest = os.path.join(RESULTS_DIR, "%s-latest.json" % name)
-    shutil.copyfile(path, latest)
+    if not quick:
+        shutil.copyfile(path, os.path.join(RESULTS_DIR, "%s-latest.json" % name))
     return path
 
 

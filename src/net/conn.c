@@ -106,10 +106,61 @@ static void on_write(uv_write_t *wr, int status)
     }
 }
 
+#define CORK_MAX (64 * 1024)
+
+static int conn_write_now(conn_t *c, const void *data, size_t len);
+
+void conn_cork(conn_t *c)
+{
+    c->corked++;
+}
+
+void conn_uncork(conn_t *c)
+{
+    if (c->corked > 0)
+        c->corked--;
+    if (c->corked == 0 && c->out.len) {
+        if (c->state != CONN_CLOSING)
+            conn_write_now(c, c->out.data, c->out.len);
+        buf_reset(&c->out);
+    }
+}
+
 int conn_write(conn_t *c, const void *data, size_t len)
 {
     if (c->state == CONN_CLOSING || len == 0)
         return c->state == CONN_CLOSING ? -1 : 0;
+    if (c->corked) {
+        if (c->out.len + len <= CORK_MAX && buf_append(&c->out, data, len) == 0)
+            return 0;
+        if (c->out.len) {
+            conn_write_now(c, c->out.data, c->out.len);
+            buf_reset(&c->out);
+        }
+    }
+    return conn_write_now(c, data, len);
+}
+
+static int conn_write_now(conn_t *c, const void *data, size_t len)
+{
+    if (c->state == CONN_CLOSING || len == 0)
+        return c->state == CONN_CLOSING ? -1 : 0;
+    if (c->writes_pending == 0) {
+        /* Write at once when the socket takes it: no write request, no callback, and (with
+         * libuv 1.44) no epoll_ctl to re-arm the watcher afterwards. Only a remainder the
+         * kernel did not take is queued. */
+        uv_buf_t direct = uv_buf_init((char *)data, (unsigned)len);
+        int n = uv_try_write((uv_stream_t *)&c->tcp, &direct, 1);
+        if (n == (int)len)
+            return 0;
+        if (n > 0) {
+            data = (const char *)data + n;
+            len -= (size_t)n;
+        } else if (n != UV_EAGAIN && n != UV_ENOSYS) {
+            conn_close(c);
+            return -1;
+        }
+    }
     write_req_t *w = malloc(sizeof *w + len);
     if (!w)
         return -1;
@@ -210,6 +261,7 @@ static void on_handle_closed(uv_handle_t *h)
     if (--c->handles_open > 0)
         return;
     buf_free(&c->in);
+    buf_free(&c->out);
     free(c);
 }
 
@@ -272,6 +324,8 @@ static void conn_close(conn_t *c)
     c->d->n_conns--;
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_timer_stop(&c->timer);
+    c->corked = 0;
+    buf_reset(&c->out);
     c->handles_open = 2;
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
@@ -313,6 +367,13 @@ static void conn_close_after_flush(conn_t *c)
 {
     if (c->state == CONN_CLOSING)
         return;
+    if (c->out.len) {
+        /* corked bytes go out before the FIN */
+        conn_write_now(c, c->out.data, c->out.len);
+        buf_reset(&c->out);
+        if (c->state == CONN_CLOSING)
+            return;
+    }
     c->keep_alive = false;
     conn_set_state(c, CONN_ACTIVE);
     uv_timer_stop(&c->timer);
@@ -671,6 +732,7 @@ void conn_accept(vramd_t *d, uv_stream_t *listener)
     uv_timer_init(d->loop, &c->timer);
     c->timer.data = c;
     buf_init(&c->in, d->cfg->limits.max_header + d->cfg->limits.max_body + READ_CHUNK);
+    buf_init(&c->out, CORK_MAX);
     list_init(&c->link);
     list_insert_tail(&d->conns, &c->link);
     d->n_conns++;

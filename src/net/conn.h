@@ -110,6 +110,8 @@ struct conn {
     unsigned writes_pending;
     size_t write_bytes_pending;
     upstream_t *throttled; /* an upstream paused until our writes drain */
+    int corked;            /* > 0: conn_write collects into `out` (one write per upstream read) */
+    buf_t out;
     int handles_open;
     char peer[64];
 };
@@ -117,6 +119,10 @@ struct conn {
 void conn_accept(vramd_t *d, uv_stream_t *listener);
 /* Copy data into a write to the client. */
 int conn_write(conn_t *c, const void *data, size_t len);
+/* Between cork and uncork, writes are collected and leave as one write (a response head
+ * and the first body bytes that arrived with it go out in one system call). */
+void conn_cork(conn_t *c);
+void conn_uncork(conn_t *c);
 /* A complete response with a JSON (or other) body, then the request is finished. */
 void conn_respond(conn_t *c, int status, const char *content_type, const char *body,
                   size_t body_len, const char *extra_headers);

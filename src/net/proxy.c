@@ -518,9 +518,23 @@ static void on_up_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
     *b = uv_buf_init(g_up_read, sizeof g_up_read);
 }
 
+static void on_up_read_body(upstream_t *up, ssize_t nread, const uv_buf_t *b);
+
+/* Everything one upstream read produces for the client leaves in one write. The conn is
+ * never freed before the loop's close phase, so uncorking after the work is safe. */
 static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
 {
     upstream_t *up = s->data;
+    conn_t *c = up->req ? up->req->conn : NULL;
+    if (c)
+        conn_cork(c);
+    on_up_read_body(up, nread, b);
+    if (c)
+        conn_uncork(c);
+}
+
+static void on_up_read_body(upstream_t *up, ssize_t nread, const uv_buf_t *b)
+{
     if (up->state == UP_CLOSED)
         return;
     if (up->state == UP_IDLE) {
@@ -643,6 +657,27 @@ headers:
         buf_printf(&h, "Content-Length: %zu\r\n", r->body.len);
     buf_append_str(&h, "Connection: keep-alive\r\n\r\n");
 
+    up->state = UP_SENDING;
+    request_set_state(r, REQ_WAITING);
+    arm_hang_timer(up);
+    /* try the whole request at once first (see conn_write_now); queue what remains */
+    size_t hl = h.len;
+    uv_buf_t direct[2] = {uv_buf_init(h.data, (unsigned)hl), uv_buf_init(r->body.data, (unsigned)r->body.len)};
+    int sent = uv_try_write((uv_stream_t *)&up->tcp, direct, r->body.len ? 2 : 1);
+    size_t total = hl + r->body.len;
+    if (sent == (int)total) {
+        buf_free(&h);
+        up->state = UP_HEAD;
+        if (up->paused)
+            up_read_start(up);
+        return;
+    }
+    if (sent < 0 && sent != UV_EAGAIN && sent != UV_ENOSYS) {
+        buf_free(&h);
+        fail_request(up, uv_strerror(sent));
+        return;
+    }
+    size_t skip = sent > 0 ? (size_t)sent : 0;
     up_write_t *uw = malloc(sizeof *uw);
     if (!uw) {
         buf_free(&h);
@@ -650,20 +685,23 @@ headers:
         return;
     }
     uw->up = up;
-    size_t hl;
     uw->head = buf_steal(&h, &hl);
-    uv_buf_t bufs[2] = {uv_buf_init(uw->head, (unsigned)hl), uv_buf_init(r->body.data, (unsigned)r->body.len)};
-    up->state = UP_SENDING;
-    request_set_state(r, REQ_WAITING);
-    arm_hang_timer(up);
-    if (uv_write(&uw->req, (uv_stream_t *)&up->tcp, bufs, r->body.len ? 2 : 1, on_up_written) != 0) {
+    uv_buf_t bufs[2];
+    int nbufs = 0;
+    if (skip < hl)
+        bufs[nbufs++] = uv_buf_init(uw->head + skip, (unsigned)(hl - skip));
+    if (r->body.len) {
+        size_t bskip = skip > hl ? skip - hl : 0;
+        bufs[nbufs++] = uv_buf_init(r->body.data + bskip, (unsigned)(r->body.len - bskip));
+    }
+    if (uv_write(&uw->req, (uv_stream_t *)&up->tcp, bufs, (unsigned)nbufs, on_up_written) != 0) {
         free(uw->head);
         free(uw);
         fail_request(up, "write failed");
         return;
     }
-    if (up->paused || up->reused)
-        up_read_start(up);
+    if (up->paused)
+        up_read_start(up); /* a pooled connection is already reading (to notice a close) */
 }
 
 static void on_connect_timeout(uv_timer_t *t)

@@ -161,10 +161,12 @@ static void deliver(request_t *r)
         buf_append_str(&h, "Connection: close\r\n");
     buf_append_str(&h, "\r\n");
     r->status = r->resp_status;
+    conn_cork(c);
     conn_write(c, h.data, h.len);
     buf_free(&h);
     if (!no_body && r->resp_body.len)
         conn_write(c, r->resp_body.data, r->resp_body.len);
+    conn_uncork(c);
     log_event(LOG_INFO, "request_done", "request_id=%s model=%s status=%d level=%u attempts=%u queue_ms=%llu",
               r->id, r->model->name, r->resp_status, r->level, r->attempts,
               (unsigned long long)request_queue_ms(r));
