@@ -57,9 +57,14 @@ static int mkdir_p(const char *path)
     return (mkdir(tmp, 0755) != 0 && errno != EEXIST) ? -1 : 0;
 }
 
-static void on_pump_idle(uv_idle_t *h)
+/* Deferred pumps run in the check phase, right after the turn's I/O callbacks, so a request
+ * that finishes and the queue that it unblocks are handled in the same loop turn without
+ * forcing a zero-timeout poll. Pumps scheduled by pumps run in the next turn, with the idle
+ * handle keeping that turn's poll from blocking. */
+static void on_pump_idle(uv_idle_t *h);
+
+static void run_pending_pumps(vramd_t *d)
 {
-    vramd_t *d = h->data;
     /* Pumps may schedule further pumps; run each pending model once per turn. */
     list_t batch;
     list_init(&batch);
@@ -75,11 +80,33 @@ static void on_pump_idle(uv_idle_t *h)
     }
     if (list_empty(&d->pump_pending))
         uv_idle_stop(&d->pump_idle);
+    else
+        uv_idle_start(&d->pump_idle, on_pump_idle);
+}
+
+static void on_pump_check(uv_check_t *h)
+{
+    vramd_t *d = h->data;
+    d->in_io = false;
+    run_pending_pumps(d);
+}
+
+static void on_io_mark(uv_prepare_t *h)
+{
+    vramd_t *d = h->data;
+    d->in_io = true;
+}
+
+static void on_pump_idle(uv_idle_t *h)
+{
+    run_pending_pumps(h->data);
 }
 
 void vramd_wake_pumps(vramd_t *d)
 {
-    if (!uv_is_active((uv_handle_t *)&d->pump_idle))
+    /* from an I/O callback the check phase follows in this turn; from anywhere else
+     * (timers, pending callbacks, the check phase itself) keep the next poll from blocking */
+    if (!d->in_io && !uv_is_active((uv_handle_t *)&d->pump_idle))
         uv_idle_start(&d->pump_idle, on_pump_idle);
 }
 
@@ -284,7 +311,15 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
         return -1;
     uv_idle_init(loop, &d->pump_idle);
     d->pump_idle.data = d;
-    uv_idle_start(&d->pump_idle, on_pump_idle);
+    uv_idle_start(&d->pump_idle, on_pump_idle); /* the first turn pumps what the config starts */
+    uv_check_init(loop, &d->pump_check);
+    d->pump_check.data = d;
+    uv_check_start(&d->pump_check, on_pump_check);
+    uv_unref((uv_handle_t *)&d->pump_check);
+    uv_prepare_init(loop, &d->io_mark);
+    d->io_mark.data = d;
+    uv_prepare_start(&d->io_mark, on_io_mark);
+    uv_unref((uv_handle_t *)&d->io_mark);
     uv_timer_init(loop, &d->drain_timer);
     d->drain_timer.data = d;
     uv_signal_init(loop, &d->sig_hup);

@@ -36,7 +36,10 @@ struct vramd {
     uv_tcp_t listener;
     bool listening;
     uv_signal_t sig_hup, sig_term, sig_int;
-    uv_idle_t pump_idle;     /* runs deferred model pumps (see supervisor.h) */
+    uv_check_t pump_check;   /* runs deferred model pumps after each turn's I/O */
+    uv_idle_t pump_idle;     /* keeps the loop from blocking when pumps were scheduled outside I/O */
+    uv_prepare_t io_mark;    /* sets in_io just before the poll; pump_check clears it */
+    bool in_io;              /* inside this turn's I/O callbacks: pump_check follows */
     list_t pump_pending;     /* models whose queue must be looked at this turn */
     uv_timer_t drain_timer;
     list_t models;           /* model_t.link, in config order */
