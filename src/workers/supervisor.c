@@ -693,16 +693,23 @@ static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t defau
     return 0;
 }
 
+/* A hook call ended: it is no longer pending; log it; was it a 2xx? */
+static bool hook_answered(instance_t *inst, const char *event, int status, const char *error)
+{
+    inst->hook_call = NULL;
+    bool ok = status >= 200 && status < 300;
+    log_event(ok ? LOG_INFO : LOG_WARN, event, "model=%s instance=%u status=%d error=%s", inst->model->name, inst->id,
+              status, error);
+    return ok;
+}
+
 static void on_unload_answer(void *ctx, int status, const char *body, size_t len, const char *error)
 {
     (void)body;
     (void)len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    inst->hook_call = NULL;
-    bool ok = status >= 200 && status < 300;
-    log_event(ok ? LOG_INFO : LOG_WARN, "unload_hook_done", "model=%s instance=%u status=%d error=%s", m->name,
-              inst->id, status, error);
+    bool ok = hook_answered(inst, "unload_hook_done", status, error);
     if (inst->state != INST_UNLOADING)
         return;
     if (!ok) {
@@ -777,10 +784,7 @@ static void on_reload_answer(void *ctx, int status, const char *body, size_t len
     (void)len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    inst->hook_call = NULL;
-    bool ok = status >= 200 && status < 300;
-    log_event(ok ? LOG_INFO : LOG_WARN, "reload_hook_done", "model=%s instance=%u status=%d error=%s", m->name,
-              inst->id, status, error);
+    bool ok = hook_answered(inst, "reload_hook_done", status, error);
     if (inst->state != INST_RELOADING)
         return;
     if (!ok) {
