@@ -454,10 +454,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
         return;
     if (nread < 0) {
         c->eof = true;
-        if (c->keep_alive == false && c->req == NULL && c->writes_pending == 0) {
-            conn_close(c);
-            return;
-        }
         /* The client left (or half-closed). A request still being received or served
          * cannot be answered: cancel it and close. */
         conn_close(c);
@@ -672,9 +668,6 @@ static void process_input(conn_t *c)
         if (c->in.len == 0)
             return;
         if (c->state == CONN_HEAD) {
-            if (!c->req && c->d->draining && c->in.len > 0) {
-                /* still parse the head so the error is well-formed */
-            }
             size_t before = c->in.len;
             start_request(c);
             if (c->state == CONN_HEAD && c->req == NULL && c->in.len == before)

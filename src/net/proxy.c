@@ -100,8 +100,9 @@ static void release_slot(request_t *r, bool worker_broken)
     instance_t *inst = r->instance;
     if (!inst)
         return;
-    if (!worker_broken && r->status >= 500)
-        worker_broken = r->status != 503 && r->status != 504 ? true : worker_broken;
+    /* a 5xx from the worker counts as a failure for ejection, except 503/504 (busy, slow) */
+    if (r->status >= 500 && r->status != 503 && r->status != 504)
+        worker_broken = true;
     r->instance = NULL;
     vramd_t *d = inst->model->d;
     if (d->in_flight_total)
