@@ -4,14 +4,14 @@
 set -eu
 PKGS="build-essential pkg-config clang libclang-rt-14-dev libuv1-dev libcjson-dev libyaml-dev \
 libcmocka-dev libsqlite3-dev libsystemd-dev cppcheck python3 python3-pytest python3-requests python3-yaml \
-curl wget nginx-light haproxy wrk procps"
+curl wget nginx-light haproxy wrk procps chromium prometheus"
 missing=""
 for p in $PKGS; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
     missing="$missing $p"
   fi
 done
-[ -z "$missing" ] && exit 0
+if [ -n "$missing" ]; then
 echo "deps: installing:$missing"
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -19,3 +19,15 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# npm packages for the JavaScript tests (real clients: playwright-core driving chromium,
+# the openai package; Khronos' glTF validator), installed from their lock files when missing.
+if command -v npm >/dev/null 2>&1; then
+  for dir in tests/js tests/sim; do
+    if [ -f "$dir/package-lock.json" ] && [ ! -d "$dir/node_modules" ]; then
+      echo "deps: npm ci in $dir"
+      (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || echo "deps: npm ci in $dir failed; tests that need it will say so"
+    fi
+  done
+fi
