@@ -84,6 +84,11 @@ $(BUILD)/obj/%.o: %.c
 	@echo "  CC   $<"
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# The status page (GET /) is embedded into page.o by the assembler's .incbin directive,
+# with a path relative to the repository root (see src/obs/page.c); the compiler's -MMD
+# does not see it, so this line makes an edit of page.html rebuild page.o.
+$(BUILD)/obj/src/obs/page.o: src/obs/page.html
+
 $(BUILD)/libvramd.a: $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	@echo "  AR   $@"

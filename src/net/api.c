@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "daemon/vramd.h"
 #include "net/conn.h"
+#include "obs/page.h"
 #include "obs/status.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
@@ -158,6 +159,13 @@ bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
     if (path_is(path, len, "/v1/models") && get) {
         request_set_state(r, REQ_LOCAL);
         respond_json(c, 200, status_models_list(d));
+        return true;
+    }
+    if (path_is(path, len, "/") && get) { /* the live status page (obs/page.h) */
+        request_set_state(r, REQ_LOCAL);
+        size_t page_len;
+        const char *page = page_html(&page_len);
+        conn_respond(c, 200, "text/html; charset=utf-8", page, page_len, page_headers());
         return true;
     }
     bool admin = false;

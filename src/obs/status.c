@@ -104,6 +104,7 @@ char *status_render(vramd_t *d)
     cJSON_AddStringToObject(o, "version", VRAMD_VERSION);
     cJSON_AddNumberToObject(o, "uptime_ms", (double)(now - d->started_ms));
     cJSON_AddBoolToObject(o, "draining", d->draining);
+    cJSON_AddBoolToObject(o, "ready", d->ready);
     cJSON_AddStringToObject(o, "config", d->config_path);
     cJSON *c = cJSON_AddObjectToObject(o, "connections");
     cJSON_AddNumberToObject(c, "open", d->n_conns);
