@@ -1704,6 +1704,9 @@ static const field_spec_t jobs_fields[] = {
     {"results_max_bytes", fp_size, offsetof(config_t, jobs.results_max_bytes), 0, 0, NULL},
     {"results_ttl", fp_duration, offsetof(config_t, jobs.results_ttl_ms), 1, 0, NULL},
     {"min_free_disk", fp_size, offsetof(config_t, jobs.min_free_disk), 0, 0, NULL},
+    {"max_attempts", fp_unsigned, offsetof(config_t, jobs.max_attempts), 1, 100, NULL},
+    {"max_active", fp_unsigned, offsetof(config_t, jobs.max_active), 1, 10000000, NULL},
+    {"records_ttl", fp_duration, offsetof(config_t, jobs.records_ttl_ms), 1000, 0, NULL},
 };
 
 static const section_t log_section = SECTION(log_fields);
@@ -1833,6 +1836,9 @@ static config_t *config_new_builtin(void)
     cfg->jobs.results_max_bytes = 20ULL << 30;
     cfg->jobs.results_ttl_ms = 24ULL * 3600 * 1000;
     cfg->jobs.min_free_disk = 2ULL << 30;
+    cfg->jobs.max_attempts = 3;
+    cfg->jobs.max_active = 64;
+    cfg->jobs.records_ttl_ms = 7ULL * 24 * 3600 * 1000;
     if (cfg->listen_host == NULL || cfg->state_dir == NULL || cfg->gpu.nvml_library == NULL) {
         config_free(cfg);
         return NULL;
@@ -2123,6 +2129,38 @@ static int check_top(ctx_t *c, config_t *cfg, yaml_node_t *root)
     return 0;
 }
 
+/* jobs: max_active within limits.queue_max (an explicit value must fit; the default is clamped),
+ * records kept at least as long as their results. */
+static int check_jobs(ctx_t *c, config_t *cfg, yaml_node_t *root)
+{
+    yaml_node_t *jobs = find_value(c, root, "jobs");
+    if (cfg->jobs.max_active > cfg->limits.queue_max) {
+        yaml_node_t *node = find_value(c, jobs, "max_active");
+        if (node == NULL) {
+            cfg->jobs.max_active = cfg->limits.queue_max;
+        } else {
+            path_reset(c);
+            path_append(c, "jobs.max_active");
+            return fail(c, node, "%u is more than limits.queue_max (%u)", cfg->jobs.max_active,
+                        cfg->limits.queue_max);
+        }
+    }
+    if (cfg->jobs.records_ttl_ms < cfg->jobs.results_ttl_ms) {
+        yaml_node_t *node = find_value(c, jobs, "records_ttl");
+        path_reset(c);
+        path_append(c, node != NULL ? "jobs.records_ttl" : "jobs.results_ttl");
+        if (node == NULL)
+            node = find_value(c, jobs, "results_ttl");
+        char records[32], results[32];
+        units_format_duration(cfg->jobs.records_ttl_ms, records, sizeof records);
+        units_format_duration(cfg->jobs.results_ttl_ms, results, sizeof results);
+        return fail(c, node != NULL ? node : root,
+                    "records_ttl (%s) must be at least results_ttl (%s): a stored result needs its job record",
+                    records, results);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Entry points                                                                          */
 /* ------------------------------------------------------------------------------------ */
@@ -2265,6 +2303,8 @@ static config_t *parse_in_dir(const char *text, size_t len, const char *name, co
         rc = parse_models(&c, cfg, root);
     if (rc == 0)
         rc = check_top(&c, cfg, root);
+    if (rc == 0)
+        rc = check_jobs(&c, cfg, root);
     yaml_document_delete(&doc);
     if (rc != 0) {
         config_free(cfg);

@@ -169,6 +169,11 @@ typedef struct config {
         uint64_t results_max_bytes; /* default 20GiB */
         uint64_t results_ttl_ms;    /* default 24h */
         uint64_t min_free_disk;     /* default 2GiB */
+        unsigned max_attempts;      /* default 3 (1..100): attempts a job may start before it fails */
+        unsigned max_active;        /* default 64 (1..limits.queue_max; the default is clamped to it):
+                                       jobs handed to the model queues at once, all models together */
+        uint64_t records_ttl_ms;    /* default 7d: finished job records are kept this long;
+                                       must be >= results_ttl */
     } jobs;
     model_config_t *models;
     size_t n_models;

@@ -1045,6 +1045,59 @@ static void test_error_buffer_small(void **state)
     assert_null(config_parse(yaml, strlen(yaml), "test.yaml", NULL, 0));
 }
 
+/* jobs: max_attempts, max_active, records_ttl (defaults, valid values, bounds, cross-checks). */
+static void test_jobs_section(void **state)
+{
+    config_t *c = parse_ok("models: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->jobs.max_attempts, 3);
+    assert_int_equal(c->jobs.max_active, 64);
+    assert_int_equal(c->jobs.records_ttl_ms, 7ULL * 24 * 3600 * 1000);
+    config_unref(c);
+
+    c = parse_ok("jobs:\n  max_attempts: 1\n  max_active: 5\n  records_ttl: 48h\n  results_ttl: 1h\n"
+                 "models: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->jobs.max_attempts, 1);
+    assert_int_equal(c->jobs.max_active, 5);
+    assert_int_equal(c->jobs.records_ttl_ms, 2ULL * 24 * 3600 * 1000);
+    config_unref(c);
+
+    c = parse_ok("jobs: {max_attempts: 100, records_ttl: 24h}\nmodels: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->jobs.max_attempts, 100);
+    assert_int_equal(c->jobs.records_ttl_ms, 24ULL * 3600 * 1000); /* == results_ttl default: allowed */
+    config_unref(c);
+
+    /* the default max_active follows a smaller queue_max; an explicit one must fit in it */
+    c = parse_ok("limits: {queue_max: 10}\nmodels: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->jobs.max_active, 10);
+    config_unref(c);
+    c = parse_ok("limits: {queue_max: 10}\njobs: {max_active: 10}\nmodels: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->jobs.max_active, 10);
+    config_unref(c);
+    expect_error("limits: {queue_max: 10}\njobs:\n  max_active: 11\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:3:15: jobs.max_active: 11 is more than limits.queue_max (10)");
+
+    expect_error("jobs:\n  max_attempts: 0\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:17: jobs.max_attempts: expected an integer from 1 to 100, got \"0\"");
+    expect_error("jobs:\n  max_attempts: 101\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:17: jobs.max_attempts: expected an integer from 1 to 100, got \"101\"");
+    expect_error("jobs:\n  max_attempts: three\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:17: jobs.max_attempts: expected an integer from 1 to 100, got \"three\"");
+    expect_error("jobs:\n  max_active: 0\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:15: jobs.max_active: expected an integer from 1 to 10000000, got \"0\"");
+    expect_error("jobs:\n  records_ttl: soon\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:16: jobs.records_ttl: expected a duration like 30s, got \"soon\"");
+    expect_error("jobs:\n  records_ttl: 1h\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:16: jobs.records_ttl: records_ttl (1h) must be at least results_ttl (24h): "
+                 "a stored result needs its job record");
+    expect_error("jobs:\n  results_ttl: 200h\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:16: jobs.results_ttl: records_ttl (168h) must be at least results_ttl (200h): "
+                 "a stored result needs its job record");
+    expect_error("jobs:\n  max_body: 1MiB\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:3: jobs.max_body: unknown key \"max_body\"");
+    expect_error("jobs:\n  max_attempt: 3\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:3: jobs.max_attempt: unknown key \"max_attempt\"");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1075,6 +1128,7 @@ int main(void)
         cmocka_unit_test(test_nvml_env_override),
         cmocka_unit_test(test_refcount),
         cmocka_unit_test(test_error_buffer_small),
+        cmocka_unit_test(test_jobs_section),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
