@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "daemon/config.h"
+#include "daemon/notify.h"
 #include "daemon/vramd.h"
 
 static void usage(FILE *f)
@@ -62,6 +63,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    notify_init(); /* before any thread: it takes WATCHDOG_* out of the environment */
     uv_loop_t loop;
     uv_loop_init(&loop);
     static vramd_t d;
@@ -69,8 +71,10 @@ int main(int argc, char **argv)
     if (vramd_init(&d, &loop, config, err, sizeof err) != 0) {
         fprintf(stderr, "vramd: %s\n", err);
         log_event(LOG_ERROR, "vramd_start_failed", "error=%s", err);
+        notify_start_failed(err);
         return 1;
     }
+    notify_ready(&d);
     int rc = vramd_run(&d);
     uv_loop_close(&loop);
     return rc;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "daemon/notify.h"
 #include "net/conn.h"
 #include "sched/scheduler.h"
 #include "workers/process.h"
@@ -173,10 +174,12 @@ static void apply_config(vramd_t *d, config_t *cfg)
 
 int vramd_reload(vramd_t *d, char *err, size_t errlen)
 {
+    notify_reloading();
     config_t *cfg = config_load(d->config_path, err, errlen);
     if (!cfg) {
         log_event(LOG_ERROR, "config_reload_failed", "path=%s error=%s", d->config_path, err);
         vramd_note_event(d, "config reload refused: %s", err);
+        notify_reload_done(d, false);
         return -1;
     }
     if (strcmp(cfg->listen_host, d->cfg->listen_host) != 0 || cfg->listen_port != d->cfg->listen_port)
@@ -188,6 +191,7 @@ int vramd_reload(vramd_t *d, char *err, size_t errlen)
     config_unref(old);
     log_event(LOG_INFO, "config_reloaded", "path=%s models=%zu", d->config_path, cfg->n_models);
     vramd_note_event(d, "config reloaded (%zu models)", cfg->n_models);
+    notify_reload_done(d, true);
     return 0;
 }
 
@@ -264,6 +268,7 @@ void vramd_drain(vramd_t *d, const char *why)
     if (d->draining)
         return;
     d->draining = true;
+    notify_stopping(d, why);
     log_event(LOG_INFO, "drain_started", "reason=%s queued=%u in_flight=%u", why, d->queued_total,
               d->in_flight_total);
     vramd_note_event(d, "draining (%s)", why);
@@ -342,6 +347,7 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
 int vramd_run(vramd_t *d)
 {
     uv_run(d->loop, UV_RUN_DEFAULT);
+    notify_close();
     sched_shutdown(d);
     /* close every handle so the loop can be closed cleanly */
     uv_walk(d->loop, close_walk_cb, NULL);
