@@ -809,7 +809,7 @@ static bool env_name_ok(const char *s)
     return true;
 }
 
-/* env overlays key by key; a null value removes an inherited variable. */
+/* env overlays key by key; a null value removes an inherited variable (kept as {name, NULL}). */
 static int fp_env(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     model_config_t *m = field;
@@ -836,16 +836,10 @@ static int fp_env(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spe
         for (size_t e = 0; e < m->n_env; e++)
             if (strcmp(m->env[e].key, key) == 0)
                 at = e;
-        if (rc == 0 && is_null(val)) {
-            if (at < m->n_env) {
-                free(m->env[at].key);
-                free(m->env[at].value);
-                m->env[at] = m->env[m->n_env - 1];
-                m->n_env--;
-            }
-        } else if (rc == 0 && need_scalar(c, val, "a string") == 0) {
-            char *value = dup_or_fail(c, val, scalar_text(val));
-            if (value == NULL) {
+        bool unset = rc == 0 && is_null(val); /* kept with a NULL value: the worker must not inherit it */
+        if (rc == 0 && (unset || need_scalar(c, val, "a string") == 0)) {
+            char *value = unset ? NULL : dup_or_fail(c, val, scalar_text(val));
+            if (value == NULL && !unset) {
                 rc = -1;
             } else if (at < m->n_env) {
                 free(m->env[at].value);

@@ -205,7 +205,29 @@ static int write_pidfile(const char *path, pid_t pid, unsigned long long startti
     return 0;
 }
 
-/* environ with the extra pairs added or overriding; NULL on allocation failure. */
+/* Variables a supervised worker never inherits from vramd: systemd's notify socket and
+ * socket-activation fds are vramd's own (a worker writing to NOTIFY_SOCKET would speak
+ * for vramd). */
+static bool env_private(const char *kv)
+{
+    static const char *const names[] = {"NOTIFY_SOCKET=", "LISTEN_FDS=", "LISTEN_PID=", "LISTEN_FDNAMES=",
+                                         "WATCHDOG_USEC=", "WATCHDOG_PID="};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strncmp(kv, names[i], strlen(names[i])) == 0)
+            return true;
+    return false;
+}
+
+static size_t env_owned_count(const config_kv_t *extra, size_t n_extra)
+{
+    size_t n = 0;
+    for (size_t j = 0; j < n_extra; j++)
+        n += extra[j].value != NULL;
+    return n;
+}
+
+/* environ minus private variables and those named in extra, then extra's set values
+ * (a NULL value only removes). The owned strings are the last env_owned_count(). */
 static char **build_env(const config_kv_t *extra, size_t n_extra)
 {
     size_t n_base = 0;
@@ -216,7 +238,7 @@ static char **build_env(const config_kv_t *extra, size_t n_extra)
         return NULL;
     size_t n = 0;
     for (size_t i = 0; i < n_base; i++) {
-        bool overridden = false;
+        bool overridden = env_private(environ[i]);
         for (size_t j = 0; j < n_extra && !overridden; j++) {
             size_t kl = strlen(extra[j].key);
             overridden = strncmp(environ[i], extra[j].key, kl) == 0 && environ[i][kl] == '=';
@@ -226,8 +248,9 @@ static char **build_env(const config_kv_t *extra, size_t n_extra)
     }
     size_t first_owned = n;
     for (size_t j = 0; j < n_extra; j++) {
-        const char *v = extra[j].value ? extra[j].value : "";
-        size_t len = strlen(extra[j].key) + 1 + strlen(v) + 1;
+        if (!extra[j].value)
+            continue;
+        size_t len = strlen(extra[j].key) + 1 + strlen(extra[j].value) + 1;
         char *kv = malloc(len);
         if (!kv) {
             for (size_t k = first_owned; k < n; k++)
@@ -235,21 +258,21 @@ static char **build_env(const config_kv_t *extra, size_t n_extra)
             free(envp);
             return NULL;
         }
-        snprintf(kv, len, "%s=%s", extra[j].key, v);
+        snprintf(kv, len, "%s=%s", extra[j].key, extra[j].value);
         envp[n++] = kv;
     }
-    envp[n] = NULL; /* the owned strings are the last n_extra: see free_env */
+    envp[n] = NULL;
     return envp;
 }
 
-static void free_env(char **envp, size_t n_extra)
+static void free_env(char **envp, size_t n_owned)
 {
     if (!envp || envp == environ)
         return;
     size_t n = 0;
     while (envp[n])
         n++;
-    for (size_t k = n - n_extra; k < n; k++)
+    for (size_t k = n - n_owned; k < n; k++)
         free(envp[k]);
     free(envp);
 }
@@ -798,7 +821,7 @@ int process_spawn(uv_loop_t *loop, const process_spec_t *spec, process_exit_cb c
         memcpy(p->in_data, spec->stdin_data, p->in_len);
         ignore_sigpipe_once();
     }
-    envp = spec->n_env > 0 ? build_env(spec->env, spec->n_env) : environ;
+    envp = build_env(spec->env, spec->n_env);
     if (!envp)
         goto oom;
 
@@ -907,7 +930,7 @@ fail:
         watch_release(w);
 done:
     if (envp != environ)
-        free_env(envp, spec->n_env);
+        free_env(envp, env_owned_count(spec->env, spec->n_env));
     close_fd(&out_pipe[0]);
     close_fd(&out_pipe[1]);
     close_fd(&err_pipe[0]);

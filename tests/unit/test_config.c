@@ -346,16 +346,19 @@ static void test_defaults_overlay(void **state)
     assert_true(a->recycle.on_oom);
     assert_int_equal(a->n_cmd, 3);
     assert_string_equal(a->cmd[0], "simworker");
-    /* env: overlaid per variable, null removes an inherited one. */
-    assert_int_equal(a->n_env, 2);
+    /* env: overlaid per variable; null is kept as {A, NULL}: the worker must not inherit A. */
+    assert_int_equal(a->n_env, 3);
     const char *b_value = NULL, *c_value = NULL;
+    bool a_unset = false;
     for (size_t i = 0; i < a->n_env; i++) {
         if (strcmp(a->env[i].key, "B") == 0)
             b_value = a->env[i].value;
         if (strcmp(a->env[i].key, "C") == 0)
             c_value = a->env[i].value;
-        assert_string_not_equal(a->env[i].key, "A");
+        if (strcmp(a->env[i].key, "A") == 0)
+            a_unset = a->env[i].value == NULL;
     }
+    assert_true(a_unset);
     assert_string_equal(b_value, "bee");
     assert_string_equal(c_value, "sea");
     /* b: its own scalars and lists win; the rest from defaults, then built-ins. */

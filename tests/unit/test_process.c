@@ -578,6 +578,34 @@ static void test_env_and_cwd_applied(void **state)
     end_loop(loop);
 }
 
+/* A null env value removes an inherited variable; systemd's NOTIFY_SOCKET, WATCHDOG_ and LISTEN_
+ * are never inherited (they belong to vramd). */
+static void test_env_unset_and_private(void **state)
+{
+    (void)state;
+    uv_loop_t *loop = new_loop();
+    setenv("VRAMD_TEST_REMOVED", "should-not-see", 1);
+    setenv("NOTIFY_SOCKET", "/run/systemd/notify", 1);
+    setenv("LISTEN_FDS", "1", 1);
+    config_kv_t env[] = {{"VRAMD_TEST_REMOVED", NULL}, {"KEPT", "k"}};
+    char *argv[] = {"sh", "-c", "echo \"${VRAMD_TEST_REMOVED-unset}|${NOTIFY_SOCKET-unset}|${LISTEN_FDS-unset}|$KEPT\"",
+                    NULL};
+    exit_rec_t *rec = calloc(1, sizeof *rec);
+    process_spec_t spec = {.argv = argv, .env = env, .n_env = 2, .capture_stdout = 1, .log_name = "envunset"};
+    spawn_or_fail(loop, &spec, rec);
+    uv_run(loop, UV_RUN_DEFAULT);
+    assert_true(rec->done);
+    assert_int_equal(rec->status, 0);
+    static const char expect[] = "unset|unset|unset|k\n";
+    assert_int_equal(rec->out_len, sizeof expect - 1);
+    assert_memory_equal(rec->out, expect, rec->out_len);
+    unsetenv("VRAMD_TEST_REMOVED");
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("LISTEN_FDS");
+    free(rec);
+    end_loop(loop);
+}
+
 static void test_stdin_data(void **state)
 {
     (void)state;
@@ -957,6 +985,7 @@ int main(void)
         cmocka_unit_test(test_grandchild_dies_with_group),
         cmocka_unit_test(test_exec_failures_reported),
         cmocka_unit_test(test_env_and_cwd_applied),
+        cmocka_unit_test(test_env_unset_and_private),
         cmocka_unit_test(test_stdin_data),
         cmocka_unit_test(test_pidfile_written_and_removed),
         cmocka_unit_test(test_kill_stale),
