@@ -809,7 +809,8 @@ void sched_pump_all(vramd_t *d)
 {
     list_foreach(mi, &d->models) {
         model_t *m = list_entry(mi, model_t, link);
-        if (m->queue.depth > 0)
+        /* an admin load waits for memory like a queued request does */
+        if (m->queue.depth > 0 || m->load_requested)
             model_schedule_pump(m);
     }
 }

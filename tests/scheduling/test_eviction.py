@@ -86,3 +86,24 @@ def test_pinned_and_busy_models_are_never_evicted(sched):
     assert vd.model("pinned")["state"] == "ready"
     vd.assert_no_oom()
     sched.finish()
+
+
+def test_admin_load_evicts_an_idle_model_like_a_request_would(sched):
+    """An admin load with nothing queued must get memory the way a request does: pinned and
+    other are loaded, `busy` evicts other; then `POST /v1/models/other/load` (no request
+    queued) must evict the idle busy and answer 200, not wait forever."""
+    gpu = sched.gpu_set("16GiB")
+    vd = sched.start_vramd(gpu, {"pinned": six_gib(sched, "pinned", keep_alive="forever"),
+                                 "other": six_gib(sched, "other"),
+                                 "busy": six_gib(sched, "busy")})
+    vd.wait_ready("pinned")
+    assert vd.generate("other").status == 200
+    assert vd.generate("busy").status == 200
+    assert evicted(vd) == [("other", "busy")], evicted(vd)
+    r = vd.post("/v1/models/other/load", timeout=30)
+    assert r.status == 200, r
+    st = vd.status()
+    assert vd.model("other", st)["state"] == "ready"
+    assert vd.model("busy", st)["state"] == "stopped"
+    vd.assert_no_oom()
+    sched.finish()
