@@ -133,6 +133,10 @@ $(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libvramd.a $(BUILD)/libsimgp
 	$(Q)$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a \
 		$(LDFLAGS_COMMON) $(LIBS) -lcmocka -ldl
 
+# Unit tests that #include a vramctl source (the CLI is not in libvramd.a) rebuild with it.
+$(BUILD)/tests/test_cli_render: src/cli/cli_render.c src/cli/cli_render.h
+$(BUILD)/tests/test_cli_http: src/cli/cli_http.c src/cli/cli_http.h src/cli/cli.h
+
 $(BUILD)/tests/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(BUILD)/libvramd.a
 	@mkdir -p $(dir $@)
 	@echo "  LD   $@"
@@ -173,6 +177,8 @@ FUZZ_DEPS_fuzz_degrade = src/quality/degrade.c src/common/json_util.c src/common
 FUZZ_LIBS_fuzz_degrade = -lcjson
 FUZZ_DEPS_fuzz_validate = src/quality/validate.c src/quality/validate.h
 FUZZ_LIBS_fuzz_validate = -lcjson
+FUZZ_DEPS_fuzz_job_request = src/jobs/job_request.c src/common/units.c src/jobs/job_request.h src/common/units.h
+FUZZ_LIBS_fuzz_job_request = -lcjson
 FUZZ_NAMES := $(FUZZ_SRCS:tests/fuzz/%.c=%)
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -Isim/lib $(PKG_CFLAGS) \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined

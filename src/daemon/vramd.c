@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "jobs/jobs.h"
 #include "daemon/notify.h"
 #include "net/conn.h"
 #include "sched/scheduler.h"
@@ -227,8 +228,8 @@ void vramd_check_drained(vramd_t *d)
     if (!d->draining)
         return;
     if (!d->stopping) {
-        if (d->queued_total > 0 || d->in_flight_total > 0)
-            return;
+        if (d->queued_total > 0 || d->in_flight_total > 0 || jobs_busy(d))
+            return; /* jobs_busy: job attempts in flight finish and commit their results */
         d->stopping = true;
         log_event(LOG_INFO, "drain_done", "reason=%s", "no request queued or in flight");
         list_foreach_safe(it, tmp, &d->models) model_stop_all(list_entry(it, model_t, link), "drain");
@@ -337,6 +338,9 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     signal(SIGPIPE, SIG_IGN);
     sched_init(d);
     apply_config(d, d->cfg);
+    char jerr[1024];
+    if (jobs_init(d, jerr, sizeof jerr) != 0)
+        log_event(LOG_ERROR, "jobs_unavailable", "error=%s", jerr);
     d->ready = true;
     log_event(LOG_INFO, "vramd_started", "version=%s listen=%s port=%d models=%zu pid=%d", VRAMD_VERSION,
               d->cfg->listen_host, d->cfg->listen_port, d->cfg->n_models, (int)getpid());
@@ -348,9 +352,11 @@ int vramd_run(vramd_t *d)
 {
     uv_run(d->loop, UV_RUN_DEFAULT);
     notify_close();
+    jobs_shutdown(d);
     sched_shutdown(d);
     /* close every handle so the loop can be closed cleanly */
     uv_walk(d->loop, close_walk_cb, NULL);
     uv_run(d->loop, UV_RUN_DEFAULT);
+    jobs_close(d);
     return d->exit_code;
 }

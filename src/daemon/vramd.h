@@ -59,6 +59,7 @@ struct vramd {
     unsigned events_next;
     unsigned events_count;
     uint64_t requests_total;
+    struct jobs *jobs;       /* durable job runner (jobs/jobs.h); NULL when jobs are unavailable */
 };
 
 extern vramd_t *g_vramd; /* the one daemon; set by vramd_init */

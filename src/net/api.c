@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "daemon/vramd.h"
+#include "jobs/jobs_api.h"
 #include "net/conn.h"
 #include "obs/page.h"
 #include "obs/status.h"
@@ -49,6 +50,11 @@ static bool token_ok(const vramd_t *d, const request_t *r)
     for (size_t i = 0; i < tl; i++)
         diff |= (unsigned char)token[i] ^ (unsigned char)(i < vl ? v[i] : 0);
     return diff == 0;
+}
+
+bool api_admin_token_ok(const vramd_t *d, const request_t *r)
+{
+    return token_ok(d, r);
 }
 
 static model_t *model_by_name(vramd_t *d, const char *name, size_t len)
@@ -168,6 +174,8 @@ bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
         conn_respond(c, 200, "text/html; charset=utf-8", page, page_len, page_headers());
         return true;
     }
+    if (jobs_api_handle(c, r, path, len)) /* /v1/jobs... (jobs/jobs_api.h) */
+        return true;
     bool admin = false;
     const char *name = NULL;
     size_t name_len = 0;

@@ -27,5 +27,7 @@
 
 bool api_handle(conn_t *c, request_t *r, const char *path, size_t path_len);
 void api_model_changed(model_t *m);
+/* The request carries the admin bearer token, or no token is configured (constant-time). */
+bool api_admin_token_ok(const vramd_t *d, const request_t *r);
 
 #endif

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "daemon/vramd.h"
+#include "jobs/jobs.h"
 #include "net/api.h"
 #include "net/conn.h"
 #include "net/proxy.h"
@@ -77,6 +78,7 @@ void request_dispatch(request_t *r, instance_t *inst)
     uv_timer_stop(&inst->idle_timer);
     r->instance = inst;
     c->d->in_flight_total++;
+    jobs_request_dispatched(r); /* a job's attempt is running from here (jobs/jobs.h) */
     proxy_start(r, inst);
 }
 

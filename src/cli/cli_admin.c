@@ -1,0 +1,189 @@
+/*
+ * cli_admin: vramctl's admin commands (load, unload, drain, reload; they send the bearer
+ * token) and check-config (local, no daemon). Each prints one line, or vramd's answer with
+ * --json. See cli.h for the exit codes.
+ */
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cli/cli_http.h"
+#include "daemon/config.h"
+
+#define ADMIN_WAIT_DEFAULT_MS (5 * 60 * 1000)
+#define DRAIN_WAIT_DEFAULT_MS (2 * 60 * 1000)
+
+/* Parses argv[1..]: global options, the given command flags, and up to max_pos positional
+ * arguments into pos[]. Returns 0 or a usage exit code. flags: NULL-terminated names of
+ * boolean options, matched into flag_set[]. */
+static int parse_args(cli_opts_t *o, int argc, char **argv, const char **pos, int max_pos, int *n_pos,
+                      const char *const *flags, bool *flag_set)
+{
+    *n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        int g = cli_global_option(o, argc, argv, &i);
+        if (g < 0)
+            return CLI_EXIT_USAGE;
+        if (g > 0)
+            continue;
+        bool matched = false;
+        for (int f = 0; flags && flags[f]; f++)
+            if (strcmp(argv[i], flags[f]) == 0) {
+                flag_set[f] = true;
+                matched = true;
+            }
+        if (matched)
+            continue;
+        if (argv[i][0] == '-' && argv[i][1] != '\0')
+            return cli_usage_error(argv[0], "%s: unknown option %s", argv[0], argv[i]);
+        if (*n_pos >= max_pos)
+            return cli_usage_error(argv[0], "%s: unexpected argument \"%s\"", argv[0], argv[i]);
+        pos[(*n_pos)++] = argv[i];
+    }
+    return CLI_OK;
+}
+
+int cli_cmd_model_admin(cli_opts_t *o, int argc, char **argv)
+{
+    const char *pos[1];
+    int n_pos;
+    int rc = parse_args(o, argc, argv, pos, 1, &n_pos, NULL, NULL);
+    if (rc)
+        return rc;
+    if (n_pos != 1)
+        return cli_usage_error(argv[0], "%s: which model? (vramctl %s MODEL)", argv[0], argv[0]);
+    char name[512], path[600];
+    if (pos[0][0] == '\0' || cli_url_escape(pos[0], name, sizeof name) != 0)
+        return cli_usage_error(argv[0], "%s: bad model name", argv[0]);
+    snprintf(path, sizeof path, "/v1/models/%s/%s", name, argv[0]);
+    if (!o->timeout_set)
+        o->timeout_ms = ADMIN_WAIT_DEFAULT_MS;
+    cli_response_t resp;
+    rc = cli_call(o, "POST", path, NULL, &resp);
+    if (rc)
+        return rc;
+    if (o->json) {
+        cli_print_body_json(&resp);
+    } else {
+        cJSON *j = cli_parse_json(&resp);
+        if (!j) {
+            cli_response_free(&resp);
+            return CLI_EXIT_ERROR;
+        }
+        const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+        const cJSON *state = cJSON_GetObjectItemCaseSensitive(j, "state");
+        const cJSON *inst = cJSON_GetObjectItemCaseSensitive(j, "instances");
+        int n = cJSON_IsNumber(inst) ? inst->valueint : 0;
+        printf("%s: %s (%d instance%s)\n", cJSON_IsString(model) ? model->valuestring : pos[0],
+               cJSON_IsString(state) ? state->valuestring : "?", n, n == 1 ? "" : "s");
+        cJSON_Delete(j);
+    }
+    cli_response_free(&resp);
+    return CLI_OK;
+}
+
+/* True while vramd still accepts connections at o->url. */
+static bool still_answering(const cli_opts_t *o)
+{
+    cli_url_t url;
+    char err[256];
+    if (cli_url_parse(o->url, &url, err, sizeof err) != 0)
+        return false;
+    cli_http_request_t req = {.method = "GET", .path = "/healthz", .timeout_ms = 2000};
+    cli_response_t resp;
+    bool connected = false;
+    int rc = cli_http_exchange(&url, &req, NULL, &resp, &connected, err, sizeof err);
+    if (rc == 0)
+        cli_response_free(&resp);
+    return connected;
+}
+
+int cli_cmd_drain(cli_opts_t *o, int argc, char **argv)
+{
+    const char *flags[] = {"--wait", NULL};
+    bool wait = false;
+    int n_pos;
+    int rc = parse_args(o, argc, argv, NULL, 0, &n_pos, flags, &wait);
+    if (rc)
+        return rc;
+    uint64_t wait_ms = o->timeout_set ? o->timeout_ms : DRAIN_WAIT_DEFAULT_MS;
+    cli_response_t resp;
+    rc = cli_call(o, "POST", "/v1/admin/drain", NULL, &resp);
+    if (rc)
+        return rc;
+    if (o->json)
+        cli_print_body_json(&resp);
+    else
+        printf("vramd at %s is draining: no new requests; it exits once the ones in flight are done\n", o->url);
+    cli_response_free(&resp);
+    if (!wait)
+        return CLI_OK;
+    fflush(stdout);
+    struct timespec start, now, pause = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        if (!still_answering(o)) {
+            if (!o->json)
+                printf("vramd has exited\n");
+            return CLI_OK;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        uint64_t elapsed = (uint64_t)(now.tv_sec - start.tv_sec) * 1000 +
+                           (uint64_t)((now.tv_nsec - start.tv_nsec) / 1000000);
+        if (elapsed >= wait_ms) {
+            fprintf(stderr, "vramctl: vramd at %s is still running after the wait (--timeout)\n", o->url);
+            return CLI_EXIT_TIMEOUT;
+        }
+        nanosleep(&pause, NULL);
+    }
+}
+
+int cli_cmd_reload(cli_opts_t *o, int argc, char **argv)
+{
+    int n_pos;
+    int rc = parse_args(o, argc, argv, NULL, 0, &n_pos, NULL, NULL);
+    if (rc)
+        return rc;
+    cli_response_t resp;
+    rc = cli_call(o, "POST", "/v1/admin/reload", NULL, &resp);
+    if (rc)
+        return rc;
+    if (o->json)
+        cli_print_body_json(&resp);
+    else
+        printf("vramd at %s reloaded its config\n", o->url);
+    cli_response_free(&resp);
+    return CLI_OK;
+}
+
+int cli_cmd_check_config(cli_opts_t *o, int argc, char **argv)
+{
+    const char *pos[1];
+    int n_pos;
+    int rc = parse_args(o, argc, argv, pos, 1, &n_pos, NULL, NULL);
+    if (rc)
+        return rc;
+    if (n_pos != 1)
+        return cli_usage_error(argv[0], "check-config: which file? (vramctl check-config FILE)");
+    char err[CONFIG_ERR_MAX];
+    config_t *c = config_load(pos[0], err, sizeof err);
+    if (o->json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "file", pos[0]);
+        cJSON_AddBoolToObject(j, "ok", c != NULL);
+        if (c)
+            cJSON_AddNumberToObject(j, "models", (double)c->n_models);
+        else
+            cJSON_AddStringToObject(j, "error", err);
+        cli_print_json(j);
+        cJSON_Delete(j);
+    }
+    if (!c) {
+        fprintf(stderr, "%s\n", err);
+        return CLI_EXIT_ERROR;
+    }
+    if (!o->json)
+        printf("%s: ok (%zu models)\n", pos[0], c->n_models);
+    config_unref(c);
+    return CLI_OK;
+}

@@ -1,0 +1,337 @@
+/*
+ * vramctl: the command-line client of vramd. This file holds main: the global options
+ * (which may appear anywhere on the line), the help texts, and the dispatch to the
+ * commands (cli_status.c, cli_admin.c, cli_jobs.c). Exit codes are listed in cli.h and in
+ * the help text.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/units.h"
+#include "daemon/vramd.h"
+
+volatile sig_atomic_t cli_stop_requested = 0;
+
+static const char usage_text[] =
+    "usage: vramctl [OPTIONS] COMMAND [ARGS]\n"
+    "\n"
+    "vramctl talks to vramd, the GPU-memory gatekeeper, over its HTTP API.\n"
+    "\n"
+    "Commands:\n"
+    "  status                 GPUs with memory bars, models, queues, recent events\n"
+    "  top                    the status view, refreshed every second (q or Ctrl-C quits)\n"
+    "  load MODEL             load a model now (answers when it is ready)\n"
+    "  unload MODEL           unload a model now (answers when its memory is back)\n"
+    "  drain                  stop admitting, finish what runs, then vramd exits 0\n"
+    "  reload                 make vramd re-read its config file (a bad one is refused)\n"
+    "  jobs SUBCOMMAND        durable jobs: submit, get, wait, result, cancel, list\n"
+    "  check-config FILE      validate a config file here (no daemon needed)\n"
+    "\n"
+    "Options (before or after the command):\n"
+    "  --url URL              vramd's address (default $VRAMD_URL, else " CLI_DEFAULT_URL ")\n"
+    "  --token TOKEN          admin bearer token (default $VRAMD_TOKEN)\n"
+    "  --token-file FILE      read the token from FILE (default $VRAMD_TOKEN_FILE)\n"
+    "  --json                 print JSON (vramd's answer) instead of text\n"
+    "  --timeout DURATION     bound on each request to vramd (default 10s; load/unload 5m)\n"
+    "  -h, --help             this help; vramctl COMMAND --help for a command's\n"
+    "  --version              vramctl's version\n"
+    "\n"
+    "Exit codes:\n"
+    "  0  ok\n"
+    "  1  vramd answered an error (its code and message are printed), or the config is invalid\n"
+    "  2  usage error\n"
+    "  3  cannot reach vramd (not running, wrong --url, no answer within --timeout)\n"
+    "  4  the job ended failed or cancelled (jobs wait, jobs submit --wait)\n"
+    "  5  timed out waiting (jobs wait --timeout)\n";
+
+static const struct command_help {
+    const char *name;
+    const char *text;
+} command_helps[] = {
+    {"status",
+     "usage: vramctl status [--events N] [--json]\n"
+     "\n"
+     "One view of vramd: each GPU with a memory bar stacked by owner (each model's resident\n"
+     "memory, requests running, foreign processes, headroom, free; GiB), the models (state,\n"
+     "instances, pids, GPU, requests in flight, queue depth, oldest wait) and the last N events\n"
+     "(default 5). Colours when stdout is a terminal and NO_COLOR is unset.\n"
+     "--json prints GET /v1/status unchanged (pretty).\n"},
+    {"top",
+     "usage: vramctl top [--interval DURATION] [-n N] [--events N]\n"
+     "\n"
+     "The status view, refreshed every --interval (default 1s), full screen. q or Ctrl-C quits\n"
+     "and restores the terminal. -n N: stop after N refreshes. When stdout is not a terminal,\n"
+     "one frame per interval is printed, without escape codes.\n"},
+    {"load",
+     "usage: vramctl load MODEL [--json]\n"
+     "\n"
+     "POST /v1/models/MODEL/load (admin): start the model now, evicting idle ones if needed.\n"
+     "Answers when it is ready (--timeout, default 5m). Prints \"MODEL: STATE (N instances)\".\n"},
+    {"unload",
+     "usage: vramctl unload MODEL [--json]\n"
+     "\n"
+     "POST /v1/models/MODEL/unload (admin): stop the model's instances (or call an external\n"
+     "server's unload hook). Answers when its memory is back (--timeout, default 5m).\n"},
+    {"drain",
+     "usage: vramctl drain [--wait] [--json]\n"
+     "\n"
+     "POST /v1/admin/drain (admin): vramd stops admitting, finishes the requests in flight,\n"
+     "then exits 0. --wait: return only once vramd has stopped answering (bounded by\n"
+     "--timeout, default 2m here).\n"},
+    {"reload",
+     "usage: vramctl reload [--json]\n"
+     "\n"
+     "POST /v1/admin/reload (admin): vramd re-reads its config file. A bad file is refused\n"
+     "with its error (exit 1) and the running config stays.\n"},
+    {"check-config",
+     "usage: vramctl check-config FILE [--json]\n"
+     "\n"
+     "Validate a vramd config file here, with the same parser and messages as\n"
+     "`vramd --check-config` (file:line:col: key.path: problem). Exit 0 when valid, 1 when not.\n"},
+    {"jobs",
+     "usage: vramctl jobs submit MODEL [--path /p] [--method POST] [--body FILE|-]\n"
+     "                          [--json-body JSON] [--header 'K: V']... [--priority 0-9]\n"
+     "                          [--deadline 10m] [--wait [--wait-timeout D]] [-o FILE]\n"
+     "       vramctl jobs get ID\n"
+     "       vramctl jobs wait ID [--timeout 10m]\n"
+     "       vramctl jobs result ID [-o FILE]\n"
+     "       vramctl jobs cancel ID\n"
+     "       vramctl jobs list [--state S] [--model M] [--limit N] [--cursor C]\n"
+     "\n"
+     "Durable jobs (POST /v1/jobs): vramd journals the request, runs it when it fits, and\n"
+     "keeps the worker's answer until it is fetched or expires.\n"
+     "  submit   prints the job id (--json: vramd's answer). --body sends a file's bytes\n"
+     "           (- for stdin) as they are; --json-body sends a JSON document. --wait waits\n"
+     "           for the end (exit as jobs wait); -o FILE also waits and saves the result.\n"
+     "  get      the job's state, attempts, timestamps, GPU, error.\n"
+     "  wait     polls until the job is final: exit 0 succeeded, 4 failed or cancelled,\n"
+     "           5 still not final after --timeout (default 10m).\n"
+     "  result   the worker's answer body, to stdout or -o FILE (exit 1 while not done).\n"
+     "  cancel   cancel a queued or running job.\n"
+     "  list     a table of jobs (newest first; the admin token when one is configured).\n"},
+};
+
+static void print_command_help(const char *name)
+{
+    for (size_t i = 0; i < sizeof command_helps / sizeof command_helps[0]; i++)
+        if (strcmp(command_helps[i].name, name) == 0) {
+            fputs(command_helps[i].text, stdout);
+            fputs("\nGlobal options: --url, --token, --token-file, --json, --timeout (see vramctl --help).\n", stdout);
+            return;
+        }
+    fputs(usage_text, stdout);
+}
+
+int cli_usage_error(const char *command, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("vramctl: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (command)
+        fprintf(stderr, "\n(see vramctl %s --help)\n", command);
+    else
+        fputs("\n(see vramctl --help)\n", stderr);
+    return CLI_EXIT_USAGE;
+}
+
+const char *cli_option_value(int argc, char **argv, int *i, const char *name, bool *bad)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0)
+        return NULL;
+    if (a[n] == '=')
+        return a + n + 1;
+    if (a[n] != '\0')
+        return NULL;
+    if (*i + 1 >= argc) {
+        *bad = true;
+        return NULL;
+    }
+    (*i)++;
+    return argv[*i];
+}
+
+int cli_parse_duration(const char *command, const char *option, const char *value, uint64_t *ms)
+{
+    if (units_parse_duration_ms(value, ms) != 0) {
+        cli_usage_error(command, "%s: expected a duration like 30s, 10m or 250ms, got \"%s\"", option, value);
+        return -1;
+    }
+    return 0;
+}
+
+static int read_token_file(cli_opts_t *o, const char *path, const char *what)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "vramctl: %s %s: %s\n", what, path, strerror(errno));
+        return -1;
+    }
+    size_t n = fread(o->token, 1, sizeof o->token - 1, f);
+    bool more = fgetc(f) != EOF;
+    fclose(f);
+    if (more) {
+        fprintf(stderr, "vramctl: %s %s: longer than %d bytes\n", what, path, CLI_MAX_TOKEN - 1);
+        return -1;
+    }
+    o->token[n] = '\0';
+    while (n > 0 && isspace((unsigned char)o->token[n - 1]))
+        o->token[--n] = '\0';
+    return 0;
+}
+
+static int set_token(cli_opts_t *o, const char *token)
+{
+    if (strlen(token) >= sizeof o->token) {
+        fprintf(stderr, "vramctl: the token is longer than %d bytes\n", CLI_MAX_TOKEN - 1);
+        return -1;
+    }
+    snprintf(o->token, sizeof o->token, "%s", token);
+    return 0;
+}
+
+int cli_global_option(cli_opts_t *o, int argc, char **argv, int *i)
+{
+    bool bad = false;
+    const char *a = argv[*i];
+    const char *v;
+    if (strcmp(a, "--json") == 0) {
+        o->json = true;
+        return 1;
+    }
+    if ((v = cli_option_value(argc, argv, i, "--url", &bad))) {
+        o->url = v;
+        return 1;
+    }
+    if ((v = cli_option_value(argc, argv, i, "--token-file", &bad)))
+        return read_token_file(o, v, "--token-file") == 0 ? 1 : -1;
+    if ((v = cli_option_value(argc, argv, i, "--token", &bad)))
+        return set_token(o, v) == 0 ? 1 : -1;
+    if ((v = cli_option_value(argc, argv, i, "--timeout", &bad))) {
+        if (cli_parse_duration(NULL, "--timeout", v, &o->timeout_ms) != 0)
+            return -1;
+        if (o->timeout_ms == 0) {
+            cli_usage_error(NULL, "--timeout must be more than 0");
+            return -1;
+        }
+        o->timeout_set = true;
+        return 1;
+    }
+    if (bad) {
+        cli_usage_error(NULL, "%s needs a value", a);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_url_escape(const char *s, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        bool plain = isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~';
+        if (n + (plain ? 1 : 3) + 1 > cap)
+            return -1;
+        if (plain) {
+            out[n++] = (char)ch;
+        } else {
+            out[n++] = '%';
+            out[n++] = hex[ch >> 4];
+            out[n++] = hex[ch & 15];
+        }
+    }
+    if (cap == 0)
+        return -1;
+    out[n] = '\0';
+    return 0;
+}
+
+static bool wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return false;
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+            return true;
+    }
+    return false;
+}
+
+static const struct command {
+    const char *name;
+    int (*run)(cli_opts_t *o, int argc, char **argv);
+} commands[] = {
+    {"status", cli_cmd_status},     {"top", cli_cmd_top},       {"load", cli_cmd_model_admin},
+    {"unload", cli_cmd_model_admin}, {"drain", cli_cmd_drain},  {"reload", cli_cmd_reload},
+    {"jobs", cli_cmd_jobs},         {"check-config", cli_cmd_check_config},
+};
+
+int main(int argc, char **argv)
+{
+    static cli_opts_t opts;
+    const char *env_url = getenv("VRAMD_URL");
+    opts.url = env_url && env_url[0] ? env_url : CLI_DEFAULT_URL;
+    opts.timeout_ms = CLI_DEFAULT_TIMEOUT_MS;
+    const char *no_color = getenv("NO_COLOR");
+    opts.color = isatty(STDOUT_FILENO) && !(no_color && no_color[0]);
+    const char *env_token = getenv("VRAMD_TOKEN");
+    const char *env_token_file = getenv("VRAMD_TOKEN_FILE");
+    if (env_token && env_token[0]) {
+        if (set_token(&opts, env_token) != 0)
+            return CLI_EXIT_USAGE;
+    } else if (env_token_file && env_token_file[0] && read_token_file(&opts, env_token_file, "VRAMD_TOKEN_FILE") != 0) {
+        return CLI_EXIT_USAGE;
+    }
+
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "-V") == 0) {
+            printf("vramctl %s\n", VRAMD_VERSION);
+            return CLI_OK;
+        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage_text, stdout);
+            return CLI_OK;
+        }
+        int rc = cli_global_option(&opts, argc, argv, &i);
+        if (rc < 0)
+            return CLI_EXIT_USAGE;
+        if (rc == 0)
+            return cli_usage_error(NULL, "unknown option %s", argv[i]);
+    }
+    if (i >= argc) {
+        fputs(usage_text, stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(argv[i], "help") == 0) {
+        if (i + 1 < argc)
+            print_command_help(argv[i + 1]);
+        else
+            fputs(usage_text, stdout);
+        return CLI_OK;
+    }
+    for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++) {
+        if (strcmp(commands[k].name, argv[i]) != 0)
+            continue;
+        if (wants_help(argc - i, argv + i)) {
+            print_command_help(commands[k].name);
+            return CLI_OK;
+        }
+        int rc = commands[k].run(&opts, argc - i, argv + i);
+        if (fflush(stdout) != 0 && rc == CLI_OK) {
+            fprintf(stderr, "vramctl: writing the output: %s\n", strerror(errno));
+            return CLI_EXIT_ERROR;
+        }
+        return rc;
+    }
+    return cli_usage_error(NULL, "unknown command \"%s\"", argv[i]);
+}

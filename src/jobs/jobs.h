@@ -1,0 +1,73 @@
+/*
+ * jobs: the durable job runner. Jobs live in the journal (jobs/journal.h); results in the
+ * result store (jobs/result_store.h); this module moves jobs from one to the other by
+ * running each attempt through vramd's own front door (jobs/job_client.h), so that a job
+ * gets exactly the routing, queues, priorities, deadlines, ladder, validation and retries
+ * of a synchronous request.
+ *
+ * Window: at most jobs.max_active attempts are in flight (handed to vramd) at once, and per
+ * model at most concurrency x instances x 2, bounded by half the model's queue_max, at
+ * least 1, so synchronous traffic keeps room in the model's queue. The next jobs are taken
+ * from the journal by priority (desc), then age (across models when max_active is short). The pump runs when a job ends, when one is
+ * submitted, and every second (models backing off after a queue_full or a failed connect).
+ *
+ * A job is queued in the journal until vramd really hands its request to a worker
+ * (jobs_request_dispatched, called from request_dispatch, matches the exact request id
+ * "job-<id>-<nonce>"); it is then running (attempts + 1, GPU). How an attempt ends decides
+ * what happens next; see docs/jobs.md ("Retry rules").
+ *
+ * Invariants:
+ *   - a job has at most one attempt in flight (the run table is keyed by job id);
+ *   - a 2xx answer is written to a result file as it streams, committed (fsync, rename) on
+ *     a thread-pool thread, and only then is the job marked succeeded;
+ *   - a job that was cancelled while its result was being committed keeps no result file;
+ *   - while draining no attempt is started; vramd_check_drained waits (jobs_busy) until
+ *     every attempt in flight has ended and its result is committed. Queued jobs stay in the
+ *     journal for the next start.
+ * Threads: everything runs on the loop thread, except result commits (uv_queue_work).
+ * Return convention: int functions give 0 on success, -1 on failure.
+ */
+#ifndef VRAMD_JOBS_JOBS_H
+#define VRAMD_JOBS_JOBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/types.h"
+#include "jobs/job_state.h"
+
+typedef struct jobs jobs_t;
+
+/* Open state_dir/jobs.db and state_dir/results/, recover jobs that were running when vramd
+ * last stopped, start the timers. On failure vramd runs without jobs (the routes answer
+ * 503 jobs_unavailable) and err says why. */
+int jobs_init(vramd_t *d, char *err, size_t errlen);
+/* Before the loop's handles are closed: cancel attempts still in flight (they stay queued
+ * or running in the journal; the next start recovers them). */
+void jobs_shutdown(vramd_t *d);
+/* After the loop has ended: free everything, close the journal and the result store. */
+void jobs_close(vramd_t *d);
+
+/* true while an attempt is in flight or a result is being committed. */
+bool jobs_busy(const vramd_t *d);
+/* Look at the journal and start attempts where the window has room. */
+void jobs_pump(vramd_t *d);
+/* Hook in request_dispatch: a job's request was handed to a worker instance. */
+void jobs_request_dispatched(request_t *r);
+
+/* Count of jobs in each state (for vramd_jobs{state}). 0 ok, -1 when jobs are not
+ * available. */
+int jobs_count_by_state(vramd_t *d, uint64_t out[JOB_STATE_COUNT]);
+
+/* For jobs_api.c. */
+jobs_t *jobs_get(const vramd_t *d);
+struct journal *jobs_journal(jobs_t *J);
+struct result_store *jobs_results(jobs_t *J);
+/* Cancel a job's attempt in flight, if it has one (after journal_cancel succeeded). */
+void jobs_cancel_attempt(jobs_t *J, const char *id);
+
+/* Wall-clock milliseconds (unix epoch). */
+int64_t jobs_wall_ms(void);
+
+#endif
