@@ -9,6 +9,7 @@
 #include "daemon/vramd.h"
 #include "jobs/jobs_api.h"
 #include "net/conn.h"
+#include "obs/metrics.h"
 #include "obs/page.h"
 #include "obs/status.h"
 #include "sched/scheduler.h"
@@ -172,6 +173,18 @@ bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
         size_t page_len;
         const char *page = page_html(&page_len);
         conn_respond(c, 200, "text/html; charset=utf-8", page, page_len, page_headers());
+        return true;
+    }
+    if (path_is(path, len, "/metrics") && get) { /* Prometheus text format (obs/metrics.h); no token, like /v1/status */
+        request_set_state(r, REQ_LOCAL);
+        size_t mlen = 0;
+        char *text = metrics_render(d, &mlen);
+        if (!text) {
+            conn_respond_error(c, 500, "internal", NULL, -1, false, "metrics could not be rendered");
+            return true;
+        }
+        conn_respond(c, 200, METRICS_CONTENT_TYPE, text, mlen, "Cache-Control: no-store\r\n");
+        free(text);
         return true;
     }
     if (jobs_api_handle(c, r, path, len)) /* /v1/jobs... (jobs/jobs_api.h) */

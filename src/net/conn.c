@@ -233,6 +233,8 @@ void conn_respond_error(conn_t *c, int status, const char *code, const char *mod
     char extra[64] = "";
     if (retry_after_s >= 0)
         snprintf(extra, sizeof extra, "Retry-After: %d\r\n", retry_after_s);
+    if (c->req)
+        c->req->outcome = code;
     log_event(status >= 500 ? LOG_WARN : LOG_INFO, "request_error",
               "request_id=%s model=%s status=%d code=%s message=%s peer=%s",
               c->req ? c->req->id : NULL, model, status, code, msg, c->peer);
@@ -282,6 +284,38 @@ static void request_free(request_t *r)
     free(r);
 }
 
+/* Metrics: a request of a model ends (answered, or cancelled because its client left or its
+ * answer broke): count its outcome and observe its duration and, if it never left the queue
+ * for a worker, its queue wait. Called exactly once per request, from conn_request_done or
+ * request_cancel, the only two ways a request with a model ends. Admin calls on a model
+ * (REQ_LOCAL) are not model traffic. */
+static void request_account(request_t *r, bool cancelled)
+{
+    model_t *m = r->model;
+    if (!m || r->state == REQ_LOCAL)
+        return;
+    const char *outcome = r->outcome;
+    if (!outcome) {
+        if (cancelled)
+            outcome = "cancelled";
+        else if (r->status >= 200 && r->status < 400)
+            outcome = "ok";
+        else if (r->status >= 400 && r->status < 500)
+            outcome = "client_error";
+        else if (r->status >= 500)
+            outcome = "server_error";
+        else
+            outcome = "other";
+    }
+    model_note_outcome(m, outcome);
+    if (!r->t_queued)
+        return; /* refused at admission: counted above, no latency to speak of */
+    uint64_t now = vramd_now();
+    if (r->attempts == 0) /* left the queue without being dispatched (queue wait of the others: request_dispatch) */
+        histogram_observe(&m->queue_wait_hist, (double)(now > r->t_queued ? now - r->t_queued : 0) / 1000.0);
+    histogram_observe(&m->duration_hist, (double)(now > r->t_arrival ? now - r->t_arrival : 0) / 1000.0);
+}
+
 /* Detach the current request from everything that points at it (queue, upstream, waiter
  * lists), releasing any slot it held, then free it. */
 static void request_cancel(conn_t *c)
@@ -290,6 +324,7 @@ static void request_cancel(conn_t *c)
     if (!r)
         return;
     vramd_t *d = c->d;
+    request_account(r, true);
     if (r->state == REQ_QUEUED && r->model && queue_contains(&r->qe)) {
         queue_remove(&r->model->queue, &r->qe);
         d->queued_total--;
@@ -685,6 +720,7 @@ void conn_request_done(conn_t *c)
 {
     request_t *r = c->req;
     if (r) {
+        request_account(r, false);
         request_set_state(r, REQ_DONE);
         c->req = NULL;
         request_free(r);

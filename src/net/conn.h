@@ -74,6 +74,9 @@ struct request {
     unsigned attempts;
     size_t strip_len;     /* bytes of route prefix to strip, minus the trailing '/' */
     int status;           /* status sent to the client, 0 until then */
+    const char *outcome;  /* metrics: vramd's error code when it answered with one (conn_respond_error),
+                           * or what broke a streamed answer (proxy); NULL = judged from status.
+                           * Read when the request ends, inside that call: a literal or the caller's string */
     bool head_method;
     /* resilience (quality/verdict.c) */
     unsigned level;       /* degradation ladder level in use: 0 = as sent */

@@ -209,6 +209,7 @@ static void fail_request(upstream_t *up, const char *why)
     bool streamed = r->state == REQ_STREAMING && !r->buffering;
     if (streamed) {
         release_slot(r, true);
+        r->outcome = "worker_failed"; /* metrics: the answer broke halfway */
         conn_abort(c);
     } else {
         fail_unsent(r, inst, why, false);
@@ -232,6 +233,7 @@ static void on_hang_timeout(uv_timer_t *t)
     instance_kill_hung(inst);
     if (streamed) {
         release_slot(r, true);
+        r->outcome = "worker_hang"; /* metrics: the answer broke halfway */
         conn_abort(c);
     } else {
         fail_unsent(r, inst, "hang", true);

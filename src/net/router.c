@@ -70,6 +70,8 @@ void request_dispatch(request_t *r, instance_t *inst)
     conn_t *c = r->conn;
     conn_stop_timer(c);
     r->t_dispatched = vramd_now();
+    if (r->attempts == 0 && r->t_queued) /* metrics: queued -> first dispatch (conn.c counts the rest) */
+        histogram_observe(&inst->model->queue_wait_hist, (double)(r->t_dispatched - r->t_queued) / 1000.0);
     r->attempts++;
     inst->in_flight++;
     inst->model->in_flight++;
@@ -167,7 +169,7 @@ static void admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
             char lwhy[160];
             if (verdict_prepare_level(r, (unsigned)first, lwhy, sizeof lwhy) == 0) {
                 log_event(LOG_INFO, "degrade_never_fits", "request_id=%s model=%s level=%d", r->id, m->name, first);
-                m->degraded_total++;
+                model_note_degraded(m, (unsigned)first);
             }
         }
     }
@@ -179,7 +181,7 @@ static void admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
         if (level > 0 && verdict_prepare_level(r, level, why, sizeof why) == 0) {
             log_event(LOG_INFO, "degrade_to_fit", "request_id=%s model=%s level=%u predicted_ms=%llu deadline_ms=%llu",
                       r->id, m->name, level, (unsigned long long)predicted, (unsigned long long)deadline);
-            m->degraded_total++;
+            model_note_degraded(m, level);
             predicted = 0;
         }
     }

@@ -413,7 +413,7 @@ void verdict_judge(request_t *r, bool oom)
         if (next <= mc->degrade.n_ladder && retry_allowed(r->conn->d, r)) {
             char why[200];
             if (verdict_prepare_level(r, next, why, sizeof why) == 0) {
-                m->degraded_total++;
+                model_note_degraded(m, next);
                 retry(r, "out of memory");
                 return;
             }

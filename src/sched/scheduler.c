@@ -866,6 +866,35 @@ void sched_shutdown(vramd_t *d)
 
 /* ---- status ------------------------------------------------------------------------ */
 
+size_t sched_gpu_count(void) { return S.ledger.n_gpus; }
+
+bool sched_gpu_figures(size_t pos, sched_gpu_figures_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (pos >= S.ledger.n_gpus)
+        return false;
+    const ledger_gpu_t *g = &S.ledger.gpus[pos];
+    out->index = g->index;
+    if (S.snap) {
+        for (size_t k = 0; k < S.snap->n_devices; k++) {
+            const gpu_device_t *dev = &S.snap->devices[k];
+            if (dev->index != g->index)
+                continue;
+            out->seen = true;
+            snprintf(out->uuid, sizeof out->uuid, "%s", dev->uuid);
+            snprintf(out->name, sizeof out->name, "%s", dev->name);
+            out->used = dev->used;
+        }
+    }
+    out->total = g->total;
+    out->foreign = g->foreign;
+    out->headroom = g->headroom;
+    out->capacity = ledger_capacity(&S.ledger, pos);
+    out->reserved = g->reserved;
+    out->free_to_admit = ledger_free(&S.ledger, pos);
+    return true;
+}
+
 void sched_status_json(void *gpus_array)
 {
     cJSON *arr = gpus_array;

@@ -92,6 +92,19 @@ void sched_note_oom(model_t *m);
 
 /* Add the "gpus" array and memory fields to a status object (cJSON *). */
 void sched_status_json(void *gpus_array);
+
+/* One GPU's figures, the same numbers /v1/status shows (for obs/metrics.c). */
+typedef struct sched_gpu_figures {
+    int index;               /* NVML index */
+    bool seen;               /* the last NVML snapshot named it: uuid, name and used are valid */
+    char uuid[96];
+    char name[96];
+    uint64_t total, used, foreign, headroom, capacity, reserved, free_to_admit;
+} sched_gpu_figures_t;
+/* GPUs in the ledger (0 before NVML answered). */
+size_t sched_gpu_count(void);
+/* The figures of the GPU at ledger position pos; false when pos is out of range. */
+bool sched_gpu_figures(size_t pos, sched_gpu_figures_t *out);
 /* An instance just became READY: take its post-load baseline from a snapshot read now
  * (its first request waits for it, one NVML read). */
 void sched_instance_ready(instance_t *inst);

@@ -50,6 +50,47 @@ const char *model_state_name(enum model_state s)
     return n[s];
 }
 
+const char *unload_reason_name(enum unload_reason r)
+{
+    static const char *n[] = {"other", "idle", "evicted", "admin", "recycle", "drain", "removed", "failed"};
+    return (unsigned)r < UNLOAD_REASONS ? n[r] : "other";
+}
+
+const char *restart_reason_name(enum restart_reason r)
+{
+    static const char *n[] = {"crash", "start_failed", "startup_timeout", "hang", "unhealthy", "reload_failed",
+                              "recycle"};
+    return (unsigned)r < RESTART_REASONS ? n[r] : "crash";
+}
+
+void model_note_degraded(model_t *m, unsigned level)
+{
+    m->degraded_total++;
+    m->degraded_by_level[level < MODEL_DEGRADE_LEVELS ? level : MODEL_DEGRADE_LEVELS - 1]++;
+}
+
+void model_note_outcome(model_t *m, const char *outcome)
+{
+    if (!outcome || !outcome[0] || strlen(outcome) >= MODEL_OUTCOME_NAME_MAX)
+        outcome = "other";
+    for (unsigned i = 0; i < m->n_outcomes; i++) {
+        if (strcmp(m->outcomes[i].name, outcome) == 0) {
+            m->outcomes[i].n++;
+            return;
+        }
+    }
+    /* a new name; the last slot is kept for "other", so the table never overflows */
+    bool is_other = strcmp(outcome, "other") == 0;
+    if (m->n_outcomes < MODEL_OUTCOMES_MAX - 1 || (is_other && m->n_outcomes < MODEL_OUTCOMES_MAX)) {
+        struct model_outcome *o = &m->outcomes[m->n_outcomes++];
+        snprintf(o->name, sizeof o->name, "%s", outcome);
+        o->n = 1;
+        return;
+    }
+    if (!is_other)
+        model_note_outcome(m, "other");
+}
+
 enum model_state model_state(const model_t *m)
 {
     if (m->failed)
@@ -120,6 +161,8 @@ model_t *model_create(vramd_t *d, const model_config_t *cfg, config_t *owner)
     list_init(&m->link);
     uv_timer_init(d->loop, &m->backoff_timer);
     m->backoff_timer.data = m;
+    histogram_init(&m->duration_hist, HISTOGRAM_DURATION_BOUNDS, HISTOGRAM_DURATION_N);
+    histogram_init(&m->queue_wait_hist, HISTOGRAM_WAIT_BOUNDS, HISTOGRAM_WAIT_N);
     list_insert_tail(&d->models, &m->link);
     return m;
 }
@@ -177,9 +220,10 @@ static void set_failed(model_t *m, const char *reason)
     api_model_changed(m);
 }
 
-static void record_failure(model_t *m, const char *why)
+static void record_failure(model_t *m, enum restart_reason kind, const char *why)
 {
     uint64_t now = vramd_now();
+    m->restarts_by_reason[kind]++;
     m->failure_times[m->failure_next] = now;
     m->failure_next = (m->failure_next + 1) % MODEL_FAILURE_WINDOW;
     m->consecutive_failures++;
@@ -262,6 +306,8 @@ static void instance_maybe_free(instance_t *inst)
     list_remove(&inst->link);
     m->n_instances--;
     m->instances_closing++;
+    if (m->unload_requested && !model_has_live_instances(m))
+        m->unload_requested = false; /* the admin unload is complete: demand may start it again */
     proxy_pool_close(inst);
     inst->closing_handles = 2;
     uv_timer_stop(&inst->timer);
@@ -345,7 +391,8 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
             log_event(LOG_WARN, "worker_startup_timeout", "model=%s instance=%u pid=%d reason=%s", m->name,
                       inst->id, (int)inst->pid, why);
             inst->stop_reason = "startup_timeout";
-            record_failure(m, "startup timeout");
+            record_failure(m, RESTART_STARTUP_TIMEOUT, "startup timeout");
+            inst->unload_reason = UNLOAD_FAILED;
             inst->stop_requested = true; /* counted already: its exit is not another crash */
             instance_set_state(inst, INST_STOPPING, "startup timeout");
             if (inst->proc)
@@ -384,6 +431,7 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
             } else if (inst->state == INST_READY) {
                 log_event(LOG_WARN, "worker_unhealthy", "model=%s instance=%u pid=%d", m->name, inst->id,
                           (int)inst->pid);
+                inst->kill_reason = RESTART_UNHEALTHY;
                 if (inst->proc)
                     process_signal(inst->proc, SIGKILL); /* exit is then handled as a crash */
                 return;
@@ -440,9 +488,13 @@ static void on_process_exit(process_t *p, int exit_status, int term_signal, void
             snprintf(why, sizeof why, "%s exited with status %d",
                      inst->state == INST_STARTING ? "start failed:" : "crash:", exit_status);
         inst->stop_requested = true;
-        record_failure(m, why);
+        enum restart_reason kind = inst->state == INST_STARTING ? RESTART_START_FAILED : RESTART_CRASH;
+        if (inst->kill_reason != RESTART_CRASH)
+            kind = inst->kill_reason;
+        record_failure(m, kind, why);
     } else {
         m->unloads_total++;
+        m->unloads_by_reason[inst->unload_reason]++;
     }
     proxy_pool_close(inst);
     instance_set_state(inst, INST_STOPPING, expected ? (inst->stop_reason ? inst->stop_reason : "stopped") : "exited");
@@ -543,7 +595,7 @@ static void instance_start(model_t *m, size_t gpu_pos)
         char why[200];
         snprintf(why, sizeof why, "start failed: %s", err);
         inst->proc = NULL;
-        record_failure(m, why);
+        record_failure(m, RESTART_START_FAILED, why);
         inst->state = INST_STOPPING;
         ledger_release(sched_ledger(), &inst->mem);
         instance_maybe_free(inst);
@@ -621,8 +673,10 @@ static void on_idle_timeout(uv_timer_t *t)
 {
     instance_t *inst = t->data;
     model_t *m = inst->model;
-    if (inst->in_flight == 0 && m->queue.depth == 0 && inst->state == INST_READY)
+    if (inst->in_flight == 0 && m->queue.depth == 0 && inst->state == INST_READY) {
+        inst->unload_reason = UNLOAD_IDLE;
         instance_stop(inst, "idle");
+    }
 }
 
 void instance_recycle(instance_t *inst, const char *why)
@@ -631,6 +685,8 @@ void instance_recycle(instance_t *inst, const char *why)
     if (inst->external || inst->stop_requested || inst->state == INST_STOPPING)
         return;
     m->recycles_total++;
+    m->restarts_by_reason[RESTART_RECYCLE]++;
+    inst->unload_reason = UNLOAD_RECYCLE;
     log_event(LOG_INFO, "worker_recycle", "model=%s instance=%u pid=%d reason=%s requests=%llu in_flight=%u", m->name,
               inst->id, (int)inst->pid, why, (unsigned long long)inst->requests_total, inst->in_flight);
     vramd_note_event(m->d, "recycling %s instance %u: %s", m->name, inst->id, why);
@@ -644,6 +700,7 @@ void instance_kill_hung(instance_t *inst)
     m->hangs_total++;
     if (inst->external || !inst->proc)
         return;
+    inst->kill_reason = RESTART_HANG;
     log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s", m->name, inst->id, (int)inst->pid,
               "request hang");
     process_signal(inst->proc, SIGKILL); /* the exit is a crash: counted, restarted with backoff */
@@ -725,6 +782,7 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
         return;
     }
     m->unloads_total++;
+    m->unloads_by_reason[inst->unload_reason]++;
     sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory back */
 }
 
@@ -732,6 +790,7 @@ void instance_evict(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     uv_timer_stop(&inst->idle_timer);
+    inst->unload_reason = UNLOAD_EVICTED;
     if (inst->state == INST_UNLOADED && !inst->external) {
         /* unloaded but still holding residue: only stopping it gives that back */
         inst->stop_requested = true;
@@ -789,7 +848,7 @@ static void on_reload_answer(void *ctx, int status, const char *body, size_t len
         return;
     if (!ok) {
         instance_set_state(inst, INST_UNLOADED, "reload hook failed");
-        record_failure(m, "reload hook failed");
+        record_failure(m, RESTART_RELOAD_FAILED, "reload hook failed");
         return;
     }
     /* back to health checking: READY once it answers */
@@ -824,7 +883,7 @@ static void instance_reload(instance_t *inst)
     instance_set_state(inst, INST_RELOADING, "needed again");
     if (call_hook(inst, &m->cfg->reload, 60000, on_reload_answer) != 0) {
         instance_set_state(inst, INST_UNLOADED, "reload hook could not be called");
-        record_failure(m, "reload hook could not be called");
+        record_failure(m, RESTART_RELOAD_FAILED, "reload hook could not be called");
     }
 }
 
@@ -857,6 +916,7 @@ static void arm_idle_timers(model_t *m)
         if (mc->keep_alive_ms == CONFIG_FOREVER)
             continue;
         if (mc->keep_alive_ms == 0) {
+            in->unload_reason = UNLOAD_IDLE;
             instance_stop(in, "keep_alive 0");
             continue;
         }
@@ -954,6 +1014,8 @@ void model_unload(model_t *m, const char *reason)
     m->unload_requested = true;
     list_foreach_safe(it, tmp, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
+        if (in->state != INST_STOPPING)
+            in->unload_reason = UNLOAD_ADMIN;
         instance_stop(in, reason);
     }
     if (!model_has_live_instances(m))
@@ -974,6 +1036,8 @@ void model_stop_all(model_t *m, const char *reason)
             in->stop_requested = true;
             instance_maybe_free(in);
         } else {
+            if (in->state != INST_STOPPING)
+                in->unload_reason = m->removed ? UNLOAD_REMOVED : UNLOAD_DRAIN;
             instance_stop(in, reason);
         }
     }

@@ -42,6 +42,7 @@
 #include "common/list.h"
 #include "daemon/config.h"
 #include "daemon/types.h"
+#include "obs/histogram.h"
 #include "sched/ledger.h"
 #include "sched/queue.h"
 #include "sched/scheduler.h"
@@ -66,6 +67,39 @@ enum model_state {
 };
 
 #define MODEL_FAILURE_WINDOW 5 /* failures remembered for the failed-state rule */
+
+/* Why an instance was stopped or unloaded on purpose (vramd_model_unloads_total{reason}).
+ * OTHER: a stop no entry point below named. Names: unload_reason_name. */
+enum unload_reason {
+    UNLOAD_OTHER = 0,
+    UNLOAD_IDLE,     /* keep_alive ran out (or keep_alive 0 after a request) */
+    UNLOAD_EVICTED,  /* made room for another model (unload hook or stop) */
+    UNLOAD_ADMIN,    /* POST /v1/models/{name}/unload */
+    UNLOAD_RECYCLE,  /* recycle: after_requests, memory growth, failures in a row, on_oom */
+    UNLOAD_DRAIN,    /* vramd draining or stopping */
+    UNLOAD_REMOVED,  /* the model left the config */
+    UNLOAD_FAILED,   /* a start that vramd gave up on (startup_timeout) */
+    UNLOAD_REASONS
+};
+
+/* Why a worker had to be (re)started (vramd_worker_restarts_total{reason}). Every reason
+ * but RECYCLE is a failure counted in restarts_total (backoff, failed state); RECYCLE is a
+ * planned replacement (instance_recycle). Names: restart_reason_name. */
+enum restart_reason {
+    RESTART_CRASH = 0,        /* exited (or was killed) while READY without vramd asking */
+    RESTART_START_FAILED,     /* could not be spawned, or exited before READY */
+    RESTART_STARTUP_TIMEOUT,  /* not healthy within startup_timeout */
+    RESTART_HANG,             /* killed by vramd: a request ran past recycle.hang_timeout */
+    RESTART_UNHEALTHY,        /* killed by vramd: health checks failed `failures` times */
+    RESTART_RELOAD_FAILED,    /* its reload hook failed */
+    RESTART_RECYCLE,          /* planned replacement (see UNLOAD_RECYCLE) */
+    RESTART_REASONS
+};
+
+/* Per-model request metrics (obs/metrics.c); see docs/metrics.md for the label values. */
+#define MODEL_OUTCOMES_MAX 32      /* distinct outcome labels kept per model */
+#define MODEL_OUTCOME_NAME_MAX 32
+#define MODEL_DEGRADE_LEVELS 33    /* ladder levels 0..32 (config's LADDER_MAX is 32) */
 
 struct instance {
     list_t link; /* model->instances */
@@ -106,6 +140,8 @@ struct instance {
     const char *stop_reason;
     unsigned health_failures;
     struct http_call *health_call;
+    enum unload_reason unload_reason; /* why vramd stops it (set with stop_requested) */
+    enum restart_reason kill_reason;  /* RESTART_HANG / UNHEALTHY when vramd killed it; else CRASH */
     uv_timer_t timer;        /* startup polling / health interval */
     uv_timer_t idle_timer;   /* keep_alive */
     list_t pool;             /* idle upstream_t connections to this instance */
@@ -154,6 +190,17 @@ struct model {
     uint64_t restarts_total;
     uint64_t loads_total;
     uint64_t unloads_total;
+    /* metrics (obs/metrics.c). They live with the model_t, so they survive config reloads. */
+    uint64_t unloads_by_reason[UNLOAD_REASONS];      /* sums to unloads_total */
+    uint64_t restarts_by_reason[RESTART_REASONS];    /* all but RECYCLE sum to restarts_total */
+    uint64_t degraded_by_level[MODEL_DEGRADE_LEVELS]; /* level a request was degraded to; sums to degraded_total */
+    struct model_outcome {
+        char name[MODEL_OUTCOME_NAME_MAX]; /* "ok", "client_error", "queue_full", ... */
+        uint64_t n;
+    } outcomes[MODEL_OUTCOMES_MAX];      /* requests ended, by outcome (model_note_outcome) */
+    unsigned n_outcomes;
+    histogram_t duration_hist;           /* arrival -> end, admitted requests (seconds) */
+    histogram_t queue_wait_hist;         /* queued -> first dispatch, or -> left the queue (seconds) */
 };
 
 model_t *model_create(vramd_t *d, const model_config_t *cfg, config_t *owner);
@@ -179,6 +226,14 @@ void model_start_pinned(model_t *m);
 /* Drain: stop every instance (after in-flight), no restarts. */
 void model_stop_all(model_t *m, const char *reason);
 bool model_has_live_instances(const model_t *m);
+
+/* Metrics: a request of m was degraded to ladder `level` (degraded_total too). */
+void model_note_degraded(model_t *m, unsigned level);
+/* Metrics: one request of m ended with this outcome (copied; over MODEL_OUTCOMES_MAX
+ * distinct names, into "other"). */
+void model_note_outcome(model_t *m, const char *outcome);
+const char *unload_reason_name(enum unload_reason r);
+const char *restart_reason_name(enum restart_reason r);
 
 /* An instance finished one request (slot released by the proxy). */
 void instance_request_done(instance_t *inst, bool worker_broken);

@@ -1,0 +1,327 @@
+/* metrics: the Prometheus exposition of GET /metrics. See metrics.h and docs/metrics.md. */
+#include "obs/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "daemon/vramd.h"
+#include "jobs/job_state.h"
+#include "jobs/jobs.h"
+#include "obs/histogram.h"
+#include "sched/scheduler.h"
+#include "workers/supervisor.h"
+
+#define METRICS_PIECE_MAX 1024 /* the longest single append (a # HELP line) is well under this */
+
+/* ---- text format helpers -------------------------------------------------------------- */
+
+static void family(buf_t *b, const char *name, const char *type, const char *help)
+{
+    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value with \\, \" and \n escaped (the only escapes the format has). */
+static void label_value(buf_t *b, const char *s)
+{
+    for (const char *p = s ? s : ""; *p; p++) {
+        if (*p == '\\')
+            buf_append(b, "\\\\", 2);
+        else if (*p == '"')
+            buf_append(b, "\\\"", 2);
+        else if (*p == '\n')
+            buf_append(b, "\\n", 2);
+        else
+            buf_append(b, p, 1);
+    }
+}
+
+/* name{k1="v1",k2="v2"} for up to two labels (k2 may be NULL), no trailing space. */
+static void series(buf_t *b, const char *name, const char *k1, const char *v1, const char *k2, const char *v2)
+{
+    buf_append_str(b, name);
+    if (!k1)
+        return;
+    buf_printf(b, "{%s=\"", k1);
+    label_value(b, v1);
+    if (k2) {
+        buf_printf(b, "\",%s=\"", k2);
+        label_value(b, v2);
+    }
+    buf_append_str(b, "\"}");
+}
+
+static void sample_u64(buf_t *b, const char *name, const char *k1, const char *v1, const char *k2, const char *v2,
+                       uint64_t value)
+{
+    series(b, name, k1, v1, k2, v2);
+    buf_printf(b, " %llu\n", (unsigned long long)value);
+}
+
+/* The shortest of %.15g / %.17g that reads back as the same double. */
+static void format_double(char *out, size_t cap, double v)
+{
+    snprintf(out, cap, "%.15g", v);
+    if (strtod(out, NULL) != v)
+        snprintf(out, cap, "%.17g", v);
+}
+
+static void sample_double(buf_t *b, const char *name, const char *k1, const char *v1, double value)
+{
+    char num[40];
+    format_double(num, sizeof num, value);
+    series(b, name, k1, v1, NULL, NULL);
+    buf_printf(b, " %s\n", num);
+}
+
+/* One model's histogram: _bucket for each bound and +Inf, then _sum and _count. */
+static void histogram_samples(buf_t *b, const char *name, const char *model, const histogram_t *h)
+{
+    char metric[96], le[40];
+    snprintf(metric, sizeof metric, "%s_bucket", name);
+    for (size_t i = 0; i <= h->n_bounds; i++) {
+        if (i < h->n_bounds)
+            format_double(le, sizeof le, h->bounds[i]);
+        else
+            snprintf(le, sizeof le, "+Inf");
+        sample_u64(b, metric, "model", model, "le", le, histogram_cumulative(h, i));
+    }
+    snprintf(metric, sizeof metric, "%s_sum", name);
+    sample_double(b, metric, "model", model, h->sum);
+    snprintf(metric, sizeof metric, "%s_count", name);
+    sample_u64(b, metric, "model", model, NULL, NULL, h->count);
+}
+
+/* ---- families ------------------------------------------------------------------------- */
+
+static void daemon_metrics(buf_t *b, vramd_t *d)
+{
+    family(b, "vramd_build_info", "gauge", "Always 1; the version label says which vramd runs.");
+    sample_u64(b, "vramd_build_info", "version", VRAMD_VERSION, NULL, NULL, 1);
+    family(b, "vramd_start_time_seconds", "gauge", "When vramd started, in seconds since the Unix epoch.");
+    sample_double(b, "vramd_start_time_seconds", NULL, NULL, (double)d->started_wall_ms / 1000.0);
+    family(b, "vramd_ready", "gauge", "1 when vramd admits requests (config loaded, not draining), else 0.");
+    sample_u64(b, "vramd_ready", NULL, NULL, NULL, NULL, d->ready && !d->draining ? 1 : 0);
+    family(b, "vramd_draining", "gauge", "1 while vramd drains (finishing in-flight requests before it exits).");
+    sample_u64(b, "vramd_draining", NULL, NULL, NULL, NULL, d->draining ? 1 : 0);
+    family(b, "vramd_connections", "gauge", "Client connections open now.");
+    sample_u64(b, "vramd_connections", NULL, NULL, NULL, NULL, d->n_conns);
+    family(b, "vramd_http_requests_total", "counter",
+           "HTTP requests received (all routes, vramd's own included), since vramd started.");
+    sample_u64(b, "vramd_http_requests_total", NULL, NULL, NULL, NULL, d->requests_total);
+    family(b, "vramd_queued", "gauge", "Requests waiting in the queues of all models together.");
+    sample_u64(b, "vramd_queued", NULL, NULL, NULL, NULL, d->queued_total);
+}
+
+static void gpu_metrics(buf_t *b)
+{
+    family(b, "vramd_nvml_up", "gauge", "1 when NVML answered and GPU figures are current, else 0.");
+    sample_u64(b, "vramd_nvml_up", NULL, NULL, NULL, NULL, sched_gpu_ok() ? 1 : 0);
+    size_t n = sched_gpu_count();
+    sched_gpu_figures_t *f = calloc(n ? n : 1, sizeof *f);
+    if (!f)
+        return;
+    char (*idx)[16] = calloc(n ? n : 1, sizeof *idx);
+    if (!idx) {
+        free(f);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        sched_gpu_figures(i, &f[i]);
+        snprintf(idx[i], sizeof idx[i], "%d", f[i].index);
+    }
+    family(b, "vramd_gpu_info", "gauge", "Always 1 per GPU vramd manages; uuid and name as NVML reports them.");
+    for (size_t i = 0; i < n; i++) {
+        buf_append_str(b, "vramd_gpu_info{gpu=\"");
+        label_value(b, idx[i]);
+        buf_append_str(b, "\",uuid=\"");
+        label_value(b, f[i].uuid);
+        buf_append_str(b, "\",name=\"");
+        label_value(b, f[i].name);
+        buf_append_str(b, "\"} 1\n");
+    }
+    static const struct {
+        const char *name;
+        const char *help;
+        size_t offset;
+    } figures[] = {
+        {"vramd_gpu_memory_total_bytes", "GPU memory in total, as NVML reports it.",
+         offsetof(sched_gpu_figures_t, total)},
+        {"vramd_gpu_memory_used_bytes", "GPU memory in use by any process, as NVML reports it.",
+         offsetof(sched_gpu_figures_t, used)},
+        {"vramd_gpu_memory_reserved_bytes",
+         "GPU memory reserved in vramd's ledger: resident reservations of loaded instances plus "
+         "per-request reservations of running requests.",
+         offsetof(sched_gpu_figures_t, reserved)},
+        {"vramd_gpu_memory_foreign_bytes", "GPU memory held by processes vramd does not manage.",
+         offsetof(sched_gpu_figures_t, foreign)},
+        {"vramd_gpu_memory_headroom_bytes", "GPU memory never handed out (gpu.headroom).",
+         offsetof(sched_gpu_figures_t, headroom)},
+        {"vramd_gpu_memory_capacity_bytes", "GPU memory vramd may hand out: total - headroom - foreign.",
+         offsetof(sched_gpu_figures_t, capacity)},
+        {"vramd_gpu_memory_free_to_admit_bytes", "Capacity not reserved (nor claimed by a starving request) now.",
+         offsetof(sched_gpu_figures_t, free_to_admit)},
+    };
+    for (size_t k = 0; k < sizeof figures / sizeof figures[0]; k++) {
+        family(b, figures[k].name, "gauge", figures[k].help);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v;
+            memcpy(&v, (const char *)&f[i] + figures[k].offset, sizeof v);
+            sample_u64(b, figures[k].name, "gpu", idx[i], NULL, NULL, v);
+        }
+    }
+    free(idx);
+    free(f);
+}
+
+/* A per-model family whose value is one uint64_t read by `get`. */
+typedef uint64_t (*model_value_fn)(const model_t *m);
+
+static uint64_t v_queue_depth(const model_t *m) { return m->queue.depth; }
+static uint64_t v_in_flight(const model_t *m) { return m->in_flight; }
+static uint64_t v_instances(const model_t *m) { return m->n_instances; }
+static uint64_t v_loads(const model_t *m) { return m->loads_total; }
+static uint64_t v_oom(const model_t *m) { return m->oom_total; }
+static uint64_t v_deadline_rejections(const model_t *m) { return m->deadline_rejections; }
+static uint64_t v_invalid(const model_t *m) { return m->invalid_total; }
+static uint64_t v_estimate(const model_t *m) { return sched_request_estimate(m); }
+
+static void model_family(buf_t *b, vramd_t *d, const char *name, const char *type, const char *help,
+                         model_value_fn get)
+{
+    family(b, name, type, help);
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        sample_u64(b, name, "model", m->name, NULL, NULL, get(m));
+    }
+}
+
+static void model_metrics(buf_t *b, vramd_t *d)
+{
+    model_family(b, d, "vramd_queue_depth", "gauge", "Requests waiting in the model's queue.", v_queue_depth);
+    model_family(b, d, "vramd_in_flight", "gauge", "Requests of the model running on a worker now.", v_in_flight);
+    model_family(b, d, "vramd_model_instances", "gauge", "Worker instances of the model, in any state.", v_instances);
+
+    family(b, "vramd_model_state", "gauge", "1 for the model's current state, 0 for the others.");
+    static const enum model_state states[] = {MODEL_STOPPED,  MODEL_STARTING,  MODEL_READY,
+                                              MODEL_DRAINING, MODEL_UNLOADING, MODEL_FAILED};
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        enum model_state now = model_state(m);
+        for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
+            sample_u64(b, "vramd_model_state", "model", m->name, "state", model_state_name(states[i]),
+                       states[i] == now ? 1 : 0);
+    }
+
+    model_family(b, d, "vramd_model_per_request_estimate_bytes", "gauge",
+                 "The model's per-request memory estimate now (declared, learned, raised by OOMs).", v_estimate);
+
+    family(b, "vramd_requests_total", "counter",
+           "Requests routed to the model that ended, by outcome: ok (2xx/3xx answer delivered), "
+           "client_error/server_error (worker 4xx/5xx), cancelled (client left), or vramd's error code.");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        bool ok_seen = false;
+        for (unsigned i = 0; i < m->n_outcomes; i++)
+            ok_seen = ok_seen || strcmp(m->outcomes[i].name, "ok") == 0;
+        if (!ok_seen)
+            sample_u64(b, "vramd_requests_total", "model", m->name, "outcome", "ok", 0);
+        for (unsigned i = 0; i < m->n_outcomes; i++)
+            sample_u64(b, "vramd_requests_total", "model", m->name, "outcome", m->outcomes[i].name,
+                       m->outcomes[i].n);
+    }
+
+    family(b, "vramd_request_duration_seconds", "histogram",
+           "Time from a request's arrival to its end (queue wait, runs, retries, validation), "
+           "for requests admitted to the model's queue, whatever their outcome.");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        histogram_samples(b, "vramd_request_duration_seconds", m->name, &m->duration_hist);
+    }
+    family(b, "vramd_queue_wait_seconds", "histogram",
+           "Time a request waited in the model's queue before its first dispatch to a worker "
+           "(or before it left the queue unserved).");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        histogram_samples(b, "vramd_queue_wait_seconds", m->name, &m->queue_wait_hist);
+    }
+
+    model_family(b, d, "vramd_model_loads_total", "counter",
+                 "Times the model became loaded (an instance passed its first health check, or an admin load).",
+                 v_loads);
+    family(b, "vramd_model_unloads_total", "counter", "Times an instance of the model was unloaded or stopped on purpose, by reason.");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        for (int r = 0; r < UNLOAD_REASONS; r++)
+            sample_u64(b, "vramd_model_unloads_total", "model", m->name, "reason",
+                       unload_reason_name((enum unload_reason)r), m->unloads_by_reason[r]);
+    }
+    model_family(b, d, "vramd_oom_total", "counter", "Worker answers recognised as out of memory (degrade.detect).",
+                 v_oom);
+    family(b, "vramd_degraded_total", "counter", "Requests run at a degradation ladder level, by the level (1 = first ladder entry).");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        size_t top = m->cfg->degrade.n_ladder;
+        for (size_t l = top + 1; l < MODEL_DEGRADE_LEVELS; l++)
+            if (m->degraded_by_level[l])
+                top = l; /* a level the config no longer has, counted before a reload */
+        if (top >= MODEL_DEGRADE_LEVELS)
+            top = MODEL_DEGRADE_LEVELS - 1;
+        for (size_t l = 1; l <= top; l++) {
+            char level[16];
+            snprintf(level, sizeof level, "%zu", l);
+            sample_u64(b, "vramd_degraded_total", "model", m->name, "level", level, m->degraded_by_level[l]);
+        }
+    }
+    family(b, "vramd_worker_restarts_total", "counter",
+           "Worker restarts, by reason: failures (crash, start_failed, startup_timeout, hang, unhealthy, "
+           "reload_failed) and planned recycles (recycle).");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        for (int r = 0; r < RESTART_REASONS; r++)
+            sample_u64(b, "vramd_worker_restarts_total", "model", m->name, "reason",
+                       restart_reason_name((enum restart_reason)r), m->restarts_by_reason[r]);
+    }
+    model_family(b, d, "vramd_deadline_rejections_total", "counter",
+                 "Requests refused at once because their predicted start was past their deadline "
+                 "(503 deadline_unmeetable).",
+                 v_deadline_rejections);
+    model_family(b, d, "vramd_invalid_outputs_total", "counter", "Worker outputs that failed validation.",
+                 v_invalid);
+}
+
+static void job_metrics(buf_t *b, vramd_t *d)
+{
+    uint64_t counts[JOB_STATE_COUNT] = {0};
+    bool available = jobs_count_by_state(d, counts) == 0;
+    family(b, "vramd_jobs_available", "gauge", "1 when the job journal is open (async jobs work), else 0.");
+    sample_u64(b, "vramd_jobs_available", NULL, NULL, NULL, NULL, available ? 1 : 0);
+    family(b, "vramd_jobs", "gauge", "Async jobs in the journal, by state (all five states always present).");
+    for (int s = 0; s < JOB_STATE_COUNT; s++)
+        sample_u64(b, "vramd_jobs", "state", job_state_name((enum job_state)s), NULL, NULL,
+                   available ? counts[s] : 0);
+}
+
+char *metrics_render(vramd_t *d, size_t *len)
+{
+    buf_t b;
+    buf_init(&b, METRICS_MAX_BYTES);
+    if (buf_reserve(&b, 64 * 1024) != 0)
+        return NULL;
+    daemon_metrics(&b, d);
+    gpu_metrics(&b);
+    model_metrics(&b, d);
+    job_metrics(&b, d);
+    /* Every single append is under METRICS_PIECE_MAX bytes, so one that did not fit left
+     * the buffer within that distance of the limit: better no answer than a truncated one. */
+    if (b.len + METRICS_PIECE_MAX > METRICS_MAX_BYTES) {
+        buf_free(&b);
+        return NULL;
+    }
+    size_t n = 0;
+    char *out = buf_steal(&b, &n);
+    if (len)
+        *len = n;
+    return out;
+}
