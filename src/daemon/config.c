@@ -2139,6 +2139,11 @@ static int check_jobs(ctx_t *c, config_t *cfg, yaml_node_t *root)
                         cfg->limits.queue_max);
         }
     }
+    if (cfg->jobs.results_max_bytes == 0) {
+        path_reset(c);
+        path_append(c, "jobs.results_max_bytes");
+        return fail(c, find_value(c, jobs, "results_max_bytes"), "must be more than 0 (it bounds the store and every result)");
+    }
     if (cfg->jobs.records_ttl_ms < cfg->jobs.results_ttl_ms) {
         yaml_node_t *node = find_value(c, jobs, "records_ttl");
         path_reset(c);

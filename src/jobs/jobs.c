@@ -787,6 +787,17 @@ static int loopback_address(const config_t *cfg, struct sockaddr_storage *addr)
     return uv_ip4_addr(host, cfg->listen_port, (struct sockaddr_in *)addr);
 }
 
+/* A stored result is kept only while its job record says so (start-up sweep). */
+static bool result_has_record(const char *id, void *ctx)
+{
+    jobs_t *J = ctx;
+    enum job_result_state rs = JOB_RESULT_NONE;
+    int rc = journal_peek(J->journal, id, NULL, &rs);
+    if (rc == JOURNAL_NOT_FOUND)
+        return false;
+    return rc != JOURNAL_OK || rs == JOB_RESULT_STORED; /* a read error: keep it, unsure */
+}
+
 int jobs_init(vramd_t *d, char *err, size_t errlen)
 {
     const config_t *cfg = d->cfg;
@@ -806,14 +817,14 @@ int jobs_init(vramd_t *d, char *err, size_t errlen)
     snprintf(path, sizeof path, "%s/jobs.db", cfg->state_dir);
     J->journal = journal_open(path, why, sizeof why);
     if (!J->journal) {
-        snprintf(err, errlen, "journal %s: %s", path, why);
+        snprintf(err, errlen, "%s", why); /* journal_open names the file */
         free(J);
         return -1;
     }
     snprintf(path, sizeof path, "%s/results", cfg->state_dir);
     J->results = result_store_open(path, why, sizeof why);
     if (!J->results) {
-        snprintf(err, errlen, "result store %s: %s", path, why);
+        snprintf(err, errlen, "%s", why); /* result_store_open names the folder */
         journal_close(J->journal);
         free(J);
         return -1;
@@ -821,6 +832,9 @@ int jobs_init(vramd_t *d, char *err, size_t errlen)
     size_t requeued = 0, failed = 0;
     if (journal_recover(J->journal, jobs_wall_ms(), &requeued, &failed) != JOURNAL_OK)
         log_event(LOG_ERROR, "job_journal_error", "op=%s error=%s", "recover", journal_errmsg(J->journal));
+    size_t orphans = result_store_retain(J->results, result_has_record, J);
+    if (orphans)
+        log_event(LOG_INFO, "job_results_orphaned", "removed=%zu", orphans);
     uint64_t counts[JOB_STATE_COUNT] = {0};
     journal_counts(J->journal, counts);
     log_event(LOG_INFO, "jobs_started", "queued=%llu requeued=%zu failed_on_recovery=%zu results=%zu results_bytes=%llu",

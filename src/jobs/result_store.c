@@ -603,6 +603,20 @@ size_t result_store_make_room(result_store_t *s, uint64_t incoming, uint64_t max
     return removed;
 }
 
+size_t result_store_retain(result_store_t *s, result_keep_cb keep, void *ctx)
+{
+    size_t removed = 0;
+
+    list_foreach_safe(it, tmp, &s->order) {
+        result_entry_t *e = list_entry(it, result_entry_t, order);
+        if (!keep(e->id, ctx)) {
+            evict(s, e, "orphan", NULL, NULL);
+            removed++;
+        }
+    }
+    return removed;
+}
+
 int result_store_remove(result_store_t *s, const char *id)
 {
     if (!job_id_valid(id))

@@ -110,6 +110,12 @@ size_t result_store_make_room(result_store_t *s, uint64_t incoming, uint64_t max
  * -ENOENT = there was none, -EINVAL = id not valid, other -errno. cb is not called. */
 int result_store_remove(result_store_t *s, const char *id);
 
+/* Remove every stored result for which keep(id, ctx) is false (e.g. a file whose job record
+ * was purged, or one committed just before a crash whose job was then requeued). Call it
+ * on the loop thread while no writer is open. Returns how many were removed. */
+typedef bool (*result_keep_cb)(const char *id, void *ctx);
+size_t result_store_retain(result_store_t *s, result_keep_cb keep, void *ctx);
+
 /* ---- disk guard ---- */
 
 /* Bytes available to unprivileged users on the filesystem holding path (statvfs:

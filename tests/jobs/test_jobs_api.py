@@ -17,11 +17,12 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from e2e.conftest import RawConn, http_request, wait_for
-from jobs.conftest import job, job_model, submit, wait_job, worker_events
+from jobs.conftest import job, job_model, restart_killed, submit, wait_job, worker_events
 
 
 def pattern(token, n):
@@ -463,3 +464,19 @@ def test_priority_then_age(vramd, tmp_path):
         wait_job(vd, jid, "succeeded")
     starts = [t for e, t in worker_events(log) if e == "start"]
     assert starts == ["p-first", "p-high", "p-low0", "p-low1"], starts
+
+
+def test_orphan_results_swept_at_start(vramd, tmp_path):
+    """A result file without a job record that stores it (left by a crash between the
+    file's rename and the journal commit, or by a purge) is removed at start; a stored
+    result survives the restart."""
+    vd, log = start(vramd, tmp_path)
+    jid = submit(vd, work("kept")).json()["id"]
+    wait_job(vd, jid, "succeeded")
+    results = Path(vd.config["state_dir"]) / "results"
+    assert (results / jid).is_file()
+    orphan = results / ("ab" * 16)
+    orphan.write_bytes(b"left behind by a crash")
+    restart_killed(vd)
+    wait_for(lambda: not orphan.exists(), what="the orphan result removed at start")
+    assert result(vd, jid).json() == {"token": "kept", "result": "R-kept"}

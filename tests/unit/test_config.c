@@ -1095,6 +1095,8 @@ static void test_jobs_section(void **state)
     expect_error("jobs:\n  results_ttl: 200h\nmodels: {a: {cmd: [x]}}\n",
                  "test.yaml:2:16: jobs.results_ttl: records_ttl (168h) must be at least results_ttl (200h): "
                  "a stored result needs its job record");
+    expect_error("jobs:\n  results_max_bytes: 0\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:22: jobs.results_max_bytes: must be more than 0 (it bounds the store and every result)");
     expect_error("jobs:\n  max_body: 1MiB\nmodels: {a: {cmd: [x]}}\n",
                  "test.yaml:2:3: jobs.max_body: unknown key \"max_body\"");
     expect_error("jobs:\n  max_attempt: 3\nmodels: {a: {cmd: [x]}}\n",

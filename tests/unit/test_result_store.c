@@ -400,6 +400,29 @@ static void test_make_room_incoming_larger_than_cap(void **state)
     result_store_close(s);
 }
 
+static bool keep_first_only(const char *id, void *ctx)
+{
+    return strcmp(id, (const char *)ctx) == 0;
+}
+
+static void test_retain(void **state)
+{
+    fixture_t *f = *state;
+    char a[JOB_ID_SIZE], b[JOB_ID_SIZE], c[JOB_ID_SIZE];
+    result_store_t *s = open_store(f->dir);
+    put(s, a, 10, 0);
+    put(s, b, 20, 0);
+    put(s, c, 30, 0);
+    assert_int_equal(result_store_retain(s, keep_first_only, a), 2);
+    assert_true(exists(f->dir, a));
+    assert_false(exists(f->dir, b));
+    assert_false(exists(f->dir, c));
+    assert_int_equal(result_store_count(s), 1);
+    assert_int_equal(result_store_total_bytes(s), 10);
+    assert_int_equal(result_store_retain(s, keep_first_only, a), 0);
+    result_store_close(s);
+}
+
 static void test_expire(void **state)
 {
     fixture_t *f = *state;
@@ -554,6 +577,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_abort_and_failures_leave_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_cleans_and_indexes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_make_room_incoming_larger_than_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expire, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commit_on_another_thread, setup, teardown),
