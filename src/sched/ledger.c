@@ -107,6 +107,19 @@ int ledger_reserve(ledger_t *l, size_t pos, ledger_entry_t *e, enum ledger_kind 
     return 0;
 }
 
+int ledger_reserve_ahead_of_claim(ledger_t *l, size_t pos, ledger_entry_t *e, enum ledger_kind kind,
+                                  uint64_t bytes, const char *owner, const void *holder)
+{
+    if (pos >= l->n_gpus || e->gpu >= 0)
+        return -1;
+    uint64_t cap = ledger_capacity(l, pos);
+    if (l->gpus[pos].reserved > cap || bytes > cap - l->gpus[pos].reserved)
+        return -1;
+    link_entry(l, pos, e, kind, bytes, owner, holder);
+    LEDGER_ASSERT_OK(l);
+    return 0;
+}
+
 void ledger_force(ledger_t *l, size_t pos, ledger_entry_t *e, enum ledger_kind kind, uint64_t bytes,
                   const char *owner, const void *holder)
 {

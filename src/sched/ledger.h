@@ -76,6 +76,10 @@ bool ledger_fits(const ledger_t *l, size_t pos, uint64_t bytes, const void *hold
 
 int ledger_reserve(ledger_t *l, size_t pos, ledger_entry_t *e, enum ledger_kind kind, uint64_t bytes,
                    const char *owner, const void *holder);
+/* The same, but the GPU's claim is not respected: for a request that was queued before
+ * the claimant's oldest request (FIFO: the claim only holds back younger work). */
+int ledger_reserve_ahead_of_claim(ledger_t *l, size_t pos, ledger_entry_t *e, enum ledger_kind kind,
+                                  uint64_t bytes, const char *owner, const void *holder);
 /* Reserve even when it does not fit (measured memory that is already in use). */
 void ledger_force(ledger_t *l, size_t pos, ledger_entry_t *e, enum ledger_kind kind, uint64_t bytes,
                   const char *owner, const void *holder);

@@ -248,8 +248,18 @@ bool sched_admit(request_t *r, instance_t *inst)
     uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
     uint64_t credit = est < avail ? est : avail;
     uint64_t need = est - credit;
-    if (ledger_reserve(&S.ledger, (size_t)inst->gpu_pos, &r->mem, LEDGER_REQUEST, need, m->name, m) != 0)
-        return false;
+    if (ledger_reserve(&S.ledger, (size_t)inst->gpu_pos, &r->mem, LEDGER_REQUEST, need, m->name, m) != 0) {
+        /* A claim holds back work younger than the claimant's oldest request, not older:
+         * otherwise a model whose queue blocks its own eviction and a claimant waiting for
+         * that eviction would wait for each other. */
+        const ledger_gpu_t *g = &S.ledger.gpus[inst->gpu_pos];
+        const model_t *claimant = g->claimed ? g->claim_holder : NULL;
+        uint64_t claimant_oldest = claimant && claimant != m ? queue_oldest_ms(&claimant->queue) : 0;
+        if (!claimant_oldest || !r->t_queued || r->t_queued >= claimant_oldest ||
+            ledger_reserve_ahead_of_claim(&S.ledger, (size_t)inst->gpu_pos, &r->mem, LEDGER_REQUEST, need, m->name,
+                                          m) != 0)
+            return false;
+    }
     r->credit = credit;
     inst->credit_used += credit;
     inst->running_reserved += need;
@@ -357,7 +367,10 @@ void sched_blocked(model_t *m, request_t *r, instance_t *inst)
     }
     if (res == PLACER_WAIT) {
         uint64_t threshold = m->run_ms_ewma > STARVE_MIN_MS ? m->run_ms_ewma : STARVE_MIN_MS;
+        bool was_claiming = m->claiming;
         claim_if_starving(m, only, need, threshold, "request waiting");
+        if (!was_claiming && m->claiming && make_room(m, only, need, &pos) == PLACER_FITS)
+            model_schedule_pump(m);
     }
 }
 
@@ -371,7 +384,13 @@ void sched_unblocked(model_t *m)
 
 /* ---- placement and eviction -------------------------------------------------------- */
 
-static bool evictable(const instance_t *in)
+/* May `in` be evicted to make room for model `for_m`? Idle (nothing in flight), not
+ * pinned, not busy with a hook. A model with queued requests is normally kept (its queue
+ * is about to use it), with one exception that breaks a mutual wait: `for_m` claims memory
+ * (it starves) and its oldest request has waited longer than this model's oldest. Then this
+ * model's queued requests are blocked by that claim and the claimant by this model's
+ * queue; the older wait goes first (FIFO across models), and this model reloads after. */
+static bool evictable(const instance_t *in, const model_t *for_m)
 {
     const model_t *m = in->model;
     /* a supervised worker left unloaded with memory still held (residue): stop it */
@@ -380,10 +399,16 @@ static bool evictable(const instance_t *in)
         return m->queue.depth == 0;
     if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->gpu_pos < 0 || in->hook_call)
         return false;
-    if (m->queue.depth > 0 || m->cfg->keep_alive_ms == CONFIG_FOREVER)
+    if (m->cfg->keep_alive_ms == CONFIG_FOREVER)
         return false;
     if (in->external && !m->cfg->unload.set)
         return false;
+    if (m->queue.depth > 0) {
+        uint64_t own_oldest = queue_oldest_ms(&m->queue);
+        uint64_t their_oldest = queue_oldest_ms(&for_m->queue);
+        if (!for_m->claiming || !their_oldest || !own_oldest || their_oldest >= own_oldest)
+            return false;
+    }
     return true;
 }
 
@@ -445,7 +470,7 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
             continue;
         list_foreach(ii, &om->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
-            if (n >= PLACER_MAX_EVICT || !evictable(in))
+            if (n >= PLACER_MAX_EVICT || !evictable(in, m))
                 continue;
             cands[n++] = (placer_candidate_t){.instance = in,
                                               .gpu_pos = (size_t)in->gpu_pos,
@@ -506,7 +531,10 @@ enum placer_result sched_place(model_t *m, size_t *gpu_pos)
     enum placer_result res = make_room(m, allowed, need, gpu_pos);
     if (res == PLACER_WAIT) {
         uint64_t threshold = m->load_ms_ewma > STARVE_MIN_MS ? m->load_ms_ewma : STARVE_MIN_MS;
+        bool was_claiming = m->claiming;
         claim_if_starving(m, allowed, need, threshold, "load waiting");
+        if (!was_claiming && m->claiming) /* a claimant may evict what it could not before (evictable) */
+            res = make_room(m, allowed, need, gpu_pos);
     }
     return res;
 }

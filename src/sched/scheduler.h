@@ -26,7 +26,10 @@
  *
  * Anti-starvation: a queue head that does not fit and has waited longer than its model's
  * learned run time (at least 1 s) claims the memory it needs on its GPU: smaller requests
- * of other models may no longer take it.
+ * of other models may no longer take it. An idle instance whose model has queued requests
+ * is not evicted, except for a claimant whose oldest request has waited longer than that
+ * model's oldest (otherwise each would wait for the other: the claim blocks that model's
+ * next request, its queue blocks its eviction).
  * Return conventions: bool "did it"; enum placer_result for placement.
  */
 #ifndef VRAMD_SCHED_SCHEDULER_H

@@ -66,3 +66,32 @@ def test_large_request_gets_memory_despite_a_stream_of_small_ones(sched):
     assert not bad, bad[:5]
     vd.assert_no_oom()
     sched.finish()
+
+
+def test_claim_and_a_queued_model_do_not_wait_for_each_other(sched):
+    """24 GiB card. mesh: 8 GiB + 10 GiB per request; its worker keeps the freed request
+    memory cached (PyTorch's allocator), so an idle mesh holds ~18 GiB. chat: 6 GiB + 1.5 GiB.
+    mesh gets a queue of requests, then chat requests arrive. chat's load cannot fit next to
+    the idle-but-queued mesh and claims the memory; mesh's next request needs a sliver more
+    than its cache, which the claim would hold back; and a model with a queue is not evicted.
+    Before the FIFO rule this waited until the chat requests hit their deadline. Now mesh's
+    older requests run ahead of the claim, chat then evicts mesh (its wait is older than
+    mesh's next), and every request succeeds with no OOM."""
+    gpu = sched.gpu_set("24GiB")
+    vd = sched.start_vramd(gpu, {
+        "mesh": sched.model("mesh", ["--resident", "7.69GiB", "--per-request", "10GiB", "--cache", "keep",
+                                     "--run-time", sim_s(30)], "8GiB", "10GiB", queue_max=16),
+        "chat": sched.model("chat", ["--resident", "5.7GiB", "--per-request", "1.5GiB", "--cache", "release",
+                                     "--run-time", sim_s(1)], "6GiB", "1.5GiB", concurrency=4),
+    })
+    assert vd.generate("mesh").status == 200  # mesh loaded, now idle with 10 GiB cached
+    meshes = [vd.later("mesh") for _ in range(3)]
+    vd.wait_in_flight("mesh")
+    chats = [vd.later("chat", headers={"X-Vramd-Deadline": "20s"}) for _ in range(3)]
+    for f in meshes + chats:
+        r = f.result()
+        assert r.status == 200, r
+    assert vd.events("memory_claimed", model="chat"), "chat never had to claim: the scene did not happen"
+    assert "chat" in [e["for"] for e in vd.events("eviction", model="mesh")]
+    vd.assert_no_oom()
+    sched.finish()

@@ -77,6 +77,32 @@ static void test_claims_hold_memory_for_their_holder(void **state)
     assert_int_equal(ledger_free(&l, 0), 2 * GiB);
 }
 
+/* Work older than the claimant's oldest request may use claimed memory (FIFO), never
+ * more than the capacity left. */
+static void test_reserve_ahead_of_claim(void **state)
+{
+    (void)state;
+    ledger_t l;
+    ledger_init(&l);
+    ledger_set_gpu(&l, 0, 0, 10 * GiB, 0);
+    int big, older;
+    assert_int_equal(ledger_claim(&l, 0, 8 * GiB, &big), 0);
+    ledger_entry_t a, b;
+    ledger_entry_init(&a);
+    ledger_entry_init(&b);
+    assert_int_equal(ledger_reserve(&l, 0, &a, LEDGER_REQUEST, 3 * GiB, "older", &older), -1);
+    assert_int_equal(ledger_reserve_ahead_of_claim(&l, 0, &a, LEDGER_REQUEST, 3 * GiB, "older", &older), 0);
+    assert_int_equal(ledger_reserve_ahead_of_claim(&l, 0, &b, LEDGER_REQUEST, 8 * GiB, "older", &older), -1);
+    assert_int_equal(ledger_reserve_ahead_of_claim(&l, 0, &b, LEDGER_REQUEST, 7 * GiB, "older", &older), 0);
+    assert_int_equal(ledger_free_for(&l, 0, &big), 0);
+    char why[200];
+    assert_int_equal(ledger_check(&l, why, sizeof why), 0);
+    ledger_release(&l, &a);
+    ledger_release(&l, &b);
+    ledger_unclaim(&l, &big);
+    assert_int_equal(ledger_free(&l, 0), 10 * GiB);
+}
+
 static void test_resize_force_and_check(void **state)
 {
     (void)state;
@@ -125,6 +151,7 @@ int main(void)
         cmocka_unit_test(test_capacity_and_fit),
         cmocka_unit_test(test_foreign_shrinks_capacity),
         cmocka_unit_test(test_claims_hold_memory_for_their_holder),
+        cmocka_unit_test(test_reserve_ahead_of_claim),
         cmocka_unit_test(test_resize_force_and_check),
         cmocka_unit_test(test_bad_positions),
     };
