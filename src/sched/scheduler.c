@@ -357,6 +357,14 @@ void sched_blocked(model_t *m, request_t *r, instance_t *inst)
     uint64_t cache = instance_cache(inst);
     uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
     uint64_t need = est - (est < avail ? est : avail);
+    /* Memory the last request left cached is lent only once a snapshot has measured it.
+     * When that unverified part would cover this request, evicting another model for it
+     * would be a waste (a reload later): measure now, the snapshot pumps again. */
+    if (inst->unverified > 0 && S.gpu &&
+        need <= inst->unverified + ledger_free_for(&S.ledger, (size_t)inst->gpu_pos, m)) {
+        gpu_poll_now(S.gpu);
+        return;
+    }
     bool only[LEDGER_MAX_GPUS] = {false};
     only[inst->gpu_pos] = true;
     size_t pos;

@@ -107,3 +107,30 @@ def test_admin_load_evicts_an_idle_model_like_a_request_would(sched):
     assert vd.model("busy", st)["state"] == "stopped"
     vd.assert_no_oom()
     sched.finish()
+
+
+def test_no_eviction_for_memory_the_instance_itself_just_cached(sched):
+    """24 GiB card. chat (6 GiB + 1.5 GiB, keeps its cache: ~7.5 GiB held) is idle; mesh
+    (6 GiB + 8 GiB, keeps its cache) runs two requests back to back. When the first ends,
+    the 8 GiB it allocated are assumed cached but not yet measured; the second request can
+    reuse them. vramd must measure first (one NVML poll) rather than evict chat for
+    memory mesh already holds: no eviction at all, and both stay loaded."""
+    gpu = sched.gpu_set("24GiB")
+    vd = sched.start_vramd(gpu, {
+        "chat": sched.model("chat", ["--resident", "5.7GiB", "--per-request", "1.5GiB", "--cache", "keep",
+                                     "--run-time", sim_s(1)], "6GiB", "1.5GiB"),
+        "mesh": sched.model("mesh", ["--resident", "5.7GiB", "--per-request", "8GiB", "--cache", "keep",
+                                     "--run-time", sim_s(10)], "6GiB", "8GiB"),
+    })
+    assert vd.generate("chat").status == 200
+    first = vd.later("mesh")
+    vd.wait_in_flight("mesh")
+    second = vd.later("mesh")
+    vd.wait_queued("mesh")
+    assert first.result().status == 200
+    assert second.result().status == 200
+    assert evicted(vd) == [], evicted(vd)
+    st = vd.status()
+    assert vd.model("chat", st)["state"] == "ready" and vd.model("mesh", st)["state"] == "ready"
+    vd.assert_no_oom()
+    sched.finish()
