@@ -216,8 +216,9 @@ static void close_walk_cb(uv_handle_t *h, void *arg)
 
 static void finish_stop(vramd_t *d)
 {
-    if (!d->stopping)
+    if (!d->stopping || d->stopped)
         return;
+    d->stopped = true;
     /* every supervised instance is gone (their exits were reaped): let the loop end */
     log_event(LOG_INFO, "vramd_stopped", "exit_code=%d", d->exit_code);
     uv_stop(d->loop);

@@ -50,6 +50,7 @@ struct vramd {
     unsigned retries_in_flight; /* requests queued or running again after an OOM/invalid output */
     bool draining;
     bool stopping;           /* workers being stopped, loop about to end */
+    bool stopped;            /* every worker gone, uv_stop called (once) */
     bool ready;
     uint64_t started_ms;     /* monotonic */
     uint64_t started_wall_ms;

@@ -10,7 +10,6 @@ keeps working); path traversal attempts on ids (raw requests, never a file read)
 wget fetching a result; the list route needing the admin token when one is set.
 """
 import base64
-import hashlib
 import json
 import os
 import shutil
@@ -23,15 +22,7 @@ import pytest
 
 from e2e.conftest import RawConn, http_request, wait_for
 from jobs.conftest import job, job_model, restart_killed, submit, wait_job, worker_events
-
-
-def pattern(token, n):
-    seed = hashlib.sha256(token.encode()).digest()
-    out = bytearray()
-    while len(out) < n:
-        seed = hashlib.sha256(seed).digest()
-        out += seed
-    return bytes(out[:n])
+from jobs.jobworker import pattern  # the bytes the worker answers for a token
 
 
 def start(vramd, tmp_path, jobs=None, top=None, **model):
@@ -194,11 +185,17 @@ def test_failure_after_max_attempts(vramd, tmp_path):
     assert j["attempts"] == 1 and j["http_status"] == 404 and j["error"]["code"] == "worker_rejected"
     assert "asked for 404" in j["error"]["message"]
 
-    # a job whose deadline cannot be met fails with the deadline code, without running
-    jid = submit(vd, dict(work("late", ms=10), deadline="1ms")).json()["id"]
+    # a job whose deadline cannot be met fails with the deadline code, without running:
+    # the model's 4 slots are busy with slow jobs, so it cannot start within 200 ms
+    busy = [submit(vd, work(f"busy{i}", ms=20000)).json()["id"] for i in range(4)]
+    for b in busy:
+        wait_job(vd, b, "running")
+    jid = submit(vd, dict(work("late", ms=10), deadline="200ms")).json()["id"]
     j = wait_job(vd, jid, "failed")
     assert j["error"]["code"] in ("deadline_exceeded", "deadline_unmeetable"), j
     assert ("start", "late") not in worker_events(log)
+    for b in busy:
+        assert http_request(vd.port, "DELETE", f"/v1/jobs/{b}").status == 200
 
 
 # --- result housekeeping -------------------------------------------------------------------

@@ -10,24 +10,15 @@ have been completed by the worker more than once only if its job's attempts > 1 
 interrupted by a kill after the worker finished but before the result was committed).
 The random seed is printed, so a failure can be replayed.
 """
-import hashlib
 import random
 import secrets
 import time
 
 from e2e.conftest import http_request, wait_for
 from jobs.conftest import job, job_model, restart_killed, submit, worker_events
+from jobs.jobworker import pattern  # the bytes the worker answers for a token
 
 N_JOBS = 200
-
-
-def pattern(token, n):
-    seed = hashlib.sha256(token.encode()).digest()
-    out = bytearray()
-    while len(out) < n:
-        seed = hashlib.sha256(seed).digest()
-        out += seed
-    return bytes(out[:n])
 
 
 def count_state(vd, state):
