@@ -44,6 +44,7 @@
 #define JOBS_BACKOFF_MODELS 256
 #define JOBS_PURGE_BATCH 1000
 #define JOBS_PURGE_ROUNDS 20
+#define JOBS_OVERDUE_BATCH 64  /* queued jobs past their deadline failed per tick */
 #define JOBS_JOURNAL_PAUSE_MS 5000
 
 typedef struct model_backoff {
@@ -767,9 +768,35 @@ static void on_housekeep(uv_timer_t *t)
     housekeep(t->data);
 }
 
+/* Queued jobs whose start deadline passed while they waited in the journal (not handed to
+ * vramd's queues: those get vramd's own 504) fail now, not only when their turn comes. */
+static void fail_overdue(jobs_t *J)
+{
+    char ids[JOBS_OVERDUE_BATCH][JOB_ID_SIZE];
+    size_t n = 0;
+    int64_t now = jobs_wall_ms();
+    if (journal_overdue(J->journal, now, JOBS_OVERDUE_BATCH, ids, &n) != JOURNAL_OK) {
+        log_event(LOG_WARN, "job_journal_error", "op=%s error=%s", "overdue", journal_errmsg(J->journal));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (run_find(J, ids[i]))
+            continue;
+        job_outcome_t o = {.state = JOB_FAILED, .http_status = 504, .error_code = "deadline_exceeded",
+                           .error_message = "the job's deadline passed while it waited to start", .gpu = -1};
+        int rc = journal_mark_finished(J->journal, ids[i], &o, now);
+        if (rc == JOURNAL_OK)
+            log_event(LOG_WARN, "job_failed", "job_id=%s status=%d code=%s message=%s", ids[i], 504,
+                      "deadline_exceeded", "deadline passed while queued in the journal");
+        else if (rc != JOURNAL_CONFLICT)
+            journal_trouble(J, ids[i], "mark_failed");
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     jobs_t *J = t->data;
+    fail_overdue(J);
     jobs_pump(J->d);
 }
 

@@ -101,6 +101,7 @@ enum stmt_id {
     ST_LIST_STATE_MODEL,
     ST_NEXT_ALL,
     ST_NEXT_MODEL,
+    ST_OVERDUE,
     ST_COUNTS,
     ST_COUNT_BY_MODEL,
     ST_RESULT_REMOVED,
@@ -158,6 +159,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                     " ORDER BY priority DESC, created_ms, id LIMIT ?1",
     [ST_NEXT_MODEL] = "SELECT id FROM jobs WHERE state = 'queued' AND model = ?2"
                       " ORDER BY priority DESC, created_ms, id LIMIT ?1",
+    [ST_OVERDUE] = "SELECT id FROM jobs WHERE state = 'queued' AND deadline_ms > 0 AND deadline_ms <= ?2"
+                   " ORDER BY deadline_ms LIMIT ?1",
     [ST_COUNTS] = "SELECT state, count(*) FROM jobs GROUP BY state",
     [ST_COUNT_BY_MODEL] = "SELECT model, count(*) FROM jobs WHERE state = ?1 GROUP BY model ORDER BY model",
     [ST_RESULT_REMOVED] = "UPDATE jobs SET result_state = 'removed' WHERE id = ?1 AND result_state = 'stored'",
@@ -500,6 +503,13 @@ journal_t *journal_open(const char *path, char *err, size_t errlen)
     }
     if (schema_ensure(j->db, path, err, errlen) != 0)
         goto fail;
+    /* Queued jobs with a deadline, by deadline (journal_overdue). Partial, so it costs
+     * nothing for jobs without one; IF NOT EXISTS: also added to journals made before it. */
+    if (sqlite3_exec(j->db, "CREATE INDEX IF NOT EXISTS jobs_overdue ON jobs (deadline_ms)"
+                            " WHERE state = 'queued' AND deadline_ms > 0", NULL, NULL, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "journal %s: creating an index: %s", path, sqlite3_errmsg(j->db));
+        goto fail;
+    }
     for (int i = 0; i < ST_COUNT; i++) {
         rc = sqlite3_prepare_v3(j->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &j->st[i], NULL);
         if (rc != SQLITE_OK) {
@@ -899,6 +909,36 @@ int journal_next_queued(journal_t *j, const char *model, size_t limit, char (*id
         memcpy(ids[got], id, JOB_ID_SIZE);
         got++;
         if (got == limit)
+            break;
+    }
+    done(s);
+    *n = got;
+    return out_rc;
+}
+
+int journal_overdue(journal_t *j, int64_t now_ms, size_t limit, char (*ids)[JOB_ID_SIZE], size_t *n)
+{
+    size_t got = 0;
+    int out_rc = JOURNAL_OK;
+
+    *n = 0;
+    limit = clamp_limit(limit);
+    sqlite3_stmt *s = stmt(j, ST_OVERDUE);
+    sqlite3_bind_int64(s, 1, (int64_t)limit);
+    sqlite3_bind_int64(s, 2, now_ms);
+    for (;;) {
+        int rc = sqlite3_step(s);
+        if (rc == SQLITE_DONE)
+            break;
+        if (rc != SQLITE_ROW) {
+            out_rc = fail_sqlite(j, "overdue jobs");
+            break;
+        }
+        const unsigned char *id = sqlite3_column_text(s, 0);
+        if (id == NULL || !job_id_valid((const char *)id))
+            continue;
+        memcpy(ids[got], id, JOB_ID_SIZE);
+        if (++got == limit)
             break;
     }
     done(s);

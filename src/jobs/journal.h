@@ -187,6 +187,10 @@ int journal_cursor_parse(const char *text, journal_cursor_t *out);
 int journal_next_queued(journal_t *j, const char *model, size_t limit, char (*ids)[JOB_ID_SIZE],
                         size_t *n);
 
+/* Up to limit queued jobs whose deadline (start deadline, wall ms) is at or before now_ms,
+ * earliest first (a partial index keeps this cheap). */
+int journal_overdue(journal_t *j, int64_t now_ms, size_t limit, char (*ids)[JOB_ID_SIZE], size_t *n);
+
 /* Number of jobs in each state (one GROUP BY over the state index). */
 int journal_counts(journal_t *j, uint64_t counts[JOB_STATE_COUNT]);
 /* For each model that has jobs in `state`: cb(model, count, ctx) (e.g. to find queued jobs of

@@ -477,3 +477,20 @@ def test_orphan_results_swept_at_start(vramd, tmp_path):
     restart_killed(vd)
     wait_for(lambda: not orphan.exists(), what="the orphan result removed at start")
     assert result(vd, jid).json() == {"token": "kept", "result": "R-kept"}
+
+
+def test_queued_job_fails_when_its_deadline_passes_in_the_journal(vramd, tmp_path):
+    """The runner hands a model at most 8 attempts at once here (4 slots x 2). With 8 slow
+    jobs out, a ninth job with a 1 s deadline waits in the journal; it must fail with
+    deadline_exceeded within a tick or two of its deadline, not when its turn comes (20 s)."""
+    vd, log = start(vramd, tmp_path)
+    busy = [submit(vd, work(f"slow{i}", ms=20000)).json()["id"] for i in range(8)]
+    for b in busy[:4]:
+        wait_job(vd, b, "running")
+    jid = submit(vd, dict(work("waits", ms=10), deadline="1s")).json()["id"]
+    j = wait_job(vd, jid, ("failed", "succeeded"), timeout=10)
+    assert j["state"] == "failed", j
+    assert j["error"]["code"] == "deadline_exceeded" and "waited" in j["error"]["message"], j
+    assert j["attempts"] == 0 and ("start", "waits") not in worker_events(log)
+    for b in busy:
+        assert http_request(vd.port, "DELETE", f"/v1/jobs/{b}").status == 200

@@ -274,6 +274,45 @@ static void test_next_queued_order(void **state)
     assert_int_equal(n, 0);
 }
 
+static void insert_with_deadline(journal_t *j, char id_out[JOB_ID_SIZE], int64_t deadline)
+{
+    job_record_t r;
+    make_job(&r, "a", 5, 10);
+    r.deadline_wall_ms = deadline;
+    int rc = journal_insert(j, &r);
+    if (rc != JOURNAL_OK)
+        fail_msg("insert: %d %s", rc, journal_errmsg(j));
+    memcpy(id_out, r.id, JOB_ID_SIZE);
+}
+
+/* Overdue: queued jobs whose deadline is at or before now, earliest first; never running
+ * or final ones, never jobs without a deadline. */
+static void test_overdue(void **state)
+{
+    fixture_t *f = *state;
+    char late2[JOB_ID_SIZE], late1[JOB_ID_SIZE], future[JOB_ID_SIZE], none[JOB_ID_SIZE], running[JOB_ID_SIZE];
+    char ids[10][JOB_ID_SIZE];
+    size_t n = 99;
+    insert_with_deadline(f->j, late2, 500);
+    insert_with_deadline(f->j, late1, 400);
+    insert_with_deadline(f->j, future, 5000);
+    insert_with_deadline(f->j, none, 0);
+    insert_with_deadline(f->j, running, 100);
+    assert_int_equal(journal_mark_running(f->j, running, 50, 0), JOURNAL_OK);
+    assert_int_equal(journal_overdue(f->j, 1000, 10, ids, &n), JOURNAL_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(ids[0], late1);
+    assert_string_equal(ids[1], late2);
+    assert_int_equal(journal_overdue(f->j, 1000, 1, ids, &n), JOURNAL_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(journal_overdue(f->j, 399, 10, ids, &n), JOURNAL_OK);
+    assert_int_equal(n, 0);
+    finish(f->j, late1, JOB_FAILED, 1000);
+    assert_int_equal(journal_overdue(f->j, 1000, 10, ids, &n), JOURNAL_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(ids[0], late2);
+}
+
 static void test_lifecycle(void **state)
 {
     fixture_t *f = *state;
@@ -909,6 +948,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_insert_get_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pragmas_in_effect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_next_queued_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_overdue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lifecycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_each_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_requeue, setup, teardown),
