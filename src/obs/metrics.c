@@ -248,7 +248,7 @@ static void model_metrics(buf_t *b, vramd_t *d)
     }
 
     model_family(b, d, "vramd_model_loads_total", "counter",
-                 "Times the model became loaded (an instance passed its first health check, or an admin load).",
+                 "Times an instance of the model became loaded (first health check passed after a start or a reload hook).",
                  v_loads);
     family(b, "vramd_model_unloads_total", "counter", "Times an instance of the model was unloaded or stopped on purpose, by reason.");
     list_foreach(it, &d->models) {

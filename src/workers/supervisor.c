@@ -268,8 +268,7 @@ void model_load(model_t *m)
             uv_timer_start(&in->timer, instance_health_tick, 0, 0);
         }
     }
-    m->loads_total++;
-    model_schedule_pump(m);
+    model_schedule_pump(m); /* loads_total counts when an instance becomes ready, not here */
     model_pump(m);
 }
 

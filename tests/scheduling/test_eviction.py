@@ -100,10 +100,12 @@ def test_admin_load_evicts_an_idle_model_like_a_request_would(sched):
     assert vd.generate("other").status == 200
     assert vd.generate("busy").status == 200
     assert evicted(vd) == [("other", "busy")], evicted(vd)
+    loads_before = vd.model("other")["loads_total"]
     r = vd.post("/v1/models/other/load", timeout=30)
     assert r.status == 200, r
     st = vd.status()
     assert vd.model("other", st)["state"] == "ready"
+    assert vd.model("other", st)["loads_total"] == loads_before + 1  # one load, counted once
     assert vd.model("busy", st)["state"] == "stopped"
     vd.assert_no_oom()
     sched.finish()
