@@ -116,6 +116,7 @@ struct nvml_api {
 #define DEFAULT_NVML_LIBRARY "libnvidia-ml.so.1"
 #define PROCS_FIRST_GUESS 8  /* initial room in the process buffer; it grows as needed */
 #define PROCS_READ_MAX 4096  /* hard cap of the process buffer (entries) */
+#define STABLE_READ_TRIES 3 /* memory/process-list pairs read until `used` holds still */
 #define PROCS_READ_TRIES 5   /* INSUFFICIENT_SIZE retries: the count can change between calls */
 #define LIBRARY_PATH_MAX 4096
 
@@ -502,14 +503,25 @@ static void read_device(gpu_t *g, const managed_device_t *d, gpu_device_t *dev,
 
     /* Processes first, device memory second: anything allocated between the two reads
      * then shows in `used` but not in the per-process list, so the caller's foreign usage
-     * (used minus its own processes) errs high, never low. */
-    read_processes(g, d, dev, snap);
-
+     * (used minus its own processes) errs high, never low. To keep that error rare, device
+     * memory is also read before the list: when `used` changed while the list was read,
+     * the pair is inconsistent and is read again (a few times; the last pair is kept). */
     nvmlMemory_t mem = {0, 0, 0};
-    nvmlReturn_t rc = g->nvml.device_get_memory_info(d->handle, &mem);
-    if (rc != NVML_SUCCESS) {
-        snapshot_fail(snap, "GPU %d: nvmlDeviceGetMemoryInfo: %s", d->index, nvml_text(g, rc));
-        return;
+    for (int attempt = 0; attempt < STABLE_READ_TRIES; attempt++) {
+        nvmlMemory_t before = {0, 0, 0};
+        nvmlReturn_t rc = g->nvml.device_get_memory_info(d->handle, &before);
+        if (rc == NVML_SUCCESS) {
+            read_processes(g, d, dev, snap);
+            if (!snap->ok)
+                return;
+            rc = g->nvml.device_get_memory_info(d->handle, &mem);
+        }
+        if (rc != NVML_SUCCESS) {
+            snapshot_fail(snap, "GPU %d: nvmlDeviceGetMemoryInfo: %s", d->index, nvml_text(g, rc));
+            return;
+        }
+        if (before.used == mem.used)
+            break;
     }
     dev->total = mem.total;
     dev->used = mem.used;
