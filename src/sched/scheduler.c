@@ -249,15 +249,22 @@ bool sched_admit(request_t *r, instance_t *inst)
     uint64_t credit = est < avail ? est : avail;
     uint64_t need = est - credit;
     if (ledger_reserve(&S.ledger, (size_t)inst->gpu_pos, &r->mem, LEDGER_REQUEST, need, m->name, m) != 0) {
-        /* A claim holds back work younger than the claimant's oldest request, not older:
-         * otherwise a model whose queue blocks its own eviction and a claimant waiting for
-         * that eviction would wait for each other. */
+        /* A claim holds back models whose oldest waiting request is younger than the
+         * claimant's oldest, not older (ties: not held back). evictable() is the exact
+         * complement (it evicts a queued model only for a strictly older claimant), so a
+         * model whose queue blocks its own eviction and a claimant waiting for that
+         * eviction can never wait for each other. */
         const ledger_gpu_t *g = &S.ledger.gpus[inst->gpu_pos];
         const model_t *claimant = g->claimed ? g->claim_holder : NULL;
-        uint64_t claimant_oldest = claimant && claimant != m ? queue_oldest_ms(&claimant->queue) : 0;
-        if (!claimant_oldest || !r->t_queued || r->t_queued >= claimant_oldest ||
-            ledger_reserve_ahead_of_claim(&S.ledger, (size_t)inst->gpu_pos, &r->mem, LEDGER_REQUEST, need, m->name,
-                                          m) != 0)
+        if (!claimant || claimant == m)
+            return false;
+        uint64_t claimant_oldest = queue_oldest_ms(&claimant->queue);
+        uint64_t own_oldest = queue_oldest_ms(&m->queue);
+        if (r->t_queued && (!own_oldest || r->t_queued < own_oldest))
+            own_oldest = r->t_queued;
+        bool ahead = own_oldest && (!claimant_oldest || own_oldest <= claimant_oldest);
+        if (!ahead || ledger_reserve_ahead_of_claim(&S.ledger, (size_t)inst->gpu_pos, &r->mem, LEDGER_REQUEST,
+                                                    need, m->name, m) != 0)
             return false;
     }
     r->credit = credit;
@@ -415,7 +422,7 @@ static bool evictable(const instance_t *in, const model_t *for_m)
         uint64_t own_oldest = queue_oldest_ms(&m->queue);
         uint64_t their_oldest = queue_oldest_ms(&for_m->queue);
         if (!for_m->claiming || !their_oldest || !own_oldest || their_oldest >= own_oldest)
-            return false;
+            return false; /* sched_admit lets this model's work go ahead of the claim instead */
     }
     return true;
 }
