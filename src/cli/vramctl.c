@@ -13,7 +13,7 @@
 
 #include "cli/cli.h"
 #include "common/units.h"
-#include "daemon/vramd.h"
+#include "core/core.h"
 
 volatile sig_atomic_t cli_stop_requested = 0;
 

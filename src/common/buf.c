@@ -12,6 +12,7 @@ void buf_init(buf_t *b, size_t max)
     b->len = 0;
     b->cap = 0;
     b->max = max;
+    b->failed = 0;
 }
 
 void buf_free(buf_t *b)
@@ -19,12 +20,37 @@ void buf_free(buf_t *b)
     free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
+    b->failed = 0;
+}
+
+static int fail(buf_t *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+    b->failed = 1;
+    return -1;
+}
+
+int buf_failed(const buf_t *b) { return b->failed; }
+
+size_t buf_room(const buf_t *b) { return b->failed || b->len >= b->max ? 0 : b->max - b->len; }
+
+void buf_adopt(buf_t *b, char *p, size_t len, size_t cap)
+{
+    free(b->data);
+    b->data = p;
+    b->len = len;
+    b->cap = cap;
+    b->failed = 0;
 }
 
 int buf_reserve(buf_t *b, size_t extra)
 {
-    if (extra > b->max || b->len > b->max - extra)
+    if (b->failed)
         return -1;
+    if (extra > b->max || b->len > b->max - extra)
+        return fail(b);
     size_t need = b->len + extra + 1; /* room for the trailing NUL */
     if (need <= b->cap)
         return 0;
@@ -37,7 +63,7 @@ int buf_reserve(buf_t *b, size_t extra)
         cap = need;
     char *p = realloc(b->data, cap);
     if (!p)
-        return -1;
+        return fail(b);
     b->data = p;
     b->cap = cap;
     return 0;
@@ -45,6 +71,8 @@ int buf_reserve(buf_t *b, size_t extra)
 
 int buf_append(buf_t *b, const void *p, size_t n)
 {
+    if (b->failed)
+        return -1;
     if (n == 0)
         return 0;
     if (buf_reserve(b, n) != 0)
@@ -60,24 +88,37 @@ int buf_append_str(buf_t *b, const char *s)
     return buf_append(b, s, strlen(s));
 }
 
+int buf_vprintf(buf_t *b, const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    char small[256];
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    if (n < 0 || b->failed) {
+        va_end(again);
+        return n < 0 ? fail(b) : -1;
+    }
+    if ((size_t)n < sizeof small) {
+        va_end(again);
+        return buf_append(b, small, (size_t)n);
+    }
+    if (buf_reserve(b, (size_t)n) != 0) {
+        va_end(again);
+        return -1;
+    }
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, again);
+    va_end(again);
+    b->len += (size_t)n;
+    return 0;
+}
+
 int buf_printf(buf_t *b, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char small[256];
-    int n = vsnprintf(small, sizeof small, fmt, ap);
+    int rc = buf_vprintf(b, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return -1;
-    if ((size_t)n < sizeof small)
-        return buf_append(b, small, (size_t)n);
-    if (buf_reserve(b, (size_t)n) != 0)
-        return -1;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-    return 0;
+    return rc;
 }
 
 void buf_consume(buf_t *b, size_t n)
@@ -95,6 +136,7 @@ void buf_consume(buf_t *b, size_t n)
 void buf_reset(buf_t *b)
 {
     b->len = 0;
+    b->failed = 0;
     if (b->data)
         b->data[0] = '\0';
 }
@@ -106,5 +148,6 @@ char *buf_steal(buf_t *b, size_t *len)
         *len = b->len;
     b->data = NULL;
     b->len = b->cap = 0;
+    b->failed = 0;
     return p;
 }

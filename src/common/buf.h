@@ -6,12 +6,18 @@
  * Invariants: len <= cap <= max (cap may be 0 with data NULL); data is NUL-terminated
  * after len whenever cap > len (handy for parsers that want a C string, never relied on
  * for binary data).
- * Return convention: 0 on success, -1 when the maximum would be exceeded (buffer
- * unchanged) or memory ran out.
+ * Fails closed (as curl's dynbuf): an append that would pass the maximum, or that runs out
+ * of memory, empties the buffer and marks it failed; every later append fails too, until
+ * buf_reset or buf_free. So a writer that builds a message and checks once at the end
+ * (buf_failed) can never send half of one. Members are read through the functions here;
+ * only buf.c writes them.
+ * Return convention: 0 on success, -1 when the maximum would be exceeded or memory ran out
+ * (the buffer is then failed). buf_room tells beforehand whether n more bytes fit.
  */
 #ifndef VRAMD_COMMON_BUF_H
 #define VRAMD_COMMON_BUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 typedef struct buf {
@@ -19,6 +25,7 @@ typedef struct buf {
     size_t len;
     size_t cap;
     size_t max;
+    int failed; /* an append failed: empty, and appends fail until buf_reset / buf_free */
 } buf_t;
 
 void buf_init(buf_t *b, size_t max);
@@ -27,6 +34,13 @@ int buf_reserve(buf_t *b, size_t extra);
 int buf_append(buf_t *b, const void *p, size_t n);
 int buf_append_str(buf_t *b, const char *s);
 int buf_printf(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int buf_vprintf(buf_t *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* Did an append fail since the last reset? */
+int buf_failed(const buf_t *b);
+/* Bytes that may still be appended before the maximum. */
+size_t buf_room(const buf_t *b);
+/* Give a buffer back the bytes taken by buf_steal (p came from this buffer, cap its size). */
+void buf_adopt(buf_t *b, char *p, size_t len, size_t cap);
 /* Drop the first n bytes (n <= len), moving the rest to the front. */
 void buf_consume(buf_t *b, size_t n);
 void buf_reset(buf_t *b);

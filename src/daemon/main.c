@@ -74,7 +74,7 @@ int main(int argc, char **argv)
         notify_start_failed(err);
         return 1;
     }
-    notify_ready(&d);
+    notify_ready(&d.core);
     int rc = vramd_run(&d);
     uv_loop_close(&loop);
     return rc;

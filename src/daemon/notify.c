@@ -15,7 +15,7 @@
 
 #include "common/list.h"
 #include "common/log.h"
-#include "daemon/vramd.h"
+#include "core/core.h"
 #include "workers/supervisor.h"
 
 static struct {
@@ -41,7 +41,7 @@ static void send_message(const char *msg)
 }
 
 /* The one-line STATUS= text for the daemon's current state. */
-static void status_summary(const vramd_t *d, char *out, size_t cap)
+static void status_summary(const core_t *d, char *out, size_t cap)
 {
     unsigned n_models = 0, n_ready = 0, n_failed = 0;
     list_foreach(it, &d->models) {
@@ -58,13 +58,13 @@ static void status_summary(const vramd_t *d, char *out, size_t cap)
     if (d->stopping)
         snprintf(out, cap, "stopping: workers being stopped");
     else if (d->draining)
-        snprintf(out, cap, "draining: %u queued, %u in flight", d->queued_total, d->in_flight_total);
+        snprintf(out, cap, "draining: %u queued, %u in flight", core_queued_total(d), core_in_flight_total(d));
     else if (n_failed > 0)
         snprintf(out, cap, "%u/%u models ready, %u failed, %u queued, %u in flight", n_ready, n_models,
-                 n_failed, d->queued_total, d->in_flight_total);
+                 n_failed, core_queued_total(d), core_in_flight_total(d));
     else
-        snprintf(out, cap, "%u/%u models ready, %u queued, %u in flight", n_ready, n_models, d->queued_total,
-                 d->in_flight_total);
+        snprintf(out, cap, "%u/%u models ready, %u queued, %u in flight", n_ready, n_models, core_queued_total(d),
+                 core_in_flight_total(d));
 }
 
 /* Send message + STATUS=<text>, and remember the text so the status timer does not repeat it. */
@@ -84,7 +84,7 @@ static void on_watchdog_tick(uv_timer_t *t)
 
 static void on_status_tick(uv_timer_t *t)
 {
-    const vramd_t *d = t->data;
+    const core_t *d = t->data;
     char status[NOTIFY_STATUS_MAX];
     status_summary(d, status, sizeof status);
     if (strcmp(status, g_notify.last_status) != 0)
@@ -101,7 +101,7 @@ void notify_init(void)
         g_notify.watchdog_usec = usec;
 }
 
-static void start_timers(vramd_t *d)
+static void start_timers(core_t *d)
 {
     uv_update_time(d->loop); /* start-up took a while: count periods from now */
     uv_timer_init(d->loop, &g_notify.status_timer);
@@ -120,7 +120,7 @@ static void start_timers(vramd_t *d)
     g_notify.timers_started = true;
 }
 
-void notify_ready(vramd_t *d)
+void notify_ready(core_t *d)
 {
     if (!g_notify.enabled)
         return;
@@ -163,7 +163,7 @@ void notify_reloading(void)
     send_message(msg);
 }
 
-void notify_reload_done(vramd_t *d, bool ok)
+void notify_reload_done(core_t *d, bool ok)
 {
     if (!g_notify.enabled)
         return;
@@ -174,7 +174,7 @@ void notify_reload_done(vramd_t *d, bool ok)
     send_with_status("READY=1", status);
 }
 
-void notify_stopping(vramd_t *d, const char *why)
+void notify_stopping(core_t *d, const char *why)
 {
     if (!g_notify.enabled)
         return;

@@ -29,7 +29,7 @@
 
 #include <stdbool.h>
 
-#include "daemon/types.h"
+#include "core/types.h"
 
 #define NOTIFY_STATUS_PERIOD_MS 1000
 #define NOTIFY_STATUS_MAX 200
@@ -37,15 +37,15 @@
 /* Read the environment (NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID); call first in main. */
 void notify_init(void);
 /* vramd_init succeeded: READY=1 with MAINPID and STATUS; start the watchdog and status timers. */
-void notify_ready(vramd_t *d);
+void notify_ready(core_t *d);
 /* vramd could not start: STATUS=cannot start: <why>. */
 void notify_start_failed(const char *why);
 /* A reload starts: RELOADING=1 + MONOTONIC_USEC. */
 void notify_reloading(void);
 /* A reload ended (applied: ok true; refused: ok false, the old config keeps running): READY=1. */
-void notify_reload_done(vramd_t *d, bool ok);
+void notify_reload_done(core_t *d, bool ok);
 /* A drain or stop starts: STOPPING=1 + STATUS. */
-void notify_stopping(vramd_t *d, const char *why);
+void notify_stopping(core_t *d, const char *why);
 /* Stop and close the timers (the loop has ended; closing completes in the next uv_run). */
 void notify_close(void);
 

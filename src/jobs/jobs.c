@@ -4,7 +4,7 @@
  *
  * One job_run_t per attempt in flight, in jobs->runs. Its life:
  *   start_attempt (journal: still queued) -> loopback request sent
- *   -> jobs_request_dispatched (journal: running, attempts + 1)
+ *   -> CORE_EV_REQUEST_DISPATCHED (journal: running, attempts + 1)
  *   -> on_head / on_body: a 2xx body streams into a result writer, anything else into a
  *      bounded excerpt
  *   -> on_end: 2xx complete -> commit on the thread pool -> after_commit: succeeded;
@@ -27,7 +27,7 @@
 #include "common/buf.h"
 #include "common/list.h"
 #include "common/log.h"
-#include "daemon/vramd.h"
+#include "core/core.h"
 #include "jobs/job_client.h"
 #include "jobs/job_id.h"
 #include "jobs/journal.h"
@@ -54,7 +54,7 @@ typedef struct model_backoff {
 } model_backoff_t;
 
 struct jobs {
-    vramd_t *d;
+    core_t *core;
     journal_t *journal;
     result_store_t *results;
     struct sockaddr_storage addr; /* vramd's own listen address, as a client reaches it */
@@ -105,19 +105,26 @@ int64_t jobs_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-jobs_t *jobs_get(const vramd_t *d) { return d ? d->jobs : NULL; }
+static jobs_t *g_jobs; /* the one runner, set by jobs_init (NULL: jobs unavailable) */
+
+jobs_t *jobs_get(const core_t *d)
+{
+    (void)d;
+    return g_jobs;
+}
 struct journal *jobs_journal(jobs_t *J) { return J->journal; }
 struct result_store *jobs_results(jobs_t *J) { return J->results; }
 
-bool jobs_busy(const vramd_t *d)
+bool jobs_busy(const core_t *d)
 {
-    const jobs_t *J = d->jobs;
+    const jobs_t *J = g_jobs;
+    (void)d;
     return J && (J->n_runs > 0 || J->n_committing > 0);
 }
 
-int jobs_count_by_state(vramd_t *d, uint64_t out[JOB_STATE_COUNT])
+int jobs_count_by_state(core_t *d, uint64_t out[JOB_STATE_COUNT])
 {
-    jobs_t *J = d ? d->jobs : NULL;
+    jobs_t *J = d ? g_jobs : NULL;
     if (!J || !J->journal)
         return -1;
     return journal_counts(J->journal, out) == JOURNAL_OK ? 0 : -1;
@@ -173,7 +180,7 @@ static void backoff_model(jobs_t *J, const char *model)
     b->step_ms = b->step_ms ? b->step_ms * 2 : JOBS_BACKOFF_MIN_MS;
     if (b->step_ms > JOBS_BACKOFF_MAX_MS)
         b->step_ms = JOBS_BACKOFF_MAX_MS;
-    b->until_ms = vramd_now() + b->step_ms;
+    b->until_ms = core_now() + b->step_ms;
 }
 
 static void backoff_reset(jobs_t *J, const char *model)
@@ -186,14 +193,14 @@ static void backoff_reset(jobs_t *J, const char *model)
 static bool backing_off(jobs_t *J, const char *model)
 {
     const model_backoff_t *b = backoff_slot(J, model, false);
-    return b && b->until_ms > vramd_now();
+    return b && b->until_ms > core_now();
 }
 
 /* A journal write failed (disk full, I/O error): start nothing for a while, so a job whose
  * state cannot be recorded is not run again and again meanwhile. */
 static void journal_trouble(jobs_t *J, const char *id, const char *op)
 {
-    J->paused_until_ms = vramd_now() + JOBS_JOURNAL_PAUSE_MS;
+    J->paused_until_ms = core_now() + JOBS_JOURNAL_PAUSE_MS;
     log_event(LOG_ERROR, "job_journal_error", "job_id=%s op=%s error=%s pause_ms=%d", id, op,
               journal_errmsg(J->journal), JOBS_JOURNAL_PAUSE_MS);
 }
@@ -215,8 +222,8 @@ static void run_finish(job_run_t *run)
     run_free(run);
     if (J->closing)
         return;
-    jobs_pump(J->d);
-    vramd_check_drained(J->d);
+    jobs_pump(J->core);
+    core_emit(J->core, CORE_EV_REQUEST_ENDED, NULL); /* drain may be waiting for it */
 }
 
 static void on_result_removed(const char *id, void *ctx)
@@ -292,7 +299,7 @@ static void after_commit(uv_work_t *w, int status)
     if (!ok) {
         job_fail(run, run->status, disk_full ? "disk_full" : "result_write_failed", err);
     } else {
-        result_store_make_room(J->results, 0, J->d->cfg->jobs.results_max_bytes, on_result_removed, J);
+        result_store_make_room(J->results, 0, J->core->cfg->jobs.results_max_bytes, on_result_removed, J);
         job_outcome_t o = {.state = JOB_SUCCEEDED, .http_status = run->status, .result_type = run->content_type,
                            .result_bytes = bytes, .result_stored = true, .degrade_level = run->degrade_level,
                            .gpu = run->gpu};
@@ -395,7 +402,7 @@ static void on_client_end(void *ctx, enum job_client_end how, const char *error)
     if (how == JOB_CLIENT_COMPLETE && ok2xx && !run->writer) {
         /* a 2xx without a body (HEAD, 204): an empty result */
         char err[RESULT_STORE_ERR_MAX];
-        run->writer = result_writer_open(J->results, run->id, J->d->cfg->jobs.results_max_bytes, err, sizeof err);
+        run->writer = result_writer_open(J->results, run->id, J->core->cfg->jobs.results_max_bytes, err, sizeof err);
         if (!run->writer) {
             job_fail(run, run->status, errno == ENOSPC ? "disk_full" : "result_write_failed", err);
             run_finish(run);
@@ -406,7 +413,7 @@ static void on_client_end(void *ctx, enum job_client_end how, const char *error)
         run->committing = true;
         J->n_committing++;
         run->work.data = run;
-        if (uv_queue_work(J->d->loop, &run->work, do_commit, after_commit) != 0) {
+        if (uv_queue_work(J->core->loop, &run->work, do_commit, after_commit) != 0) {
             do_commit(&run->work); /* no thread pool: commit here */
             after_commit(&run->work, 0);
         }
@@ -431,7 +438,7 @@ static void on_client_end(void *ctx, enum job_client_end how, const char *error)
     default: {
         char msg[JOBS_MESSAGE_MAX];
         snprintf(msg, sizeof msg, "the answer broke off: %s", error ? error : "connection closed");
-        if (J->d->draining && !run->dispatched)
+        if (J->core->draining && !run->dispatched)
             job_retry_later(run, "draining", msg);
         else
             job_attempt_failed(run, 502, "connection_dropped", msg);
@@ -466,7 +473,7 @@ static int on_client_head(void *ctx, const char *head, const http1_msg_t *msg)
 {
     job_run_t *run = ctx;
     jobs_t *J = run->J;
-    uint64_t cap = J->d->cfg->jobs.results_max_bytes;
+    uint64_t cap = J->core->cfg->jobs.results_max_bytes;
     run->status = msg->status;
     run->from_worker = http1_find_header(head, msg, "X-Vramd-Attempts") != NULL;
     run->degrade_level = header_int(head, msg, "X-Vramd-Degrade-Level", 0);
@@ -512,7 +519,7 @@ static int on_client_body(void *ctx, const char *data, size_t len)
     if (e == EFBIG) {
         char m[JOBS_MESSAGE_MAX];
         snprintf(m, sizeof m, "the result is over jobs.results_max_bytes (%llu)",
-                 (unsigned long long)run->J->d->cfg->jobs.results_max_bytes);
+                 (unsigned long long)run->J->core->cfg->jobs.results_max_bytes);
         sink_error(run, "result_too_large", m);
     } else {
         sink_error(run, result_writer_disk_full(run->writer) ? "disk_full" : "result_write_failed",
@@ -574,7 +581,7 @@ static int start_attempt(jobs_t *J, const char *id)
         goto out;
     }
     char err[256];
-    if (job_client_start(J->d->loop, (const struct sockaddr *)&J->addr, req, req_len, &client_ops, run, &run->client,
+    if (job_client_start(J->core->loop, (const struct sockaddr *)&J->addr, req, req_len, &client_ops, run, &run->client,
                          err, sizeof err) != 0) {
         log_event(LOG_WARN, "job_start_failed", "job_id=%s error=%s", rec.id, err);
         backoff_model(J, run->model);
@@ -632,10 +639,10 @@ static void gather(jobs_t *J, model_t *m, size_t busy, size_t want, candidate_t 
     free(ids);
 }
 
-void jobs_pump(vramd_t *d)
+void jobs_pump(core_t *d)
 {
-    jobs_t *J = d ? d->jobs : NULL;
-    if (!J || J->closing || J->pumping || d->draining || !d->listening || J->paused_until_ms > vramd_now())
+    jobs_t *J = d ? g_jobs : NULL;
+    if (!J || J->closing || J->pumping || d->draining || !d->listening || J->paused_until_ms > core_now())
         return;
     unsigned max_active = d->cfg->jobs.max_active;
     if (J->n_runs >= max_active)
@@ -683,10 +690,13 @@ void jobs_pump(vramd_t *d)
 
 /* ---- hooks ------------------------------------------------------------------------------ */
 
-void jobs_request_dispatched(request_t *r)
+/* CORE_EV_REQUEST_DISPATCHED: a job's request was handed to a worker instance. */
+static void on_request_dispatched(void *ctx, enum core_event ev, void *subject)
 {
-    jobs_t *J = r->conn ? r->conn->d->jobs : NULL;
-    if (!J || strncmp(r->id, "job-", 4) != 0)
+    jobs_t *J = ctx;
+    request_t *r = subject;
+    (void)ev;
+    if (J != g_jobs || strncmp(r->id, "job-", 4) != 0)
         return;
     job_run_t *run = NULL;
     list_foreach(it, &J->runs) {
@@ -742,7 +752,7 @@ static void on_purged(const char *id, void *ctx)
 
 static void housekeep(jobs_t *J)
 {
-    const config_t *cfg = J->d->cfg;
+    const config_t *cfg = J->core->cfg;
     int64_t now = jobs_wall_ms();
     size_t expired = result_store_expire(J->results, now, cfg->jobs.results_ttl_ms, on_result_removed, J);
     size_t evicted = result_store_make_room(J->results, 0, cfg->jobs.results_max_bytes, on_result_removed, J);
@@ -797,7 +807,7 @@ static void on_tick(uv_timer_t *t)
 {
     jobs_t *J = t->data;
     fail_overdue(J);
-    jobs_pump(J->d);
+    jobs_pump(J->core);
 }
 
 /* ---- life ------------------------------------------------------------------------------ */
@@ -825,7 +835,7 @@ static bool result_has_record(const char *id, void *ctx)
     return rc != JOURNAL_OK || rs == JOB_RESULT_STORED; /* a read error: keep it, unsure */
 }
 
-int jobs_init(vramd_t *d, char *err, size_t errlen)
+int jobs_init(core_t *d, char *err, size_t errlen)
 {
     const config_t *cfg = d->cfg;
     jobs_t *J = calloc(1, sizeof *J);
@@ -833,7 +843,7 @@ int jobs_init(vramd_t *d, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    J->d = d;
+    J->core = d;
     list_init(&J->runs);
     if (loopback_address(cfg, &J->addr) != 0) {
         snprintf(err, errlen, "cannot reach the listen address %s:%d", cfg->listen_host, cfg->listen_port);
@@ -867,7 +877,8 @@ int jobs_init(vramd_t *d, char *err, size_t errlen)
     log_event(LOG_INFO, "jobs_started", "queued=%llu requeued=%zu failed_on_recovery=%zu results=%zu results_bytes=%llu",
               (unsigned long long)counts[JOB_QUEUED], requeued, failed, result_store_count(J->results),
               (unsigned long long)result_store_total_bytes(J->results));
-    d->jobs = J;
+    g_jobs = J;
+    core_listen(d, CORE_EV_REQUEST_DISPATCHED, on_request_dispatched, J);
     housekeep(J);
     uv_timer_init(d->loop, &J->tick);
     J->tick.data = J;
@@ -880,9 +891,10 @@ int jobs_init(vramd_t *d, char *err, size_t errlen)
     return 0;
 }
 
-void jobs_shutdown(vramd_t *d)
+void jobs_shutdown(core_t *d)
 {
-    jobs_t *J = d->jobs;
+    jobs_t *J = g_jobs;
+    (void)d;
     if (!J || J->closing)
         return;
     J->closing = true;
@@ -904,9 +916,10 @@ void jobs_shutdown(vramd_t *d)
     }
 }
 
-void jobs_close(vramd_t *d)
+void jobs_close(core_t *d)
 {
-    jobs_t *J = d->jobs;
+    jobs_t *J = g_jobs;
+    (void)d;
     if (!J)
         return;
     jobs_shutdown(d);
@@ -917,6 +930,6 @@ void jobs_close(vramd_t *d)
     }
     result_store_close(J->results);
     journal_close(J->journal);
-    d->jobs = NULL;
+    g_jobs = NULL;
     free(J);
 }

@@ -12,7 +12,7 @@
  * submitted, and every second (models backing off after a queue_full or a failed connect).
  *
  * A job is queued in the journal until vramd really hands its request to a worker
- * (jobs_request_dispatched, called from request_dispatch, matches the exact request id
+ * (CORE_EV_REQUEST_DISPATCHED, emitted by the dispatcher, matches the exact request id
  * "job-<id>-<nonce>"); it is then running (attempts + 1, GPU). How an attempt ends decides
  * what happens next; see docs/jobs.md ("Retry rules").
  *
@@ -21,7 +21,7 @@
  *   - a 2xx answer is written to a result file as it streams, committed (fsync, rename) on
  *     a thread-pool thread, and only then is the job marked succeeded;
  *   - a job that was cancelled while its result was being committed keeps no result file;
- *   - while draining no attempt is started; vramd_check_drained waits (jobs_busy) until
+ *   - while draining no attempt is started; the drain waits (jobs_busy) until
  *     every attempt in flight has ended and its result is committed. Queued jobs stay in the
  *     journal for the next start.
  * Threads: everything runs on the loop thread, except result commits (uv_queue_work).
@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/types.h"
+#include "core/types.h"
 #include "jobs/job_state.h"
 
 typedef struct jobs jobs_t;
@@ -42,26 +42,24 @@ typedef struct jobs jobs_t;
 /* Open state_dir/jobs.db and state_dir/results/, recover jobs that were running when vramd
  * last stopped, start the timers. On failure vramd runs without jobs (the routes answer
  * 503 jobs_unavailable) and err says why. */
-int jobs_init(vramd_t *d, char *err, size_t errlen);
+int jobs_init(core_t *d, char *err, size_t errlen);
 /* Before the loop's handles are closed: cancel attempts still in flight (they stay queued
  * or running in the journal; the next start recovers them). */
-void jobs_shutdown(vramd_t *d);
+void jobs_shutdown(core_t *d);
 /* After the loop has ended: free everything, close the journal and the result store. */
-void jobs_close(vramd_t *d);
+void jobs_close(core_t *d);
 
 /* true while an attempt is in flight or a result is being committed. */
-bool jobs_busy(const vramd_t *d);
+bool jobs_busy(const core_t *d);
 /* Look at the journal and start attempts where the window has room. */
-void jobs_pump(vramd_t *d);
-/* Hook in request_dispatch: a job's request was handed to a worker instance. */
-void jobs_request_dispatched(request_t *r);
+void jobs_pump(core_t *d);
 
 /* Count of jobs in each state (for vramd_jobs{state}). 0 ok, -1 when jobs are not
  * available. */
-int jobs_count_by_state(vramd_t *d, uint64_t out[JOB_STATE_COUNT]);
+int jobs_count_by_state(core_t *d, uint64_t out[JOB_STATE_COUNT]);
 
 /* For jobs_api.c. */
-jobs_t *jobs_get(const vramd_t *d);
+jobs_t *jobs_get(const core_t *d);
 struct journal *jobs_journal(jobs_t *J);
 struct result_store *jobs_results(jobs_t *J);
 /* Cancel a job's attempt in flight, if it has one (after journal_cancel succeeded). */

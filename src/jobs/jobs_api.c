@@ -16,14 +16,14 @@
 #include <cjson/cJSON.h>
 
 #include "common/log.h"
-#include "daemon/vramd.h"
+#include "core/core.h"
 #include "jobs/job_id.h"
 #include "jobs/job_request.h"
 #include "jobs/jobs.h"
 #include "jobs/journal.h"
 #include "jobs/result_send.h"
 #include "jobs/result_store.h"
-#include "net/api.h"
+#include "net/http_auth.h"
 #include "net/conn.h"
 #include "net/router.h"
 #include "sched/scheduler.h"
@@ -146,7 +146,7 @@ static bool own_route(const char *path)
     return false;
 }
 
-static model_t *runtime_model(vramd_t *d, const char *name)
+static model_t *runtime_model(core_t *d, const char *name)
 {
     list_foreach(it, &d->models) {
         model_t *m = list_entry(it, model_t, link);
@@ -158,7 +158,7 @@ static model_t *runtime_model(vramd_t *d, const char *name)
 
 /* The path the loopback request uses so that it lands on model m (see docs/jobs.md,
  * "Which model runs a job"). NULL with err filled when it cannot. Caller frees. */
-static char *job_path(vramd_t *d, model_t *m, const job_request_t *jr, char *err, size_t errlen)
+static char *job_path(core_t *d, model_t *m, const job_request_t *jr, char *err, size_t errlen)
 {
     const char *route = m->cfg->route;
     char *path;
@@ -229,7 +229,7 @@ static char *headers_json(const job_request_t *jr)
 
 static void submit(conn_t *c, request_t *r, jobs_t *J)
 {
-    vramd_t *d = c->d;
+    core_t *d = c->core;
     const config_t *cfg = d->cfg;
     if (d->draining) {
         conn_respond_error(c, 503, "draining", NULL, 5, false, "vramd is draining: no new jobs");
@@ -384,8 +384,8 @@ static int list_one(const job_record_t *rec, void *ctx)
 
 static void list_jobs(conn_t *c, request_t *r, jobs_t *J)
 {
-    vramd_t *d = c->d;
-    if (!api_admin_token_ok(d, r)) {
+    core_t *d = c->core;
+    if (!http_bearer_ok(d->cfg->admin_token, r->head, &r->msg)) {
         conn_respond_error(c, 401, "unauthorized", NULL, -1, false,
                            "listing jobs reveals their ids: it needs the admin bearer token");
         return;
@@ -585,7 +585,7 @@ bool jobs_api_handle(conn_t *c, request_t *r, const char *path, size_t len)
     bool get = http1_span_eq(head, r->msg.method, "GET") || http1_span_eq(head, r->msg.method, "HEAD");
     bool post = http1_span_eq(head, r->msg.method, "POST");
     bool del = http1_span_eq(head, r->msg.method, "DELETE");
-    jobs_t *J = jobs_get(c->d);
+    jobs_t *J = jobs_get(c->core);
     const char *rest = path + 9;
     size_t rl = len > 9 ? len - 9 : 0;
     const char *slash = len > 9 ? memchr(rest, '/', rl) : NULL;

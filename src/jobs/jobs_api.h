@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "daemon/types.h"
+#include "core/types.h"
 
 bool jobs_api_handle(conn_t *c, request_t *r, const char *path, size_t path_len);
 

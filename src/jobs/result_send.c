@@ -14,7 +14,7 @@
 #include "common/buf.h"
 #include "common/list.h"
 #include "common/log.h"
-#include "daemon/vramd.h"
+#include "core/core.h"
 #include "net/conn.h"
 
 #define RESULT_SEND_PIECE (64 * 1024)
@@ -112,7 +112,7 @@ int result_send_start(conn_t *c, request_t *r, int fd, uint64_t size, const char
     list_insert_tail(&s->anchor, &r->wait_link);
     list_insert_tail(&g_sends, &s->link);
     if (!g_timer_ready) {
-        uv_timer_init(c->d->loop, &g_timer);
+        uv_timer_init(c->core->loop, &g_timer);
         uv_unref((uv_handle_t *)&g_timer);
         g_timer_ready = true;
     }

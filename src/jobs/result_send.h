@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#include "daemon/types.h"
+#include "core/types.h"
 
 #define RESULT_SEND_BACKLOG_MAX (1024 * 1024)
 

@@ -6,9 +6,13 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "daemon/vramd.h"
+#include "core/core.h"
+#include "core/model.h"
+#include "core/request.h"
 #include "jobs/jobs_api.h"
 #include "net/conn.h"
+#include "net/http_auth.h"
+#include "net/router.h"
 #include "obs/metrics.h"
 #include "obs/page.h"
 #include "obs/status.h"
@@ -31,50 +35,21 @@ static void respond_json(conn_t *c, int status, char *json)
     free(json);
 }
 
-static bool token_ok(const vramd_t *d, const request_t *r)
+static api_admin_ops_t g_admin; /* set once by api_init */
+
+static bool token_ok(const core_t *d, const request_t *r)
 {
-    const char *token = d->cfg->admin_token;
-    if (!token)
-        return true;
-    const http1_header_t *h = http1_find_header(r->head, &r->msg, "Authorization");
-    if (!h)
-        return false;
-    const char *v = r->head + h->value.off;
-    size_t vl = h->value.len;
-    if (vl < 7 || strncasecmp(v, "Bearer ", 7) != 0)
-        return false;
-    v += 7;
-    vl -= 7;
-    size_t tl = strlen(token);
-    /* constant-time over the token's length */
-    unsigned diff = (unsigned)(vl ^ tl);
-    for (size_t i = 0; i < tl; i++)
-        diff |= (unsigned char)token[i] ^ (unsigned char)(i < vl ? v[i] : 0);
-    return diff == 0;
+    return http_bearer_ok(d->cfg->admin_token, r->head, &r->msg);
 }
 
-bool api_admin_token_ok(const vramd_t *d, const request_t *r)
+static model_t *model_by_name(core_t *d, const char *name, size_t len)
 {
-    return token_ok(d, r);
-}
-
-static model_t *model_by_name(vramd_t *d, const char *name, size_t len)
-{
-    list_foreach(it, &d->models) {
-        model_t *m = list_entry(it, model_t, link);
-        if (!m->removed && strlen(m->name) == len && memcmp(m->name, name, len) == 0)
-            return m;
-    }
-    /* aliases too */
     char tmp[256];
     if (len >= sizeof tmp)
         return NULL;
     memcpy(tmp, name, len);
     tmp[len] = '\0';
-    const model_config_t *mc = config_find_model(d->cfg, tmp);
-    if (!mc)
-        return NULL;
-    return model_by_name(d, mc->name, strlen(mc->name));
+    return model_find(d, tmp); /* names and aliases */
 }
 
 static bool waiter_satisfied(model_t *m, request_t *r)
@@ -91,6 +66,7 @@ static void answer_waiter(model_t *m, request_t *r)
     conn_t *c = r->conn;
     list_remove(&r->wait_link);
     r->wait = WAIT_NONE;
+    request_set_ops(r, NULL);
     if (m->failed) {
         conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s",
                            m->name, m->failed_reason);
@@ -99,14 +75,27 @@ static void answer_waiter(model_t *m, request_t *r)
     respond_json(c, 200, status_model_brief(m));
 }
 
-void api_model_changed(model_t *m)
+static void on_model_changed(void *ctx, enum core_event ev, void *subject)
 {
+    model_t *m = subject;
+    (void)ctx;
+    (void)ev;
     list_foreach_safe(it, tmp, &m->waiters) {
         request_t *r = list_entry(it, request_t, wait_link);
         if (waiter_satisfied(m, r))
             answer_waiter(m, r);
     }
 }
+
+/* The client of a waiting admin call left (request ops). */
+static void waiter_cancel(request_t *r)
+{
+    if (list_linked(&r->wait_link))
+        list_remove(&r->wait_link);
+    r->wait = WAIT_NONE;
+}
+
+static const request_ops_t waiter_ops = {.cancel = waiter_cancel};
 
 static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
 {
@@ -129,11 +118,12 @@ static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
         return;
     }
     list_insert_tail(&m->waiters, &r->wait_link);
+    request_set_ops(r, &waiter_ops);
 }
 
-bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
+static bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
 {
-    vramd_t *d = c->d;
+    core_t *d = c->core;
     bool get = http1_span_eq(r->head, r->msg.method, "GET") || http1_span_eq(r->head, r->msg.method, "HEAD");
     bool post = http1_span_eq(r->head, r->msg.method, "POST");
 
@@ -221,12 +211,12 @@ bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
     if (drain) {
         static const char ok[] = "{\"draining\":true}";
         conn_respond(c, 202, "application/json", ok, sizeof ok - 1, NULL);
-        vramd_drain(d, "admin");
+        g_admin.drain(g_admin.ctx, "admin");
         return true;
     }
     if (reload) {
         char err[CONFIG_ERR_MAX];
-        if (vramd_reload(d, err, sizeof err) != 0) {
+        if (g_admin.reload(g_admin.ctx, err, sizeof err) != 0) {
             conn_respond_error(c, 400, "bad_config", NULL, -1, false, "%s", err);
         } else {
             static const char ok[] = "{\"reloaded\":true}";
@@ -246,4 +236,22 @@ bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
     }
     model_admin(c, r, m, load);
     return true;
+}
+
+void api_on_request(conn_t *c, request_t *r)
+{
+    const char *path = r->head + r->msg.target.off;
+    size_t plen = r->msg.target.len;
+    size_t qpos = 0;
+    while (qpos < plen && path[qpos] != '?')
+        qpos++;
+    if (api_handle(c, r, path, qpos))
+        return;
+    router_route(c, r);
+}
+
+void api_init(core_t *core, const api_admin_ops_t *admin)
+{
+    g_admin = *admin;
+    core_listen(core, CORE_EV_MODEL_CHANGED, on_model_changed, NULL);
 }

@@ -12,10 +12,11 @@
  *
  * Admin routes need "Authorization: Bearer TOKEN" when admin_token_file is set (401
  * unauthorized otherwise; the comparison is constant-time). Load/unload calls that wait
- * are parked on the model's waiters list; api_model_changed answers those whose
- * condition now holds (called by the supervisor on every instance state change).
- * api_handle returns true when the request was one of these routes (it is then answered
- * or parked), false when the router should look for a model.
+ * are parked on the model's waiters list (their ops: cancel unlinks them); on every
+ * CORE_EV_MODEL_CHANGED the waiters whose condition now holds are answered.
+ * api_on_request is the connections' request handler (the composition root gives it to
+ * conn_accept): vramd's own routes, then /v1/jobs (jobs/jobs_api.h), then the router.
+ * Drain and reload are the composition root's: it hands them over in api_init.
  */
 #ifndef VRAMD_NET_API_H
 #define VRAMD_NET_API_H
@@ -23,11 +24,17 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "daemon/types.h"
+#include "core/core.h"
+#include "core/types.h"
 
-bool api_handle(conn_t *c, request_t *r, const char *path, size_t path_len);
-void api_model_changed(model_t *m);
-/* The request carries the admin bearer token, or no token is configured (constant-time). */
-bool api_admin_token_ok(const vramd_t *d, const request_t *r);
+/* What the admin routes ask of the daemon itself. */
+typedef struct api_admin_ops {
+    void (*drain)(void *ctx, const char *why);
+    int (*reload)(void *ctx, char *err, size_t errlen);
+    void *ctx;
+} api_admin_ops_t;
+
+void api_init(core_t *core, const api_admin_ops_t *admin);
+void api_on_request(conn_t *c, request_t *r);
 
 #endif

@@ -1,7 +1,7 @@
 /*
- * conn: client connections: reading and checking requests, handing them to the router,
- * writing responses, keep-alive and pipelining, timeouts and closing. See conn.h for the
- * states and the ownership rules.
+ * conn: client connections: reading and checking requests, handing them to on_request,
+ * writing answers, keep-alive and pipelining, timeouts and closing. See conn.h for the
+ * states, the pipelining bound and the ownership rules.
  *
  * Memory per connection is kept small so that thousands of parked (queued) requests cost
  * little: reads land in one loop-wide 64 KiB buffer and only the bytes not yet consumed are
@@ -15,16 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/log.h"
-#include "daemon/vramd.h"
-#include "net/proxy.h"
-#include "net/router.h"
-#include "quality/verdict.h"
-#include "sched/scheduler.h"
-#include "workers/supervisor.h"
+#include "core/core.h"
+#include "core/model.h"
+#include "net/http_out.h"
 
 #define READ_CHUNK (64 * 1024)
 #define LINGER_MS 2000
+#define CORK_MAX (64 * 1024)
 
 static char g_read_buf[READ_CHUNK];
 static http1_header_t *g_hdr_scratch;
@@ -40,6 +39,8 @@ typedef struct write_req {
 static void conn_close(conn_t *c);
 static void process_input(conn_t *c);
 static void conn_close_after_flush(conn_t *c);
+static int conn_write_now(conn_t *c, const void *data, size_t len);
+static void schedule_resume(conn_t *c);
 
 static const char *conn_state_name(enum conn_state s)
 {
@@ -47,39 +48,24 @@ static const char *conn_state_name(enum conn_state s)
     return n[s];
 }
 
-static void conn_set_state(conn_t *c, enum conn_state s)
+/* allowed[from]: the states `from` may change to (CLOSING is terminal) */
+static const unsigned conn_allowed[] = {
+    [CONN_HEAD] = 1u << CONN_BODY | 1u << CONN_ACTIVE | 1u << CONN_CLOSING,
+    [CONN_BODY] = 1u << CONN_ACTIVE | 1u << CONN_CLOSING,
+    [CONN_ACTIVE] = 1u << CONN_HEAD | 1u << CONN_CLOSING,
+    [CONN_CLOSING] = 0,
+};
+
+#define conn_set_state(c, s) conn_set_state_at((c), (s), __LINE__)
+static void conn_set_state_at(conn_t *c, enum conn_state s, int line)
 {
     if (c->state == s)
         return;
+    CHECK_IF(!(conn_allowed[c->state] & (1u << s)));
     if (log_enabled(LOG_DEBUG))
-        log_event(LOG_DEBUG, "conn_state", "peer=%s from=%s to=%s", c->peer,
-                  conn_state_name(c->state), conn_state_name(s));
+        log_event(LOG_DEBUG, "conn_state", "peer=%s from=%s to=%s line=%d", c->peer, conn_state_name(c->state),
+                  conn_state_name(s), line);
     c->state = s;
-}
-
-const char *request_state_name(enum request_state s)
-{
-    static const char *n[] = {"new", "queued", "connecting", "waiting", "streaming", "local", "done"};
-    return n[s];
-}
-
-void request_set_state(request_t *r, enum request_state s)
-{
-    if (r->state == s)
-        return;
-    if (log_enabled(LOG_DEBUG))
-        log_event(LOG_DEBUG, "request_state", "request_id=%s model=%s from=%s to=%s", r->id,
-                  r->model ? r->model->name : NULL, request_state_name(r->state),
-                  request_state_name(s));
-    r->state = s;
-}
-
-uint64_t request_queue_ms(const request_t *r)
-{
-    if (!r->t_queued)
-        return 0;
-    uint64_t end = r->t_dispatched ? r->t_dispatched : vramd_now();
-    return end > r->t_queued ? end - r->t_queued : 0;
 }
 
 /* ---- writing ---------------------------------------------------------------------- */
@@ -99,43 +85,49 @@ static void on_write(uv_write_t *wr, int status)
         conn_close(c);
         return;
     }
-    if (c->throttled && c->write_bytes_pending < PROXY_BACKLOG_MAX / 2) {
-        upstream_t *up = c->throttled;
-        c->throttled = NULL;
-        proxy_resume(up);
+    if (c->write_bytes_pending >= CONN_BACKLOG_MAX / 2)
+        return;
+    if (c->want_drained) {
+        c->want_drained = false;
+        request_t *r = c->req;
+        if (r && r->ops && r->ops->drained)
+            r->ops->drained(r);
     }
+    if (c->state == CONN_HEAD && c->in.len)
+        schedule_resume(c); /* pipelined requests waited for the client to read */
 }
 
-#define CORK_MAX (64 * 1024)
+void conn_want_drained(conn_t *c) { c->want_drained = true; }
 
-static int conn_write_now(conn_t *c, const void *data, size_t len);
+void conn_cork(conn_t *c) { c->corked++; }
 
-void conn_cork(conn_t *c)
-{
-    c->corked++;
-}
-
-void conn_uncork(conn_t *c)
+int conn_uncork(conn_t *c)
 {
     if (c->corked > 0)
         c->corked--;
+    int rc = c->state == CONN_CLOSING ? -1 : 0;
     if (c->corked == 0 && c->out.len) {
-        if (c->state != CONN_CLOSING)
-            conn_write_now(c, c->out.data, c->out.len);
+        if (rc == 0)
+            rc = conn_write_now(c, c->out.data, c->out.len);
         buf_reset(&c->out);
     }
+    return rc;
 }
 
 int conn_write(conn_t *c, const void *data, size_t len)
 {
-    if (c->state == CONN_CLOSING || len == 0)
-        return c->state == CONN_CLOSING ? -1 : 0;
+    if (c->state == CONN_CLOSING)
+        return -1;
+    if (len == 0)
+        return 0;
     if (c->corked) {
-        if (c->out.len + len <= CORK_MAX && buf_append(&c->out, data, len) == 0)
+        if (len <= buf_room(&c->out) && buf_append(&c->out, data, len) == 0)
             return 0;
         if (c->out.len) {
-            conn_write_now(c, c->out.data, c->out.len);
+            int rc = conn_write_now(c, c->out.data, c->out.len);
             buf_reset(&c->out);
+            if (rc != 0)
+                return rc;
         }
     }
     return conn_write_now(c, data, len);
@@ -143,8 +135,10 @@ int conn_write(conn_t *c, const void *data, size_t len)
 
 static int conn_write_now(conn_t *c, const void *data, size_t len)
 {
-    if (c->state == CONN_CLOSING || len == 0)
-        return c->state == CONN_CLOSING ? -1 : 0;
+    if (c->state == CONN_CLOSING)
+        return -1;
+    if (len == 0)
+        return 0;
     if (c->writes_pending == 0) {
         /* Write at once when the socket takes it: no write request, no callback, and (with
          * libuv 1.44) no epoll_ctl to re-arm the watcher afterwards. Only a remainder the
@@ -162,14 +156,17 @@ static int conn_write_now(conn_t *c, const void *data, size_t len)
         }
     }
     write_req_t *w = malloc(sizeof *w + len);
-    if (!w)
+    if (!w) {
+        conn_close(c); /* an answer with a hole in it must not go on */
         return -1;
+    }
     w->conn = c;
     w->len = len;
     memcpy(w->data, data, len);
     uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
     if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
         free(w);
+        conn_close(c);
         return -1;
     }
     c->writes_pending++;
@@ -177,30 +174,45 @@ static int conn_write_now(conn_t *c, const void *data, size_t len)
     return 0;
 }
 
-void conn_respond(conn_t *c, int status, const char *content_type, const char *body,
-                  size_t body_len, const char *extra_headers)
+int conn_respond(conn_t *c, int status, const char *content_type, const char *body, size_t body_len,
+                 const char *extra_headers)
 {
     request_t *r = c->req;
     buf_t h;
     buf_init(&h, 64 * 1024);
-    buf_printf(&h, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n", status,
-               http1_reason(status), content_type ? content_type : "application/json", body_len);
+    http_out_status(&h, status, NULL, 0);
+    http_out_header(&h, "Content-Type", "%s", content_type ? content_type : "application/json");
+    http_out_header(&h, "Content-Length", "%zu", body_len);
     if (r) {
-        buf_printf(&h, "X-Request-Id: %s\r\n", r->id);
+        http_out_header(&h, "X-Request-Id", "%s", r->id);
         r->status = status;
     }
     if (extra_headers)
-        buf_append_str(&h, extra_headers);
+        http_out_raw(&h, extra_headers, strlen(extra_headers));
     if (!c->keep_alive)
-        buf_append_str(&h, "Connection: close\r\n");
-    buf_append_str(&h, "\r\n");
+        http_out_raw(&h, "Connection: close\r\n", 19);
+    http_out_end(&h);
+    if (buf_failed(&h)) {
+        /* never send half a head */
+        log_event(LOG_ERROR, "respond_failed", "request_id=%s status=%d reason=%s", r ? r->id : NULL, status,
+                  "head over 64 KiB");
+        buf_free(&h);
+        conn_close(c);
+        return -1;
+    }
     if (r && r->head_method)
         body_len = 0;
-    if (body_len)
-        buf_append(&h, body, body_len);
-    conn_write(c, h.data, h.len);
+    /* head and body leave in one write when they fit the cork, in two otherwise: a body of
+     * any size is written whole */
+    conn_cork(c);
+    int rc = conn_write(c, h.data, h.len);
     buf_free(&h);
+    if (rc == 0 && body_len)
+        rc = conn_write(c, body, body_len);
+    if (conn_uncork(c) != 0 || rc != 0)
+        return -1;
     conn_request_done(c);
+    return c->state == CONN_CLOSING ? -1 : 0;
 }
 
 static size_t json_escape_into(char *out, size_t cap, const char *s)
@@ -208,8 +220,8 @@ static size_t json_escape_into(char *out, size_t cap, const char *s)
     return log_json_escape(out, cap, s, strlen(s));
 }
 
-void conn_respond_error(conn_t *c, int status, const char *code, const char *model,
-                        int retry_after_s, bool close_after, const char *fmt, ...)
+int conn_respond_error(conn_t *c, int status, const char *code, const char *model, int retry_after_s,
+                       bool close_after, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -247,12 +259,12 @@ void conn_respond_error(conn_t *c, int status, const char *code, const char *mod
         int hn = snprintf(head, sizeof head,
                           "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%sConnection: close\r\n\r\n",
                           status, http1_reason(status), n, extra);
-        conn_write(c, head, (size_t)hn);
-        conn_write(c, body, (size_t)n);
+        if (conn_write(c, head, (size_t)hn) != 0 || conn_write(c, body, (size_t)n) != 0)
+            return -1;
         conn_close_after_flush(c);
-        return;
+        return -1; /* the connection is closing: nothing goes on after this answer */
     }
-    conn_respond(c, status, "application/json", body, (size_t)n, extra);
+    return conn_respond(c, status, "application/json", body, (size_t)n, extra);
 }
 
 /* ---- closing ---------------------------------------------------------------------- */
@@ -267,14 +279,9 @@ static void on_handle_closed(uv_handle_t *h)
     free(c);
 }
 
-static void request_free(request_t *r)
+static void request_free_now(core_defer_t *d)
 {
-    if (!r)
-        return;
-    /* every exit path released the reservation already; this is the last safety net */
-    ledger_release(sched_ledger(), &r->mem);
-    if (r->is_retry && r->conn && r->conn->d->retries_in_flight)
-        r->conn->d->retries_in_flight--;
+    request_t *r = list_entry(d, request_t, free_later);
     buf_free(&r->orig_body);
     buf_free(&r->resp_head);
     buf_free(&r->resp_body);
@@ -284,65 +291,33 @@ static void request_free(request_t *r)
     free(r);
 }
 
-/* Metrics: a request of a model ends (answered, or cancelled because its client left or its
- * answer broke): count its outcome and observe its duration and, if it never left the queue
- * for a worker, its queue wait. Called exactly once per request, from conn_request_done or
- * request_cancel, the only two ways a request with a model ends. Admin calls on a model
- * (REQ_LOCAL) are not model traffic. */
-static void request_account(request_t *r, bool cancelled)
+/* The request ended (answered, or cancelled because its client left): tell the listeners
+ * (metrics, the ledger's safety net, the retry budget, drain), detach it from its conn and
+ * free it at the safe point. Exactly once per request. */
+static void request_end(conn_t *c, request_t *r)
 {
-    model_t *m = r->model;
-    if (!m || r->state == REQ_LOCAL)
-        return;
-    const char *outcome = r->outcome;
-    if (!outcome) {
-        if (cancelled)
-            outcome = "cancelled";
-        else if (r->status >= 200 && r->status < 400)
-            outcome = "ok";
-        else if (r->status >= 400 && r->status < 500)
-            outcome = "client_error";
-        else if (r->status >= 500)
-            outcome = "server_error";
-        else
-            outcome = "other";
-    }
-    model_note_outcome(m, outcome);
-    if (!r->t_queued)
-        return; /* refused at admission: counted above, no latency to speak of */
-    uint64_t now = vramd_now();
-    if (r->attempts == 0) /* left the queue without being dispatched (queue wait of the others: request_dispatch) */
-        histogram_observe(&m->queue_wait_hist, (double)(now > r->t_queued ? now - r->t_queued : 0) / 1000.0);
-    histogram_observe(&m->duration_hist, (double)(now > r->t_arrival ? now - r->t_arrival : 0) / 1000.0);
+    BUG_ON(c->req != r);
+    r->ops = NULL;
+    c->req = NULL;
+    core_emit(c->core, CORE_EV_REQUEST_ENDED, r); /* listeners see the last state */
+    request_set_state(r, REQ_DONE);
+    core_defer_free(c->core, &r->free_later);
 }
 
-/* Detach the current request from everything that points at it (queue, upstream, waiter
- * lists), releasing any slot it held, then free it. */
+/* The client left: whoever owns the answer lets go of it (queue, upstream, validator,
+ * waiter), then the request ends. */
 static void request_cancel(conn_t *c)
 {
     request_t *r = c->req;
     if (!r)
         return;
-    vramd_t *d = c->d;
-    request_account(r, true);
-    if (r->state == REQ_QUEUED && r->model && queue_contains(&r->qe)) {
-        queue_remove(&r->model->queue, &r->qe);
-        d->queued_total--;
-        log_event(LOG_INFO, "request_cancelled", "request_id=%s model=%s while=%s", r->id,
-                  r->model->name, "queued");
-        model_schedule_pump(r->model);
-    } else if (r->up || r->instance) {
+    r->cancelled = true;
+    if (r->ops && r->ops->cancel) {
         log_event(LOG_INFO, "request_cancelled", "request_id=%s model=%s while=%s", r->id,
                   r->model ? r->model->name : NULL, request_state_name(r->state));
-        proxy_cancel(r);
+        r->ops->cancel(r);
     }
-    if (list_linked(&r->wait_link))
-        list_remove(&r->wait_link);
-    if (r->validator)
-        verdict_cancel(r);
-    c->req = NULL;
-    request_free(r);
-    vramd_check_drained(d);
+    request_end(c, r);
 }
 
 static void conn_close(conn_t *c)
@@ -350,13 +325,10 @@ static void conn_close(conn_t *c)
     if (c->state == CONN_CLOSING)
         return;
     request_cancel(c);
-    if (c->throttled) {
-        /* the upstream paused for us was cancelled with the request */
-        c->throttled = NULL;
-    }
     conn_set_state(c, CONN_CLOSING);
-    list_remove(&c->link);
-    c->d->n_conns--;
+    core_defer_cancel(&c->resume);
+    c->want_drained = false;
+    core_conn_removed(c->core, &c->link);
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_timer_stop(&c->timer);
     c->corked = 0;
@@ -368,12 +340,8 @@ static void conn_close(conn_t *c)
 
 void conn_abort(conn_t *c)
 {
-    /* The response is broken halfway: drop the request (its slot was released by the
-     * caller) and reset the connection so the client sees an incomplete response. */
-    if (c->req) {
-        c->req->up = NULL;
-        c->req->instance = NULL;
-    }
+    /* The answer broke halfway (or vramd gives up on it): whoever still owns the request
+     * lets go of it, and the connection is reset so the client sees it cut. */
     conn_close(c);
 }
 
@@ -441,37 +409,38 @@ static void on_head_timeout(uv_timer_t *t)
         request_cancel(c);
         conn_respond_error(c, 408, "request_timeout", NULL, -1, true,
                            "request not received within %llu ms",
-                           (unsigned long long)c->d->cfg->limits.header_timeout_ms);
+                           (unsigned long long)c->core->cfg->limits.header_timeout_ms);
     }
 }
 
 static void arm_head_timer(conn_t *c)
 {
-    c->head_started_ms = vramd_now();
-    uv_timer_start(&c->timer, on_head_timeout, c->d->cfg->limits.header_timeout_ms, 0);
+    c->head_started_ms = core_now();
+    uv_timer_start(&c->timer, on_head_timeout, c->core->cfg->limits.header_timeout_ms, 0);
 }
 
-static void on_queue_deadline(uv_timer_t *t)
+static void on_owner_timer(uv_timer_t *t)
 {
     conn_t *c = t->data;
-    request_t *r = c->req;
-    if (!r || r->state != REQ_QUEUED)
-        return;
-    model_t *m = r->model;
-    queue_remove(&m->queue, &r->qe);
-    c->d->queued_total--;
-    model_schedule_pump(m);
-    conn_respond_error(c, 504, "deadline_exceeded", m->name, -1, false,
-                       "model %s: deadline passed after %llu ms in queue", m->name,
-                       (unsigned long long)request_queue_ms(r));
+    void (*fn)(conn_t *) = c->timer_fn;
+    c->timer_fn = NULL;
+    if (fn && c->state == CONN_ACTIVE)
+        fn(c);
 }
 
-void conn_arm_queue_deadline(conn_t *c, uint64_t delay_ms)
+void conn_set_timer(conn_t *c, uint64_t delay_ms, void (*fn)(conn_t *c))
 {
-    uv_timer_start(&c->timer, on_queue_deadline, delay_ms, 0);
+    if (c->state == CONN_CLOSING)
+        return;
+    c->timer_fn = fn;
+    uv_timer_start(&c->timer, on_owner_timer, delay_ms, 0);
 }
 
-void conn_stop_timer(conn_t *c) { uv_timer_stop(&c->timer); }
+void conn_stop_timer(conn_t *c)
+{
+    c->timer_fn = NULL;
+    uv_timer_stop(&c->timer);
+}
 
 /* ---- reading ---------------------------------------------------------------------- */
 
@@ -499,16 +468,16 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     if (!c->keep_alive && c->state == CONN_ACTIVE && !c->req) {
         return; /* lingering: discard */
     }
-    if (c->state == CONN_ACTIVE) {
-        /* pipelined bytes: keep them (bounded) for after the current response */
-        if (buf_append(&c->in, b->base, (size_t)nread) != 0 ||
-            c->in.len > c->d->cfg->limits.max_header) {
+    if (c->state == CONN_ACTIVE || core_defer_pending(&c->resume) || c->want_drained) {
+        /* pipelined bytes: keep them (bounded) for after the current answer */
+        if ((size_t)nread > buf_room(&c->in) || buf_append(&c->in, b->base, (size_t)nread) != 0 ||
+            c->in.len > c->core->cfg->limits.max_header) {
             uv_read_stop(s);
             c->read_paused = true;
         }
         return;
     }
-    if (buf_append(&c->in, b->base, (size_t)nread) != 0) {
+    if ((size_t)nread > buf_room(&c->in) || buf_append(&c->in, b->base, (size_t)nread) != 0) {
         conn_respond_error(c, 413, "body_too_large", NULL, -1, true, "request too large");
         return;
     }
@@ -564,12 +533,12 @@ static void request_complete(conn_t *c)
 {
     uv_timer_stop(&c->timer);
     conn_set_state(c, CONN_ACTIVE);
-    router_handle(c, c->req);
+    c->on_request(c, c->req);
 }
 
 static void start_request(conn_t *c)
 {
-    vramd_t *d = c->d;
+    core_t *d = c->core;
     const config_t *cfg = d->cfg;
     size_t cap = cfg->limits.max_header_count;
     if (g_hdr_scratch_cap < cap) {
@@ -606,6 +575,8 @@ static void start_request(conn_t *c)
         return;
     }
     r->conn = c;
+    r->gpu = -1;
+    core_defer_init(&r->free_later, request_free_now);
     list_init(&r->wait_link);
     queue_entry_init(&r->qe);
     ledger_entry_init(&r->mem);
@@ -616,7 +587,7 @@ static void start_request(conn_t *c)
     r->head = malloc(msg.head_len + 1);
     r->hdrs = malloc((msg.n_headers ? msg.n_headers : 1) * sizeof *r->hdrs);
     if (!r->head || !r->hdrs) {
-        request_free(r);
+        request_free_now(&r->free_later);
         conn_close(c);
         return;
     }
@@ -626,7 +597,7 @@ static void start_request(conn_t *c)
     memcpy(r->hdrs, g_hdr_scratch, msg.n_headers * sizeof *r->hdrs);
     r->msg = msg;
     r->msg.headers = r->hdrs;
-    r->t_arrival = vramd_now();
+    r->t_arrival = core_now();
     r->head_method = http1_span_eq(r->head, msg.method, "HEAD");
     const http1_header_t *rid = http1_find_header(r->head, &r->msg, "X-Request-Id");
     make_request_id(r, rid ? r->head + rid->value.off : NULL, rid ? rid->value.len : 0);
@@ -634,7 +605,7 @@ static void start_request(conn_t *c)
     c->keep_alive = msg.keep_alive;
     buf_consume(&c->in, msg.head_len);
     c->scan_from = 0;
-    d->requests_total++;
+    core_count_request(d);
 
     if (msg.upgrade) {
         conn_respond_error(c, 400, "bad_request", NULL, -1, true, "protocol upgrades are not supported");
@@ -660,7 +631,6 @@ static void start_request(conn_t *c)
     else
         c->body_left = msg.content_length;
     conn_set_state(c, CONN_BODY);
-    process_input(c);
 }
 
 static void read_body(conn_t *c)
@@ -684,7 +654,7 @@ static void read_body(conn_t *c)
     if (r->status == 413) {
         r->status = 0;
         conn_respond_error(c, 413, "body_too_large", NULL, -1, true, "chunked body over %llu bytes",
-                           (unsigned long long)c->d->cfg->limits.max_body);
+                           (unsigned long long)c->core->cfg->limits.max_body);
         return;
     }
     if (rc == HTTP1_ERROR) {
@@ -697,35 +667,65 @@ static void read_body(conn_t *c)
         request_complete(c);
 }
 
+/* Parse and hand over the requests in c->in, one after the other (never by recursion: a
+ * request answered at once comes back here through conn_request_done). At most
+ * CONN_PIPELINE_BURST requests per call, and none while the client has not read
+ * CONN_BACKLOG_MAX of earlier answers: the rest waits for the next turn or for the
+ * client (on_write). */
 static void process_input(conn_t *c)
 {
-    while (c->state == CONN_HEAD || c->state == CONN_BODY) {
-        if (c->in.len == 0)
-            return;
+    if (c->in_input)
+        return;
+    c->in_input = true;
+    unsigned started = 0;
+    while ((c->state == CONN_HEAD || c->state == CONN_BODY) && c->in.len > 0) {
         if (c->state == CONN_HEAD) {
+            if (c->write_bytes_pending >= CONN_BACKLOG_MAX) {
+                c->want_drained = true; /* on_write resumes */
+                break;
+            }
+            if (started >= CONN_PIPELINE_BURST) {
+                schedule_resume(c);
+                break;
+            }
             size_t before = c->in.len;
+            started++;
             start_request(c);
             if (c->state == CONN_HEAD && c->req == NULL && c->in.len == before)
-                return; /* need more */
+                break; /* need more */
         } else {
             size_t before = c->in.len;
             read_body(c);
             if (c->state == CONN_BODY && c->in.len == before)
-                return;
+                break;
         }
     }
+    c->in_input = false;
+}
+
+static void on_resume(core_defer_t *d)
+{
+    conn_t *c = list_entry(d, conn_t, resume);
+    if (c->state != CONN_HEAD)
+        return;
+    if (c->read_paused && c->in.len <= c->core->cfg->limits.max_header) {
+        c->read_paused = false;
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    }
+    process_input(c);
+}
+
+static void schedule_resume(conn_t *c)
+{
+    if (c->state != CONN_CLOSING)
+        core_defer(c->core, &c->resume);
 }
 
 void conn_request_done(conn_t *c)
 {
     request_t *r = c->req;
-    if (r) {
-        request_account(r, false);
-        request_set_state(r, REQ_DONE);
-        c->req = NULL;
-        request_free(r);
-    }
-    vramd_check_drained(c->d);
+    if (r)
+        request_end(c, r);
     if (c->state == CONN_CLOSING)
         return;
     if (!c->keep_alive || c->eof) {
@@ -735,21 +735,22 @@ void conn_request_done(conn_t *c)
     conn_set_state(c, CONN_HEAD);
     c->scan_from = 0;
     arm_head_timer(c);
-    if (c->read_paused) {
-        c->read_paused = false;
-        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-    }
-    process_input(c);
+    if (c->in_input)
+        return; /* process_input's loop goes on with the next pipelined request */
+    if (c->in.len || c->read_paused)
+        schedule_resume(c);
 }
 
 /* ---- accepting -------------------------------------------------------------------- */
 
-void conn_accept(vramd_t *d, uv_stream_t *listener)
+void conn_accept(core_t *d, uv_stream_t *listener, conn_request_fn on_request)
 {
     conn_t *c = calloc(1, sizeof *c);
     if (!c)
         return;
-    c->d = d;
+    c->core = d;
+    c->on_request = on_request;
+    core_defer_init(&c->resume, on_resume);
     uv_tcp_init(d->loop, &c->tcp);
     c->tcp.data = c;
     if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
@@ -763,8 +764,7 @@ void conn_accept(vramd_t *d, uv_stream_t *listener)
     buf_init(&c->in, d->cfg->limits.max_header + d->cfg->limits.max_body + READ_CHUNK);
     buf_init(&c->out, CORK_MAX);
     list_init(&c->link);
-    list_insert_tail(&d->conns, &c->link);
-    d->n_conns++;
+    core_conn_added(d, &c->link);
     c->keep_alive = true;
     struct sockaddr_storage ss;
     int len = sizeof ss;

@@ -16,12 +16,15 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/check.h"
 #include "common/log.h"
-#include "daemon/vramd.h"
-#include "net/conn.h"
+#include "core/core.h"
+#include "core/model.h"
+#include "core/request.h"
 #include "gpu/procfs.h"
+#include "net/conn.h"
 #include "net/http1.h"
-#include "net/router.h"
+#include "net/http_out.h"
 #include "quality/verdict.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
@@ -50,6 +53,7 @@ struct upstream {
     bool got_bytes;
     bool paused;
     bool too_big;       /* a held answer outgrew limits.max_body */
+    bool client_gone;   /* a write to the client failed: the request was cancelled */
     int handles_open;
 };
 
@@ -86,8 +90,12 @@ static void up_close(upstream_t *up)
     uv_close((uv_handle_t *)&up->timer, on_up_closed);
 }
 
-void proxy_pool_close(instance_t *inst)
+/* CORE_EV_INSTANCE_DOWN: the instance takes no more requests; its pooled connections go. */
+static void proxy_pool_close(void *ctx, enum core_event ev, void *subject)
 {
+    instance_t *inst = subject;
+    (void)ctx;
+    (void)ev;
     list_foreach_safe(it, tmp, &inst->pool) {
         upstream_t *up = list_entry(it, upstream_t, link);
         up_close(up);
@@ -104,11 +112,8 @@ static void release_slot(request_t *r, bool worker_broken)
     if (r->status >= 500 && r->status != 503 && r->status != 504)
         worker_broken = true;
     r->instance = NULL;
-    vramd_t *d = inst->model->d;
-    if (d->in_flight_total)
-        d->in_flight_total--;
     bool ok = !worker_broken && r->status > 0 && r->status < 500;
-    sched_request_finished(r, inst, vramd_now() - r->t_dispatched, ok);
+    sched_request_finished(r, inst, core_now() - r->t_dispatched, ok);
     instance_request_done(inst, worker_broken);
 }
 
@@ -117,12 +122,22 @@ static void release_slot(request_t *r, bool worker_broken)
 static void finish_ok(upstream_t *up)
 {
     request_t *r = up->req;
+    if (!r) {
+        /* the client left while this read was being handled: the request was cancelled */
+        up_close(up);
+        return;
+    }
     conn_t *c = r->conn;
     instance_t *inst = up->inst;
-    if (up->client_chunked && !r->buffering)
-        conn_write(c, "0\r\n\r\n", 5);
     r->up = NULL;
     up->req = NULL;
+    request_set_ops(r, NULL);
+    if (up->client_chunked && !r->buffering && conn_write(c, "0\r\n\r\n", 5) != 0) {
+        /* the client is gone: conn_close found no owner, so the slot is released here */
+        up_close(up);
+        release_slot(r, false);
+        return;
+    }
     uv_timer_stop(&up->timer);
     bool reusable = up->upstream_keep_alive && up->framing != HTTP1_BODY_UNTIL_CLOSE &&
                     up->in.len == 0 && inst->state == INST_READY && !inst->stop_requested &&
@@ -154,7 +169,7 @@ static void finish_ok(upstream_t *up)
     }
     log_event(LOG_INFO, "request_done", "request_id=%s model=%s status=%d queue_ms=%llu run_ms=%llu attempts=%u",
               r->id, r->model->name, r->status, (unsigned long long)request_queue_ms(r),
-              (unsigned long long)(vramd_now() - r->t_dispatched), r->attempts);
+              (unsigned long long)(core_now() - r->t_dispatched), r->attempts);
     release_slot(r, false);
     conn_request_done(c);
 }
@@ -170,7 +185,7 @@ static void fail_unsent(request_t *r, instance_t *inst, const char *why, bool ha
     release_slot(r, true);
     if (m->cfg->retry_safe && r->crash_retries < 1 && !hang) {
         r->crash_retries++;
-        request_requeue(r, why);
+        core_requeue(m->core, r, why);
         return;
     }
     if (hang)
@@ -195,6 +210,7 @@ static void fail_request(upstream_t *up, const char *why)
     bool retry = up->reused && !up->got_bytes && up->state != UP_BODY;
     r->up = NULL;
     up->req = NULL;
+    request_set_ops(r, NULL);
     up_close(up);
     if (retry && inst->state == INST_READY) {
         log_event(LOG_DEBUG, "upstream_retry", "request_id=%s model=%s reason=%s", r->id,
@@ -229,6 +245,7 @@ static void on_hang_timeout(uv_timer_t *t)
     bool streamed = r->state == REQ_STREAMING && !r->buffering;
     r->up = NULL;
     up->req = NULL;
+    request_set_ops(r, NULL);
     up_close(up);
     instance_kill_hung(inst);
     if (streamed) {
@@ -246,11 +263,13 @@ static void arm_hang_timer(upstream_t *up)
     uint64_t hang = up->inst->model->cfg->recycle.hang_timeout_ms;
     if (!hang || !r)
         return;
-    uint64_t spent = vramd_now() - r->t_dispatched;
+    uint64_t spent = core_now() - r->t_dispatched;
     uv_timer_start(&up->timer, on_hang_timeout, hang > spent ? hang - spent : 1, 0);
 }
 
-void proxy_cancel(request_t *r)
+/* The client left (request ops): the upstream is closed, never pooled, and the slot
+ * released; no callback touches the request afterwards. */
+static void proxy_cancel(request_t *r)
 {
     upstream_t *up = r->up;
     if (up) {
@@ -268,32 +287,32 @@ static void throttle_if_needed(upstream_t *up)
     if (up->req->buffering)
         return;
     conn_t *c = up->req->conn;
-    if (conn_write_backlog(c) > PROXY_BACKLOG_MAX && !up->paused) {
+    if (conn_write_backlog(c) > CONN_BACKLOG_MAX && !up->paused) {
         uv_read_stop((uv_stream_t *)&up->tcp);
         up->paused = true;
-        c->throttled = up;
+        conn_want_drained(c);
     }
 }
 
-void proxy_resume(upstream_t *up)
+/* The client's backlog drained (request ops): read the upstream again. */
+static void proxy_drained(request_t *r)
 {
-    if (up->state == UP_CLOSED || !up->paused)
+    upstream_t *up = r->up;
+    if (!up || up->state == UP_CLOSED || !up->paused)
         return;
     up_read_start(up);
 }
 
-static void write_chunk(conn_t *c, const char *data, size_t len)
+static const request_ops_t proxy_ops = {.cancel = proxy_cancel, .drained = proxy_drained};
+
+/* One chunk to the client; 0, or -1 when the client is gone (its request was cancelled). */
+static int write_chunk(conn_t *c, const char *data, size_t len)
 {
     char head[24];
     int n = snprintf(head, sizeof head, "%zx\r\n", len);
-    char *tmp = malloc((size_t)n + len + 2);
-    if (!tmp)
-        return;
-    memcpy(tmp, head, (size_t)n);
-    memcpy(tmp + n, data, len);
-    memcpy(tmp + n + len, "\r\n", 2);
-    conn_write(c, tmp, (size_t)n + len + 2);
-    free(tmp);
+    if (conn_write(c, head, (size_t)n) != 0 || conn_write(c, data, len) != 0)
+        return -1;
+    return conn_write(c, "\r\n", 2);
 }
 
 /* Body bytes of a held answer; false when it outgrew limits.max_body. */
@@ -313,13 +332,16 @@ static void on_chunk(void *ctx, const char *data, size_t len)
         return;
     }
     conn_t *c = up->req->conn;
-    if (up->client_chunked)
-        write_chunk(c, data, len);
-    else
-        conn_write(c, data, len);
+    int rc = up->client_chunked ? write_chunk(c, data, len) : conn_write(c, data, len);
+    if (rc != 0)
+        up->client_gone = true;
 }
 
-/* Forward body bytes; returns 1 when the body is complete, 0 for more, -1 on error. */
+#define FWD_CLIENT_GONE (-3)
+
+/* Forward body bytes; returns 1 when the body is complete, 0 for more, -1 on a malformed
+ * body, -2 when a held answer outgrew max_body, FWD_CLIENT_GONE when a write to the client
+ * failed (the request was cancelled: the caller must not touch it). */
 static int forward_body(upstream_t *up, const char *data, size_t len, size_t *used)
 {
     conn_t *c = up->req->conn;
@@ -332,8 +354,9 @@ static int forward_body(upstream_t *up, const char *data, size_t len, size_t *us
         if (n && up->req->buffering) {
             if (!hold(up, data, n))
                 return -2;
-        } else if (n && !up->req->head_method)
-            conn_write(c, data, n);
+        } else if (n && !up->req->head_method && conn_write(c, data, n) != 0) {
+            return FWD_CLIENT_GONE;
+        }
         up->body_left -= n;
         *used = n;
         return up->body_left == 0 ? 1 : 0;
@@ -341,6 +364,8 @@ static int forward_body(upstream_t *up, const char *data, size_t len, size_t *us
     case HTTP1_BODY_CHUNKED: {
         http1_error_t err;
         int rc = http1_chunked_feed(&up->chunked, data, len, used, on_chunk, up, &err);
+        if (up->client_gone)
+            return FWD_CLIENT_GONE;
         if (up->too_big)
             return -2;
         if (rc == HTTP1_ERROR)
@@ -352,10 +377,9 @@ static int forward_body(upstream_t *up, const char *data, size_t len, size_t *us
             if (!hold(up, data, len))
                 return -2;
         } else if (len) {
-            if (up->client_chunked)
-                write_chunk(c, data, len);
-            else
-                conn_write(c, data, len);
+            int rc = up->client_chunked ? write_chunk(c, data, len) : conn_write(c, data, len);
+            if (rc != 0)
+                return FWD_CLIENT_GONE;
         }
         *used = len;
         return 0;
@@ -363,43 +387,30 @@ static int forward_body(upstream_t *up, const char *data, size_t len, size_t *us
     return -1;
 }
 
-static void send_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg)
+/* Hop-by-hop headers and Content-Length never pass; X-Request-Id is vramd's own. */
+static const char *const answer_skip[] = {"X-Request-Id", NULL};
+
+/* The worker's head goes to the client with vramd's headers and the body's framing for
+ * this client. 0, or -1 when the client is gone (the request was cancelled). */
+static int send_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg)
 {
     request_t *r = up->req;
     conn_t *c = r->conn;
-    instance_t *inst = up->inst;
     buf_t h;
     buf_init(&h, UP_HEAD_MAX + 1024);
-    const char *reason = msg->reason.len ? buf + msg->reason.off : http1_reason(msg->status);
-    int reason_len = msg->reason.len ? (int)msg->reason.len : (int)strlen(reason);
-    buf_printf(&h, "HTTP/1.1 %d %.*s\r\n", msg->status, reason_len, reason);
-    for (size_t i = 0; i < msg->n_headers; i++) {
-        const http1_header_t *hd = &msg->headers[i];
-        if (http1_is_hop_by_hop(buf, msg, hd) || http1_header_is(buf, hd, "Content-Length") ||
-            http1_header_is(buf, hd, "X-Request-Id"))
-            continue;
-        buf_append(&h, buf + hd->name.off, hd->name.len);
-        buf_append(&h, ": ", 2);
-        buf_append(&h, buf + hd->value.off, hd->value.len);
-        buf_append(&h, "\r\n", 2);
-    }
-    uint64_t now = vramd_now();
+    http_out_status(&h, msg->status, msg->reason.len ? buf + msg->reason.off : NULL, msg->reason.len);
+    http_out_copy_headers(&h, buf, msg, answer_skip);
+    uint64_t now = core_now();
     r->t_first_byte = now;
-    buf_printf(&h, "X-Request-Id: %s\r\nX-Vramd-Queue-Ms: %llu\r\nX-Vramd-Run-Ms: %llu\r\nX-Vramd-Attempts: %u\r\n",
-               r->id, (unsigned long long)request_queue_ms(r),
-               (unsigned long long)(now - r->t_dispatched), r->attempts);
-    if (inst->gpu >= 0)
-        buf_printf(&h, "X-Vramd-Gpu: %d\r\n", inst->gpu);
-    if (r->level > 0)
-        buf_printf(&h, "X-Vramd-Degrade-Level: %u\r\n", r->level);
+    request_vramd_headers(r, &h, now - r->t_dispatched);
     up->client_chunked = false;
     switch (up->framing) {
     case HTTP1_BODY_NONE:
         if (msg->status >= 200 && msg->status != 204 && msg->status != 304 && !r->head_method)
-            buf_append_str(&h, "Content-Length: 0\r\n");
+            http_out_header(&h, "Content-Length", "0");
         break;
     case HTTP1_BODY_LENGTH:
-        buf_printf(&h, "Content-Length: %llu\r\n", (unsigned long long)msg->content_length);
+        http_out_header(&h, "Content-Length", "%llu", (unsigned long long)msg->content_length);
         break;
     case HTTP1_BODY_CHUNKED:
     case HTTP1_BODY_UNTIL_CLOSE:
@@ -410,23 +421,21 @@ static void send_response_head(upstream_t *up, const char *buf, const http1_msg_
         else
             c->keep_alive = false;
         if (up->client_chunked)
-            buf_append_str(&h, "Transfer-Encoding: chunked\r\n");
+            http_out_header(&h, "Transfer-Encoding", "chunked");
         break;
     }
     if (r->head_method) {
         const http1_header_t *cl = http1_find_header(buf, msg, "Content-Length");
-        if (cl) {
-            buf_append_str(&h, "Content-Length: ");
-            buf_append(&h, buf + cl->value.off, cl->value.len);
-            buf_append_str(&h, "\r\n");
-        }
+        if (cl)
+            http_out_header(&h, "Content-Length", "%.*s", (int)cl->value.len, buf + cl->value.off);
     }
     if (!c->keep_alive)
-        buf_append_str(&h, "Connection: close\r\n");
-    buf_append_str(&h, "\r\n");
+        http_out_header(&h, "Connection", "close");
+    http_out_end(&h);
     r->status = msg->status;
-    conn_write(c, h.data, h.len);
+    int rc = buf_failed(&h) ? -2 : conn_write(c, h.data, h.len);
     buf_free(&h);
+    return rc;
 }
 
 /* A model that declares degrade/validate: keep the head (status, reason, end-to-end headers)
@@ -436,22 +445,11 @@ static void hold_response_head(upstream_t *up, const char *buf, const http1_msg_
     request_t *r = up->req;
     r->buffering = true;
     r->resp_status = msg->status;
-    r->t_first_byte = vramd_now();
+    r->t_first_byte = core_now();
     snprintf(r->resp_reason, sizeof r->resp_reason, "%.*s", (int)msg->reason.len, buf + msg->reason.off);
     buf_reset(&r->resp_head);
     buf_reset(&r->resp_body);
-    for (size_t i = 0; i < msg->n_headers; i++) {
-        const http1_header_t *hd = &msg->headers[i];
-        if (http1_is_hop_by_hop(buf, msg, hd) || http1_header_is(buf, hd, "Content-Length") ||
-            http1_header_is(buf, hd, "X-Request-Id"))
-            continue;
-        buf_append(&r->resp_head, buf + hd->name.off, hd->name.len);
-        buf_append(&r->resp_head, ": ", 2);
-        buf_append(&r->resp_head, buf + hd->value.off, hd->value.len);
-        buf_append(&r->resp_head, "\r\n", 2);
-    }
-    if (r->resp_head.data == NULL)
-        buf_append(&r->resp_head, "", 0);
+    http_out_copy_headers(&r->resp_head, buf, msg, answer_skip);
     up->client_chunked = false;
 }
 
@@ -487,10 +485,17 @@ static void process_upstream_input(upstream_t *up)
         if (msg.body == HTTP1_BODY_CHUNKED)
             http1_chunked_init(&up->chunked, 16 * 1024);
         request_set_state(up->req, REQ_STREAMING);
-        if (verdict_wants_buffer(up->req))
+        if (verdict_wants_buffer(up->req)) {
             hold_response_head(up, up->in.data, &msg);
-        else
-            send_response_head(up, up->in.data, &msg);
+        } else {
+            int sent = send_response_head(up, up->in.data, &msg);
+            if (sent == -1)
+                return; /* the client is gone: the request was cancelled, the upstream closed */
+            if (sent == -2) {
+                fail_request(up, "response head too large");
+                return;
+            }
+        }
         buf_consume(&up->in, msg.head_len);
         up->scan_from = 0;
         up->state = UP_BODY;
@@ -499,6 +504,8 @@ static void process_upstream_input(upstream_t *up)
         return;
     size_t used = 0;
     int rc = forward_body(up, up->in.data, up->in.len, &used);
+    if (rc == FWD_CLIENT_GONE)
+        return; /* the request was cancelled and the upstream closed with it */
     buf_consume(&up->in, used);
     if (rc < 0) {
         fail_request(up, rc == -2 ? "answer larger than limits.max_body" : "malformed response body");
@@ -561,6 +568,8 @@ static void on_up_read_body(upstream_t *up, ssize_t nread, const uv_buf_t *b)
         /* fast path: forward straight from the read buffer */
         size_t used = 0;
         int rc = forward_body(up, b->base, (size_t)nread, &used);
+        if (rc == FWD_CLIENT_GONE)
+            return; /* the request was cancelled and the upstream closed with it */
         if (rc < 0) {
             fail_request(up, rc == -2 ? "answer larger than limits.max_body" : "malformed response body");
             return;
@@ -616,6 +625,9 @@ static void on_up_written(uv_write_t *w, int status)
         up->state = UP_HEAD;
 }
 
+/* Hop-by-hop headers and Content-Length never pass; Expect was answered by vramd. */
+static const char *const request_skip[] = {"Expect", "X-Request-Id", NULL};
+
 static void send_request(upstream_t *up)
 {
     request_t *r = up->req;
@@ -637,28 +649,25 @@ static void send_request(upstream_t *up)
     buf_printf(&h, "%.*s %.*s HTTP/1.1\r\n", (int)r->msg.method.len, r->head + r->msg.method.off,
                (int)tlen, target);
 headers:
-    for (size_t i = 0; i < r->msg.n_headers; i++) {
-        const http1_header_t *hd = &r->hdrs[i];
-        if (http1_is_hop_by_hop(r->head, &r->msg, hd) || http1_header_is(r->head, hd, "Content-Length") ||
-            http1_header_is(r->head, hd, "Expect") || http1_header_is(r->head, hd, "X-Request-Id"))
-            continue;
-        buf_append(&h, r->head + hd->name.off, hd->name.len);
-        buf_append(&h, ": ", 2);
-        buf_append(&h, r->head + hd->value.off, hd->value.len);
-        buf_append(&h, "\r\n", 2);
-    }
-    buf_printf(&h, "X-Request-Id: %s\r\n", r->id);
+    http_out_copy_headers(&h, r->head, &r->msg, request_skip);
+    http_out_header(&h, "X-Request-Id", "%s", r->id);
     if (c->peer[0]) {
         char ip[64];
         snprintf(ip, sizeof ip, "%s", c->peer);
         char *colon = strrchr(ip, ':');
         if (colon)
             *colon = '\0';
-        buf_printf(&h, "X-Forwarded-For: %s\r\n", ip);
+        http_out_header(&h, "X-Forwarded-For", "%s", ip);
     }
     if (r->body.len || r->msg.body != HTTP1_BODY_NONE)
-        buf_printf(&h, "Content-Length: %zu\r\n", r->body.len);
-    buf_append_str(&h, "Connection: keep-alive\r\n\r\n");
+        http_out_header(&h, "Content-Length", "%zu", r->body.len);
+    http_out_header(&h, "Connection", "keep-alive");
+    http_out_end(&h);
+    if (buf_failed(&h)) {
+        buf_free(&h);
+        fail_request(up, "request head too large");
+        return;
+    }
 
     up->state = UP_SENDING;
     request_set_state(r, REQ_WAITING);
@@ -751,6 +760,7 @@ static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_poo
     if (up) {
         up->req = req;
         req->up = up;
+        request_set_ops(req, &proxy_ops);
         buf_reset(&up->in);
         up->scan_from = 0;
         request_set_state(req, REQ_CONNECTING);
@@ -765,9 +775,10 @@ static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_poo
     }
     up->inst = inst;
     up->req = req;
+    request_set_ops(req, &proxy_ops);
     list_init(&up->link);
     buf_init(&up->in, UP_HEAD_MAX + sizeof g_up_read);
-    uv_loop_t *loop = inst->model->d->loop;
+    uv_loop_t *loop = inst->model->core->loop;
     uv_tcp_init(loop, &up->tcp);
     uv_timer_init(loop, &up->timer);
     up->tcp.data = up;
@@ -798,4 +809,9 @@ static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_poo
 void proxy_start(request_t *req, instance_t *inst)
 {
     proxy_start_attempt(req, inst, true);
+}
+
+void proxy_init(core_t *core)
+{
+    core_listen(core, CORE_EV_INSTANCE_DOWN, proxy_pool_close, NULL);
 }

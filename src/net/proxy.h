@@ -15,10 +15,13 @@
  * on a fresh connection (the worker may have closed it while idle).
  *
  * Outcomes: the request always ends through exactly one of: conn_request_done (response
- * complete), an error answer 502 worker_failed (nothing sent yet), or conn_abort (the
- * stream broke after the head was sent). Each releases the instance slot exactly once
- * (instance_request_done). proxy_cancel(req) is the client-left path: the upstream is
- * closed (never pooled) and the slot released; no callback touches req afterwards.
+ * complete), an error answer 502 worker_failed (nothing sent yet), a retry from the queue
+ * (core_requeue), the verdict (a held answer), or conn_abort (the stream broke after the
+ * head was sent). Each releases the instance slot exactly once (instance_request_done).
+ * While it forwards, the request's ops are the proxy's: cancel (the client left: the
+ * upstream is closed, never pooled, and the slot released; no callback touches the request
+ * afterwards) and drained (the client read enough: read the upstream again). A failed
+ * write to the client means the request was cancelled: the proxy stops there.
  */
 #ifndef VRAMD_NET_PROXY_H
 #define VRAMD_NET_PROXY_H
@@ -26,17 +29,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "daemon/types.h"
+#include "core/types.h"
 
-#define PROXY_BACKLOG_MAX (256 * 1024)
 #define PROXY_POOL_MAX 64
 #define PROXY_CONNECT_TIMEOUT_MS 5000
 
+/* Listen to the core's events (once, at start): an instance that goes down closes its pool. */
+void proxy_init(core_t *core);
+/* Take a request's answer (its ops become the proxy's: cancel, drained) and forward it. */
 void proxy_start(request_t *req, instance_t *inst);
-void proxy_cancel(request_t *req);
-/* The client's write backlog drained below the limit: resume reading the upstream. */
-void proxy_resume(upstream_t *up);
-/* Close every pooled idle connection of an instance (it is stopping). */
-void proxy_pool_close(instance_t *inst);
 
 #endif

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "daemon/vramd.h"
+#include "core/core.h"
 #include "jobs/job_state.h"
 #include "jobs/jobs.h"
 #include "obs/histogram.h"
@@ -95,7 +95,7 @@ static void histogram_samples(buf_t *b, const char *name, const char *model, con
 
 /* ---- families ------------------------------------------------------------------------- */
 
-static void daemon_metrics(buf_t *b, vramd_t *d)
+static void daemon_metrics(buf_t *b, core_t *d)
 {
     family(b, "vramd_build_info", "gauge", "Always 1; the version label says which vramd runs.");
     sample_u64(b, "vramd_build_info", "version", VRAMD_VERSION, NULL, NULL, 1);
@@ -111,7 +111,7 @@ static void daemon_metrics(buf_t *b, vramd_t *d)
            "HTTP requests received (all routes, vramd's own included), since vramd started.");
     sample_u64(b, "vramd_http_requests_total", NULL, NULL, NULL, NULL, d->requests_total);
     family(b, "vramd_queued", "gauge", "Requests waiting in the queues of all models together.");
-    sample_u64(b, "vramd_queued", NULL, NULL, NULL, NULL, d->queued_total);
+    sample_u64(b, "vramd_queued", NULL, NULL, NULL, NULL, core_queued_total(d));
 }
 
 static void gpu_metrics(buf_t *b)
@@ -187,7 +187,7 @@ static uint64_t v_deadline_rejections(const model_t *m) { return m->deadline_rej
 static uint64_t v_invalid(const model_t *m) { return m->invalid_total; }
 static uint64_t v_estimate(const model_t *m) { return sched_request_estimate(m); }
 
-static void model_family(buf_t *b, vramd_t *d, const char *name, const char *type, const char *help,
+static void model_family(buf_t *b, core_t *d, const char *name, const char *type, const char *help,
                          model_value_fn get)
 {
     family(b, name, type, help);
@@ -197,7 +197,7 @@ static void model_family(buf_t *b, vramd_t *d, const char *name, const char *typ
     }
 }
 
-static void model_metrics(buf_t *b, vramd_t *d)
+static void model_metrics(buf_t *b, core_t *d)
 {
     model_family(b, d, "vramd_queue_depth", "gauge", "Requests waiting in the model's queue.", v_queue_depth);
     model_family(b, d, "vramd_in_flight", "gauge", "Requests of the model running on a worker now.", v_in_flight);
@@ -291,7 +291,7 @@ static void model_metrics(buf_t *b, vramd_t *d)
                  v_invalid);
 }
 
-static void job_metrics(buf_t *b, vramd_t *d)
+static void job_metrics(buf_t *b, core_t *d)
 {
     uint64_t counts[JOB_STATE_COUNT] = {0};
     bool available = jobs_count_by_state(d, counts) == 0;
@@ -303,7 +303,7 @@ static void job_metrics(buf_t *b, vramd_t *d)
                    available ? counts[s] : 0);
 }
 
-char *metrics_render(vramd_t *d, size_t *len)
+char *metrics_render(core_t *d, size_t *len)
 {
     buf_t b;
     buf_init(&b, METRICS_MAX_BYTES);

@@ -3,7 +3,7 @@
  *
  * A pure reader of the daemon's state (like obs/status.c): GPU figures from the scheduler
  * (the same numbers /v1/status shows), per-model counters and histograms kept on model_t
- * (workers/supervisor.h), daemon-wide gauges from vramd_t, job counts from the journal.
+ * (workers/supervisor.h), daemon-wide gauges from core_t, job counts from the journal.
  * The families, their labels and label values are listed in docs/metrics.md.
  *
  * Invariants of the output: every family has one # HELP and one # TYPE line, written once,
@@ -18,13 +18,13 @@
 
 #include <stddef.h>
 
-#include "daemon/types.h"
+#include "core/types.h"
 
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 #define METRICS_MAX_BYTES (32u * 1024 * 1024)
 
 /* The whole exposition, malloc'ed (the caller frees it), its length in *len; NULL when out
  * of memory or over METRICS_MAX_BYTES. */
-char *metrics_render(vramd_t *d, size_t *len);
+char *metrics_render(core_t *d, size_t *len);
 
 #endif

@@ -4,7 +4,7 @@
 #include <cjson/cJSON.h>
 
 #include "common/units.h"
-#include "daemon/vramd.h"
+#include "core/core.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
@@ -97,22 +97,22 @@ char *status_model_brief(model_t *m)
     return s;
 }
 
-char *status_render(vramd_t *d)
+char *status_render(core_t *d)
 {
-    uint64_t now = vramd_now();
+    uint64_t now = core_now();
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "version", VRAMD_VERSION);
     cJSON_AddNumberToObject(o, "uptime_ms", (double)(now - d->started_ms));
     cJSON_AddBoolToObject(o, "draining", d->draining);
     cJSON_AddBoolToObject(o, "ready", d->ready);
-    cJSON_AddStringToObject(o, "config", d->config_path);
+    cJSON_AddStringToObject(o, "config", d->cfg->path);
     cJSON *c = cJSON_AddObjectToObject(o, "connections");
     cJSON_AddNumberToObject(c, "open", d->n_conns);
     cJSON_AddNumberToObject(c, "max", d->cfg->limits.max_connections);
     cJSON *q = cJSON_AddObjectToObject(o, "queues");
-    cJSON_AddNumberToObject(q, "queued", d->queued_total);
+    cJSON_AddNumberToObject(q, "queued", core_queued_total(d));
     cJSON_AddNumberToObject(q, "max", d->cfg->limits.queue_max);
-    cJSON_AddNumberToObject(q, "in_flight", d->in_flight_total);
+    cJSON_AddNumberToObject(q, "in_flight", core_in_flight_total(d));
     cJSON_AddNumberToObject(o, "requests_total", (double)d->requests_total);
     cJSON *gpu = cJSON_AddObjectToObject(o, "nvml");
     cJSON_AddBoolToObject(gpu, "ok", sched_gpu_ok());
@@ -126,12 +126,12 @@ char *status_render(vramd_t *d)
         cJSON_AddItemToArray(ms, model_json(m, now));
     }
     cJSON *ev = cJSON_AddArrayToObject(o, "events");
-    unsigned n = d->events_count;
+    unsigned n = d->notes_count;
     for (unsigned i = 0; i < n; i++) {
-        unsigned idx = (d->events_next + VRAMD_EVENTS_KEPT - n + i) % VRAMD_EVENTS_KEPT;
+        unsigned idx = (d->notes_next + CORE_EVENTS_KEPT - n + i) % CORE_EVENTS_KEPT;
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "ts_ms", (double)d->events[idx].wall_ms);
-        cJSON_AddStringToObject(e, "text", d->events[idx].text);
+        cJSON_AddNumberToObject(e, "ts_ms", (double)d->notes[idx].wall_ms);
+        cJSON_AddStringToObject(e, "text", d->notes[idx].text);
         cJSON_AddItemToArray(ev, e);
     }
     char *s = cJSON_PrintUnformatted(o);
@@ -139,7 +139,7 @@ char *status_render(vramd_t *d)
     return s;
 }
 
-char *status_models_list(vramd_t *d)
+char *status_models_list(core_t *d)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");

@@ -6,10 +6,10 @@
 #ifndef VRAMD_OBS_STATUS_H
 #define VRAMD_OBS_STATUS_H
 
-#include "daemon/types.h"
+#include "core/types.h"
 
-char *status_render(vramd_t *d);
-char *status_models_list(vramd_t *d);
+char *status_render(core_t *d);
+char *status_models_list(core_t *d);
 char *status_model_brief(model_t *m);
 
 #endif

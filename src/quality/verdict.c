@@ -11,9 +11,11 @@
 
 #include "common/json_util.h"
 #include "common/log.h"
-#include "daemon/vramd.h"
+#include "core/core.h"
+#include "core/model.h"
+#include "core/request.h"
 #include "net/conn.h"
-#include "net/router.h"
+#include "net/http_out.h"
 #include "quality/degrade.h"
 #include "quality/validate.h"
 #include "sched/scheduler.h"
@@ -117,11 +119,11 @@ int verdict_prepare_level(request_t *r, unsigned level, char *why, size_t whylen
 
 /* The retry budget: at most 20 % of the requests queued or running (at least 1) may be
  * retries. A request counts once, however many levels it goes down. */
-static bool retry_allowed(vramd_t *d, const request_t *r)
+static bool retry_allowed(core_t *d, const request_t *r)
 {
     if (r->is_retry)
         return true;
-    unsigned running = d->in_flight_total + d->queued_total;
+    unsigned running = core_in_flight_total(d) + core_queued_total(d);
     unsigned budget = running / 5;
     if (budget < 1)
         budget = 1;
@@ -130,46 +132,51 @@ static bool retry_allowed(vramd_t *d, const request_t *r)
 
 static void retry(request_t *r, const char *why)
 {
-    vramd_t *d = r->conn->d;
+    core_t *d = r->conn->core;
     if (!r->is_retry) {
         r->is_retry = true;
-        d->retries_in_flight++;
+        core_retry_begin(d);
     }
     buf_reset(&r->resp_head);
     buf_reset(&r->resp_body);
     r->resp_status = 0;
-    request_requeue(r, why);
+    core_requeue(d, r, why);
 }
 
+/* The held answer goes to the client: the worker's status and end-to-end headers, vramd's
+ * headers (the same set a streamed answer carries), and the body. */
 static void deliver(request_t *r)
 {
     conn_t *c = r->conn;
+    request_set_ops(r, NULL);
     buf_t h;
     buf_init(&h, r->resp_head.len + 1024);
-    buf_printf(&h, "HTTP/1.1 %d %s\r\n", r->resp_status, r->resp_reason[0] ? r->resp_reason : http1_reason(r->resp_status));
-    if (r->resp_head.len)
-        buf_append(&h, r->resp_head.data, r->resp_head.len);
+    http_out_status(&h, r->resp_status, r->resp_reason[0] ? r->resp_reason : NULL, strlen(r->resp_reason));
+    http_out_raw(&h, r->resp_head.data ? r->resp_head.data : "", r->resp_head.len);
     uint64_t run_ms = r->t_first_byte > r->t_dispatched ? r->t_first_byte - r->t_dispatched : 0;
-    buf_printf(&h, "X-Request-Id: %s\r\nX-Vramd-Queue-Ms: %llu\r\nX-Vramd-Run-Ms: %llu\r\nX-Vramd-Attempts: %u\r\n", r->id,
-               (unsigned long long)request_queue_ms(r), (unsigned long long)run_ms, r->attempts);
-    if (r->level > 0)
-        buf_printf(&h, "X-Vramd-Degrade-Level: %u\r\n", r->level);
+    request_vramd_headers(r, &h, run_ms);
     bool no_body = r->resp_status == 204 || r->resp_status == 304 || (r->resp_status >= 100 && r->resp_status < 200);
     if (!no_body)
-        buf_printf(&h, "Content-Length: %zu\r\n", r->resp_body.len);
+        http_out_header(&h, "Content-Length", "%zu", r->resp_body.len);
     if (!c->keep_alive)
-        buf_append_str(&h, "Connection: close\r\n");
-    buf_append_str(&h, "\r\n");
+        http_out_header(&h, "Connection", "close");
+    http_out_end(&h);
+    if (buf_failed(&h)) {
+        buf_free(&h);
+        conn_respond_error(c, 502, "worker_failed", r->model->name, -1, false, "model %s: answer head too large",
+                           r->model->name);
+        return;
+    }
     r->status = r->resp_status;
     conn_cork(c);
-    conn_write(c, h.data, h.len);
+    int rc = conn_write(c, h.data, h.len);
     buf_free(&h);
-    if (!no_body && r->resp_body.len)
-        conn_write(c, r->resp_body.data, r->resp_body.len);
-    conn_uncork(c);
-    log_event(LOG_INFO, "request_done", "request_id=%s model=%s status=%d level=%u attempts=%u queue_ms=%llu",
-              r->id, r->model->name, r->resp_status, r->level, r->attempts,
-              (unsigned long long)request_queue_ms(r));
+    if (rc == 0 && !no_body && r->resp_body.len)
+        rc = conn_write(c, r->resp_body.data, r->resp_body.len);
+    if (conn_uncork(c) != 0 || rc != 0)
+        return; /* the client is gone: the request ended with its connection */
+    log_event(LOG_INFO, "request_done", "request_id=%s model=%s status=%d level=%u attempts=%u queue_ms=%llu", r->id,
+              r->model->name, r->resp_status, r->level, r->attempts, (unsigned long long)request_queue_ms(r));
     conn_request_done(c);
 }
 
@@ -179,7 +186,8 @@ static void judged_invalid(request_t *r, const char *why)
     log_event(LOG_WARN, "invalid_output", "request_id=%s model=%s status=%d bytes=%zu reason=%s retries=%u", r->id,
               m->name, r->resp_status, r->resp_body.len, why, r->invalid_retries);
     m->invalid_total++;
-    if (r->invalid_retries < 1 && retry_allowed(r->conn->d, r)) {
+    request_set_ops(r, NULL);
+    if (r->invalid_retries < 1 && retry_allowed(r->conn->core, r)) {
         r->invalid_retries++;
         retry(r, "invalid output");
         return;
@@ -187,6 +195,9 @@ static void judged_invalid(request_t *r, const char *why)
     conn_respond_error(r->conn, 502, "invalid_output", m->name, -1, false,
                        "model %s: output failed validation after %u attempts: %s", m->name, r->attempts, why);
 }
+
+static void verdict_cancel(request_t *r);
+static const request_ops_t validating_ops = {.cancel = verdict_cancel};
 
 /* ---- validate.cmd --------------------------------------------------------------------- */
 
@@ -239,7 +250,7 @@ static void on_validator_timeout(uv_timer_t *t)
 static void run_validator_cmd(request_t *r)
 {
     const model_config_t *mc = r->model->cfg;
-    vramd_t *d = r->conn->d;
+    core_t *d = r->conn->core;
     validator_run_t *v = calloc(1, sizeof *v);
     if (!v) {
         judged_invalid(r, "validator could not start: out of memory");
@@ -265,11 +276,13 @@ static void run_validator_cmd(request_t *r)
         return;
     }
     r->validator = (struct process *)v;
+    request_set_ops(r, &validating_ops);
     uint64_t timeout = mc->validate.timeout_ms ? mc->validate.timeout_ms : 30000;
     uv_timer_start(&v->timer, on_validator_timeout, timeout, 0);
 }
 
-void verdict_cancel(request_t *r)
+/* The client left while a validator ran (request ops): stop it. */
+static void verdict_cancel(request_t *r)
 {
     if (r->validating_in_pool) {
         validate_work_t *w = (validate_work_t *)r->validator;
@@ -314,9 +327,7 @@ static void on_validate_done(uv_work_t *w, int status)
     }
     r->validator = NULL;
     r->validating_in_pool = false;
-    r->resp_body.data = v->body; /* give the body back */
-    r->resp_body.len = v->body_len;
-    r->resp_body.cap = v->body_max;
+    buf_adopt(&r->resp_body, v->body, v->body_len, v->body_max); /* give the body back */
     if (status != 0)
         judged_invalid(r, "validation was cancelled");
     else if (v->rc != 0)
@@ -336,15 +347,14 @@ static bool validate_off_loop(request_t *r, const char *kind)
     v->min_bytes = r->model->cfg->validate.min_bytes;
     v->body_max = r->resp_body.cap;
     v->body = buf_steal(&r->resp_body, &v->body_len);
-    if (uv_queue_work(r->conn->d->loop, &v->work, on_validate_work, on_validate_done) != 0) {
-        r->resp_body.data = v->body;
-        r->resp_body.len = v->body_len;
-        r->resp_body.cap = v->body_max;
+    if (uv_queue_work(r->conn->core->loop, &v->work, on_validate_work, on_validate_done) != 0) {
+        buf_adopt(&r->resp_body, v->body, v->body_len, v->body_max);
         free(v);
         return false;
     }
     r->validator = (struct process *)v;
     r->validating_in_pool = true;
+    request_set_ops(r, &validating_ops);
     return true;
 }
 
@@ -409,8 +419,8 @@ void verdict_judge(request_t *r, bool oom)
         unsigned next = r->level + 1;
         log_event(LOG_WARN, "oom", "request_id=%s model=%s level=%u status=%d next_level=%u of=%zu", r->id, m->name,
                   r->level, r->resp_status, next, mc->degrade.n_ladder);
-        vramd_note_event(m->d, "OOM in %s at level %u", m->name, r->level);
-        if (next <= mc->degrade.n_ladder && retry_allowed(r->conn->d, r)) {
+        core_note_event(m->core, "OOM in %s at level %u", m->name, r->level);
+        if (next <= mc->degrade.n_ladder && retry_allowed(r->conn->core, r)) {
             char why[200];
             if (verdict_prepare_level(r, next, why, sizeof why) == 0) {
                 model_note_degraded(m, next);

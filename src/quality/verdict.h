@@ -18,7 +18,11 @@
  * A validate.cmd validator runs as a process with the body on stdin (exit 0 = valid) under
  * validate.timeout; a validator that times out or cannot start counts as "invalid".
  * Ownership: the request's slot and reservation are already released when verdict_judge runs;
- * the request still belongs to its conn (conn_respond / request_requeue end it).
+ * the request still belongs to its conn. While a validator runs, the request's ops are the
+ * verdict's (cancel stops the validator); a retry goes back through core_requeue (the
+ * dispatcher's, set by the composition root), an answer through conn_respond*.
+ * Why not a decision returned to the proxy: validation may finish later (a validator
+ * process, the thread pool), when the proxy's callback has long returned.
  */
 #ifndef VRAMD_QUALITY_VERDICT_H
 #define VRAMD_QUALITY_VERDICT_H
@@ -26,7 +30,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "daemon/types.h"
+#include "core/types.h"
 
 /* Should the answer to r be held and judged (model declares degrade or validate)? */
 bool verdict_wants_buffer(const request_t *r);
@@ -35,8 +39,6 @@ bool verdict_is_oom(const request_t *r);
 /* Act on the complete held answer. Called after the request's slot was released (so the
  * instance may be gone); oom is verdict_is_oom's answer. */
 void verdict_judge(request_t *r, bool oom);
-/* The client left while a validator ran: stop it. */
-void verdict_cancel(request_t *r);
 /* Body to send for r's current level (the original at level 0). */
 int verdict_prepare_level(request_t *r, unsigned level, char *why, size_t whylen);
 

@@ -15,12 +15,11 @@
 
 #include "common/log.h"
 #include "common/units.h"
-#include "daemon/vramd.h"
+#include "core/core.h"
 #include "gpu/gpu.h"
 #include "gpu/procfs.h"
-#include "net/conn.h"
+#include "core/request.h"
 #include "workers/http_call.h"
-#include "workers/supervisor.h"
 
 #define CLEAR_CACHE_MIN_INTERVAL_MS 2000
 #define RECLAIM_GRACE_MS 5000
@@ -35,7 +34,7 @@ static void claim_if_starving(model_t *m, const bool allowed[LEDGER_MAX_GPUS], u
                               const char *why);
 
 static struct {
-    vramd_t *d;
+    core_t *core;
     gpu_t *gpu;
     bool ok;
     char error[400];
@@ -44,6 +43,7 @@ static struct {
     placer_candidate_t cands[PLACER_MAX_EVICT];
     uint64_t foreign_raw[LEDGER_MAX_GPUS]; /* last raw reading: a drop needs two in a row */
     uint64_t last_listener_lookup_ms;
+    sched_actions_t actions; /* what the scheduler has the supervisor do */
 } S;
 
 ledger_t *sched_ledger(void) { return &S.ledger; }
@@ -209,8 +209,8 @@ static void on_hook_answer(void *ctx, int status, const char *body, size_t len, 
  * give it back. Instances without a hook keep holding it until unloaded. */
 static void clear_caches(size_t pos, const model_t *except)
 {
-    vramd_t *d = S.d;
-    uint64_t now = vramd_now();
+    core_t *d = S.core;
+    uint64_t now = core_now();
     list_foreach(mi, &d->models) {
         model_t *m = list_entry(mi, model_t, link);
         if (m == except || !m->cfg->clear_cache.set)
@@ -336,7 +336,7 @@ void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, boo
         }
     }
     if (held)
-        sched_pump_all(m->d);
+        sched_pump_all(m->core);
 }
 
 void sched_note_oom(model_t *m)
@@ -432,7 +432,7 @@ static bool evictable(const instance_t *in, const model_t *for_m)
 static uint64_t incoming(size_t pos)
 {
     uint64_t sum = 0;
-    list_foreach(mi, &S.d->models) {
+    list_foreach(mi, &S.core->models) {
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
@@ -451,7 +451,7 @@ static uint64_t incoming(size_t pos)
 static void claim_if_starving(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, uint64_t threshold,
                               const char *why)
 {
-    uint64_t now = vramd_now();
+    uint64_t now = core_now();
     uint64_t oldest = queue_oldest_ms(&m->queue);
     if (m->claiming || !oldest || now - oldest <= threshold)
         return;
@@ -479,7 +479,7 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
 {
     placer_candidate_t *cands = S.cands;
     size_t n = 0;
-    list_foreach(mi, &S.d->models) {
+    list_foreach(mi, &S.core->models) {
         model_t *om = list_entry(mi, model_t, link);
         if (om == m)
             continue;
@@ -517,8 +517,8 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
             snprintf(why, sizeof why, "evicted for %s", m->name);
             log_event(LOG_INFO, "eviction", "model=%s instance=%u gpu=%d bytes=%llu for=%s", victim->model->name,
                       victim->id, victim->gpu, (unsigned long long)victim->mem.bytes, m->name);
-            vramd_note_event(S.d, "evicting %s from GPU %d for %s", victim->model->name, victim->gpu, m->name);
-            instance_evict(victim, why);
+            core_note_event(S.core, "evicting %s from GPU %d for %s", victim->model->name, victim->gpu, m->name);
+            S.actions.evict(victim, why);
         }
         return res;
     }
@@ -583,7 +583,7 @@ void sched_instance_unloading(instance_t *inst)
     inst->reclaim_last = UINT64_MAX;
     inst->reclaim_stable = 0;
     inst->reclaiming = true;
-    inst->reclaim_since_ms = vramd_now();
+    inst->reclaim_since_ms = core_now();
     if (S.gpu)
         gpu_poll_now(S.gpu);
 }
@@ -616,7 +616,7 @@ static instance_t *owner_of(pid_t pid, pgid_cache_t *cache)
 {
     pid_t pgid = 0;
     bool looked = false;
-    list_foreach(mi, &S.d->models) {
+    list_foreach(mi, &S.core->models) {
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
@@ -624,7 +624,7 @@ static instance_t *owner_of(pid_t pid, pgid_cache_t *cache)
                 return in;
         }
     }
-    list_foreach(mi, &S.d->models) {
+    list_foreach(mi, &S.core->models) {
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
@@ -647,7 +647,7 @@ static void find_external_pids(uint64_t now)
     if (now - S.last_listener_lookup_ms < LISTENER_LOOKUP_INTERVAL_MS && S.last_listener_lookup_ms)
         return;
     S.last_listener_lookup_ms = now;
-    list_foreach(mi, &S.d->models) {
+    list_foreach(mi, &S.core->models) {
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
@@ -667,8 +667,8 @@ static void find_external_pids(uint64_t now)
 
 static void apply_snapshot(const gpu_snapshot_t *snap)
 {
-    vramd_t *d = S.d;
-    uint64_t now = vramd_now();
+    core_t *d = S.core;
+    uint64_t now = core_now();
     find_external_pids(now);
     /* measured usage per instance */
     list_foreach(mi, &d->models) {
@@ -747,7 +747,7 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
                         ledger_release(&S.ledger, &in->mem);
                     else
                         ledger_resize(&S.ledger, &in->mem, in->measured);
-                    instance_reclaimed(in, true);
+                    S.actions.reclaimed(in, true);
                 } else if (now - in->reclaim_since_ms >
                            m->cfg->stop_timeout_ms + (process_gone ? RECLAIM_GRACE_MS : 0)) {
                     /* bounded by stop_timeout (SPEC 4); an exited process also gets the
@@ -760,7 +760,7 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
                         ledger_release(&S.ledger, &in->mem); /* what is still held shows as foreign */
                     else
                         ledger_resize(&S.ledger, &in->mem, in->measured);
-                    instance_reclaimed(in, false);
+                    S.actions.reclaimed(in, false);
                 }
                 continue;
             }
@@ -794,7 +794,7 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
                             char why[96];
                             snprintf(why, sizeof why, "memory grew by %llu MiB since load",
                                      (unsigned long long)((in->measured - in->baseline) >> 20));
-                            instance_recycle(in, why);
+                            S.actions.recycle(in, why);
                             continue;
                         }
                         if (!in->hook_call && now - in->last_clear_cache_ms >= CLEAR_CACHE_MIN_INTERVAL_MS)
@@ -848,7 +848,7 @@ static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
     apply_snapshot(S.snap);
 }
 
-void sched_pump_all(vramd_t *d)
+void sched_pump_all(core_t *d)
 {
     list_foreach(mi, &d->models) {
         model_t *m = list_entry(mi, model_t, link);
@@ -858,10 +858,11 @@ void sched_pump_all(vramd_t *d)
     }
 }
 
-void sched_init(vramd_t *d)
+void sched_init(core_t *d, const sched_actions_t *actions)
 {
     memset(&S, 0, sizeof S);
-    S.d = d;
+    S.core = d;
+    S.actions = *actions;
     ledger_init(&S.ledger);
     S.snap = calloc(1, sizeof *S.snap);
     const config_t *c = d->cfg;
@@ -896,7 +897,7 @@ void sched_init(vramd_t *d)
     gpu_poll_start(S.gpu, d->loop, c->gpu.poll_ms, on_snapshot, NULL);
 }
 
-void sched_shutdown(vramd_t *d)
+void sched_shutdown(core_t *d)
 {
     (void)d;
     if (S.gpu) {

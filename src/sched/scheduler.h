@@ -40,15 +40,24 @@
 #include <stdint.h>
 
 #include "daemon/config.h"
-#include "daemon/types.h"
+#include "core/model.h"
+#include "core/types.h"
 #include "sched/ledger.h"
 #include "sched/placer.h"
 
-#define SCHED_PEAK_SAMPLES 32
+#define SCHED_PEAK_SAMPLES MODEL_PEAK_SAMPLES
 
 /* Start NVML (failure is reported, not fatal: /readyz says why). */
-void sched_init(vramd_t *d);
-void sched_shutdown(vramd_t *d);
+/* What the scheduler decides and the supervisor carries out (set by the composition root,
+ * so that the policy never calls the mechanism by name). */
+typedef struct sched_actions {
+    void (*evict)(instance_t *inst, const char *why);     /* make room: unload hook or stop */
+    void (*recycle)(instance_t *inst, const char *why);   /* replace once idle (memory growth) */
+    void (*reclaimed)(instance_t *inst, bool ok);         /* NVML shows its memory back (or gave up) */
+} sched_actions_t;
+
+void sched_init(core_t *d, const sched_actions_t *actions);
+void sched_shutdown(core_t *d);
 bool sched_gpu_ok(void);
 const char *sched_gpu_error(void);
 ledger_t *sched_ledger(void);
@@ -112,6 +121,6 @@ bool sched_gpu_figures(size_t pos, sched_gpu_figures_t *out);
  * (its first request waits for it, one NVML read). */
 void sched_instance_ready(instance_t *inst);
 /* Pump every model that has queued requests (memory was released). */
-void sched_pump_all(vramd_t *d);
+void sched_pump_all(core_t *d);
 
 #endif

@@ -3,7 +3,9 @@
  * invariants are written in supervisor.h; this file keeps them.
  *
  * Every instance state change goes through instance_set_state (logged old -> new); every
- * model state change that follows is announced to waiting admin calls (api_model_changed).
+ * model state change that follows is announced as CORE_EV_MODEL_CHANGED (admin calls wait
+ * on it). It calls nothing above itself: requests reach it only as counted slots
+ * (instance_request_done), and the queue is the dispatcher's (sched/dispatch.c).
  * Nothing is freed inside a callback that may still use it: an instance is freed only when
  * it has no process, no request in flight and its timers have closed (instance_maybe_free).
  */
@@ -18,12 +20,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "common/log.h"
-#include "daemon/vramd.h"
-#include "net/api.h"
-#include "net/conn.h"
-#include "net/proxy.h"
-#include "net/router.h"
+#include "core/core.h"
+#include "sched/scheduler.h"
 #include "workers/http_call.h"
 #include "workers/process.h"
 
@@ -132,32 +132,32 @@ static void instance_set_state(instance_t *inst, enum instance_state s, const ch
     if (before != after) {
         log_event(LOG_INFO, "model_state", "model=%s from=%s to=%s reason=%s", m->name,
                   model_state_name(before), model_state_name(after), why);
-        vramd_note_event(m->d, "model %s: %s -> %s (%s)", m->name, model_state_name(before),
+        core_note_event(m->core, "model %s: %s -> %s (%s)", m->name, model_state_name(before),
                          model_state_name(after), why);
     }
-    api_model_changed(m);
+    core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
 }
 
 /* ---- model runtime ----------------------------------------------------------------- */
 
 static void on_backoff_timer(uv_timer_t *t)
 {
-    model_pump(t->data);
+    model_schedule_pump(t->data);
 }
 
-model_t *model_create(vramd_t *d, const model_config_t *cfg, config_t *owner)
+model_t *model_create(core_t *d, const model_config_t *cfg, config_t *owner, void (*pump)(core_defer_t *))
 {
     model_t *m = calloc(1, sizeof *m);
     if (!m)
         return NULL;
-    m->d = d;
+    m->core = d;
     m->name = strdup(cfg->name);
     m->cfg = cfg;
     m->cfg_owner = config_ref(owner);
     queue_init(&m->queue, cfg->queue_max, QUEUE_AGE_STEP_MS);
     list_init(&m->instances);
     list_init(&m->waiters);
-    list_init(&m->pump_link);
+    core_defer_init(&m->pump, pump);
     list_init(&m->link);
     uv_timer_init(d->loop, &m->backoff_timer);
     m->backoff_timer.data = m;
@@ -178,32 +178,6 @@ void model_update_config(model_t *m, const model_config_t *cfg, config_t *owner)
     model_schedule_pump(m);
 }
 
-void model_schedule_pump(model_t *m)
-{
-    vramd_t *d = m->d;
-    if (list_linked(&m->pump_link))
-        return;
-    list_insert_tail(&d->pump_pending, &m->pump_link);
-    vramd_wake_pumps(d);
-}
-
-static void fail_queued(model_t *m, int status, const char *code)
-{
-    uint64_t now = vramd_now();
-    queue_entry_t *e;
-    while ((e = queue_pop(&m->queue, now)) != NULL) {
-        request_t *r = (request_t *)((char *)e - offsetof(request_t, qe));
-        m->d->queued_total--;
-        char why[256];
-        if (status == 422 && sched_never_fits(m, why, sizeof why)) {
-            conn_respond_error(r->conn, status, code, m->name, -1, false, "%s", why);
-            continue;
-        }
-        conn_respond_error(r->conn, status, code, m->name, status == 503 ? 30 : -1, false,
-                           "model %s: %s", m->name, m->failed ? m->failed_reason : code);
-    }
-}
-
 static void set_failed(model_t *m, const char *reason)
 {
     m->load_requested = false;
@@ -214,15 +188,15 @@ static void set_failed(model_t *m, const char *reason)
     snprintf(m->failed_reason, sizeof m->failed_reason, "%s", reason);
     log_event(LOG_ERROR, "model_state", "model=%s from=%s to=%s reason=%s", m->name,
               model_state_name(before), "failed", reason);
-    vramd_note_event(m->d, "model %s failed: %s", m->name, reason);
+    core_note_event(m->core, "model %s failed: %s", m->name, reason);
     uv_timer_stop(&m->backoff_timer);
-    fail_queued(m, 503, "model_failed");
-    api_model_changed(m);
+    model_schedule_pump(m); /* the dispatcher answers its queue 503 model_failed */
+    core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
 }
 
 static void record_failure(model_t *m, enum restart_reason kind, const char *why)
 {
-    uint64_t now = vramd_now();
+    uint64_t now = core_now();
     m->restarts_by_reason[kind]++;
     m->failure_times[m->failure_next] = now;
     m->failure_next = (m->failure_next + 1) % MODEL_FAILURE_WINDOW;
@@ -239,7 +213,7 @@ static void record_failure(model_t *m, enum restart_reason kind, const char *why
             recent++;
     log_event(LOG_WARN, "worker_failure", "model=%s reason=%s consecutive=%u recent=%u backoff_ms=%llu",
               m->name, why, m->consecutive_failures, recent, (unsigned long long)delay);
-    vramd_note_event(m->d, "model %s: worker failure (%s), next start in %llu ms", m->name, why,
+    core_note_event(m->core, "model %s: worker failure (%s), next start in %llu ms", m->name, why,
                      (unsigned long long)delay);
     if (recent >= MODEL_FAILURE_WINDOW) {
         char reason[160];
@@ -269,7 +243,6 @@ void model_load(model_t *m)
         }
     }
     model_schedule_pump(m); /* loads_total counts when an instance becomes ready, not here */
-    model_pump(m);
 }
 
 bool model_has_live_instances(const model_t *m)
@@ -307,14 +280,14 @@ static void instance_maybe_free(instance_t *inst)
     m->instances_closing++;
     if (m->unload_requested && !model_has_live_instances(m))
         m->unload_requested = false; /* the admin unload is complete: demand may start it again */
-    proxy_pool_close(inst);
+    core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
     inst->closing_handles = 2;
     uv_timer_stop(&inst->timer);
     uv_timer_stop(&inst->idle_timer);
     uv_close((uv_handle_t *)&inst->timer, on_instance_handle_closed);
     uv_close((uv_handle_t *)&inst->idle_timer, on_instance_handle_closed);
-    api_model_changed(m);
-    vramd_check_drained(m->d);
+    core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
+    core_emit(m->core, CORE_EV_INSTANCE_GONE, inst);
     model_schedule_pump(m);
 }
 
@@ -344,8 +317,8 @@ static instance_t *instance_new(model_t *m)
     inst->gpu_pos = -1;
     ledger_entry_init(&inst->mem);
     list_init(&inst->pool);
-    uv_timer_init(m->d->loop, &inst->timer);
-    uv_timer_init(m->d->loop, &inst->idle_timer);
+    uv_timer_init(m->core->loop, &inst->timer);
+    uv_timer_init(m->core->loop, &inst->idle_timer);
     inst->timer.data = inst;
     inst->idle_timer.data = inst;
     list_insert_tail(&m->instances, &inst->link);
@@ -360,7 +333,7 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
     instance_t *inst = ctx;
     model_t *m = inst->model;
     inst->health_call = NULL;
-    uint64_t now = vramd_now();
+    uint64_t now = core_now();
     bool ok = status == 200;
     if (inst->state == INST_STOPPING) {
         instance_maybe_free(inst);
@@ -410,7 +383,7 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
             if (m->failed && inst->external) {
                 m->failed = false;
                 m->failed_reason[0] = '\0';
-                api_model_changed(m);
+                core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
             }
             model_schedule_pump(m);
         }
@@ -456,7 +429,7 @@ static void instance_health_tick(uv_timer_t *t)
         .max_response = 64 * 1024,
     };
     char err[160];
-    if (http_call_start(m->d->loop, &req, on_health_answer, inst, &inst->health_call, err, sizeof err) != 0) {
+    if (http_call_start(m->core->loop, &req, on_health_answer, inst, &inst->health_call, err, sizeof err) != 0) {
         inst->health_call = NULL;
         on_health_answer(inst, -1, NULL, 0, err);
     }
@@ -495,7 +468,7 @@ static void on_process_exit(process_t *p, int exit_status, int term_signal, void
         m->unloads_total++;
         m->unloads_by_reason[inst->unload_reason]++;
     }
-    proxy_pool_close(inst);
+    core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
     instance_set_state(inst, INST_STOPPING, expected ? (inst->stop_reason ? inst->stop_reason : "stopped") : "exited");
     if (sched_instance_holds_memory(inst)) {
         if (sched_gpu_ok()) {
@@ -544,7 +517,7 @@ static void instance_start(model_t *m, size_t gpu_pos)
     sched_place_instance(inst, gpu_pos);
     snprintf(inst->host, sizeof inst->host, "127.0.0.1");
     inst->port = pick_free_port();
-    inst->started_ms = vramd_now();
+    inst->started_ms = core_now();
     inst->state = INST_STARTING;
     char **argv = calloc(mc->n_cmd + 1, sizeof *argv);
     size_t n_env = mc->n_env + 3;
@@ -553,7 +526,7 @@ static void instance_start(model_t *m, size_t gpu_pos)
     snprintf(portbuf, sizeof portbuf, "%d", inst->port);
     snprintf(gpubuf, sizeof gpubuf, "%d", inst->gpu);
     char pidfile[4096];
-    snprintf(pidfile, sizeof pidfile, "%s/pids/%s.%u.pid", m->d->cfg->state_dir, m->name, inst->id);
+    snprintf(pidfile, sizeof pidfile, "%s/pids/%s.%u.pid", m->core->cfg->state_dir, m->name, inst->id);
     char err[256] = "";
     int rc = -1;
     if (argv && env && inst->port > 0) {
@@ -580,7 +553,7 @@ static void instance_start(model_t *m, size_t gpu_pos)
             .log_name = m->name,
             .pidfile = pidfile,
         };
-        rc = process_spawn(m->d->loop, &spec, on_process_exit, inst, &inst->proc, err, sizeof err);
+        rc = process_spawn(m->core->loop, &spec, on_process_exit, inst, &inst->proc, err, sizeof err);
     } else {
         snprintf(err, sizeof err, "%s", inst->port <= 0 ? "no free port" : "out of memory");
     }
@@ -618,7 +591,7 @@ static void ensure_external(model_t *m)
     inst->external = true;
     snprintf(inst->host, sizeof inst->host, "%s", m->cfg->url_host);
     inst->port = m->cfg->url_port;
-    inst->started_ms = inst->ready_ms = vramd_now();
+    inst->started_ms = inst->ready_ms = core_now();
     inst->state = INST_READY; /* optimistic until health checks say otherwise */
     if (sched_model_uses_gpu(m->cfg) && sched_gpu_ok()) {
         /* an external server is already loaded somewhere: book it on its allowed GPU with
@@ -660,7 +633,7 @@ static void instance_stop(instance_t *inst, const char *reason)
         http_call_cancel(inst->health_call);
         inst->health_call = NULL;
     }
-    proxy_pool_close(inst);
+    core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
     instance_set_state(inst, INST_STOPPING, reason);
     if (inst->proc)
         process_stop(inst->proc, m->cfg->stop_timeout_ms);
@@ -688,7 +661,7 @@ void instance_recycle(instance_t *inst, const char *why)
     inst->unload_reason = UNLOAD_RECYCLE;
     log_event(LOG_INFO, "worker_recycle", "model=%s instance=%u pid=%d reason=%s requests=%llu in_flight=%u", m->name,
               inst->id, (int)inst->pid, why, (unsigned long long)inst->requests_total, inst->in_flight);
-    vramd_note_event(m->d, "recycling %s instance %u: %s", m->name, inst->id, why);
+    core_note_event(m->core, "recycling %s instance %u: %s", m->name, inst->id, why);
     instance_stop(inst, why); /* drains first: new requests go elsewhere, in-flight ones finish */
     model_schedule_pump(m);   /* a replacement starts when there is demand */
 }
@@ -724,7 +697,7 @@ void instance_request_done(instance_t *inst, bool worker_broken)
         instance_maybe_free(inst);
     }
     model_schedule_pump(m);
-    vramd_check_drained(m->d);
+    core_emit(m->core, CORE_EV_REQUEST_ENDED, NULL);
 }
 
 /* ---- hooks: unload / reload ----------------------------------------------------------- */
@@ -741,7 +714,7 @@ static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t defau
         .max_response = 64 * 1024,
     };
     char err[160];
-    if (http_call_start(m->d->loop, &req, cb, inst, &inst->hook_call, err, sizeof err) != 0) {
+    if (http_call_start(m->core->loop, &req, cb, inst, &inst->hook_call, err, sizeof err) != 0) {
         inst->hook_call = NULL;
         log_event(LOG_WARN, "hook_failed", "model=%s instance=%u path=%s error=%s", m->name, inst->id, hook->path, err);
         return -1;
@@ -833,7 +806,7 @@ void instance_reclaimed(instance_t *inst, bool ok)
                 process_signal(inst->proc, SIGKILL);
         }
     }
-    sched_pump_all(m->d);
+    sched_pump_all(m->core);
 }
 
 static void on_reload_answer(void *ctx, int status, const char *body, size_t len, const char *error)
@@ -851,7 +824,7 @@ static void on_reload_answer(void *ctx, int status, const char *body, size_t len
         return;
     }
     /* back to health checking: READY once it answers */
-    inst->started_ms = vramd_now();
+    inst->started_ms = core_now();
     instance_set_state(inst, INST_STARTING, "reloaded");
     uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
 }
@@ -886,22 +859,7 @@ static void instance_reload(instance_t *inst)
     }
 }
 
-/* ---- pump ------------------------------------------------------------------------------ */
-
-static instance_t *free_instance(model_t *m)
-{
-    instance_t *best = NULL;
-    list_foreach(it, &m->instances) {
-        instance_t *in = list_entry(it, instance_t, link);
-        if (in->state != INST_READY || in->stop_requested || in->suspect || in->in_flight >= m->cfg->concurrency)
-            continue;
-        if (in->baseline_pending && sched_gpu_ok())
-            continue; /* one NVML read away: its post-load baseline is being measured */
-        if (!best || in->in_flight < best->in_flight)
-            best = in;
-    }
-    return best;
-}
+/* ---- demand: what the dispatcher's pump asks of the supervisor ------------------------- */
 
 static void arm_idle_timers(model_t *m)
 {
@@ -924,34 +882,47 @@ static void arm_idle_timers(model_t *m)
     }
 }
 
-void model_pump(model_t *m)
+void supervisor_prepare(model_t *m)
 {
-    vramd_t *d = m->d;
-    if (list_linked(&m->pump_link))
-        list_remove(&m->pump_link);
     if (m->cfg->url)
         ensure_external(m);
-    uint64_t now = vramd_now();
-    if (m->failed) {
-        fail_queued(m, 503, "model_failed");
-        return;
+}
+
+/* Start (or reload) an instance when the queue, a pin or an admin load wants one. */
+static int start_on_demand(model_t *m, uint64_t now)
+{
+    unsigned starting = 0;
+    instance_t *to_reload = NULL;
+    list_foreach(it, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        if (in->state == INST_STARTING || in->state == INST_RELOADING || in->state == INST_UNLOADING)
+            starting++;
+        if (in->state == INST_UNLOADED)
+            to_reload = in;
     }
-    while (m->queue.depth > 0) {
-        instance_t *inst = free_instance(m);
-        if (!inst)
-            break;
-        queue_entry_t *e = queue_peek(&m->queue, now);
-        request_t *r = (request_t *)((char *)e - offsetof(request_t, qe));
-        if (!sched_admit(r, inst)) {
-            sched_blocked(m, r, inst);
-            break;
+    if (starting == 0 && to_reload) {
+        instance_reload(to_reload);
+    } else if (starting == 0 && m->n_instances < m->cfg->instances && !m->cfg->url) {
+        /* one start at a time; scale out only while the queue waits for a slot */
+        if (now >= m->next_start_ms) {
+            size_t pos = 0;
+            enum placer_result pr = sched_place(m, &pos);
+            if (pr == PLACER_FITS)
+                instance_start(m, pos);
+            else if (pr == PLACER_NEVER)
+                return PLACER_NEVER;
+            else if (pr == PLACER_WAIT || pr == PLACER_EVICT)
+                log_event(LOG_DEBUG, "placement_waiting", "model=%s result=%s", m->name, placer_result_name(pr));
+        } else if (!uv_is_active((uv_handle_t *)&m->backoff_timer)) {
+            uv_timer_start(&m->backoff_timer, on_backoff_timer, m->next_start_ms - now, 0);
         }
-        queue_remove(&m->queue, e);
-        d->queued_total--;
-        request_dispatch(r, inst);
     }
-    if (m->queue.depth == 0)
-        sched_unblocked(m);
+    return PLACER_FITS;
+}
+
+int supervisor_tend(model_t *m)
+{
+    core_t *d = m->core;
     bool pinned = m->cfg->keep_alive_ms == CONFIG_FOREVER && !d->stopping && !m->removed;
     bool ready_now = false;
     list_foreach(it, &m->instances) {
@@ -963,42 +934,10 @@ void model_pump(model_t *m)
         m->load_requested = false;
     bool want = (m->queue.depth > 0 || (pinned && m->n_instances == 0) || (m->load_requested && !ready_now)) &&
                 !d->stopping && !m->unload_requested;
-    if (want) {
-        unsigned starting = 0, unloaded = 0, busy = 0;
-        instance_t *to_reload = NULL;
-        list_foreach(it, &m->instances) {
-            instance_t *in = list_entry(it, instance_t, link);
-            if (in->state == INST_STARTING || in->state == INST_RELOADING || in->state == INST_UNLOADING)
-                starting++;
-            if (in->state == INST_UNLOADED) {
-                unloaded++;
-                to_reload = in;
-            }
-            if (in->state == INST_READY && !in->stop_requested)
-                busy++;
-        }
-        (void)busy;
-        if (starting == 0 && to_reload) {
-            instance_reload(to_reload);
-        } else if (starting == 0 && m->n_instances < m->cfg->instances && !m->cfg->url) {
-            /* one start at a time; scale out only while the queue waits for a slot */
-            if (now >= m->next_start_ms) {
-                size_t pos = 0;
-                enum placer_result pr = sched_place(m, &pos);
-                if (pr == PLACER_FITS) {
-                    instance_start(m, pos);
-                } else if (pr == PLACER_NEVER) {
-                    fail_queued(m, 422, "cannot_fit");
-                } else if (pr == PLACER_WAIT || pr == PLACER_EVICT) {
-                    log_event(LOG_DEBUG, "placement_waiting", "model=%s result=%s", m->name, placer_result_name(pr));
-                }
-            } else if (!uv_is_active((uv_handle_t *)&m->backoff_timer)) {
-                uv_timer_start(&m->backoff_timer, on_backoff_timer, m->next_start_ms - now, 0);
-            }
-        }
-    }
+    int rc = want ? start_on_demand(m, core_now()) : PLACER_FITS;
     arm_idle_timers(m);
     model_maybe_free(m);
+    return rc;
 }
 
 void model_start_pinned(model_t *m)
@@ -1068,8 +1007,7 @@ static void model_maybe_free(model_t *m)
     if (uv_is_closing((uv_handle_t *)&m->backoff_timer))
         return;
     list_remove(&m->link);
-    if (list_linked(&m->pump_link))
-        list_remove(&m->pump_link);
+    core_defer_cancel(&m->pump);
     uv_timer_stop(&m->backoff_timer);
     uv_close((uv_handle_t *)&m->backoff_timer, on_model_timer_closed);
 }

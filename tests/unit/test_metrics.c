@@ -11,13 +11,13 @@
 #include <cmocka.h>
 
 #include "daemon/config.h"
-#include "daemon/vramd.h"
+#include "core/core.h"
 #include "obs/histogram.h"
 #include "obs/metrics.h"
 #include "workers/supervisor.h"
 
 typedef struct fixture {
-    vramd_t d;
+    core_t d;
     model_config_t mc;
     model_t m;
 } fixture_t;
@@ -34,7 +34,7 @@ static fixture_t *fixture_new(const char *name)
     f->mc.degrade.n_ladder = 2;
     f->m.name = (char *)name;
     f->m.cfg = &f->mc;
-    f->m.d = &f->d;
+    f->m.core = &f->d;
     list_init(&f->m.instances);
     list_init(&f->m.link);
     histogram_init(&f->m.duration_hist, HISTOGRAM_DURATION_BOUNDS, HISTOGRAM_DURATION_N);

@@ -1,0 +1,138 @@
+/*
+ * core: what every part of the daemon shares, and the only way to change it.
+ *
+ *   - the loop and its clock (core_now: the loop's cached monotonic milliseconds, read once
+ *     per turn);
+ *   - the current config (immutable; the composition root swaps it on a reload);
+ *   - the model registry (model_t.link, config order) and the client connections;
+ *   - counters behind functions: the queued and in-flight totals are derived from the
+ *     models (never kept by hand), the retry count and request count change only through
+ *     core_* calls;
+ *   - a small list of events (one-to-many notifications set up at start: who listens to
+ *     what is written once, in daemon/vramd.c);
+ *   - a deferred-work queue run in the loop's check phase, right after the turn's I/O, and
+ *     a free list run after it: the safe point where objects that a caller up the stack may
+ *     still hold (requests) are freed (as Redis's freeClientAsync).
+ *
+ * Invariants: fields are read directly but written only by core.c (through the functions
+ * below) or, for cfg/draining/ready/listening, by the composition root (daemon/), never
+ * by another module. A core_defer_t is on at most one list; scheduling one that is
+ * already pending does nothing; an item scheduled while the queue runs runs in the next
+ * turn (with the idle handle keeping that turn's poll from blocking).
+ * Return convention: int functions give 0 on success, -1 on failure.
+ */
+#ifndef VRAMD_CORE_CORE_H
+#define VRAMD_CORE_CORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/list.h"
+#include "daemon/config.h"
+#include "core/types.h"
+
+#define VRAMD_VERSION "0.1.0"
+#define CORE_EVENTS_KEPT 64 /* recent notable events kept for /v1/status */
+#define CORE_LISTENERS_MAX 16
+
+/* One-to-many notifications. The subject's type is given per event. */
+enum core_event {
+    CORE_EV_MODEL_CHANGED = 0, /* model_t *: its state or an instance's state changed */
+    CORE_EV_REQUEST_DISPATCHED, /* request_t *: handed to an instance (a slot is held) */
+    CORE_EV_REQUEST_ENDED,      /* request_t *: answered or cancelled, about to be freed;
+                                   NULL: some other work ended (a job attempt) */
+    CORE_EV_INSTANCE_DOWN,      /* instance_t *: it takes no more requests (stopping, exited):
+                                   connections pooled to it must go */
+    CORE_EV_INSTANCE_GONE,      /* instance_t *: its last handle closed, about to be freed */
+    CORE_EV_RELOADED,           /* config_t *: the new config is in place */
+    CORE_EV_DRAINING,           /* const char *: why */
+    CORE_EV_COUNT
+};
+
+typedef void (*core_listener_fn)(void *ctx, enum core_event ev, void *subject);
+
+typedef struct core_note {
+    uint64_t wall_ms;
+    char text[200];
+} core_note_t;
+
+typedef struct core_defer {
+    list_t link;
+    void (*fn)(struct core_defer *);
+} core_defer_t;
+
+struct core {
+    uv_loop_t *loop;
+    config_t *cfg;           /* current, fully validated; swapped by core_set_config */
+    list_t models;           /* model_t.link, config order */
+    list_t conns;            /* conn_t.link */
+    unsigned n_conns;
+    bool draining;           /* stop admitting (composition root) */
+    bool stopping;           /* workers being stopped, loop about to end (composition root) */
+    bool ready;              /* config loaded, listener bound (composition root) */
+    bool listening;          /* the front door accepts connections (composition root) */
+    uint64_t started_ms;     /* monotonic */
+    uint64_t started_wall_ms;
+    uint64_t requests_total; /* request heads parsed */
+    unsigned retries_in_flight; /* requests queued or running again after an OOM or invalid output */
+    /* recent notable events for /v1/status */
+    core_note_t notes[CORE_EVENTS_KEPT];
+    unsigned notes_next, notes_count;
+    /* listeners */
+    struct {
+        enum core_event ev;
+        core_listener_fn fn;
+        void *ctx;
+    } listeners[CORE_LISTENERS_MAX];
+    unsigned n_listeners;
+    /* deferred work */
+    list_t deferred;         /* core_defer_t.link, run in the check phase */
+    list_t graveyard;        /* core_defer_t.link, run after `deferred`: frees */
+    uv_check_t check;
+    uv_idle_t idle;
+    uv_prepare_t prepare;
+    bool in_io;              /* inside this turn's I/O callbacks: the check phase follows */
+    /* put a request that ran back in its queue (set by the composition root: the
+     * dispatcher's, which the proxy and the verdict may not call by name) */
+    void (*requeue)(request_t *r, const char *why);
+};
+
+/* Set up the loop handles; cfg gets a reference. */
+void core_init(core_t *c, uv_loop_t *loop, config_t *cfg);
+/* Run what is pending (frees included) and close the core's handles. */
+void core_close(core_t *c);
+/* Swap in a new config (takes a reference, drops the old one); emits CORE_EV_RELOADED. */
+void core_set_config(core_t *c, config_t *cfg);
+
+/* Monotonic milliseconds: the loop's cached time (uv_hrtime before core_init). */
+uint64_t core_now(void);
+
+/* Requests queued in all models' queues / running on workers: derived from the models. */
+unsigned core_queued_total(const core_t *c);
+unsigned core_in_flight_total(const core_t *c);
+void core_count_request(core_t *c);
+void core_retry_begin(core_t *c);
+void core_retry_end(core_t *c);
+void core_conn_added(core_t *c, list_t *link);
+void core_conn_removed(core_t *c, list_t *link);
+
+/* Retry a request from its queue (core->requeue). */
+void core_requeue(core_t *c, request_t *r, const char *why);
+
+/* Remember a line for /v1/status "events" (the caller logs it too). */
+void core_note_event(core_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Listen to one event (at start only; at most CORE_LISTENERS_MAX in all). */
+int core_listen(core_t *c, enum core_event ev, core_listener_fn fn, void *ctx);
+void core_emit(core_t *c, enum core_event ev, void *subject);
+
+void core_defer_init(core_defer_t *d, void (*fn)(core_defer_t *));
+/* Run d->fn at this turn's check phase (or the next turn's, when called from there). */
+void core_defer(core_t *c, core_defer_t *d);
+/* Run d->fn after the deferred work of the turn: the safe point for frees. */
+void core_defer_free(core_t *c, core_defer_t *d);
+void core_defer_cancel(core_defer_t *d);
+bool core_defer_pending(const core_defer_t *d);
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * request: the request state machine (one set_state with a table of legal changes) and
+ * the small helpers every owner of a request uses. See request.h.
+ */
+#include "core/request.h"
+
+#include "common/check.h"
+#include "common/log.h"
+#include "core/model.h"
+#include "net/http_out.h"
+
+#define BIT(s) (1u << (s))
+
+/* allowed[from]: the states `from` may change to */
+static const unsigned allowed[] = {
+    [REQ_NEW] = BIT(REQ_QUEUED) | BIT(REQ_LOCAL) | BIT(REQ_DONE),
+    [REQ_QUEUED] = BIT(REQ_CONNECTING) | BIT(REQ_DONE),
+    [REQ_CONNECTING] = BIT(REQ_WAITING) | BIT(REQ_QUEUED) | BIT(REQ_DONE),
+    [REQ_WAITING] = BIT(REQ_STREAMING) | BIT(REQ_CONNECTING) | BIT(REQ_QUEUED) | BIT(REQ_DONE),
+    [REQ_STREAMING] = BIT(REQ_QUEUED) | BIT(REQ_DONE),
+    [REQ_LOCAL] = BIT(REQ_DONE),
+    [REQ_DONE] = 0,
+};
+
+const char *request_state_name(enum request_state s)
+{
+    static const char *n[] = {"new", "queued", "connecting", "waiting", "streaming", "local", "done"};
+    return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
+}
+
+bool request_transition_ok(enum request_state from, enum request_state to)
+{
+    if ((unsigned)from >= sizeof allowed / sizeof allowed[0])
+        return false;
+    return from == to || (allowed[from] & BIT(to)) != 0;
+}
+
+void request_set_state_at(request_t *r, enum request_state s, int line, const char *file)
+{
+    if (r->state == s)
+        return;
+    CHECK_IF(!request_transition_ok(r->state, s));
+    if (log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "request_state", "request_id=%s model=%s from=%s to=%s file=%s line=%d", r->id,
+                  r->model ? r->model->name : NULL, request_state_name(r->state), request_state_name(s), file, line);
+    r->state = s;
+}
+
+uint64_t request_queue_ms(const request_t *r)
+{
+    if (!r->t_queued)
+        return 0;
+    uint64_t end = r->t_dispatched ? r->t_dispatched : core_now();
+    return end > r->t_queued ? end - r->t_queued : 0;
+}
+
+void request_set_ops(request_t *r, const request_ops_t *ops) { r->ops = ops; }
+
+void request_vramd_headers(const request_t *r, buf_t *b, uint64_t run_ms)
+{
+    http_out_header(b, "X-Request-Id", "%s", r->id);
+    http_out_header(b, "X-Vramd-Queue-Ms", "%llu", (unsigned long long)request_queue_ms(r));
+    http_out_header(b, "X-Vramd-Run-Ms", "%llu", (unsigned long long)run_ms);
+    http_out_header(b, "X-Vramd-Attempts", "%u", r->attempts);
+    if (r->gpu >= 0)
+        http_out_header(b, "X-Vramd-Gpu", "%d", r->gpu);
+    if (r->level > 0)
+        http_out_header(b, "X-Vramd-Degrade-Level", "%u", r->level);
+}
