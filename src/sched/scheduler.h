@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/config.h"
+#include "config/config.h"
 #include "daemon/types.h"
 #include "sched/ledger.h"
 #include "sched/placer.h"

@@ -40,7 +40,7 @@
 #include <uv.h>
 
 #include "common/list.h"
-#include "daemon/config.h"
+#include "config/config.h"
 #include "daemon/types.h"
 #include "obs/histogram.h"
 #include "sched/ledger.h"

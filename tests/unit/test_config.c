@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "daemon/config.h"
+#include "config/config.h"
 
 #define KiB (1ULL << 10)
 #define MiB (1ULL << 20)

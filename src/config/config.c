@@ -25,7 +25,7 @@
  * the message in err; internal parse functions return 0 or -1 (after fail()).
  * config_ref/config_unref are not atomic: a config is shared within the event-loop thread.
  */
-#include "daemon/config.h"
+#include "config/config.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
