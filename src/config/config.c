@@ -22,7 +22,7 @@
  *    degrade, a hook, ...) and leaves a section unchanged; for a number, size, duration or
  *    flag it is an error.
  * Return conventions: config_load/config_parse return a config with refs = 1 or NULL with
- * the message in err; internal parse functions return 0 or -1 (after fail()).
+ * the message in err; internal parse functions return 0 or -1 (after ydoc_fail()).
  * config_ref/config_unref are not atomic: a config is shared within the event-loop thread.
  */
 #include "config/config.h"
@@ -46,304 +46,20 @@
 #include "common/json_util.h"
 #include "common/log.h"
 #include "common/units.h"
+#include "config/yaml_doc.h"
 
 #define CONFIG_FILE_MAX (4u << 20)   /* bytes of YAML */
 #define TOKEN_FILE_MAX 4096          /* bytes in admin_token_file */
-#define KEY_PATH_MAX 512             /* "models.trellis.memory.per_request" */
 #define MODELS_MAX 256
 #define MODEL_NAME_MAX 128
-#define MAPPING_PAIRS_MAX 1024       /* keys in any one mapping */
 #define ALIASES_MAX 64
 #define ARGV_MAX 256                 /* cmd: words */
 #define ENV_MAX 256
 #define GPUS_MAX 64
 #define STATUSES_MAX 64
 #define LADDER_MAX 32
-#define STRING_MAX 4096              /* any one string value */
 #define JSON_DEPTH_MAX 64
-#define YAML_DEPTH_MAX 64            /* collections inside collections, anywhere in the file */
 #define JSON_VALUES_MAX 100000       /* values converted from YAML to JSON, whole config */
-
-/* ------------------------------------------------------------------------------------ */
-/* Parse context, key paths and error messages                                          */
-/* ------------------------------------------------------------------------------------ */
-
-typedef struct ctx {
-    yaml_document_t *doc;
-    const char *name; /* file name used in messages */
-    const char *dir;  /* directory relative paths are resolved against */
-    char *err;
-    size_t errlen;
-    bool failed;
-    char path[KEY_PATH_MAX];
-    size_t path_len;
-    size_t json_values_left;
-    yaml_node_t *defaults_node;
-    yaml_node_t *models_node;
-} ctx_t;
-
-static size_t path_append(ctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static size_t path_append(ctx_t *c, const char *fmt, ...)
-{
-    size_t saved = c->path_len;
-    size_t room = sizeof c->path - c->path_len;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(c->path + c->path_len, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        c->path_len += ((size_t)n < room) ? (size_t)n : room - 1;
-    return saved;
-}
-
-static size_t path_push_key(ctx_t *c, const char *key)
-{
-    return path_append(c, "%s%s", c->path_len ? "." : "", key);
-}
-
-static size_t path_push_index(ctx_t *c, size_t index)
-{
-    return path_append(c, "[%zu]", index);
-}
-
-static void path_pop(ctx_t *c, size_t saved)
-{
-    c->path_len = saved;
-    c->path[saved] = '\0';
-}
-
-static void path_reset(ctx_t *c)
-{
-    path_pop(c, 0);
-}
-
-static int fail_at_mark(ctx_t *c, size_t line0, size_t col0, const char *fmt, va_list ap)
-{
-    if (c->failed)
-        return -1;
-    c->failed = true;
-    if (c->err == NULL || c->errlen == 0)
-        return -1;
-    int n = snprintf(c->err, c->errlen, "%s:%zu:%zu: %s%s", c->name, line0 + 1, col0 + 1, c->path,
-                     c->path_len ? ": " : "");
-    if (n >= 0 && (size_t)n < c->errlen)
-        vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
-    return -1;
-}
-
-/* Records the first error, at node's position (1:1 without a node); always returns -1. */
-static int fail(ctx_t *c, const yaml_node_t *node, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(ctx_t *c, const yaml_node_t *node, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fail_at_mark(c, node ? node->start_mark.line : 0, node ? node->start_mark.column : 0, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Node helpers                                                                          */
-/* ------------------------------------------------------------------------------------ */
-
-static const char *scalar_text(const yaml_node_t *n)
-{
-    return (const char *)n->data.scalar.value;
-}
-
-static bool is_plain(const yaml_node_t *n)
-{
-    return n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-}
-
-static bool is_null(const yaml_node_t *n)
-{
-    if (n == NULL)
-        return true;
-    if (!is_plain(n))
-        return false;
-    const char *s = scalar_text(n);
-    return s[0] == '\0' || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
-           strcmp(s, "NULL") == 0;
-}
-
-static size_t mapping_size(const yaml_node_t *n)
-{
-    return (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
-}
-
-static size_t sequence_size(const yaml_node_t *n)
-{
-    return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-}
-
-static yaml_node_t *pair_key(ctx_t *c, const yaml_node_t *map, size_t i)
-{
-    return yaml_document_get_node(c->doc, map->data.mapping.pairs.start[i].key);
-}
-
-static yaml_node_t *pair_value(ctx_t *c, const yaml_node_t *map, size_t i)
-{
-    return yaml_document_get_node(c->doc, map->data.mapping.pairs.start[i].value);
-}
-
-static yaml_node_t *sequence_item(ctx_t *c, const yaml_node_t *seq, size_t i)
-{
-    return yaml_document_get_node(c->doc, seq->data.sequence.items.start[i]);
-}
-
-/* The value of `key` in a mapping (the last one: duplicates are rejected before). */
-static yaml_node_t *find_value(ctx_t *c, const yaml_node_t *map, const char *key)
-{
-    if (map == NULL || map->type != YAML_MAPPING_NODE)
-        return NULL;
-    yaml_node_t *found = NULL;
-    for (size_t i = 0; i < mapping_size(map); i++) {
-        yaml_node_t *k = pair_key(c, map, i);
-        if (k && k->type == YAML_SCALAR_NODE && strcmp(scalar_text(k), key) == 0)
-            found = pair_value(c, map, i);
-    }
-    return found;
-}
-
-/* "a mapping", "a list", "null" or the scalar quoted and escaped (truncated), for messages. */
-static const char *describe(const yaml_node_t *n, char *buf, size_t cap)
-{
-    if (n == NULL || is_null(n))
-        return "null";
-    if (n->type == YAML_MAPPING_NODE)
-        return "a mapping";
-    if (n->type == YAML_SEQUENCE_NODE)
-        return "a list";
-    const unsigned char *s = n->data.scalar.value;
-    size_t len = n->data.scalar.length, o = 0;
-    if (cap < 16)
-        return "a value";
-    buf[o++] = '"';
-    for (size_t i = 0; i < len; i++) {
-        if (o + 8 >= cap) {
-            memcpy(buf + o, "...", 3);
-            o += 3;
-            break;
-        }
-        unsigned char ch = s[i];
-        if (ch == '"' || ch == '\\') {
-            buf[o++] = '\\';
-            buf[o++] = (char)ch;
-        } else if (ch < 0x20 || ch == 0x7f) {
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", ch);
-        } else {
-            buf[o++] = (char)ch;
-        }
-    }
-    buf[o++] = '"';
-    buf[o] = '\0';
-    return buf;
-}
-
-#define DESCRIBE_MAX 96
-
-/* A non-null scalar without NUL bytes, or an error "expected <what>, got ...". */
-static int need_scalar(ctx_t *c, const yaml_node_t *n, const char *what)
-{
-    char d[DESCRIBE_MAX];
-    if (n->type != YAML_SCALAR_NODE || is_null(n))
-        return fail(c, n, "expected %s, got %s", what, describe(n, d, sizeof d));
-    if (memchr(n->data.scalar.value, '\0', n->data.scalar.length) != NULL)
-        return fail(c, n, "expected %s, got a string containing a NUL character", what);
-    if (n->data.scalar.length > STRING_MAX)
-        return fail(c, n, "expected %s, got a string longer than %d bytes", what, STRING_MAX);
-    return 0;
-}
-
-static int need_mapping(ctx_t *c, const yaml_node_t *n, const char *what)
-{
-    char d[DESCRIBE_MAX];
-    if (n->type != YAML_MAPPING_NODE)
-        return fail(c, n, "expected %s, got %s", what, describe(n, d, sizeof d));
-    return 0;
-}
-
-static int need_sequence(ctx_t *c, const yaml_node_t *n, const char *what, size_t min, size_t max)
-{
-    char d[DESCRIBE_MAX];
-    if (n->type != YAML_SEQUENCE_NODE)
-        return fail(c, n, "expected %s, got %s", what, describe(n, d, sizeof d));
-    size_t count = sequence_size(n);
-    if (count < min)
-        return fail(c, n, "expected %s, got an empty list", what);
-    if (count > max)
-        return fail(c, n, "too many entries (%zu, at most %zu)", count, max);
-    return 0;
-}
-
-typedef struct key_ref {
-    const char *text;
-    size_t len;
-    size_t index;
-} key_ref_t;
-
-static int compare_key_refs(const void *a, const void *b)
-{
-    const key_ref_t *x = a, *y = b;
-    size_t n = x->len < y->len ? x->len : y->len;
-    int r = memcmp(x->text, y->text, n);
-    if (r != 0)
-        return r;
-    if (x->len != y->len)
-        return x->len < y->len ? -1 : 1;
-    return x->index < y->index ? -1 : (x->index > y->index);
-}
-
-/*
- * Every key of a mapping must be a scalar without NUL, the mapping must not be larger than
- * MAPPING_PAIRS_MAX, and no key may appear twice (the error points at the earliest repeat).
- */
-static int check_mapping(ctx_t *c, const yaml_node_t *map)
-{
-    size_t n = mapping_size(map);
-    if (n > MAPPING_PAIRS_MAX)
-        return fail(c, map, "too many keys (%zu, at most %d)", n, MAPPING_PAIRS_MAX);
-    for (size_t i = 0; i < n; i++) {
-        yaml_node_t *k = pair_key(c, map, i);
-        char d[DESCRIBE_MAX];
-        if (k == NULL || k->type != YAML_SCALAR_NODE)
-            return fail(c, k, "expected a key (a string), got %s", describe(k, d, sizeof d));
-        if (memchr(k->data.scalar.value, '\0', k->data.scalar.length) != NULL)
-            return fail(c, k, "a key contains a NUL character");
-    }
-    if (n < 2)
-        return 0;
-    key_ref_t *refs = malloc(n * sizeof *refs);
-    if (refs == NULL)
-        return fail(c, map, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        yaml_node_t *k = pair_key(c, map, i);
-        refs[i] = (key_ref_t){scalar_text(k), k->data.scalar.length, i};
-    }
-    qsort(refs, n, sizeof refs[0], compare_key_refs);
-    size_t repeat = SIZE_MAX;
-    for (size_t i = 1; i < n; i++)
-        if (refs[i].len == refs[i - 1].len && memcmp(refs[i].text, refs[i - 1].text, refs[i].len) == 0 &&
-            refs[i].index < repeat)
-            repeat = refs[i].index;
-    free(refs);
-    if (repeat == SIZE_MAX)
-        return 0;
-    yaml_node_t *k = pair_key(c, map, repeat);
-    size_t saved = path_push_key(c, scalar_text(k));
-    fail(c, k, "duplicate key \"%s\"", scalar_text(k));
-    path_pop(c, saved);
-    return -1;
-}
-
-static char *dup_or_fail(ctx_t *c, const yaml_node_t *n, const char *s)
-{
-    char *copy = strdup(s);
-    if (copy == NULL)
-        fail(c, n, "out of memory");
-    return copy;
-}
 
 static void free_argv(char **argv, size_t n)
 {
@@ -402,8 +118,8 @@ static bool looks_like_float(const char *s)
 /* A plain scalar typed by the YAML 1.2 core schema: null, bool, int (also 0x, 0o), float. */
 static cJSON *plain_scalar_to_json(ctx_t *c, const yaml_node_t *n)
 {
-    const char *s = scalar_text(n);
-    if (is_null(n))
+    const char *s = ydoc_scalar_text(n);
+    if (ydoc_is_null(n))
         return cJSON_CreateNull();
     if (strcmp(s, "true") == 0 || strcmp(s, "True") == 0 || strcmp(s, "TRUE") == 0)
         return cJSON_CreateTrue();
@@ -416,14 +132,14 @@ static cJSON *plain_scalar_to_json(ctx_t *c, const yaml_node_t *n)
     if (looks_like_float(s)) {
         double d = strtod(s, NULL);
         if (isinf(d)) {
-            fail(c, n, "number %s is too large for JSON", s);
+            ydoc_fail(c, n, "number %s is too large for JSON", s);
             return NULL;
         }
         return cJSON_CreateNumber(d);
     }
     const char *t = (*s == '+' || *s == '-') ? s + 1 : s;
     if (strcasecmp(t, ".inf") == 0 || strcasecmp(s, ".nan") == 0) {
-        fail(c, n, "%s cannot be written in JSON", s);
+        ydoc_fail(c, n, "%s cannot be written in JSON", s);
         return NULL;
     }
     return cJSON_CreateString(s);
@@ -432,31 +148,31 @@ static cJSON *plain_scalar_to_json(ctx_t *c, const yaml_node_t *n)
 static cJSON *yaml_to_json(ctx_t *c, yaml_node_t *n, int depth)
 {
     if (depth > JSON_DEPTH_MAX) {
-        fail(c, n, "nested more than %d levels deep", JSON_DEPTH_MAX);
+        ydoc_fail(c, n, "nested more than %d levels deep", JSON_DEPTH_MAX);
         return NULL;
     }
     if (c->json_values_left == 0) {
-        fail(c, n, "too many values (the whole configuration may hold at most %d)", JSON_VALUES_MAX);
+        ydoc_fail(c, n, "too many values (the whole configuration may hold at most %d)", JSON_VALUES_MAX);
         return NULL;
     }
     c->json_values_left--;
     cJSON *out = NULL;
     if (n->type == YAML_SCALAR_NODE) {
         if (memchr(n->data.scalar.value, '\0', n->data.scalar.length) != NULL) {
-            fail(c, n, "a string contains a NUL character");
+            ydoc_fail(c, n, "a string contains a NUL character");
             return NULL;
         }
-        out = is_plain(n) ? plain_scalar_to_json(c, n) : cJSON_CreateString(scalar_text(n));
+        out = ydoc_is_plain(n) ? plain_scalar_to_json(c, n) : cJSON_CreateString(ydoc_scalar_text(n));
         if (out == NULL && !c->failed)
-            fail(c, n, "out of memory");
+            ydoc_fail(c, n, "out of memory");
         return out;
     }
     if (n->type == YAML_SEQUENCE_NODE) {
         out = cJSON_CreateArray();
-        for (size_t i = 0; out != NULL && i < sequence_size(n); i++) {
-            size_t saved = path_push_index(c, i);
-            cJSON *item = yaml_to_json(c, sequence_item(c, n, i), depth + 1);
-            path_pop(c, saved);
+        for (size_t i = 0; out != NULL && i < ydoc_sequence_size(n); i++) {
+            size_t saved = ydoc_path_push_index(c, i);
+            cJSON *item = yaml_to_json(c, ydoc_sequence_item(c, n, i), depth + 1);
+            ydoc_path_pop(c, saved);
             if (item == NULL) {
                 cJSON_Delete(out);
                 return NULL;
@@ -464,14 +180,14 @@ static cJSON *yaml_to_json(ctx_t *c, yaml_node_t *n, int depth)
             cJSON_AddItemToArray(out, item);
         }
     } else if (n->type == YAML_MAPPING_NODE) {
-        if (check_mapping(c, n) != 0)
+        if (ydoc_check_mapping(c, n) != 0)
             return NULL;
         out = cJSON_CreateObject();
-        for (size_t i = 0; out != NULL && i < mapping_size(n); i++) {
-            const char *key = scalar_text(pair_key(c, n, i));
-            size_t saved = path_push_key(c, key);
-            cJSON *item = yaml_to_json(c, pair_value(c, n, i), depth + 1);
-            path_pop(c, saved);
+        for (size_t i = 0; out != NULL && i < ydoc_mapping_size(n); i++) {
+            const char *key = ydoc_scalar_text(ydoc_pair_key(c, n, i));
+            size_t saved = ydoc_path_push_key(c, key);
+            cJSON *item = yaml_to_json(c, ydoc_pair_value(c, n, i), depth + 1);
+            ydoc_path_pop(c, saved);
             if (item == NULL) {
                 cJSON_Delete(out);
                 return NULL;
@@ -480,7 +196,7 @@ static cJSON *yaml_to_json(ctx_t *c, yaml_node_t *n, int depth)
         }
     }
     if (out == NULL && !c->failed)
-        fail(c, n, "out of memory");
+        ydoc_fail(c, n, "out of memory");
     return out;
 }
 
@@ -489,7 +205,7 @@ static cJSON *yaml_to_json(ctx_t *c, yaml_node_t *n, int depth)
 /* ------------------------------------------------------------------------------------ */
 
 struct field_spec;
-/* Parses `value` into the field at `field`; 0 or -1 (after fail()). */
+/* Parses `value` into the field at `field`; 0 or -1 (after ydoc_fail()). */
 typedef int (*field_parser_t)(ctx_t *c, yaml_node_t *value, void *field, const struct field_spec *spec);
 
 typedef struct field_spec {
@@ -510,21 +226,21 @@ typedef struct section {
 /* Applies a mapping of known keys onto base; null = nothing to apply. */
 static int apply_mapping(ctx_t *c, yaml_node_t *map, const section_t *section, void *base)
 {
-    if (is_null(map))
+    if (ydoc_is_null(map))
         return 0;
-    if (need_mapping(c, map, "a mapping") != 0 || check_mapping(c, map) != 0)
+    if (ydoc_need_mapping(c, map, "a mapping") != 0 || ydoc_check_mapping(c, map) != 0)
         return -1;
-    for (size_t i = 0; i < mapping_size(map); i++) {
-        yaml_node_t *k = pair_key(c, map, i);
-        const char *key = scalar_text(k);
+    for (size_t i = 0; i < ydoc_mapping_size(map); i++) {
+        yaml_node_t *k = ydoc_pair_key(c, map, i);
+        const char *key = ydoc_scalar_text(k);
         const field_spec_t *spec = NULL;
         for (size_t f = 0; f < section->n_fields; f++)
             if (strcmp(section->fields[f].key, key) == 0)
                 spec = &section->fields[f];
-        size_t saved = path_push_key(c, key);
-        int rc = spec ? spec->parse(c, pair_value(c, map, i), (char *)base + spec->offset, spec)
-                      : fail(c, k, "unknown key \"%s\"", key);
-        path_pop(c, saved);
+        size_t saved = ydoc_path_push_key(c, key);
+        int rc = spec ? spec->parse(c, ydoc_pair_value(c, map, i), (char *)base + spec->offset, spec)
+                      : ydoc_fail(c, k, "unknown key \"%s\"", key);
+        ydoc_path_pop(c, saved);
         if (rc != 0)
             return -1;
     }
@@ -538,7 +254,7 @@ static int fp_section(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t 
 
 static int set_string(ctx_t *c, yaml_node_t *v, char **field)
 {
-    char *copy = dup_or_fail(c, v, scalar_text(v));
+    char *copy = ydoc_dup_or_fail(c, v, ydoc_scalar_text(v));
     if (copy == NULL)
         return -1;
     free(*field);
@@ -548,17 +264,17 @@ static int set_string(ctx_t *c, yaml_node_t *v, char **field)
 
 static int fp_string(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
-    if (need_scalar(c, v, "a string") != 0)
+    if (ydoc_need_scalar(c, v, "a string") != 0)
         return -1;
     if (v->data.scalar.length == 0)
-        return fail(c, v, "must not be empty");
+        return ydoc_fail(c, v, "must not be empty");
     return set_string(c, v, field);
 }
 
 /* A string, or null to unset. */
 static int fp_string_opt(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         free(*(char **)field);
         *(char **)field = NULL;
         return 0;
@@ -569,31 +285,31 @@ static int fp_string_opt(ctx_t *c, yaml_node_t *v, void *field, const field_spec
 /* An absolute HTTP path: starts with '/', printable, no spaces, '?' allowed (query). */
 static int fp_http_path(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
-    if (need_scalar(c, v, "a path like /health") != 0)
+    if (ydoc_need_scalar(c, v, "a path like /health") != 0)
         return -1;
-    const char *s = scalar_text(v);
+    const char *s = ydoc_scalar_text(v);
     char d[DESCRIBE_MAX];
     if (s[0] != '/')
-        return fail(c, v, "expected a path starting with /, got %s", describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "expected a path starting with /, got %s", ydoc_describe(v, d, sizeof d));
     for (const char *p = s; *p; p++)
         if ((unsigned char)*p <= 0x20 || *p == 0x7f || *p == '#')
-            return fail(c, v, "a path may not contain spaces, control characters or '#', got %s",
-                        describe(v, d, sizeof d));
+            return ydoc_fail(c, v, "a path may not contain spaces, control characters or '#', got %s",
+                             ydoc_describe(v, d, sizeof d));
     return set_string(c, v, field);
 }
 
 static int parse_bool(ctx_t *c, yaml_node_t *v, bool *out)
 {
     char d[DESCRIBE_MAX];
-    if (need_scalar(c, v, "true or false") != 0)
+    if (ydoc_need_scalar(c, v, "true or false") != 0)
         return -1;
-    const char *s = scalar_text(v);
+    const char *s = ydoc_scalar_text(v);
     if (strcmp(s, "true") == 0 || strcmp(s, "True") == 0 || strcmp(s, "TRUE") == 0)
         *out = true;
     else if (strcmp(s, "false") == 0 || strcmp(s, "False") == 0 || strcmp(s, "FALSE") == 0)
         *out = false;
     else
-        return fail(c, v, "expected true or false, got %s", describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "expected true or false, got %s", ydoc_describe(v, d, sizeof d));
     return 0;
 }
 
@@ -611,9 +327,9 @@ static int parse_integer(ctx_t *c, yaml_node_t *v, uint64_t min, uint64_t max, u
     else
         snprintf(what, sizeof what, "an integer from %llu to %llu", (unsigned long long)min,
                  (unsigned long long)max);
-    if (need_scalar(c, v, what) != 0)
+    if (ydoc_need_scalar(c, v, what) != 0)
         return -1;
-    const char *s = scalar_text(v);
+    const char *s = ydoc_scalar_text(v);
     uint64_t value = 0;
     bool ok = *s != '\0';
     for (const char *p = s; ok && *p; p++) {
@@ -623,7 +339,7 @@ static int parse_integer(ctx_t *c, yaml_node_t *v, uint64_t min, uint64_t max, u
             value = value * 10 + (uint64_t)(*p - '0');
     }
     if (!ok || value < min || value > max)
-        return fail(c, v, "expected %s, got %s", what, describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "expected %s, got %s", what, ydoc_describe(v, d, sizeof d));
     *out = value;
     return 0;
 }
@@ -654,13 +370,13 @@ static int fp_u64(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spe
 static int parse_size(ctx_t *c, yaml_node_t *v, uint64_t min, uint64_t *out)
 {
     char d[DESCRIBE_MAX];
-    if (need_scalar(c, v, "a size like 12GiB") != 0)
+    if (ydoc_need_scalar(c, v, "a size like 12GiB") != 0)
         return -1;
     uint64_t value;
-    if (units_parse_size(scalar_text(v), &value) != 0)
-        return fail(c, v, "expected a size like 12GiB, got %s", describe(v, d, sizeof d));
+    if (units_parse_size(ydoc_scalar_text(v), &value) != 0)
+        return ydoc_fail(c, v, "expected a size like 12GiB, got %s", ydoc_describe(v, d, sizeof d));
     if (value < min)
-        return fail(c, v, "must be at least %llu bytes, got %s", (unsigned long long)min, describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "must be at least %llu bytes, got %s", (unsigned long long)min, ydoc_describe(v, d, sizeof d));
     *out = value;
     return 0;
 }
@@ -673,13 +389,13 @@ static int fp_size(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *sp
 static int parse_duration(ctx_t *c, yaml_node_t *v, uint64_t min_ms, uint64_t *out)
 {
     char d[DESCRIBE_MAX];
-    if (need_scalar(c, v, "a duration like 30s") != 0)
+    if (ydoc_need_scalar(c, v, "a duration like 30s") != 0)
         return -1;
     uint64_t value;
-    if (units_parse_duration_ms(scalar_text(v), &value) != 0 || value == CONFIG_FOREVER)
-        return fail(c, v, "expected a duration like 30s, got %s", describe(v, d, sizeof d));
+    if (units_parse_duration_ms(ydoc_scalar_text(v), &value) != 0 || value == CONFIG_FOREVER)
+        return ydoc_fail(c, v, "expected a duration like 30s, got %s", ydoc_describe(v, d, sizeof d));
     if (value < min_ms)
-        return fail(c, v, "must be at least %llums, got %s", (unsigned long long)min_ms, describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "must be at least %llums, got %s", (unsigned long long)min_ms, ydoc_describe(v, d, sizeof d));
     *out = value;
     return 0;
 }
@@ -703,15 +419,15 @@ static int parse_choice(ctx_t *c, yaml_node_t *v, const char *const *names, int 
         for (size_t i = 0; i < count && o < sizeof what; i++)
             o += (size_t)snprintf(what + o, sizeof what - o, "%s%s", i ? ", " : " ", names[i]);
     }
-    if (need_scalar(c, v, what) != 0)
+    if (ydoc_need_scalar(c, v, what) != 0)
         return -1;
     for (size_t i = 0; i < count; i++) {
-        if (strcmp(scalar_text(v), names[i]) == 0) {
+        if (strcmp(ydoc_scalar_text(v), names[i]) == 0) {
             *out = (int)i;
             return 0;
         }
     }
-    return fail(c, v, "expected %s, got %s", what, describe(v, d, sizeof d));
+    return ydoc_fail(c, v, "expected %s, got %s", what, ydoc_describe(v, d, sizeof d));
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -721,22 +437,22 @@ static int parse_choice(ctx_t *c, yaml_node_t *v, const char *const *names, int 
 /* A list of strings (each a scalar, stringified as written) into argv[0..n-1] + NULL. */
 static int parse_argv(ctx_t *c, yaml_node_t *v, char ***argv, size_t *n_argv)
 {
-    if (need_sequence(c, v, "a list of words like [python3, serve.py]", 1, ARGV_MAX) != 0)
+    if (ydoc_need_sequence(c, v, "a list of words like [python3, serve.py]", 1, ARGV_MAX) != 0)
         return -1;
-    size_t n = sequence_size(v);
+    size_t n = ydoc_sequence_size(v);
     char **words = calloc(n + 1, sizeof *words);
     if (words == NULL)
-        return fail(c, v, "out of memory");
+        return ydoc_fail(c, v, "out of memory");
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
-        yaml_node_t *item = sequence_item(c, v, i);
-        size_t saved = path_push_index(c, i);
-        rc = need_scalar(c, item, "a string");
+        yaml_node_t *item = ydoc_sequence_item(c, v, i);
+        size_t saved = ydoc_path_push_index(c, i);
+        rc = ydoc_need_scalar(c, item, "a string");
         if (rc == 0 && i == 0 && item->data.scalar.length == 0)
-            rc = fail(c, item, "the program name must not be empty");
-        if (rc == 0 && (words[i] = dup_or_fail(c, item, scalar_text(item))) == NULL)
+            rc = ydoc_fail(c, item, "the program name must not be empty");
+        if (rc == 0 && (words[i] = ydoc_dup_or_fail(c, item, ydoc_scalar_text(item))) == NULL)
             rc = -1;
-        path_pop(c, saved);
+        ydoc_path_pop(c, saved);
     }
     if (rc != 0) {
         free_argv(words, n);
@@ -751,7 +467,7 @@ static int parse_argv(ctx_t *c, yaml_node_t *v, char ***argv, size_t *n_argv)
 static int fp_model_cmd(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     model_config_t *m = field;
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         free_argv(m->cmd, m->n_cmd);
         m->cmd = NULL;
         m->n_cmd = 0;
@@ -763,31 +479,31 @@ static int fp_model_cmd(ctx_t *c, yaml_node_t *v, void *field, const field_spec_
 static int fp_aliases(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     model_config_t *m = field;
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         free_argv(m->aliases, m->n_aliases);
         m->aliases = NULL;
         m->n_aliases = 0;
         return 0;
     }
-    if (need_sequence(c, v, "a list of names", 0, ALIASES_MAX) != 0)
+    if (ydoc_need_sequence(c, v, "a list of names", 0, ALIASES_MAX) != 0)
         return -1;
-    size_t n = sequence_size(v);
+    size_t n = ydoc_sequence_size(v);
     char **names = calloc(n + 1, sizeof *names);
     if (names == NULL)
-        return fail(c, v, "out of memory");
+        return ydoc_fail(c, v, "out of memory");
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
-        yaml_node_t *item = sequence_item(c, v, i);
-        size_t saved = path_push_index(c, i);
-        rc = need_scalar(c, item, "a name");
-        for (const char *p = rc == 0 ? scalar_text(item) : ""; rc == 0 && *p; p++)
+        yaml_node_t *item = ydoc_sequence_item(c, v, i);
+        size_t saved = ydoc_path_push_index(c, i);
+        rc = ydoc_need_scalar(c, item, "a name");
+        for (const char *p = rc == 0 ? ydoc_scalar_text(item) : ""; rc == 0 && *p; p++)
             if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-                rc = fail(c, item, "an alias may not contain spaces or control characters");
+                rc = ydoc_fail(c, item, "an alias may not contain spaces or control characters");
         if (rc == 0 && item->data.scalar.length == 0)
-            rc = fail(c, item, "an alias must not be empty");
-        if (rc == 0 && (names[i] = dup_or_fail(c, item, scalar_text(item))) == NULL)
+            rc = ydoc_fail(c, item, "an alias must not be empty");
+        if (rc == 0 && (names[i] = ydoc_dup_or_fail(c, item, ydoc_scalar_text(item))) == NULL)
             rc = -1;
-        path_pop(c, saved);
+        ydoc_path_pop(c, saved);
     }
     if (rc != 0) {
         free_argv(names, n);
@@ -813,7 +529,7 @@ static bool env_name_ok(const char *s)
 static int fp_env(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     model_config_t *m = field;
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         for (size_t i = 0; i < m->n_env; i++) {
             free(m->env[i].key);
             free(m->env[i].value);
@@ -823,22 +539,22 @@ static int fp_env(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spe
         m->n_env = 0;
         return 0;
     }
-    if (need_mapping(c, v, "a mapping of variable names to values") != 0 || check_mapping(c, v) != 0)
+    if (ydoc_need_mapping(c, v, "a mapping of variable names to values") != 0 || ydoc_check_mapping(c, v) != 0)
         return -1;
-    for (size_t i = 0; i < mapping_size(v); i++) {
-        yaml_node_t *k = pair_key(c, v, i), *val = pair_value(c, v, i);
-        const char *key = scalar_text(k);
-        size_t saved = path_push_key(c, key);
+    for (size_t i = 0; i < ydoc_mapping_size(v); i++) {
+        yaml_node_t *k = ydoc_pair_key(c, v, i), *val = ydoc_pair_value(c, v, i);
+        const char *key = ydoc_scalar_text(k);
+        size_t saved = ydoc_path_push_key(c, key);
         int rc = 0;
         if (!env_name_ok(key))
-            rc = fail(c, k, "an environment variable name is letters, digits and _, not starting with a digit");
+            rc = ydoc_fail(c, k, "an environment variable name is letters, digits and _, not starting with a digit");
         size_t at = m->n_env;
         for (size_t e = 0; e < m->n_env; e++)
             if (strcmp(m->env[e].key, key) == 0)
                 at = e;
-        bool unset = rc == 0 && is_null(val); /* kept with a NULL value: the worker must not inherit it */
-        if (rc == 0 && (unset || need_scalar(c, val, "a string") == 0)) {
-            char *value = unset ? NULL : dup_or_fail(c, val, scalar_text(val));
+        bool unset = rc == 0 && ydoc_is_null(val); /* kept with a NULL value: the worker must not inherit it */
+        if (rc == 0 && (unset || ydoc_need_scalar(c, val, "a string") == 0)) {
+            char *value = unset ? NULL : ydoc_dup_or_fail(c, val, ydoc_scalar_text(val));
             if (value == NULL && !unset) {
                 rc = -1;
             } else if (at < m->n_env) {
@@ -846,7 +562,7 @@ static int fp_env(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spe
                 m->env[at].value = value;
             } else if (m->n_env >= ENV_MAX) {
                 free(value);
-                rc = fail(c, k, "too many environment variables (at most %d)", ENV_MAX);
+                rc = ydoc_fail(c, k, "too many environment variables (at most %d)", ENV_MAX);
             } else {
                 config_kv_t *grown = realloc(m->env, (m->n_env + 1) * sizeof *grown);
                 char *name = strdup(key);
@@ -855,7 +571,7 @@ static int fp_env(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spe
                 if (grown == NULL || name == NULL) {
                     free(value);
                     free(name);
-                    rc = fail(c, k, "out of memory");
+                    rc = ydoc_fail(c, k, "out of memory");
                 } else {
                     m->env[m->n_env++] = (config_kv_t){name, value};
                 }
@@ -863,7 +579,7 @@ static int fp_env(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spe
         } else {
             rc = -1;
         }
-        path_pop(c, saved);
+        ydoc_path_pop(c, saved);
         if (rc != 0)
             return -1;
     }
@@ -874,26 +590,26 @@ static int fp_env(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spe
 static int fp_route(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     char **route = field;
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         free(*route);
         *route = NULL;
         return 0;
     }
-    if (need_scalar(c, v, "a path prefix like /trellis/") != 0)
+    if (ydoc_need_scalar(c, v, "a path prefix like /trellis/") != 0)
         return -1;
-    const char *s = scalar_text(v);
+    const char *s = ydoc_scalar_text(v);
     char d[DESCRIBE_MAX];
     size_t len = strlen(s);
     char *norm = malloc(len + 3);
     if (norm == NULL)
-        return fail(c, v, "out of memory");
+        return ydoc_fail(c, v, "out of memory");
     size_t o = 0;
     norm[o++] = '/';
     for (const char *p = s; *p; p++) {
         if ((unsigned char)*p <= 0x20 || *p == 0x7f || *p == '?' || *p == '#') {
             free(norm);
-            return fail(c, v, "a route may not contain spaces, control characters, '?' or '#', got %s",
-                        describe(v, d, sizeof d));
+            return ydoc_fail(c, v, "a route may not contain spaces, control characters, '?' or '#', got %s",
+                             ydoc_describe(v, d, sizeof d));
         }
         if (*p == '/' && norm[o - 1] == '/')
             continue;
@@ -972,41 +688,41 @@ static int split_host_port(const char *s, bool port_required, int default_port, 
 static int fp_url(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     model_config_t *m = field;
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         free(m->url);
         free(m->url_host);
         m->url = m->url_host = NULL;
         m->url_port = 0;
         return 0;
     }
-    if (need_scalar(c, v, "a URL like http://127.0.0.1:10006") != 0)
+    if (ydoc_need_scalar(c, v, "a URL like http://127.0.0.1:10006") != 0)
         return -1;
-    const char *s = scalar_text(v);
+    const char *s = ydoc_scalar_text(v);
     char d[DESCRIBE_MAX];
     if (strncasecmp(s, "https://", 8) == 0)
-        return fail(c, v, "https is not supported (vramd talks plain HTTP to its workers), got %s",
-                    describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "https is not supported (vramd talks plain HTTP to its workers), got %s",
+                         ydoc_describe(v, d, sizeof d));
     if (strncasecmp(s, "http://", 7) != 0)
-        return fail(c, v, "expected a URL like http://127.0.0.1:10006, got %s", describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "expected a URL like http://127.0.0.1:10006, got %s", ydoc_describe(v, d, sizeof d));
     const char *authority = s + 7;
     const char *slash = strchr(authority, '/');
     if (slash != NULL && strcmp(slash, "/") != 0)
-        return fail(c, v, "a URL may not have a path (routes are per request), got %s", describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "a URL may not have a path (routes are per request), got %s", ydoc_describe(v, d, sizeof d));
     size_t alen = slash ? (size_t)(slash - authority) : strlen(authority);
     char auth[300], host[300];
     int port = 0;
     if (alen == 0 || alen >= sizeof auth)
-        return fail(c, v, "expected a URL like http://127.0.0.1:10006, got %s", describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "expected a URL like http://127.0.0.1:10006, got %s", ydoc_describe(v, d, sizeof d));
     memcpy(auth, authority, alen);
     auth[alen] = '\0';
     if (split_host_port(auth, false, 80, host, sizeof host, &port) != 0)
-        return fail(c, v, "expected a URL like http://127.0.0.1:10006, got %s", describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "expected a URL like http://127.0.0.1:10006, got %s", ydoc_describe(v, d, sizeof d));
     char *url = malloc(7 + alen + 1);
     char *url_host = strdup(host);
     if (url == NULL || url_host == NULL) {
         free(url);
         free(url_host);
-        return fail(c, v, "out of memory");
+        return ydoc_fail(c, v, "out of memory");
     }
     memcpy(url, "http://", 7);
     memcpy(url + 7, auth, alen + 1);
@@ -1021,21 +737,21 @@ static int fp_url(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spe
 /* A list of distinct non-negative integers (GPU indexes) of at least one entry. */
 static int parse_index_list(ctx_t *c, yaml_node_t *v, const char *what, int **out, size_t *n_out)
 {
-    if (need_sequence(c, v, what, 1, GPUS_MAX) != 0)
+    if (ydoc_need_sequence(c, v, what, 1, GPUS_MAX) != 0)
         return -1;
-    size_t n = sequence_size(v);
+    size_t n = ydoc_sequence_size(v);
     int *indexes = calloc(n, sizeof *indexes);
     if (indexes == NULL)
-        return fail(c, v, "out of memory");
+        return ydoc_fail(c, v, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        yaml_node_t *item = sequence_item(c, v, i);
-        size_t saved = path_push_index(c, i);
+        yaml_node_t *item = ydoc_sequence_item(c, v, i);
+        size_t saved = ydoc_path_push_index(c, i);
         uint64_t value;
         int rc = parse_integer(c, item, 0, 1023, &value);
         for (size_t j = 0; rc == 0 && j < i; j++)
             if (indexes[j] == (int)value)
-                rc = fail(c, item, "GPU %d is listed twice", (int)value);
-        path_pop(c, saved);
+                rc = ydoc_fail(c, item, "GPU %d is listed twice", (int)value);
+        ydoc_path_pop(c, saved);
         if (rc != 0) {
             free(indexes);
             return -1;
@@ -1051,7 +767,7 @@ static int parse_index_list(ctx_t *c, yaml_node_t *v, const char *what, int **ou
 static int fp_gpus(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     model_config_t *m = field;
-    if (is_null(v) || (v->type == YAML_SCALAR_NODE && strcmp(scalar_text(v), "any") == 0)) {
+    if (ydoc_is_null(v) || (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "any") == 0)) {
         free(m->gpus);
         m->gpus = NULL;
         m->n_gpus = 0;
@@ -1064,45 +780,45 @@ static int fp_gpus(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *sp
 static int fp_per_request(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     config_memory_t *mem = field;
-    if (v->type == YAML_SCALAR_NODE && strcmp(scalar_text(v), "learn") == 0) {
+    if (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "learn") == 0) {
         mem->learn = true;
         return 0;
     }
-    if (v->type == YAML_SCALAR_NODE && !is_null(v) && units_parse_size(scalar_text(v), &mem->per_request) == 0)
+    if (v->type == YAML_SCALAR_NODE && !ydoc_is_null(v) && units_parse_size(ydoc_scalar_text(v), &mem->per_request) == 0)
         return 0;
     char d[DESCRIBE_MAX];
-    return fail(c, v, "expected a size like 12GiB, got %s", describe(v, d, sizeof d));
+    return ydoc_fail(c, v, "expected a size like 12GiB, got %s", ydoc_describe(v, d, sizeof d));
 }
 
 static int fp_keep_alive(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
-    if (v->type == YAML_SCALAR_NODE && strcmp(scalar_text(v), "forever") == 0) {
+    if (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "forever") == 0) {
         *(uint64_t *)field = CONFIG_FOREVER;
         return 0;
     }
-    if (v->type == YAML_SCALAR_NODE && !is_null(v)) {
+    if (v->type == YAML_SCALAR_NODE && !ydoc_is_null(v)) {
         uint64_t ms;
-        if (units_parse_duration_ms(scalar_text(v), &ms) == 0 && ms != CONFIG_FOREVER) {
+        if (units_parse_duration_ms(ydoc_scalar_text(v), &ms) == 0 && ms != CONFIG_FOREVER) {
             *(uint64_t *)field = ms;
             return 0;
         }
     }
     char d[DESCRIBE_MAX];
-    return fail(c, v, "expected a duration like 10m, 0 or forever, got %s", describe(v, d, sizeof d));
+    return ydoc_fail(c, v, "expected a duration like 10m, 0 or forever, got %s", ydoc_describe(v, d, sizeof d));
 }
 
 static int fp_http_method(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     char d[DESCRIBE_MAX];
-    if (need_scalar(c, v, "an HTTP method like POST") != 0)
+    if (ydoc_need_scalar(c, v, "an HTTP method like POST") != 0)
         return -1;
-    const char *s = scalar_text(v);
+    const char *s = ydoc_scalar_text(v);
     size_t len = strlen(s);
     for (size_t i = 0; i < len; i++)
         if (!isupper((unsigned char)s[i]))
             len = 0;
     if (len == 0 || len > 16)
-        return fail(c, v, "expected an HTTP method like POST, got %s", describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "expected an HTTP method like POST, got %s", ydoc_describe(v, d, sizeof d));
     return set_string(c, v, field);
 }
 
@@ -1117,14 +833,14 @@ static const section_t hook_section = SECTION(hook_fields);
 static int fp_hook(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     config_hook_t *hook = field;
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         free(hook->path);
         hook->path = NULL;
         hook->set = false;
         hook->timeout_ms = spec->min;
         char *post = strdup("POST");
         if (post == NULL)
-            return fail(c, v, "out of memory");
+            return ydoc_fail(c, v, "out of memory");
         free(hook->method);
         hook->method = post;
         return 0;
@@ -1159,25 +875,25 @@ static const field_spec_t recycle_fields[] = {
 static int fp_statuses(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     config_detect_t *det = field;
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         free(det->statuses);
         det->statuses = NULL;
         det->n_statuses = 0;
         return 0;
     }
     bool single = v->type == YAML_SCALAR_NODE;
-    if (!single && need_sequence(c, v, "an HTTP status or a list of them", 1, STATUSES_MAX) != 0)
+    if (!single && ydoc_need_sequence(c, v, "an HTTP status or a list of them", 1, STATUSES_MAX) != 0)
         return -1;
-    size_t n = single ? 1 : sequence_size(v);
+    size_t n = single ? 1 : ydoc_sequence_size(v);
     int *statuses = calloc(n, sizeof *statuses);
     if (statuses == NULL)
-        return fail(c, v, "out of memory");
+        return ydoc_fail(c, v, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        yaml_node_t *item = single ? v : sequence_item(c, v, i);
-        size_t saved = single ? c->path_len : path_push_index(c, i);
+        yaml_node_t *item = single ? v : ydoc_sequence_item(c, v, i);
+        size_t saved = single ? c->path_len : ydoc_path_push_index(c, i);
         uint64_t value;
         int rc = parse_integer(c, item, 100, 599, &value);
-        path_pop(c, saved);
+        ydoc_path_pop(c, saved);
         if (rc != 0) {
             free(statuses);
             return -1;
@@ -1192,16 +908,16 @@ static int fp_statuses(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t
 
 static int fp_regex(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
-    if (is_null(v))
+    if (ydoc_is_null(v))
         return fp_string_opt(c, v, field, spec);
-    if (need_scalar(c, v, "a regular expression") != 0)
+    if (ydoc_need_scalar(c, v, "a regular expression") != 0)
         return -1;
     regex_t re;
-    int rc = regcomp(&re, scalar_text(v), REG_EXTENDED | REG_ICASE | REG_NOSUB);
+    int rc = regcomp(&re, ydoc_scalar_text(v), REG_EXTENDED | REG_ICASE | REG_NOSUB);
     if (rc != 0) {
         char why[128], d[DESCRIBE_MAX];
         regerror(rc, &re, why, sizeof why);
-        return fail(c, v, "not a valid regular expression (%s): %s", why, describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "not a valid regular expression (%s): %s", why, ydoc_describe(v, d, sizeof d));
     }
     regfree(&re);
     return set_string(c, v, field);
@@ -1209,65 +925,65 @@ static int fp_regex(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *s
 
 static int fp_header_name(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
-    if (is_null(v))
+    if (ydoc_is_null(v))
         return fp_string_opt(c, v, field, spec);
     char d[DESCRIBE_MAX];
-    if (need_scalar(c, v, "a header name") != 0)
+    if (ydoc_need_scalar(c, v, "a header name") != 0)
         return -1;
-    const char *s = scalar_text(v);
+    const char *s = ydoc_scalar_text(v);
     if (!all_chars_in(s, "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"))
-        return fail(c, v, "expected a header name like X-Oom, got %s", describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "expected a header name like X-Oom, got %s", ydoc_describe(v, d, sizeof d));
     return set_string(c, v, field);
 }
 
 /* json: {path: /pointer, equals: value}; replaced whole; null removes it. */
 static int parse_json_match(ctx_t *c, yaml_node_t *v, char **path, cJSON **equals)
 {
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         free(*path);
         cJSON_Delete(*equals);
         *path = NULL;
         *equals = NULL;
         return 0;
     }
-    if (need_mapping(c, v, "a mapping {path: /pointer, equals: value}") != 0 || check_mapping(c, v) != 0)
+    if (ydoc_need_mapping(c, v, "a mapping {path: /pointer, equals: value}") != 0 || ydoc_check_mapping(c, v) != 0)
         return -1;
     yaml_node_t *path_node = NULL, *equals_node = NULL;
-    for (size_t i = 0; i < mapping_size(v); i++) {
-        yaml_node_t *k = pair_key(c, v, i);
-        const char *key = scalar_text(k);
+    for (size_t i = 0; i < ydoc_mapping_size(v); i++) {
+        yaml_node_t *k = ydoc_pair_key(c, v, i);
+        const char *key = ydoc_scalar_text(k);
         if (strcmp(key, "path") == 0) {
-            path_node = pair_value(c, v, i);
+            path_node = ydoc_pair_value(c, v, i);
         } else if (strcmp(key, "equals") == 0) {
-            equals_node = pair_value(c, v, i);
+            equals_node = ydoc_pair_value(c, v, i);
         } else {
-            size_t saved = path_push_key(c, key);
-            fail(c, k, "unknown key \"%s\"", key);
-            path_pop(c, saved);
+            size_t saved = ydoc_path_push_key(c, key);
+            ydoc_fail(c, k, "unknown key \"%s\"", key);
+            ydoc_path_pop(c, saved);
             return -1;
         }
     }
     if (path_node == NULL)
-        return fail(c, v, "path is required (a JSON pointer like /success)");
+        return ydoc_fail(c, v, "path is required (a JSON pointer like /success)");
     if (equals_node == NULL)
-        return fail(c, v, "equals is required (the value that the pointer must hold)");
-    size_t saved = path_push_key(c, "path");
+        return ydoc_fail(c, v, "equals is required (the value that the pointer must hold)");
+    size_t saved = ydoc_path_push_key(c, "path");
     char d[DESCRIBE_MAX];
-    int rc = need_scalar(c, path_node, "a JSON pointer like /success");
-    if (rc == 0 && !json_pointer_valid(scalar_text(path_node)))
-        rc = fail(c, path_node, "expected a JSON pointer like /success, got %s", describe(path_node, d, sizeof d));
-    path_pop(c, saved);
+    int rc = ydoc_need_scalar(c, path_node, "a JSON pointer like /success");
+    if (rc == 0 && !json_pointer_valid(ydoc_scalar_text(path_node)))
+        rc = ydoc_fail(c, path_node, "expected a JSON pointer like /success, got %s", ydoc_describe(path_node, d, sizeof d));
+    ydoc_path_pop(c, saved);
     if (rc != 0)
         return -1;
-    saved = path_push_key(c, "equals");
+    saved = ydoc_path_push_key(c, "equals");
     cJSON *value = yaml_to_json(c, equals_node, 0);
-    path_pop(c, saved);
+    ydoc_path_pop(c, saved);
     if (value == NULL)
         return -1;
-    char *pointer = strdup(scalar_text(path_node));
+    char *pointer = strdup(ydoc_scalar_text(path_node));
     if (pointer == NULL) {
         cJSON_Delete(value);
-        return fail(c, v, "out of memory");
+        return ydoc_fail(c, v, "out of memory");
     }
     free(*path);
     cJSON_Delete(*equals);
@@ -1300,17 +1016,17 @@ static void ladder_free(config_level_t *ladder, size_t n)
 /* One ladder level: {set: {...}, per_request: size}; `set` becomes a JSON object (empty if absent). */
 static int parse_level(ctx_t *c, yaml_node_t *v, config_level_t *level)
 {
-    if (need_mapping(c, v, "a mapping {set: {...}, per_request: size}") != 0 || check_mapping(c, v) != 0)
+    if (ydoc_need_mapping(c, v, "a mapping {set: {...}, per_request: size}") != 0 || ydoc_check_mapping(c, v) != 0)
         return -1;
-    if (mapping_size(v) == 0)
-        return fail(c, v, "a ladder level needs set or per_request");
-    for (size_t i = 0; i < mapping_size(v); i++) {
-        yaml_node_t *k = pair_key(c, v, i), *val = pair_value(c, v, i);
-        const char *key = scalar_text(k);
-        size_t saved = path_push_key(c, key);
+    if (ydoc_mapping_size(v) == 0)
+        return ydoc_fail(c, v, "a ladder level needs set or per_request");
+    for (size_t i = 0; i < ydoc_mapping_size(v); i++) {
+        yaml_node_t *k = ydoc_pair_key(c, v, i), *val = ydoc_pair_value(c, v, i);
+        const char *key = ydoc_scalar_text(k);
+        size_t saved = ydoc_path_push_key(c, key);
         int rc = 0;
         if (strcmp(key, "set") == 0) {
-            rc = need_mapping(c, val, "a mapping of request fields like {steps: 12}");
+            rc = ydoc_need_mapping(c, val, "a mapping of request fields like {steps: 12}");
             cJSON *set = rc == 0 ? yaml_to_json(c, val, 0) : NULL;
             if (set == NULL) {
                 rc = -1;
@@ -1322,36 +1038,36 @@ static int parse_level(ctx_t *c, yaml_node_t *v, config_level_t *level)
             rc = parse_size(c, val, 0, &level->per_request);
             level->has_per_request = rc == 0;
         } else {
-            rc = fail(c, k, "unknown key \"%s\"", key);
+            rc = ydoc_fail(c, k, "unknown key \"%s\"", key);
         }
-        path_pop(c, saved);
+        ydoc_path_pop(c, saved);
         if (rc != 0)
             return -1;
     }
     if (level->set == NULL && (level->set = cJSON_CreateObject()) == NULL)
-        return fail(c, v, "out of memory");
+        return ydoc_fail(c, v, "out of memory");
     return 0;
 }
 
 static int fp_ladder(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     config_degrade_t *deg = field;
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         ladder_free(deg->ladder, deg->n_ladder);
         deg->ladder = NULL;
         deg->n_ladder = 0;
         return 0;
     }
-    if (need_sequence(c, v, "a list of levels like [{set: {steps: 12}}]", 0, LADDER_MAX) != 0)
+    if (ydoc_need_sequence(c, v, "a list of levels like [{set: {steps: 12}}]", 0, LADDER_MAX) != 0)
         return -1;
-    size_t n = sequence_size(v);
+    size_t n = ydoc_sequence_size(v);
     config_level_t *ladder = calloc(n ? n : 1, sizeof *ladder);
     if (ladder == NULL)
-        return fail(c, v, "out of memory");
+        return ydoc_fail(c, v, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        size_t saved = path_push_index(c, i);
-        int rc = parse_level(c, sequence_item(c, v, i), &ladder[i]);
-        path_pop(c, saved);
+        size_t saved = ydoc_path_push_index(c, i);
+        int rc = parse_level(c, ydoc_sequence_item(c, v, i), &ladder[i]);
+        ydoc_path_pop(c, saved);
         if (rc != 0) {
             ladder_free(ladder, n);
             return -1;
@@ -1402,7 +1118,7 @@ static void degrade_free(config_degrade_t *deg)
 static int fp_degrade(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     config_degrade_t *deg = field;
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         degrade_free(deg);
         return 0;
     }
@@ -1426,7 +1142,7 @@ static int fp_validate_kind(ctx_t *c, yaml_node_t *v, void *field, const field_s
 static int fp_validate_cmd(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     config_validate_t *val = field;
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         free_argv(val->cmd, val->n_cmd);
         val->cmd = NULL;
         val->n_cmd = 0;
@@ -1467,7 +1183,7 @@ static void validate_reset(config_validate_t *val)
 static int fp_validate(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     config_validate_t *val = field;
-    if (is_null(v)) {
+    if (ydoc_is_null(v)) {
         validate_reset(val);
         return 0;
     }
@@ -1475,19 +1191,19 @@ static int fp_validate(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t
         return fp_validate_kind(c, v, val, spec);
     if (v->type == YAML_SEQUENCE_NODE) {
         char d[DESCRIBE_MAX];
-        return fail(c, v, "expected glb, ply, png, json, none or a mapping {kind, min_bytes, cmd, ...}, got %s",
-                    describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "expected glb, ply, png, json, none or a mapping {kind, min_bytes, cmd, ...}, got %s",
+                         ydoc_describe(v, d, sizeof d));
     }
     if (apply_mapping(c, v, &validate_section, val) != 0)
         return -1;
-    yaml_node_t *kind = find_value(c, v, "kind"), *cmd = find_value(c, v, "cmd");
-    if (cmd != NULL && !is_null(cmd)) {
+    yaml_node_t *kind = ydoc_find_value(c, v, "kind"), *cmd = ydoc_find_value(c, v, "cmd");
+    if (cmd != NULL && !ydoc_is_null(cmd)) {
         if (kind == NULL) {
             val->kind = VALIDATE_CMD;
         } else if (val->kind != VALIDATE_CMD) {
-            size_t saved = path_push_key(c, "cmd");
-            fail(c, cmd, "cmd is only used with kind: cmd (or without kind)");
-            path_pop(c, saved);
+            size_t saved = ydoc_path_push_key(c, "cmd");
+            ydoc_fail(c, cmd, "cmd is only used with kind: cmd (or without kind)");
+            ydoc_path_pop(c, saved);
             return -1;
         }
     }
@@ -1546,18 +1262,18 @@ static int fp_listen(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *
     config_t *cfg = field;
     char d[DESCRIBE_MAX], host[300];
     int port = 0;
-    if (need_scalar(c, v, "host:port like 127.0.0.1:8800") != 0)
+    if (ydoc_need_scalar(c, v, "host:port like 127.0.0.1:8800") != 0)
         return -1;
-    if (split_host_port(scalar_text(v), true, 0, host, sizeof host, &port) != 0)
-        return fail(c, v, "expected host:port like 127.0.0.1:8800 or [::1]:8800, got %s", describe(v, d, sizeof d));
+    if (split_host_port(ydoc_scalar_text(v), true, 0, host, sizeof host, &port) != 0)
+        return ydoc_fail(c, v, "expected host:port like 127.0.0.1:8800 or [::1]:8800, got %s", ydoc_describe(v, d, sizeof d));
     struct in_addr a4;
-    bool bracketed = scalar_text(v)[0] == '[';
+    bool bracketed = ydoc_scalar_text(v)[0] == '[';
     const char *stored = host;
     if (strcmp(host, "localhost") == 0)
         stored = "127.0.0.1";
     else if (!bracketed && inet_pton(AF_INET, host, &a4) != 1)
-        return fail(c, v, "the listen host must be an IP address or localhost, got %s", describe(v, d, sizeof d));
-    char *copy = dup_or_fail(c, v, stored);
+        return ydoc_fail(c, v, "the listen host must be an IP address or localhost, got %s", ydoc_describe(v, d, sizeof d));
+    char *copy = ydoc_dup_or_fail(c, v, stored);
     if (copy == NULL)
         return -1;
     free(cfg->listen_host);
@@ -1595,44 +1311,44 @@ static int fp_devices(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t 
     cfg->gpu.devices = NULL;
     cfg->gpu.device_uuids = NULL;
     cfg->gpu.n_devices = cfg->gpu.n_device_uuids = 0;
-    if (is_null(v) || (v->type == YAML_SCALAR_NODE && strcmp(scalar_text(v), "all") == 0))
+    if (ydoc_is_null(v) || (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "all") == 0))
         return 0;
-    if (need_sequence(c, v, "all or a list of GPU indexes / UUIDs", 1, GPUS_MAX) != 0)
+    if (ydoc_need_sequence(c, v, "all or a list of GPU indexes / UUIDs", 1, GPUS_MAX) != 0)
         return -1;
-    size_t n = sequence_size(v);
+    size_t n = ydoc_sequence_size(v);
     cfg->gpu.devices = calloc(n, sizeof *cfg->gpu.devices);
     cfg->gpu.device_uuids = calloc(n + 1, sizeof *cfg->gpu.device_uuids);
     if (cfg->gpu.devices == NULL || cfg->gpu.device_uuids == NULL)
-        return fail(c, v, "out of memory");
+        return ydoc_fail(c, v, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        yaml_node_t *item = sequence_item(c, v, i);
-        size_t saved = path_push_index(c, i);
-        int rc = need_scalar(c, item, "a GPU index or UUID");
-        const char *s = rc == 0 ? scalar_text(item) : "";
+        yaml_node_t *item = ydoc_sequence_item(c, v, i);
+        size_t saved = ydoc_path_push_index(c, i);
+        int rc = ydoc_need_scalar(c, item, "a GPU index or UUID");
+        const char *s = rc == 0 ? ydoc_scalar_text(item) : "";
         if (rc == 0 && all_chars_in(s, "0123456789")) {
             uint64_t index;
             rc = parse_integer(c, item, 0, 1023, &index);
             for (size_t j = 0; rc == 0 && j < cfg->gpu.n_devices; j++)
                 if (cfg->gpu.devices[j] == (int)index)
-                    rc = fail(c, item, "GPU %d is listed twice", (int)index);
+                    rc = ydoc_fail(c, item, "GPU %d is listed twice", (int)index);
             if (rc == 0)
                 cfg->gpu.devices[cfg->gpu.n_devices++] = (int)index;
         } else if (rc == 0) {
             for (const char *p = s; rc == 0 && *p; p++)
                 if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-                    rc = fail(c, item, "a GPU UUID may not contain spaces or control characters");
+                    rc = ydoc_fail(c, item, "a GPU UUID may not contain spaces or control characters");
             for (size_t j = 0; rc == 0 && j < cfg->gpu.n_device_uuids; j++)
                 if (strcmp(cfg->gpu.device_uuids[j], s) == 0)
-                    rc = fail(c, item, "GPU %s is listed twice", s);
+                    rc = ydoc_fail(c, item, "GPU %s is listed twice", s);
             if (rc == 0) {
-                char *uuid = dup_or_fail(c, item, s);
+                char *uuid = ydoc_dup_or_fail(c, item, s);
                 if (uuid == NULL)
                     rc = -1;
                 else
                     cfg->gpu.device_uuids[cfg->gpu.n_device_uuids++] = uuid;
             }
         }
-        path_pop(c, saved);
+        ydoc_path_pop(c, saved);
         if (rc != 0)
             return -1;
     }
@@ -1659,9 +1375,9 @@ static int fp_foreign_usage(ctx_t *c, yaml_node_t *v, void *field, const field_s
 
 static int fp_defaults(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
-    if (!is_null(v) && need_mapping(c, v, "a mapping of model keys") != 0)
+    if (!ydoc_is_null(v) && ydoc_need_mapping(c, v, "a mapping of model keys") != 0)
         return -1;
-    c->defaults_node = is_null(v) ? NULL : v;
+    c->defaults_node = ydoc_is_null(v) ? NULL : v;
     return 0;
 }
 
@@ -1867,17 +1583,17 @@ static int load_admin_token(ctx_t *c, config_t *cfg, yaml_node_t *root)
 {
     if (cfg->admin_token_file == NULL)
         return 0;
-    yaml_node_t *node = find_value(c, root, "admin_token_file");
-    path_reset(c);
-    path_push_key(c, "admin_token_file");
+    yaml_node_t *node = ydoc_find_value(c, root, "admin_token_file");
+    ydoc_path_reset(c);
+    ydoc_path_push_key(c, "admin_token_file");
     char *resolved = resolve_path(c->dir, cfg->admin_token_file);
     if (resolved == NULL)
-        return fail(c, node, "out of memory");
+        return ydoc_fail(c, node, "out of memory");
     free(cfg->admin_token_file);
     cfg->admin_token_file = resolved;
     int fd = open(resolved, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail(c, node, "cannot read %s: %s", resolved, strerror(errno));
+        return ydoc_fail(c, node, "cannot read %s: %s", resolved, strerror(errno));
     char buf[TOKEN_FILE_MAX + 1];
     size_t len = 0;
     for (;;) {
@@ -1887,15 +1603,15 @@ static int load_admin_token(ctx_t *c, config_t *cfg, yaml_node_t *root)
         if (n < 0) {
             int saved_errno = errno;
             close(fd);
-            return fail(c, node, "cannot read %s: %s", resolved, strerror(saved_errno));
+            return ydoc_fail(c, node, "cannot read %s: %s", resolved, strerror(saved_errno));
         }
         if (n == 0)
             break;
         len += (size_t)n;
         if (len == sizeof buf) {
             close(fd);
-            return fail(c, node, "%s is larger than %d bytes; it should hold just the token", resolved,
-                        TOKEN_FILE_MAX);
+            return ydoc_fail(c, node, "%s is larger than %d bytes; it should hold just the token", resolved,
+                             TOKEN_FILE_MAX);
         }
     }
     close(fd);
@@ -1905,13 +1621,13 @@ static int load_admin_token(ctx_t *c, config_t *cfg, yaml_node_t *root)
     while (len > start && isspace((unsigned char)buf[len - 1]))
         len--;
     if (len == start)
-        return fail(c, node, "%s is empty; it must hold the admin token", resolved);
+        return ydoc_fail(c, node, "%s is empty; it must hold the admin token", resolved);
     for (size_t i = start; i < len; i++)
         if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
-            return fail(c, node, "%s holds control characters; it must hold just the token", resolved);
+            return ydoc_fail(c, node, "%s holds control characters; it must hold just the token", resolved);
     cfg->admin_token = strndup(buf + start, len - start);
     if (cfg->admin_token == NULL)
-        return fail(c, node, "out of memory");
+        return ydoc_fail(c, node, "out of memory");
     return 0;
 }
 
@@ -1929,32 +1645,32 @@ static bool listen_is_loopback(const char *host)
 /* Where a model key was last set: the model's own mapping, else `defaults:`. Sets the path. */
 static yaml_node_t *model_key_node(ctx_t *c, const char *model, yaml_node_t *model_node, const char *key)
 {
-    path_reset(c);
-    yaml_node_t *v = find_value(c, model_node, key);
+    ydoc_path_reset(c);
+    yaml_node_t *v = ydoc_find_value(c, model_node, key);
     if (v != NULL) {
-        path_append(c, "models.%s.%s", model, key);
+        ydoc_path_append(c, "models.%s.%s", model, key);
         return v;
     }
-    v = find_value(c, c->defaults_node, key);
+    v = ydoc_find_value(c, c->defaults_node, key);
     if (v != NULL) {
-        path_append(c, "defaults.%s", key);
+        ydoc_path_append(c, "defaults.%s", key);
         return v;
     }
-    path_append(c, "models.%s", model);
+    ydoc_path_append(c, "models.%s", model);
     return model_node;
 }
 
 static int check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_node_t *model_node)
 {
-    yaml_node_t *where = model_node && !is_null(model_node) ? model_node : key_node;
+    yaml_node_t *where = model_node && !ydoc_is_null(model_node) ? model_node : key_node;
     if (m->cmd == NULL && m->url == NULL) {
-        path_reset(c);
-        path_append(c, "models.%s", m->name);
-        return fail(c, key_node, "needs cmd (a server vramd starts) or url (a server already running)");
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "models.%s", m->name);
+        return ydoc_fail(c, key_node, "needs cmd (a server vramd starts) or url (a server already running)");
     }
     if (m->cmd != NULL && m->url != NULL) {
         yaml_node_t *n = model_key_node(c, m->name, where, "url");
-        return fail(c, n, "cmd and url cannot both be set (cmd: vramd starts the server; url: it is already running)");
+        return ydoc_fail(c, n, "cmd and url cannot both be set (cmd: vramd starts the server; url: it is already running)");
     }
     struct {
         const char *key;
@@ -1963,12 +1679,12 @@ static int check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_
     for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
         if (hooks[i].hook->set && hooks[i].hook->path == NULL) {
             yaml_node_t *n = model_key_node(c, m->name, where, hooks[i].key);
-            return fail(c, n, "path is required (like /unload_models/)");
+            return ydoc_fail(c, n, "path is required (like /unload_models/)");
         }
     }
     if (m->validate.kind == VALIDATE_CMD && m->validate.n_cmd == 0) {
         yaml_node_t *n = model_key_node(c, m->name, where, "validate");
-        return fail(c, n, "kind cmd needs cmd: [program, args...]");
+        return ydoc_fail(c, n, "kind cmd needs cmd: [program, args...]");
     }
     return 0;
 }
@@ -1978,7 +1694,7 @@ static int check_names_and_routes(ctx_t *c, config_t *cfg, yaml_node_t **model_n
 {
     for (size_t i = 0; i < cfg->n_models; i++) {
         model_config_t *m = &cfg->models[i];
-        yaml_node_t *where = model_nodes[i] && !is_null(model_nodes[i]) ? model_nodes[i] : key_nodes[i];
+        yaml_node_t *where = model_nodes[i] && !ydoc_is_null(model_nodes[i]) ? model_nodes[i] : key_nodes[i];
         for (size_t a = 0; a < m->n_aliases; a++) {
             const char *alias = m->aliases[a];
             const char *clash = NULL, *clash_kind = NULL;
@@ -1998,17 +1714,17 @@ static int check_names_and_routes(ctx_t *c, config_t *cfg, yaml_node_t **model_n
             if (clash != NULL) {
                 yaml_node_t *list = model_key_node(c, m->name, where, "aliases");
                 yaml_node_t *item = list;
-                if (list->type == YAML_SEQUENCE_NODE && a < sequence_size(list)) {
-                    item = sequence_item(c, list, a);
-                    path_push_index(c, a);
+                if (list->type == YAML_SEQUENCE_NODE && a < ydoc_sequence_size(list)) {
+                    item = ydoc_sequence_item(c, list, a);
+                    ydoc_path_push_index(c, a);
                 }
-                return fail(c, item, "alias \"%s\" is %s \"%s\"", alias, clash_kind, clash);
+                return ydoc_fail(c, item, "alias \"%s\" is %s \"%s\"", alias, clash_kind, clash);
             }
         }
         for (size_t j = 0; m->route != NULL && j < i; j++) {
             if (cfg->models[j].route != NULL && strcmp(cfg->models[j].route, m->route) == 0) {
                 yaml_node_t *n = model_key_node(c, m->name, where, "route");
-                return fail(c, n, "route %s is already used by model \"%s\"", m->route, cfg->models[j].name);
+                return ydoc_fail(c, n, "route %s is already used by model \"%s\"", m->route, cfg->models[j].name);
             }
         }
     }
@@ -2031,57 +1747,57 @@ static int parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
     if (c->defaults_node != NULL) {
         model_config_t scratch;
         int ok = model_init_builtin(&scratch);
-        path_reset(c);
-        path_push_key(c, "defaults");
+        ydoc_path_reset(c);
+        ydoc_path_push_key(c, "defaults");
         int rc = ok == 0 ? apply_mapping(c, c->defaults_node, &model_section, &scratch)
-                         : fail(c, c->defaults_node, "out of memory");
+                         : ydoc_fail(c, c->defaults_node, "out of memory");
         model_free(&scratch);
         if (rc != 0)
             return -1;
     }
-    path_reset(c);
-    path_push_key(c, "models");
+    ydoc_path_reset(c);
+    ydoc_path_push_key(c, "models");
     yaml_node_t *models = c->models_node;
-    if (models == NULL || is_null(models))
-        return fail(c, models ? models : root, "at least one model is required");
-    if (need_mapping(c, models, "a mapping of model names to models") != 0 || check_mapping(c, models) != 0)
+    if (models == NULL || ydoc_is_null(models))
+        return ydoc_fail(c, models ? models : root, "at least one model is required");
+    if (ydoc_need_mapping(c, models, "a mapping of model names to models") != 0 || ydoc_check_mapping(c, models) != 0)
         return -1;
-    size_t n = mapping_size(models);
+    size_t n = ydoc_mapping_size(models);
     if (n == 0)
-        return fail(c, models, "at least one model is required");
+        return ydoc_fail(c, models, "at least one model is required");
     if (n > MODELS_MAX)
-        return fail(c, models, "too many models (%zu, at most %d)", n, MODELS_MAX);
+        return ydoc_fail(c, models, "too many models (%zu, at most %d)", n, MODELS_MAX);
     cfg->models = calloc(n, sizeof *cfg->models);
     yaml_node_t **model_nodes = calloc(n, sizeof *model_nodes);
     yaml_node_t **key_nodes = calloc(n, sizeof *key_nodes);
     int rc = 0;
     if (cfg->models == NULL || model_nodes == NULL || key_nodes == NULL)
-        rc = fail(c, models, "out of memory");
+        rc = ydoc_fail(c, models, "out of memory");
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        yaml_node_t *k = pair_key(c, models, i), *v = pair_value(c, models, i);
-        const char *name = scalar_text(k);
+        yaml_node_t *k = ydoc_pair_key(c, models, i), *v = ydoc_pair_value(c, models, i);
+        const char *name = ydoc_scalar_text(k);
         key_nodes[i] = k;
         model_nodes[i] = v;
-        path_reset(c);
-        path_append(c, "models.%s", name);
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "models.%s", name);
         if (!model_name_ok(name, k->data.scalar.length)) {
-            rc = fail(c, k, "a model name is 1 to %d of A-Z a-z 0-9 . _ -", MODEL_NAME_MAX);
+            rc = ydoc_fail(c, k, "a model name is 1 to %d of A-Z a-z 0-9 . _ -", MODEL_NAME_MAX);
             break;
         }
         model_config_t *m = &cfg->models[i];
         cfg->n_models = i + 1;
         if (model_init_builtin(m) != 0 || (m->name = strdup(name)) == NULL) {
-            rc = fail(c, k, "out of memory");
+            rc = ydoc_fail(c, k, "out of memory");
             break;
         }
         if (c->defaults_node != NULL) {
-            path_reset(c);
-            path_push_key(c, "defaults");
+            ydoc_path_reset(c);
+            ydoc_path_push_key(c, "defaults");
             rc = apply_mapping(c, c->defaults_node, &model_section, m);
-            path_reset(c);
-            path_append(c, "models.%s", name);
+            ydoc_path_reset(c);
+            ydoc_path_append(c, "models.%s", name);
         }
-        if (rc == 0 && !is_null(v) && need_mapping(c, v, "a mapping of model keys") != 0)
+        if (rc == 0 && !ydoc_is_null(v) && ydoc_need_mapping(c, v, "a mapping of model keys") != 0)
             rc = -1;
         if (rc == 0)
             rc = apply_mapping(c, v, &model_section, m);
@@ -2100,23 +1816,23 @@ static int check_top(ctx_t *c, config_t *cfg, yaml_node_t *root)
     if (load_admin_token(c, cfg, root) != 0)
         return -1;
     if (!listen_is_loopback(cfg->listen_host) && cfg->admin_token == NULL) {
-        yaml_node_t *node = find_value(c, root, "listen");
-        path_reset(c);
-        path_push_key(c, "listen");
-        return fail(c, node ? node : root,
-                    "%s is not a loopback address, so admin_token_file is required (admin routes would be open to the network)",
-                    cfg->listen_host);
+        yaml_node_t *node = ydoc_find_value(c, root, "listen");
+        ydoc_path_reset(c);
+        ydoc_path_push_key(c, "listen");
+        return ydoc_fail(c, node ? node : root,
+                         "%s is not a loopback address, so admin_token_file is required (admin routes would be open to the network)",
+                         cfg->listen_host);
     }
     char *state_dir = resolve_path(c->dir, cfg->state_dir);
     if (state_dir == NULL)
-        return fail(c, root, "out of memory");
+        return ydoc_fail(c, root, "out of memory");
     free(cfg->state_dir);
     cfg->state_dir = state_dir;
     const char *nvml_override = getenv("VRAMD_NVML_LIBRARY");
     if (nvml_override != NULL && nvml_override[0] != '\0') {
         char *copy = strdup(nvml_override);
         if (copy == NULL)
-            return fail(c, root, "out of memory");
+            return ydoc_fail(c, root, "out of memory");
         free(cfg->gpu.nvml_library);
         cfg->gpu.nvml_library = copy;
     }
@@ -2127,35 +1843,35 @@ static int check_top(ctx_t *c, config_t *cfg, yaml_node_t *root)
  * records kept at least as long as their results. */
 static int check_jobs(ctx_t *c, config_t *cfg, yaml_node_t *root)
 {
-    yaml_node_t *jobs = find_value(c, root, "jobs");
+    yaml_node_t *jobs = ydoc_find_value(c, root, "jobs");
     if (cfg->jobs.max_active > cfg->limits.queue_max) {
-        yaml_node_t *node = find_value(c, jobs, "max_active");
+        yaml_node_t *node = ydoc_find_value(c, jobs, "max_active");
         if (node == NULL) {
             cfg->jobs.max_active = cfg->limits.queue_max;
         } else {
-            path_reset(c);
-            path_append(c, "jobs.max_active");
-            return fail(c, node, "%u is more than limits.queue_max (%u)", cfg->jobs.max_active,
-                        cfg->limits.queue_max);
+            ydoc_path_reset(c);
+            ydoc_path_append(c, "jobs.max_active");
+            return ydoc_fail(c, node, "%u is more than limits.queue_max (%u)", cfg->jobs.max_active,
+                             cfg->limits.queue_max);
         }
     }
     if (cfg->jobs.results_max_bytes == 0) {
-        path_reset(c);
-        path_append(c, "jobs.results_max_bytes");
-        return fail(c, find_value(c, jobs, "results_max_bytes"), "must be more than 0 (it bounds the store and every result)");
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "jobs.results_max_bytes");
+        return ydoc_fail(c, ydoc_find_value(c, jobs, "results_max_bytes"), "must be more than 0 (it bounds the store and every result)");
     }
     if (cfg->jobs.records_ttl_ms < cfg->jobs.results_ttl_ms) {
-        yaml_node_t *node = find_value(c, jobs, "records_ttl");
-        path_reset(c);
-        path_append(c, node != NULL ? "jobs.records_ttl" : "jobs.results_ttl");
+        yaml_node_t *node = ydoc_find_value(c, jobs, "records_ttl");
+        ydoc_path_reset(c);
+        ydoc_path_append(c, node != NULL ? "jobs.records_ttl" : "jobs.results_ttl");
         if (node == NULL)
-            node = find_value(c, jobs, "results_ttl");
+            node = ydoc_find_value(c, jobs, "results_ttl");
         char records[32], results[32];
         units_format_duration(cfg->jobs.records_ttl_ms, records, sizeof records);
         units_format_duration(cfg->jobs.results_ttl_ms, results, sizeof results);
-        return fail(c, node != NULL ? node : root,
-                    "records_ttl (%s) must be at least results_ttl (%s): a stored result needs its job record",
-                    records, results);
+        return ydoc_fail(c, node != NULL ? node : root,
+                         "records_ttl (%s) must be at least results_ttl (%s): a stored result needs its job record",
+                         records, results);
     }
     return 0;
 }
@@ -2163,112 +1879,6 @@ static int check_jobs(ctx_t *c, config_t *cfg, yaml_node_t *root)
 /* ------------------------------------------------------------------------------------ */
 /* Entry points                                                                          */
 /* ------------------------------------------------------------------------------------ */
-
-/* line/column (0-based) of a byte offset, for reader errors that carry no mark. */
-static void offset_to_mark(const char *text, size_t len, size_t offset, size_t *line, size_t *col)
-{
-    *line = *col = 0;
-    for (size_t i = 0; i < offset && i < len; i++) {
-        if (text[i] == '\n') {
-            (*line)++;
-            *col = 0;
-        } else {
-            (*col)++;
-        }
-    }
-}
-
-static int fail_at_line(ctx_t *c, size_t line0, size_t col0, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail_at_line(ctx_t *c, size_t line0, size_t col0, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fail_at_mark(c, line0, col0, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static int yaml_error(ctx_t *c, yaml_parser_t *parser, const char *text, size_t len)
-{
-    size_t line = parser->problem_mark.line, col = parser->problem_mark.column;
-    if (parser->error == YAML_READER_ERROR)
-        offset_to_mark(text, len, parser->problem_offset, &line, &col);
-    else if (parser->error == YAML_MEMORY_ERROR)
-        line = col = 0;
-    const char *problem = parser->problem ? parser->problem : "cannot parse";
-    path_reset(c);
-    if (parser->context != NULL && parser->error != YAML_READER_ERROR)
-        return fail_at_line(c, line, col, "YAML syntax error: %s (%s at line %zu, column %zu)", problem,
-                            parser->context, parser->context_mark.line + 1, parser->context_mark.column + 1);
-    return fail_at_line(c, line, col, "YAML syntax error: %s", problem);
-}
-
-/*
- * libyaml's scanner does work proportional to (tokens x flow nesting depth), so a file of
- * a few MiB of "[[[[" would take minutes to load. A first pass over the events refuses
- * nesting deeper than YAML_DEPTH_MAX before the document is built (and reports syntax
- * errors, with the same messages the loader would give).
- */
-static int check_nesting(ctx_t *c, const char *text, size_t len)
-{
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser))
-        return fail_at_line(c, 0, 0, "out of memory");
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    int depth = 0, rc = 0;
-    for (;;) {
-        yaml_event_t event;
-        if (!yaml_parser_parse(&parser, &event)) {
-            rc = yaml_error(c, &parser, text, len);
-            break;
-        }
-        yaml_event_type_t type = event.type;
-        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
-            if (++depth > YAML_DEPTH_MAX)
-                rc = fail_at_line(c, event.start_mark.line, event.start_mark.column,
-                                  "YAML nested more than %d levels deep", YAML_DEPTH_MAX);
-        } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
-            depth--;
-        }
-        yaml_event_delete(&event);
-        if (rc != 0 || type == YAML_STREAM_END_EVENT)
-            break;
-    }
-    yaml_parser_delete(&parser);
-    return rc;
-}
-
-/* Loads exactly one YAML document from text; -1 after fail() on a syntax error or a second document. */
-static int load_document(ctx_t *c, const char *text, size_t len, yaml_document_t *doc)
-{
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser))
-        return fail_at_line(c, 0, 0, "out of memory");
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    int rc = 0;
-    if (!yaml_parser_load(&parser, doc)) {
-        rc = yaml_error(c, &parser, text, len);
-        yaml_parser_delete(&parser);
-        return rc;
-    }
-    if (yaml_document_get_root_node(doc) != NULL) {
-        yaml_document_t extra;
-        if (!yaml_parser_load(&parser, &extra)) {
-            rc = yaml_error(c, &parser, text, len);
-        } else {
-            yaml_node_t *extra_root = yaml_document_get_root_node(&extra);
-            if (extra_root != NULL)
-                rc = fail_at_line(c, extra.start_mark.line, extra.start_mark.column,
-                                  "only one YAML document is allowed in a configuration file");
-            yaml_document_delete(&extra);
-        }
-    }
-    yaml_parser_delete(&parser);
-    if (rc != 0)
-        yaml_document_delete(doc);
-    return rc;
-}
 
 /* The whole parse, with relative paths resolved against dir. */
 static config_t *parse_in_dir(const char *text, size_t len, const char *name, const char *dir, char *err,
@@ -2278,24 +1888,24 @@ static config_t *parse_in_dir(const char *text, size_t len, const char *name, co
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     if (len > CONFIG_FILE_MAX) {
-        fail_at_line(&c, 0, 0, "the configuration is larger than %u bytes", CONFIG_FILE_MAX);
+        ydoc_fail_at_line(&c, 0, 0, "the configuration is larger than %u bytes", CONFIG_FILE_MAX);
         return NULL;
     }
     yaml_document_t doc;
-    if (check_nesting(&c, text, len) != 0 || load_document(&c, text, len, &doc) != 0)
+    if (ydoc_check_nesting(&c, text, len) != 0 || ydoc_load_document(&c, text, len, &doc) != 0)
         return NULL;
     c.doc = &doc;
     config_t *cfg = config_new_builtin();
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     int rc = 0;
     if (cfg == NULL)
-        rc = fail_at_line(&c, 0, 0, "out of memory");
+        rc = ydoc_fail_at_line(&c, 0, 0, "out of memory");
     else if ((cfg->path = strdup(name)) == NULL)
-        rc = fail_at_line(&c, 0, 0, "out of memory");
+        rc = ydoc_fail_at_line(&c, 0, 0, "out of memory");
     else if (root == NULL)
-        rc = fail_at_line(&c, 0, 0, "the configuration is empty (at least one model is required)");
+        rc = ydoc_fail_at_line(&c, 0, 0, "the configuration is empty (at least one model is required)");
     else if (root->type != YAML_MAPPING_NODE)
-        rc = need_mapping(&c, root, "a mapping of keys (listen, gpu, models, ...) at the top level");
+        rc = ydoc_need_mapping(&c, root, "a mapping of keys (listen, gpu, models, ...) at the top level");
     if (rc == 0)
         rc = apply_mapping(&c, root, &top_section, cfg);
     if (rc == 0)
