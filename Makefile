@@ -174,7 +174,7 @@ demo: deps
 FUZZ_BUILD = build-fuzz
 FUZZ_DEPS_fuzz_http1 = src/net/http1.c src/net/http1.h
 FUZZ_DEPS_fuzz_degrade = src/quality/degrade.c src/common/json_util.c src/common/buf.c \
-	src/quality/degrade.h src/common/json_util.h src/common/buf.h src/daemon/config.h
+	src/quality/degrade.h src/common/json_util.h src/common/buf.h src/config/config.h
 FUZZ_LIBS_fuzz_degrade = -lcjson
 FUZZ_DEPS_fuzz_validate = src/quality/validate.c src/quality/validate.h
 FUZZ_LIBS_fuzz_validate = -lcjson

@@ -8,7 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_http.h"
-#include "daemon/config.h"
+#include "config/config.h"
 
 #define ADMIN_WAIT_DEFAULT_MS (5 * 60 * 1000)
 #define DRAIN_WAIT_DEFAULT_MS (2 * 60 * 1000)

@@ -29,7 +29,7 @@
 #include <uv.h>
 
 #include "common/list.h"
-#include "daemon/config.h"
+#include "config/config.h"
 #include "core/types.h"
 
 #define VRAMD_VERSION "0.1.0"

@@ -26,7 +26,7 @@
 #include "common/list.h"
 #include "core/core.h"
 #include "core/types.h"
-#include "daemon/config.h"
+#include "config/config.h"
 #include "obs/histogram.h"
 #include "sched/ledger.h"
 #include "sched/queue.h"

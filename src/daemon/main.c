@@ -14,7 +14,7 @@
 #include <uv.h>
 
 #include "common/log.h"
-#include "daemon/config.h"
+#include "config/config.h"
 #include "daemon/notify.h"
 #include "daemon/vramd.h"
 

@@ -39,7 +39,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "daemon/config.h"
+#include "config/config.h"
 
 /* headers: "Name: value\r\n" lines of the response head (may be NULL). */
 bool degrade_is_oom(const config_detect_t *detect, int status, const char *headers, size_t headers_len,

@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/config.h"
+#include "config/config.h"
 #include "core/model.h"
 #include "core/types.h"
 #include "sched/ledger.h"

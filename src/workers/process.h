@@ -29,7 +29,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "daemon/config.h"
+#include "config/config.h"
 
 typedef struct process process_t;
 

@@ -40,7 +40,7 @@
 #include <uv.h>
 
 #include "common/list.h"
-#include "daemon/config.h"
+#include "config/config.h"
 #include "core/types.h"
 #include "core/model.h"
 

@@ -10,7 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "daemon/config.h"
+#include "config/config.h"
 #include "core/core.h"
 #include "obs/histogram.h"
 #include "obs/metrics.h"

@@ -15,8 +15,8 @@
  * Units: sizes are bytes (uint64_t), durations are milliseconds (uint64_t). A duration
  * of "forever" (keep_alive only) is CONFIG_FOREVER; keep_alive 0 = unload after each request.
  */
-#ifndef VRAMD_DAEMON_CONFIG_H
-#define VRAMD_DAEMON_CONFIG_H
+#ifndef VRAMD_CONFIG_CONFIG_H
+#define VRAMD_CONFIG_CONFIG_H
 
 #include <stdbool.h>
 #include <stddef.h>

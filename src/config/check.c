@@ -1,0 +1,259 @@
+/*
+ * check: the checks that need more than one key: a model's cmd xor url, hooks with a path,
+ * validate kind cmd with a cmd; names and aliases as one namespace and unique routes;
+ * the admin token file (read, trimmed, required off loopback); state_dir resolved against
+ * the config's directory; the VRAMD_NVML_LIBRARY override; jobs limits against each other.
+ *
+ * Invariants: they run after the keys are parsed, in a fixed order, and the first failing
+ * one reports; an error points at the key that was last set (the model's own mapping,
+ * else `defaults:`), with its key path.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/units.h"
+#include "config/config_int.h"
+
+/* dir + "/" + rel for a relative path ("./" prefixes dropped); absolute paths copied. */
+static char *resolve_path(const char *dir, const char *path)
+{
+    if (path[0] == '/' || dir == NULL || dir[0] == '\0')
+        return strdup(path);
+    while (path[0] == '.' && path[1] == '/')
+        path += 2;
+    if (strcmp(path, ".") == 0 || path[0] == '\0')
+        return strdup(dir);
+    size_t dir_len = strlen(dir);
+    bool has_slash = dir[dir_len - 1] == '/';
+    size_t n = dir_len + 1 + strlen(path) + 1;
+    char *out = malloc(n);
+    if (out != NULL)
+        snprintf(out, n, "%s%s%s", dir, has_slash ? "" : "/", path);
+    return out;
+}
+
+/* Reads, trims and checks admin_token_file (resolved against the config's directory). */
+static int load_admin_token(ctx_t *c, config_t *cfg, yaml_node_t *root)
+{
+    if (cfg->admin_token_file == NULL)
+        return 0;
+    yaml_node_t *node = ydoc_find_value(c, root, "admin_token_file");
+    ydoc_path_reset(c);
+    ydoc_path_push_key(c, "admin_token_file");
+    char *resolved = resolve_path(c->dir, cfg->admin_token_file);
+    if (resolved == NULL)
+        return ydoc_fail(c, node, "out of memory");
+    free(cfg->admin_token_file);
+    cfg->admin_token_file = resolved;
+    int fd = open(resolved, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ydoc_fail(c, node, "cannot read %s: %s", resolved, strerror(errno));
+    char buf[TOKEN_FILE_MAX + 1];
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + len, sizeof buf - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int saved_errno = errno;
+            close(fd);
+            return ydoc_fail(c, node, "cannot read %s: %s", resolved, strerror(saved_errno));
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+        if (len == sizeof buf) {
+            close(fd);
+            return ydoc_fail(c, node, "%s is larger than %d bytes; it should hold just the token", resolved,
+                             TOKEN_FILE_MAX);
+        }
+    }
+    close(fd);
+    size_t start = 0;
+    while (start < len && isspace((unsigned char)buf[start]))
+        start++;
+    while (len > start && isspace((unsigned char)buf[len - 1]))
+        len--;
+    if (len == start)
+        return ydoc_fail(c, node, "%s is empty; it must hold the admin token", resolved);
+    for (size_t i = start; i < len; i++)
+        if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
+            return ydoc_fail(c, node, "%s holds control characters; it must hold just the token", resolved);
+    cfg->admin_token = strndup(buf + start, len - start);
+    if (cfg->admin_token == NULL)
+        return ydoc_fail(c, node, "out of memory");
+    return 0;
+}
+
+static bool listen_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    return strcmp(host, "localhost") == 0;
+}
+
+/* Where a model key was last set: the model's own mapping, else `defaults:`. Sets the path. */
+static yaml_node_t *model_key_node(ctx_t *c, const char *model, yaml_node_t *model_node, const char *key)
+{
+    ydoc_path_reset(c);
+    yaml_node_t *v = ydoc_find_value(c, model_node, key);
+    if (v != NULL) {
+        ydoc_path_append(c, "models.%s.%s", model, key);
+        return v;
+    }
+    v = ydoc_find_value(c, c->defaults_node, key);
+    if (v != NULL) {
+        ydoc_path_append(c, "defaults.%s", key);
+        return v;
+    }
+    ydoc_path_append(c, "models.%s", model);
+    return model_node;
+}
+
+int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_node_t *model_node)
+{
+    yaml_node_t *where = model_node && !ydoc_is_null(model_node) ? model_node : key_node;
+    if (m->cmd == NULL && m->url == NULL) {
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "models.%s", m->name);
+        return ydoc_fail(c, key_node, "needs cmd (a server vramd starts) or url (a server already running)");
+    }
+    if (m->cmd != NULL && m->url != NULL) {
+        yaml_node_t *n = model_key_node(c, m->name, where, "url");
+        return ydoc_fail(c, n,
+                         "cmd and url cannot both be set (cmd: vramd starts the server; url: it is already running)");
+    }
+    struct {
+        const char *key;
+        config_hook_t *hook;
+    } hooks[] = {{"unload", &m->unload}, {"reload", &m->reload}, {"clear_cache", &m->clear_cache}};
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
+        if (hooks[i].hook->set && hooks[i].hook->path == NULL) {
+            yaml_node_t *n = model_key_node(c, m->name, where, hooks[i].key);
+            return ydoc_fail(c, n, "path is required (like /unload_models/)");
+        }
+    }
+    if (m->validate.kind == VALIDATE_CMD && m->validate.n_cmd == 0) {
+        yaml_node_t *n = model_key_node(c, m->name, where, "validate");
+        return ydoc_fail(c, n, "kind cmd needs cmd: [program, args...]");
+    }
+    return 0;
+}
+
+/* Names and aliases are one namespace; routes are unique. */
+int cfg_check_names_and_routes(ctx_t *c, config_t *cfg, yaml_node_t **model_nodes, yaml_node_t **key_nodes)
+{
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        model_config_t *m = &cfg->models[i];
+        yaml_node_t *where = model_nodes[i] && !ydoc_is_null(model_nodes[i]) ? model_nodes[i] : key_nodes[i];
+        for (size_t a = 0; a < m->n_aliases; a++) {
+            const char *alias = m->aliases[a];
+            const char *clash = NULL, *clash_kind = NULL;
+            for (size_t j = 0; j < cfg->n_models && clash == NULL; j++) {
+                if (strcmp(cfg->models[j].name, alias) == 0) {
+                    clash = cfg->models[j].name;
+                    clash_kind = "the name of model";
+                }
+                size_t limit = j < i ? cfg->models[j].n_aliases : (j == i ? a : 0);
+                for (size_t b = 0; b < limit && clash == NULL; b++) {
+                    if (strcmp(cfg->models[j].aliases[b], alias) == 0) {
+                        clash = cfg->models[j].name;
+                        clash_kind = "already an alias of model";
+                    }
+                }
+            }
+            if (clash != NULL) {
+                yaml_node_t *list = model_key_node(c, m->name, where, "aliases");
+                yaml_node_t *item = list;
+                if (list->type == YAML_SEQUENCE_NODE && a < ydoc_sequence_size(list)) {
+                    item = ydoc_sequence_item(c, list, a);
+                    ydoc_path_push_index(c, a);
+                }
+                return ydoc_fail(c, item, "alias \"%s\" is %s \"%s\"", alias, clash_kind, clash);
+            }
+        }
+        for (size_t j = 0; m->route != NULL && j < i; j++) {
+            if (cfg->models[j].route != NULL && strcmp(cfg->models[j].route, m->route) == 0) {
+                yaml_node_t *n = model_key_node(c, m->name, where, "route");
+                return ydoc_fail(c, n, "route %s is already used by model \"%s\"", m->route, cfg->models[j].name);
+            }
+        }
+    }
+    return 0;
+}
+
+int cfg_check_top(ctx_t *c, config_t *cfg, yaml_node_t *root)
+{
+    if (load_admin_token(c, cfg, root) != 0)
+        return -1;
+    if (!listen_is_loopback(cfg->listen_host) && cfg->admin_token == NULL) {
+        yaml_node_t *node = ydoc_find_value(c, root, "listen");
+        ydoc_path_reset(c);
+        ydoc_path_push_key(c, "listen");
+        return ydoc_fail(c, node ? node : root,
+                         "%s is not a loopback address, so admin_token_file is required (admin routes would be open to the network)",
+                         cfg->listen_host);
+    }
+    char *state_dir = resolve_path(c->dir, cfg->state_dir);
+    if (state_dir == NULL)
+        return ydoc_fail(c, root, "out of memory");
+    free(cfg->state_dir);
+    cfg->state_dir = state_dir;
+    const char *nvml_override = getenv("VRAMD_NVML_LIBRARY");
+    if (nvml_override != NULL && nvml_override[0] != '\0') {
+        char *copy = strdup(nvml_override);
+        if (copy == NULL)
+            return ydoc_fail(c, root, "out of memory");
+        free(cfg->gpu.nvml_library);
+        cfg->gpu.nvml_library = copy;
+    }
+    return 0;
+}
+
+/* jobs: max_active within limits.queue_max (an explicit value must fit; the default is clamped),
+ * records kept at least as long as their results. */
+int cfg_check_jobs(ctx_t *c, config_t *cfg, yaml_node_t *root)
+{
+    yaml_node_t *jobs = ydoc_find_value(c, root, "jobs");
+    if (cfg->jobs.max_active > cfg->limits.queue_max) {
+        yaml_node_t *node = ydoc_find_value(c, jobs, "max_active");
+        if (node == NULL) {
+            cfg->jobs.max_active = cfg->limits.queue_max;
+        } else {
+            ydoc_path_reset(c);
+            ydoc_path_append(c, "jobs.max_active");
+            return ydoc_fail(c, node, "%u is more than limits.queue_max (%u)", cfg->jobs.max_active,
+                             cfg->limits.queue_max);
+        }
+    }
+    if (cfg->jobs.results_max_bytes == 0) {
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "jobs.results_max_bytes");
+        return ydoc_fail(c, ydoc_find_value(c, jobs, "results_max_bytes"),
+                         "must be more than 0 (it bounds the store and every result)");
+    }
+    if (cfg->jobs.records_ttl_ms < cfg->jobs.results_ttl_ms) {
+        yaml_node_t *node = ydoc_find_value(c, jobs, "records_ttl");
+        ydoc_path_reset(c);
+        ydoc_path_append(c, node != NULL ? "jobs.records_ttl" : "jobs.results_ttl");
+        if (node == NULL)
+            node = ydoc_find_value(c, jobs, "results_ttl");
+        char records[32], results[32];
+        units_format_duration(cfg->jobs.records_ttl_ms, records, sizeof records);
+        units_format_duration(cfg->jobs.results_ttl_ms, results, sizeof results);
+        return ydoc_fail(c, node != NULL ? node : root,
+                         "records_ttl (%s) must be at least results_ttl (%s): a stored result needs its job record",
+                         records, results);
+    }
+    return 0;
+}

@@ -1,0 +1,106 @@
+/*
+ * config_int: what the files of src/config/ share, and nothing outside src/config/
+ * includes: the key-table types (field_spec_t, section_t), the bounds of the schema, and
+ * the functions one file defines for another, each named cfg_* (the YAML document helpers
+ * are ydoc_*, yaml_doc.h).
+ *
+ * Invariants: every table entry's parser has field_parser_t's shape and returns 0, or -1
+ * after ydoc_fail(); whatever a parser leaves behind, on success or error, can be freed
+ * by cfg_model_free()/cfg_config_free(); every list and count is bounded below.
+ */
+#ifndef VRAMD_CONFIG_CONFIG_INT_H
+#define VRAMD_CONFIG_CONFIG_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+#include <yaml.h>
+
+#include "config/config.h"
+#include "config/yaml_doc.h"
+
+#define CONFIG_FILE_MAX (4u << 20)   /* bytes of YAML */
+#define TOKEN_FILE_MAX 4096          /* bytes in admin_token_file */
+#define MODELS_MAX 256
+#define MODEL_NAME_MAX 128
+#define ALIASES_MAX 64
+#define ARGV_MAX 256                 /* cmd: words */
+#define ENV_MAX 256
+#define GPUS_MAX 64
+#define STATUSES_MAX 64
+#define LADDER_MAX 32
+#define JSON_DEPTH_MAX 64
+#define JSON_VALUES_MAX 100000       /* values converted from YAML to JSON, whole config */
+
+struct field_spec;
+/* Parses `value` into the field at `field`; 0 or -1 (after ydoc_fail()). */
+typedef int (*field_parser_t)(ctx_t *c, yaml_node_t *value, void *field, const struct field_spec *spec);
+
+typedef struct field_spec {
+    const char *key;
+    field_parser_t parse;
+    size_t offset;       /* of the field within the struct the table describes */
+    uint64_t min, max;   /* bounds for numbers; min doubles as the default of a hook timeout */
+    const void *extra;   /* a section's table (section_t) */
+} field_spec_t;
+
+typedef struct section {
+    const field_spec_t *fields;
+    size_t n_fields;
+} section_t;
+
+#define SECTION(table) {table, sizeof table / sizeof table[0]}
+
+/* yaml_json.c */
+bool cfg_all_chars_in(const char *s, const char *set);
+cJSON *cfg_yaml_to_json(ctx_t *c, yaml_node_t *n, int depth);
+
+/* fields.c: the table walk, and one parser per value kind */
+void cfg_free_argv(char **argv, size_t n);
+int cfg_apply_mapping(ctx_t *c, yaml_node_t *map, const section_t *section, void *base);
+int cfg_set_string(ctx_t *c, yaml_node_t *v, char **field);
+int cfg_parse_integer(ctx_t *c, yaml_node_t *v, uint64_t min, uint64_t max, uint64_t *out);
+int cfg_parse_size(ctx_t *c, yaml_node_t *v, uint64_t min, uint64_t *out);
+int cfg_parse_choice(ctx_t *c, yaml_node_t *v, const char *const *names, int *out);
+int cfg_fp_section(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+int cfg_fp_string(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+int cfg_fp_string_opt(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+int cfg_fp_http_path(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+int cfg_fp_bool(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+int cfg_fp_unsigned(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+int cfg_fp_int(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+int cfg_fp_u64(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+int cfg_fp_size(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+int cfg_fp_duration(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+
+/* model_keys.c */
+int cfg_parse_argv(ctx_t *c, yaml_node_t *v, char ***argv, size_t *n_argv);
+int cfg_split_host_port(const char *s, bool port_required, int default_port, char *host, size_t host_cap,
+                        int *port);
+int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root);
+
+/* quality_keys.c */
+int cfg_fp_degrade(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+int cfg_fp_validate(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+int cfg_fp_retry(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+void cfg_degrade_free(config_degrade_t *deg);
+void cfg_validate_reset(config_validate_t *val);
+
+/* top_keys.c */
+extern const section_t cfg_top_section;
+
+/* defaults.c */
+int cfg_model_init_builtin(model_config_t *m);
+void cfg_model_free(model_config_t *m);
+config_t *cfg_config_new_builtin(void);
+void cfg_config_free(config_t *cfg);
+
+/* check.c */
+int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_node_t *model_node);
+int cfg_check_names_and_routes(ctx_t *c, config_t *cfg, yaml_node_t **model_nodes, yaml_node_t **key_nodes);
+int cfg_check_top(ctx_t *c, config_t *cfg, yaml_node_t *root);
+int cfg_check_jobs(ctx_t *c, config_t *cfg, yaml_node_t *root);
+
+#endif

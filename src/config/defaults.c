@@ -1,0 +1,128 @@
+/*
+ * defaults: the built-in defaults of a model and of the whole configuration, and freeing
+ * both.
+ *
+ * Invariants: the values here are the ones SPEC section 2 and config.h document; an
+ * initialised struct is freeable even when an allocation failed (init returns -1 or NULL
+ * then), and freeing accepts any state a parse may leave.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "config/config_int.h"
+
+static void hook_init(config_hook_t *hook, uint64_t timeout_ms)
+{
+    hook->set = false;
+    hook->method = strdup("POST");
+    hook->path = NULL;
+    hook->timeout_ms = timeout_ms;
+}
+
+/* The built-in model; returns -1 when out of memory (the model is still freeable). */
+int cfg_model_init_builtin(model_config_t *m)
+{
+    memset(m, 0, sizeof *m);
+    m->strip = true;
+    m->health.path = strdup("/health");
+    m->health.interval_ms = 5000;
+    m->health.timeout_ms = 2000;
+    m->health.failures = 3;
+    m->startup_timeout_ms = 5 * 60 * 1000;
+    m->stop_timeout_ms = 10 * 1000;
+    m->concurrency = 1;
+    m->instances = 1;
+    m->queue_max = 64;
+    m->deadline_ms = 60 * 1000;
+    m->priority = 5;
+    m->keep_alive_ms = 10 * 60 * 1000;
+    hook_init(&m->unload, 30000);
+    hook_init(&m->reload, 60000);
+    hook_init(&m->clear_cache, 30000);
+    m->degrade.when = DEGRADE_ON_OOM;
+    m->validate.kind = VALIDATE_NONE;
+    m->validate.timeout_ms = 30000;
+    m->retry_safe = false;
+    bool ok = m->health.path && m->unload.method && m->reload.method && m->clear_cache.method;
+    return ok ? 0 : -1;
+}
+
+void cfg_model_free(model_config_t *m)
+{
+    free(m->name);
+    free(m->route);
+    cfg_free_argv(m->aliases, m->n_aliases);
+    cfg_free_argv(m->cmd, m->n_cmd);
+    for (size_t i = 0; i < m->n_env; i++) {
+        free(m->env[i].key);
+        free(m->env[i].value);
+    }
+    free(m->env);
+    free(m->cwd);
+    free(m->url);
+    free(m->url_host);
+    free(m->health.path);
+    free(m->gpus);
+    free(m->unload.method);
+    free(m->unload.path);
+    free(m->reload.method);
+    free(m->reload.path);
+    free(m->clear_cache.method);
+    free(m->clear_cache.path);
+    cfg_degrade_free(&m->degrade);
+    cfg_validate_reset(&m->validate);
+}
+
+void cfg_config_free(config_t *cfg)
+{
+    if (cfg == NULL)
+        return;
+    for (size_t i = 0; i < cfg->n_models; i++)
+        cfg_model_free(&cfg->models[i]);
+    free(cfg->models);
+    free(cfg->path);
+    free(cfg->listen_host);
+    free(cfg->admin_token_file);
+    free(cfg->admin_token);
+    free(cfg->state_dir);
+    free(cfg->gpu.nvml_library);
+    free(cfg->gpu.devices);
+    cfg_free_argv(cfg->gpu.device_uuids, cfg->gpu.n_device_uuids);
+    free(cfg);
+}
+
+config_t *cfg_config_new_builtin(void)
+{
+    config_t *cfg = calloc(1, sizeof *cfg);
+    if (cfg == NULL)
+        return NULL;
+    cfg->refs = 1;
+    cfg->listen_host = strdup("127.0.0.1");
+    cfg->listen_port = 8800;
+    cfg->state_dir = strdup("./var");
+    cfg->log_format = LOG_FORMAT_JSON;
+    cfg->log_level = LOG_INFO;
+    cfg->gpu.nvml_library = strdup("libnvidia-ml.so.1");
+    cfg->gpu.headroom = 512ULL << 20;
+    cfg->gpu.poll_ms = 100;
+    cfg->gpu.foreign_measure = true;
+    cfg->limits.max_body = 64ULL << 20;
+    cfg->limits.max_header = 16ULL << 10;
+    cfg->limits.max_header_count = 100;
+    cfg->limits.max_connections = 20000;
+    cfg->limits.header_timeout_ms = 10 * 1000;
+    cfg->limits.queue_max = 1024;
+    cfg->limits.drain_timeout_ms = 60 * 1000;
+    cfg->jobs.results_max_bytes = 20ULL << 30;
+    cfg->jobs.results_ttl_ms = 24ULL * 3600 * 1000;
+    cfg->jobs.min_free_disk = 2ULL << 30;
+    cfg->jobs.max_attempts = 3;
+    cfg->jobs.max_active = 64;
+    cfg->jobs.records_ttl_ms = 7ULL * 24 * 3600 * 1000;
+    if (cfg->listen_host == NULL || cfg->state_dir == NULL || cfg->gpu.nvml_library == NULL) {
+        cfg_config_free(cfg);
+        return NULL;
+    }
+    return cfg;
+}

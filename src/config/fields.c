@@ -1,0 +1,235 @@
+/*
+ * fields: the key-table machinery and the scalar parsers every section uses.
+ *
+ * cfg_apply_mapping() walks a mapping against a section's table (field_spec_t) and calls
+ * each key's parser on the field at its offset; the cfg_fp_* parsers read one value kind
+ * (string, HTTP path, bool, integers within [min, max], size, duration); cfg_parse_*
+ * are the same checks for callers that are not table entries.
+ * Invariants: an unknown key is an error; a parser returns 0 or -1 after ydoc_fail(), and
+ * a string field is replaced only once its new value is copied, so the struct stays
+ * freeable; applying a mapping sets only the keys it names (null applies nothing).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/units.h"
+#include "config/config_int.h"
+
+void cfg_free_argv(char **argv, size_t n)
+{
+    if (argv == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(argv[i]);
+    free(argv);
+}
+
+/* Applies a mapping of known keys onto base; null = nothing to apply. */
+int cfg_apply_mapping(ctx_t *c, yaml_node_t *map, const section_t *section, void *base)
+{
+    if (ydoc_is_null(map))
+        return 0;
+    if (ydoc_need_mapping(c, map, "a mapping") != 0 || ydoc_check_mapping(c, map) != 0)
+        return -1;
+    for (size_t i = 0; i < ydoc_mapping_size(map); i++) {
+        yaml_node_t *k = ydoc_pair_key(c, map, i);
+        const char *key = ydoc_scalar_text(k);
+        const field_spec_t *spec = NULL;
+        for (size_t f = 0; f < section->n_fields; f++)
+            if (strcmp(section->fields[f].key, key) == 0)
+                spec = &section->fields[f];
+        size_t saved = ydoc_path_push_key(c, key);
+        int rc = spec ? spec->parse(c, ydoc_pair_value(c, map, i), (char *)base + spec->offset, spec)
+                      : ydoc_fail(c, k, "unknown key \"%s\"", key);
+        ydoc_path_pop(c, saved);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int cfg_fp_section(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    return cfg_apply_mapping(c, v, spec->extra, field);
+}
+
+int cfg_set_string(ctx_t *c, yaml_node_t *v, char **field)
+{
+    char *copy = ydoc_dup_or_fail(c, v, ydoc_scalar_text(v));
+    if (copy == NULL)
+        return -1;
+    free(*field);
+    *field = copy;
+    return 0;
+}
+
+int cfg_fp_string(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    if (ydoc_need_scalar(c, v, "a string") != 0)
+        return -1;
+    if (v->data.scalar.length == 0)
+        return ydoc_fail(c, v, "must not be empty");
+    return cfg_set_string(c, v, field);
+}
+
+/* A string, or null to unset. */
+int cfg_fp_string_opt(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    if (ydoc_is_null(v)) {
+        free(*(char **)field);
+        *(char **)field = NULL;
+        return 0;
+    }
+    return cfg_fp_string(c, v, field, spec);
+}
+
+/* An absolute HTTP path: starts with '/', printable, no spaces, '?' allowed (query). */
+int cfg_fp_http_path(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    if (ydoc_need_scalar(c, v, "a path like /health") != 0)
+        return -1;
+    const char *s = ydoc_scalar_text(v);
+    char d[DESCRIBE_MAX];
+    if (s[0] != '/')
+        return ydoc_fail(c, v, "expected a path starting with /, got %s", ydoc_describe(v, d, sizeof d));
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f || *p == '#')
+            return ydoc_fail(c, v, "a path may not contain spaces, control characters or '#', got %s",
+                             ydoc_describe(v, d, sizeof d));
+    return cfg_set_string(c, v, field);
+}
+
+static int parse_bool(ctx_t *c, yaml_node_t *v, bool *out)
+{
+    char d[DESCRIBE_MAX];
+    if (ydoc_need_scalar(c, v, "true or false") != 0)
+        return -1;
+    const char *s = ydoc_scalar_text(v);
+    if (strcmp(s, "true") == 0 || strcmp(s, "True") == 0 || strcmp(s, "TRUE") == 0)
+        *out = true;
+    else if (strcmp(s, "false") == 0 || strcmp(s, "False") == 0 || strcmp(s, "FALSE") == 0)
+        *out = false;
+    else
+        return ydoc_fail(c, v, "expected true or false, got %s", ydoc_describe(v, d, sizeof d));
+    return 0;
+}
+
+int cfg_fp_bool(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    return parse_bool(c, v, field);
+}
+
+/* A decimal integer within [min, max]. */
+int cfg_parse_integer(ctx_t *c, yaml_node_t *v, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char what[96], d[DESCRIBE_MAX];
+    if (max == UINT64_MAX)
+        snprintf(what, sizeof what, "an integer of at least %llu", (unsigned long long)min);
+    else
+        snprintf(what, sizeof what, "an integer from %llu to %llu", (unsigned long long)min,
+                 (unsigned long long)max);
+    if (ydoc_need_scalar(c, v, what) != 0)
+        return -1;
+    const char *s = ydoc_scalar_text(v);
+    uint64_t value = 0;
+    bool ok = *s != '\0';
+    for (const char *p = s; ok && *p; p++) {
+        if (*p < '0' || *p > '9' || value > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+            ok = false;
+        else
+            value = value * 10 + (uint64_t)(*p - '0');
+    }
+    if (!ok || value < min || value > max)
+        return ydoc_fail(c, v, "expected %s, got %s", what, ydoc_describe(v, d, sizeof d));
+    *out = value;
+    return 0;
+}
+
+int cfg_fp_unsigned(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    uint64_t value;
+    if (cfg_parse_integer(c, v, spec->min, spec->max, &value) != 0)
+        return -1;
+    *(unsigned *)field = (unsigned)value;
+    return 0;
+}
+
+int cfg_fp_int(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    uint64_t value;
+    if (cfg_parse_integer(c, v, spec->min, spec->max, &value) != 0)
+        return -1;
+    *(int *)field = (int)value;
+    return 0;
+}
+
+int cfg_fp_u64(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    return cfg_parse_integer(c, v, spec->min, spec->max, field);
+}
+
+int cfg_parse_size(ctx_t *c, yaml_node_t *v, uint64_t min, uint64_t *out)
+{
+    char d[DESCRIBE_MAX];
+    if (ydoc_need_scalar(c, v, "a size like 12GiB") != 0)
+        return -1;
+    uint64_t value;
+    if (units_parse_size(ydoc_scalar_text(v), &value) != 0)
+        return ydoc_fail(c, v, "expected a size like 12GiB, got %s", ydoc_describe(v, d, sizeof d));
+    if (value < min)
+        return ydoc_fail(c, v, "must be at least %llu bytes, got %s", (unsigned long long)min,
+                         ydoc_describe(v, d, sizeof d));
+    *out = value;
+    return 0;
+}
+
+int cfg_fp_size(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    return cfg_parse_size(c, v, spec->min, field);
+}
+
+static int parse_duration(ctx_t *c, yaml_node_t *v, uint64_t min_ms, uint64_t *out)
+{
+    char d[DESCRIBE_MAX];
+    if (ydoc_need_scalar(c, v, "a duration like 30s") != 0)
+        return -1;
+    uint64_t value;
+    if (units_parse_duration_ms(ydoc_scalar_text(v), &value) != 0 || value == CONFIG_FOREVER)
+        return ydoc_fail(c, v, "expected a duration like 30s, got %s", ydoc_describe(v, d, sizeof d));
+    if (value < min_ms)
+        return ydoc_fail(c, v, "must be at least %llums, got %s", (unsigned long long)min_ms,
+                         ydoc_describe(v, d, sizeof d));
+    *out = value;
+    return 0;
+}
+
+int cfg_fp_duration(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    return parse_duration(c, v, spec->min, field);
+}
+
+/* One of names[] (NULL-terminated) -> its index. */
+int cfg_parse_choice(ctx_t *c, yaml_node_t *v, const char *const *names, int *out)
+{
+    char what[160] = "one of", d[DESCRIBE_MAX];
+    size_t count = 0;
+    while (names[count])
+        count++;
+    if (count == 2) {
+        snprintf(what, sizeof what, "%s or %s", names[0], names[1]);
+    } else {
+        size_t o = strlen(what);
+        for (size_t i = 0; i < count && o < sizeof what; i++)
+            o += (size_t)snprintf(what + o, sizeof what - o, "%s%s", i ? ", " : " ", names[i]);
+    }
+    if (ydoc_need_scalar(c, v, what) != 0)
+        return -1;
+    for (size_t i = 0; i < count; i++) {
+        if (strcmp(ydoc_scalar_text(v), names[i]) == 0) {
+            *out = (int)i;
+            return 0;
+        }
+    }
+    return ydoc_fail(c, v, "expected %s, got %s", what, ydoc_describe(v, d, sizeof d));
+}

@@ -1,0 +1,573 @@
+/*
+ * model_keys: the keys of a model (route, aliases, cmd, env, cwd, url, health, timeouts,
+ * gpus, memory, concurrency, queue, deadline, priority, keep_alive, hooks, recycle; the
+ * quality keys degrade, validate and retry come from quality_keys.c), the model table,
+ * and cfg_parse_models(), which builds every model: built-in defaults, then `defaults:`,
+ * then the model's own mapping, then the per-model and cross-model checks (check.c).
+ *
+ * Invariants: lists (cmd, aliases, gpus) are replaced whole and env overlays per
+ * variable (a null value is kept as {name, NULL}: the worker must not inherit it); null
+ * removes an optional setting; a route is normalised to "/a/b/"; a url is plain http with
+ * no path; every list is bounded (ARGV_MAX, ALIASES_MAX, ENV_MAX, GPUS_MAX, MODELS_MAX);
+ * on error the model stays freeable (cfg_model_free).
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/units.h"
+#include "config/config_int.h"
+
+/* A list of strings (each a scalar, stringified as written) into argv[0..n-1] + NULL. */
+int cfg_parse_argv(ctx_t *c, yaml_node_t *v, char ***argv, size_t *n_argv)
+{
+    if (ydoc_need_sequence(c, v, "a list of words like [python3, serve.py]", 1, ARGV_MAX) != 0)
+        return -1;
+    size_t n = ydoc_sequence_size(v);
+    char **words = calloc(n + 1, sizeof *words);
+    if (words == NULL)
+        return ydoc_fail(c, v, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        yaml_node_t *item = ydoc_sequence_item(c, v, i);
+        size_t saved = ydoc_path_push_index(c, i);
+        rc = ydoc_need_scalar(c, item, "a string");
+        if (rc == 0 && i == 0 && item->data.scalar.length == 0)
+            rc = ydoc_fail(c, item, "the program name must not be empty");
+        if (rc == 0 && (words[i] = ydoc_dup_or_fail(c, item, ydoc_scalar_text(item))) == NULL)
+            rc = -1;
+        ydoc_path_pop(c, saved);
+    }
+    if (rc != 0) {
+        cfg_free_argv(words, n);
+        return -1;
+    }
+    cfg_free_argv(*argv, *n_argv);
+    *argv = words;
+    *n_argv = n;
+    return 0;
+}
+
+static int fp_model_cmd(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    model_config_t *m = field;
+    if (ydoc_is_null(v)) {
+        cfg_free_argv(m->cmd, m->n_cmd);
+        m->cmd = NULL;
+        m->n_cmd = 0;
+        return 0;
+    }
+    return cfg_parse_argv(c, v, &m->cmd, &m->n_cmd);
+}
+
+static int fp_aliases(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    model_config_t *m = field;
+    if (ydoc_is_null(v)) {
+        cfg_free_argv(m->aliases, m->n_aliases);
+        m->aliases = NULL;
+        m->n_aliases = 0;
+        return 0;
+    }
+    if (ydoc_need_sequence(c, v, "a list of names", 0, ALIASES_MAX) != 0)
+        return -1;
+    size_t n = ydoc_sequence_size(v);
+    char **names = calloc(n + 1, sizeof *names);
+    if (names == NULL)
+        return ydoc_fail(c, v, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        yaml_node_t *item = ydoc_sequence_item(c, v, i);
+        size_t saved = ydoc_path_push_index(c, i);
+        rc = ydoc_need_scalar(c, item, "a name");
+        for (const char *p = rc == 0 ? ydoc_scalar_text(item) : ""; rc == 0 && *p; p++)
+            if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+                rc = ydoc_fail(c, item, "an alias may not contain spaces or control characters");
+        if (rc == 0 && item->data.scalar.length == 0)
+            rc = ydoc_fail(c, item, "an alias must not be empty");
+        if (rc == 0 && (names[i] = ydoc_dup_or_fail(c, item, ydoc_scalar_text(item))) == NULL)
+            rc = -1;
+        ydoc_path_pop(c, saved);
+    }
+    if (rc != 0) {
+        cfg_free_argv(names, n);
+        return -1;
+    }
+    cfg_free_argv(m->aliases, m->n_aliases);
+    m->aliases = names;
+    m->n_aliases = n;
+    return 0;
+}
+
+static bool env_name_ok(const char *s)
+{
+    if (!(isalpha((unsigned char)*s) || *s == '_'))
+        return false;
+    for (; *s; s++)
+        if (!(isalnum((unsigned char)*s) || *s == '_'))
+            return false;
+    return true;
+}
+
+/* env overlays key by key; a null value removes an inherited variable (kept as {name, NULL}). */
+static int fp_env(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    model_config_t *m = field;
+    if (ydoc_is_null(v)) {
+        for (size_t i = 0; i < m->n_env; i++) {
+            free(m->env[i].key);
+            free(m->env[i].value);
+        }
+        free(m->env);
+        m->env = NULL;
+        m->n_env = 0;
+        return 0;
+    }
+    if (ydoc_need_mapping(c, v, "a mapping of variable names to values") != 0 || ydoc_check_mapping(c, v) != 0)
+        return -1;
+    for (size_t i = 0; i < ydoc_mapping_size(v); i++) {
+        yaml_node_t *k = ydoc_pair_key(c, v, i), *val = ydoc_pair_value(c, v, i);
+        const char *key = ydoc_scalar_text(k);
+        size_t saved = ydoc_path_push_key(c, key);
+        int rc = 0;
+        if (!env_name_ok(key))
+            rc = ydoc_fail(c, k, "an environment variable name is letters, digits and _, not starting with a digit");
+        size_t at = m->n_env;
+        for (size_t e = 0; e < m->n_env; e++)
+            if (strcmp(m->env[e].key, key) == 0)
+                at = e;
+        bool unset = rc == 0 && ydoc_is_null(val); /* kept with a NULL value: the worker must not inherit it */
+        if (rc == 0 && (unset || ydoc_need_scalar(c, val, "a string") == 0)) {
+            char *value = unset ? NULL : ydoc_dup_or_fail(c, val, ydoc_scalar_text(val));
+            if (value == NULL && !unset) {
+                rc = -1;
+            } else if (at < m->n_env) {
+                free(m->env[at].value);
+                m->env[at].value = value;
+            } else if (m->n_env >= ENV_MAX) {
+                free(value);
+                rc = ydoc_fail(c, k, "too many environment variables (at most %d)", ENV_MAX);
+            } else {
+                config_kv_t *grown = realloc(m->env, (m->n_env + 1) * sizeof *grown);
+                char *name = strdup(key);
+                if (grown != NULL)
+                    m->env = grown;
+                if (grown == NULL || name == NULL) {
+                    free(value);
+                    free(name);
+                    rc = ydoc_fail(c, k, "out of memory");
+                } else {
+                    m->env[m->n_env++] = (config_kv_t){name, value};
+                }
+            }
+        } else {
+            rc = -1;
+        }
+        ydoc_path_pop(c, saved);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* A route is normalised to "/a/b/": leading and trailing '/', no "//". */
+static int fp_route(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    char **route = field;
+    if (ydoc_is_null(v)) {
+        free(*route);
+        *route = NULL;
+        return 0;
+    }
+    if (ydoc_need_scalar(c, v, "a path prefix like /trellis/") != 0)
+        return -1;
+    const char *s = ydoc_scalar_text(v);
+    char d[DESCRIBE_MAX];
+    size_t len = strlen(s);
+    char *norm = malloc(len + 3);
+    if (norm == NULL)
+        return ydoc_fail(c, v, "out of memory");
+    size_t o = 0;
+    norm[o++] = '/';
+    for (const char *p = s; *p; p++) {
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f || *p == '?' || *p == '#') {
+            free(norm);
+            return ydoc_fail(c, v, "a route may not contain spaces, control characters, '?' or '#', got %s",
+                             ydoc_describe(v, d, sizeof d));
+        }
+        if (*p == '/' && norm[o - 1] == '/')
+            continue;
+        norm[o++] = *p;
+    }
+    if (norm[o - 1] != '/')
+        norm[o++] = '/';
+    norm[o] = '\0';
+    free(*route);
+    *route = norm;
+    return 0;
+}
+
+static bool hostname_ok(const char *s, size_t len)
+{
+    if (len == 0 || len > 253)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '.' || s[i] == '-' || s[i] == '_'))
+            return false;
+    return true;
+}
+
+/* "host:port" or "[v6]:port" (port required when required_port) -> host without brackets, port. */
+int cfg_split_host_port(const char *s, bool port_required, int default_port, char *host, size_t host_cap,
+                           int *port)
+{
+    const char *host_start = s, *host_end;
+    const char *after;
+    if (*s == '[') {
+        host_start = s + 1;
+        host_end = strchr(host_start, ']');
+        if (host_end == NULL)
+            return -1;
+        after = host_end + 1;
+        size_t hlen = (size_t)(host_end - host_start);
+        if (hlen == 0 || hlen >= host_cap)
+            return -1;
+        memcpy(host, host_start, hlen);
+        host[hlen] = '\0';
+        struct in6_addr a6;
+        if (inet_pton(AF_INET6, host, &a6) != 1)
+            return -1;
+    } else {
+        host_end = strchr(s, ':');
+        if (host_end == NULL)
+            host_end = s + strlen(s);
+        after = host_end;
+        size_t hlen = (size_t)(host_end - host_start);
+        if (hlen >= host_cap || !hostname_ok(host_start, hlen))
+            return -1;
+        memcpy(host, host_start, hlen);
+        host[hlen] = '\0';
+    }
+    if (*after == '\0') {
+        if (port_required)
+            return -1;
+        *port = default_port;
+        return 0;
+    }
+    if (*after != ':' || after[1] == '\0' || strlen(after + 1) > 5)
+        return -1;
+    long value = 0;
+    for (const char *p = after + 1; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        value = value * 10 + (*p - '0');
+    }
+    if (value < 1 || value > 65535)
+        return -1;
+    *port = (int)value;
+    return 0;
+}
+
+/* url: http://host[:port][/] -> url (without the slash), url_host, url_port. */
+static int fp_url(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    model_config_t *m = field;
+    if (ydoc_is_null(v)) {
+        free(m->url);
+        free(m->url_host);
+        m->url = m->url_host = NULL;
+        m->url_port = 0;
+        return 0;
+    }
+    if (ydoc_need_scalar(c, v, "a URL like http://127.0.0.1:10006") != 0)
+        return -1;
+    const char *s = ydoc_scalar_text(v);
+    char d[DESCRIBE_MAX];
+    if (strncasecmp(s, "https://", 8) == 0)
+        return ydoc_fail(c, v, "https is not supported (vramd talks plain HTTP to its workers), got %s",
+                         ydoc_describe(v, d, sizeof d));
+    if (strncasecmp(s, "http://", 7) != 0)
+        return ydoc_fail(c, v, "expected a URL like http://127.0.0.1:10006, got %s", ydoc_describe(v, d, sizeof d));
+    const char *authority = s + 7;
+    const char *slash = strchr(authority, '/');
+    if (slash != NULL && strcmp(slash, "/") != 0)
+        return ydoc_fail(c, v, "a URL may not have a path (routes are per request), got %s",
+                         ydoc_describe(v, d, sizeof d));
+    size_t alen = slash ? (size_t)(slash - authority) : strlen(authority);
+    char auth[300], host[300];
+    int port = 0;
+    if (alen == 0 || alen >= sizeof auth)
+        return ydoc_fail(c, v, "expected a URL like http://127.0.0.1:10006, got %s", ydoc_describe(v, d, sizeof d));
+    memcpy(auth, authority, alen);
+    auth[alen] = '\0';
+    if (cfg_split_host_port(auth, false, 80, host, sizeof host, &port) != 0)
+        return ydoc_fail(c, v, "expected a URL like http://127.0.0.1:10006, got %s", ydoc_describe(v, d, sizeof d));
+    char *url = malloc(7 + alen + 1);
+    char *url_host = strdup(host);
+    if (url == NULL || url_host == NULL) {
+        free(url);
+        free(url_host);
+        return ydoc_fail(c, v, "out of memory");
+    }
+    memcpy(url, "http://", 7);
+    memcpy(url + 7, auth, alen + 1);
+    free(m->url);
+    free(m->url_host);
+    m->url = url;
+    m->url_host = url_host;
+    m->url_port = port;
+    return 0;
+}
+
+/* A list of distinct non-negative integers (GPU indexes) of at least one entry. */
+static int parse_index_list(ctx_t *c, yaml_node_t *v, const char *what, int **out, size_t *n_out)
+{
+    if (ydoc_need_sequence(c, v, what, 1, GPUS_MAX) != 0)
+        return -1;
+    size_t n = ydoc_sequence_size(v);
+    int *indexes = calloc(n, sizeof *indexes);
+    if (indexes == NULL)
+        return ydoc_fail(c, v, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *item = ydoc_sequence_item(c, v, i);
+        size_t saved = ydoc_path_push_index(c, i);
+        uint64_t value;
+        int rc = cfg_parse_integer(c, item, 0, 1023, &value);
+        for (size_t j = 0; rc == 0 && j < i; j++)
+            if (indexes[j] == (int)value)
+                rc = ydoc_fail(c, item, "GPU %d is listed twice", (int)value);
+        ydoc_path_pop(c, saved);
+        if (rc != 0) {
+            free(indexes);
+            return -1;
+        }
+        indexes[i] = (int)value;
+    }
+    free(*out);
+    *out = indexes;
+    *n_out = n;
+    return 0;
+}
+
+static int fp_gpus(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    model_config_t *m = field;
+    if (ydoc_is_null(v) || (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "any") == 0)) {
+        free(m->gpus);
+        m->gpus = NULL;
+        m->n_gpus = 0;
+        return 0;
+    }
+    return parse_index_list(c, v, "any or a list of GPU indexes like [0, 1]", &m->gpus, &m->n_gpus);
+}
+
+/* per_request: a size, or "learn" (learn from NVML, starting from the declared value). */
+static int fp_per_request(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    config_memory_t *mem = field;
+    if (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "learn") == 0) {
+        mem->learn = true;
+        return 0;
+    }
+    if (v->type == YAML_SCALAR_NODE && !ydoc_is_null(v) &&
+        units_parse_size(ydoc_scalar_text(v), &mem->per_request) == 0)
+        return 0;
+    char d[DESCRIBE_MAX];
+    return ydoc_fail(c, v, "expected a size like 12GiB, got %s", ydoc_describe(v, d, sizeof d));
+}
+
+static int fp_keep_alive(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    if (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "forever") == 0) {
+        *(uint64_t *)field = CONFIG_FOREVER;
+        return 0;
+    }
+    if (v->type == YAML_SCALAR_NODE && !ydoc_is_null(v)) {
+        uint64_t ms;
+        if (units_parse_duration_ms(ydoc_scalar_text(v), &ms) == 0 && ms != CONFIG_FOREVER) {
+            *(uint64_t *)field = ms;
+            return 0;
+        }
+    }
+    char d[DESCRIBE_MAX];
+    return ydoc_fail(c, v, "expected a duration like 10m, 0 or forever, got %s", ydoc_describe(v, d, sizeof d));
+}
+
+static int fp_http_method(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    char d[DESCRIBE_MAX];
+    if (ydoc_need_scalar(c, v, "an HTTP method like POST") != 0)
+        return -1;
+    const char *s = ydoc_scalar_text(v);
+    size_t len = strlen(s);
+    for (size_t i = 0; i < len; i++)
+        if (!isupper((unsigned char)s[i]))
+            len = 0;
+    if (len == 0 || len > 16)
+        return ydoc_fail(c, v, "expected an HTTP method like POST, got %s", ydoc_describe(v, d, sizeof d));
+    return cfg_set_string(c, v, field);
+}
+
+static const field_spec_t hook_fields[] = {
+    {"method", fp_http_method, offsetof(config_hook_t, method), 0, 0, NULL},
+    {"path", cfg_fp_http_path, offsetof(config_hook_t, path), 0, 0, NULL},
+    {"timeout", cfg_fp_duration, offsetof(config_hook_t, timeout_ms), 1, 0, NULL},
+};
+static const section_t hook_section = SECTION(hook_fields);
+
+/* unload/reload/clear_cache: a mapping sets the hook; null removes it. spec->min = default timeout. */
+static int fp_hook(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    config_hook_t *hook = field;
+    if (ydoc_is_null(v)) {
+        free(hook->path);
+        hook->path = NULL;
+        hook->set = false;
+        hook->timeout_ms = spec->min;
+        char *post = strdup("POST");
+        if (post == NULL)
+            return ydoc_fail(c, v, "out of memory");
+        free(hook->method);
+        hook->method = post;
+        return 0;
+    }
+    if (cfg_apply_mapping(c, v, &hook_section, hook) != 0)
+        return -1;
+    hook->set = true;
+    return 0;
+}
+
+static const field_spec_t health_fields[] = {
+    {"path", cfg_fp_http_path, offsetof(config_health_t, path), 0, 0, NULL},
+    {"interval", cfg_fp_duration, offsetof(config_health_t, interval_ms), 1, 0, NULL},
+    {"timeout", cfg_fp_duration, offsetof(config_health_t, timeout_ms), 1, 0, NULL},
+    {"failures", cfg_fp_unsigned, offsetof(config_health_t, failures), 1, 1000, NULL},
+};
+
+static const field_spec_t memory_fields[] = {
+    {"resident", cfg_fp_size, offsetof(config_memory_t, resident), 0, 0, NULL},
+    {"per_request", fp_per_request, 0, 0, 0, NULL},
+    {"learn", cfg_fp_bool, offsetof(config_memory_t, learn), 0, 0, NULL},
+};
+
+static const field_spec_t recycle_fields[] = {
+    {"after_requests", cfg_fp_u64, offsetof(config_recycle_t, after_requests), 0, UINT64_MAX, NULL},
+    {"max_growth", cfg_fp_size, offsetof(config_recycle_t, max_growth), 0, 0, NULL},
+    {"hang_timeout", cfg_fp_duration, offsetof(config_recycle_t, hang_timeout_ms), 0, 0, NULL},
+    {"on_oom", cfg_fp_bool, offsetof(config_recycle_t, on_oom), 0, 0, NULL},
+};
+
+static const section_t health_section = SECTION(health_fields);
+static const section_t memory_section = SECTION(memory_fields);
+static const section_t recycle_section = SECTION(recycle_fields);
+
+static const field_spec_t model_fields[] = {
+    {"route", fp_route, offsetof(model_config_t, route), 0, 0, NULL},
+    {"strip", cfg_fp_bool, offsetof(model_config_t, strip), 0, 0, NULL},
+    {"aliases", fp_aliases, 0, 0, 0, NULL},
+    {"cmd", fp_model_cmd, 0, 0, 0, NULL},
+    {"env", fp_env, 0, 0, 0, NULL},
+    {"cwd", cfg_fp_string_opt, offsetof(model_config_t, cwd), 0, 0, NULL},
+    {"url", fp_url, 0, 0, 0, NULL},
+    {"health", cfg_fp_section, offsetof(model_config_t, health), 0, 0, &health_section},
+    {"startup_timeout", cfg_fp_duration, offsetof(model_config_t, startup_timeout_ms), 1, 0, NULL},
+    {"stop_timeout", cfg_fp_duration, offsetof(model_config_t, stop_timeout_ms), 0, 0, NULL},
+    {"gpus", fp_gpus, 0, 0, 0, NULL},
+    {"memory", cfg_fp_section, offsetof(model_config_t, memory), 0, 0, &memory_section},
+    {"concurrency", cfg_fp_unsigned, offsetof(model_config_t, concurrency), 1, 1024, NULL},
+    {"instances", cfg_fp_unsigned, offsetof(model_config_t, instances), 1, 64, NULL},
+    {"queue_max", cfg_fp_unsigned, offsetof(model_config_t, queue_max), 1, 1000000, NULL},
+    {"deadline", cfg_fp_duration, offsetof(model_config_t, deadline_ms), 1, 0, NULL},
+    {"priority", cfg_fp_int, offsetof(model_config_t, priority), 0, 9, NULL},
+    {"keep_alive", fp_keep_alive, offsetof(model_config_t, keep_alive_ms), 0, 0, NULL},
+    {"unload", fp_hook, offsetof(model_config_t, unload), 30000, 0, NULL},
+    {"reload", fp_hook, offsetof(model_config_t, reload), 60000, 0, NULL},
+    {"clear_cache", fp_hook, offsetof(model_config_t, clear_cache), 30000, 0, NULL},
+    {"recycle", cfg_fp_section, offsetof(model_config_t, recycle), 0, 0, &recycle_section},
+    {"degrade", cfg_fp_degrade, offsetof(model_config_t, degrade), 0, 0, NULL},
+    {"validate", cfg_fp_validate, offsetof(model_config_t, validate), 0, 0, NULL},
+    {"retry", cfg_fp_retry, offsetof(model_config_t, retry_safe), 0, 0, NULL},
+};
+static const section_t model_section = SECTION(model_fields);
+
+static bool model_name_ok(const char *s, size_t len)
+{
+    if (len == 0 || len > MODEL_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+            return false;
+    return true;
+}
+
+int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
+{
+    /* `defaults:` is checked once on its own, so its errors show even without models. */
+    if (c->defaults_node != NULL) {
+        model_config_t scratch;
+        int ok = cfg_model_init_builtin(&scratch);
+        ydoc_path_reset(c);
+        ydoc_path_push_key(c, "defaults");
+        int rc = ok == 0 ? cfg_apply_mapping(c, c->defaults_node, &model_section, &scratch)
+                         : ydoc_fail(c, c->defaults_node, "out of memory");
+        cfg_model_free(&scratch);
+        if (rc != 0)
+            return -1;
+    }
+    ydoc_path_reset(c);
+    ydoc_path_push_key(c, "models");
+    yaml_node_t *models = c->models_node;
+    if (models == NULL || ydoc_is_null(models))
+        return ydoc_fail(c, models ? models : root, "at least one model is required");
+    if (ydoc_need_mapping(c, models, "a mapping of model names to models") != 0 || ydoc_check_mapping(c, models) != 0)
+        return -1;
+    size_t n = ydoc_mapping_size(models);
+    if (n == 0)
+        return ydoc_fail(c, models, "at least one model is required");
+    if (n > MODELS_MAX)
+        return ydoc_fail(c, models, "too many models (%zu, at most %d)", n, MODELS_MAX);
+    cfg->models = calloc(n, sizeof *cfg->models);
+    yaml_node_t **model_nodes = calloc(n, sizeof *model_nodes);
+    yaml_node_t **key_nodes = calloc(n, sizeof *key_nodes);
+    int rc = 0;
+    if (cfg->models == NULL || model_nodes == NULL || key_nodes == NULL)
+        rc = ydoc_fail(c, models, "out of memory");
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        yaml_node_t *k = ydoc_pair_key(c, models, i), *v = ydoc_pair_value(c, models, i);
+        const char *name = ydoc_scalar_text(k);
+        key_nodes[i] = k;
+        model_nodes[i] = v;
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "models.%s", name);
+        if (!model_name_ok(name, k->data.scalar.length)) {
+            rc = ydoc_fail(c, k, "a model name is 1 to %d of A-Z a-z 0-9 . _ -", MODEL_NAME_MAX);
+            break;
+        }
+        model_config_t *m = &cfg->models[i];
+        cfg->n_models = i + 1;
+        if (cfg_model_init_builtin(m) != 0 || (m->name = strdup(name)) == NULL) {
+            rc = ydoc_fail(c, k, "out of memory");
+            break;
+        }
+        if (c->defaults_node != NULL) {
+            ydoc_path_reset(c);
+            ydoc_path_push_key(c, "defaults");
+            rc = cfg_apply_mapping(c, c->defaults_node, &model_section, m);
+            ydoc_path_reset(c);
+            ydoc_path_append(c, "models.%s", name);
+        }
+        if (rc == 0 && !ydoc_is_null(v) && ydoc_need_mapping(c, v, "a mapping of model keys") != 0)
+            rc = -1;
+        if (rc == 0)
+            rc = cfg_apply_mapping(c, v, &model_section, m);
+        if (rc == 0)
+            rc = cfg_check_model(c, m, k, v);
+    }
+    if (rc == 0)
+        rc = cfg_check_names_and_routes(c, cfg, model_nodes, key_nodes);
+    free(model_nodes);
+    free(key_nodes);
+    return rc;
+}

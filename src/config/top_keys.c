@@ -1,0 +1,197 @@
+/*
+ * top_keys: the top-level keys (listen, admin_token_file, state_dir, log, gpu, limits,
+ * jobs, defaults, models) and their tables; cfg_top_section is the root table.
+ *
+ * Invariants: listen is host:port with an IP address or localhost (stored as 127.0.0.1);
+ * gpu.devices is all or a list of distinct indexes and/or UUIDs; `defaults:` and `models:`
+ * are only remembered here (ctx_t.defaults_node, models_node) and parsed after the whole
+ * top level (cfg_parse_models), so their place in the file does not matter.
+ */
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "config/config_int.h"
+
+static int fp_listen(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    config_t *cfg = field;
+    char d[DESCRIBE_MAX], host[300];
+    int port = 0;
+    if (ydoc_need_scalar(c, v, "host:port like 127.0.0.1:8800") != 0)
+        return -1;
+    if (cfg_split_host_port(ydoc_scalar_text(v), true, 0, host, sizeof host, &port) != 0)
+        return ydoc_fail(c, v, "expected host:port like 127.0.0.1:8800 or [::1]:8800, got %s",
+                         ydoc_describe(v, d, sizeof d));
+    struct in_addr a4;
+    bool bracketed = ydoc_scalar_text(v)[0] == '[';
+    const char *stored = host;
+    if (strcmp(host, "localhost") == 0)
+        stored = "127.0.0.1";
+    else if (!bracketed && inet_pton(AF_INET, host, &a4) != 1)
+        return ydoc_fail(c, v, "the listen host must be an IP address or localhost, got %s",
+                         ydoc_describe(v, d, sizeof d));
+    char *copy = ydoc_dup_or_fail(c, v, stored);
+    if (copy == NULL)
+        return -1;
+    free(cfg->listen_host);
+    cfg->listen_host = copy;
+    cfg->listen_port = port;
+    return 0;
+}
+
+static int fp_log_format(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    static const char *const names[] = {"json", "text", NULL};
+    int choice;
+    if (cfg_parse_choice(c, v, names, &choice) != 0)
+        return -1;
+    *(int *)field = log_format_parse(names[choice]);
+    return 0;
+}
+
+static int fp_log_level(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    static const char *const names[] = {"debug", "info", "warn", "error", NULL};
+    int choice;
+    if (cfg_parse_choice(c, v, names, &choice) != 0)
+        return -1;
+    *(int *)field = log_level_parse(names[choice]);
+    return 0;
+}
+
+/* gpu.devices: all, or a list of indexes and/or UUID strings. */
+static int fp_devices(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    config_t *cfg = field;
+    free(cfg->gpu.devices);
+    cfg_free_argv(cfg->gpu.device_uuids, cfg->gpu.n_device_uuids);
+    cfg->gpu.devices = NULL;
+    cfg->gpu.device_uuids = NULL;
+    cfg->gpu.n_devices = cfg->gpu.n_device_uuids = 0;
+    if (ydoc_is_null(v) || (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "all") == 0))
+        return 0;
+    if (ydoc_need_sequence(c, v, "all or a list of GPU indexes / UUIDs", 1, GPUS_MAX) != 0)
+        return -1;
+    size_t n = ydoc_sequence_size(v);
+    cfg->gpu.devices = calloc(n, sizeof *cfg->gpu.devices);
+    cfg->gpu.device_uuids = calloc(n + 1, sizeof *cfg->gpu.device_uuids);
+    if (cfg->gpu.devices == NULL || cfg->gpu.device_uuids == NULL)
+        return ydoc_fail(c, v, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *item = ydoc_sequence_item(c, v, i);
+        size_t saved = ydoc_path_push_index(c, i);
+        int rc = ydoc_need_scalar(c, item, "a GPU index or UUID");
+        const char *s = rc == 0 ? ydoc_scalar_text(item) : "";
+        if (rc == 0 && cfg_all_chars_in(s, "0123456789")) {
+            uint64_t index;
+            rc = cfg_parse_integer(c, item, 0, 1023, &index);
+            for (size_t j = 0; rc == 0 && j < cfg->gpu.n_devices; j++)
+                if (cfg->gpu.devices[j] == (int)index)
+                    rc = ydoc_fail(c, item, "GPU %d is listed twice", (int)index);
+            if (rc == 0)
+                cfg->gpu.devices[cfg->gpu.n_devices++] = (int)index;
+        } else if (rc == 0) {
+            for (const char *p = s; rc == 0 && *p; p++)
+                if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+                    rc = ydoc_fail(c, item, "a GPU UUID may not contain spaces or control characters");
+            for (size_t j = 0; rc == 0 && j < cfg->gpu.n_device_uuids; j++)
+                if (strcmp(cfg->gpu.device_uuids[j], s) == 0)
+                    rc = ydoc_fail(c, item, "GPU %s is listed twice", s);
+            if (rc == 0) {
+                char *uuid = ydoc_dup_or_fail(c, item, s);
+                if (uuid == NULL)
+                    rc = -1;
+                else
+                    cfg->gpu.device_uuids[cfg->gpu.n_device_uuids++] = uuid;
+            }
+        }
+        ydoc_path_pop(c, saved);
+        if (rc != 0)
+            return -1;
+    }
+    if (cfg->gpu.n_devices == 0) {
+        free(cfg->gpu.devices);
+        cfg->gpu.devices = NULL;
+    }
+    if (cfg->gpu.n_device_uuids == 0) {
+        free(cfg->gpu.device_uuids);
+        cfg->gpu.device_uuids = NULL;
+    }
+    return 0;
+}
+
+static int fp_foreign_usage(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    static const char *const names[] = {"measure", "ignore", NULL};
+    int choice;
+    if (cfg_parse_choice(c, v, names, &choice) != 0)
+        return -1;
+    *(bool *)field = choice == 0;
+    return 0;
+}
+
+static int fp_defaults(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    if (!ydoc_is_null(v) && ydoc_need_mapping(c, v, "a mapping of model keys") != 0)
+        return -1;
+    c->defaults_node = ydoc_is_null(v) ? NULL : v;
+    return 0;
+}
+
+static int fp_models(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    c->models_node = v;
+    return 0;
+}
+
+static const field_spec_t log_fields[] = {
+    {"format", fp_log_format, offsetof(config_t, log_format), 0, 0, NULL},
+    {"level", fp_log_level, offsetof(config_t, log_level), 0, 0, NULL},
+};
+
+static const field_spec_t gpu_fields[] = {
+    {"nvml_library", cfg_fp_string, offsetof(config_t, gpu.nvml_library), 0, 0, NULL},
+    {"devices", fp_devices, 0, 0, 0, NULL},
+    {"headroom", cfg_fp_size, offsetof(config_t, gpu.headroom), 0, 0, NULL},
+    {"poll", cfg_fp_duration, offsetof(config_t, gpu.poll_ms), 1, 0, NULL},
+    {"foreign_usage", fp_foreign_usage, offsetof(config_t, gpu.foreign_measure), 0, 0, NULL},
+};
+
+static const field_spec_t limits_fields[] = {
+    {"max_body", cfg_fp_size, offsetof(config_t, limits.max_body), 1, 0, NULL},
+    {"max_header", cfg_fp_size, offsetof(config_t, limits.max_header), 1024, 0, NULL},
+    {"max_header_count", cfg_fp_unsigned, offsetof(config_t, limits.max_header_count), 1, 10000, NULL},
+    {"max_connections", cfg_fp_unsigned, offsetof(config_t, limits.max_connections), 1, 1000000, NULL},
+    {"header_timeout", cfg_fp_duration, offsetof(config_t, limits.header_timeout_ms), 1, 0, NULL},
+    {"queue_max", cfg_fp_unsigned, offsetof(config_t, limits.queue_max), 1, 10000000, NULL},
+    {"drain_timeout", cfg_fp_duration, offsetof(config_t, limits.drain_timeout_ms), 0, 0, NULL},
+};
+
+static const field_spec_t jobs_fields[] = {
+    {"results_max_bytes", cfg_fp_size, offsetof(config_t, jobs.results_max_bytes), 0, 0, NULL},
+    {"results_ttl", cfg_fp_duration, offsetof(config_t, jobs.results_ttl_ms), 1, 0, NULL},
+    {"min_free_disk", cfg_fp_size, offsetof(config_t, jobs.min_free_disk), 0, 0, NULL},
+    {"max_attempts", cfg_fp_unsigned, offsetof(config_t, jobs.max_attempts), 1, 100, NULL},
+    {"max_active", cfg_fp_unsigned, offsetof(config_t, jobs.max_active), 1, 10000000, NULL},
+    {"records_ttl", cfg_fp_duration, offsetof(config_t, jobs.records_ttl_ms), 1000, 0, NULL},
+};
+
+static const section_t log_section = SECTION(log_fields);
+static const section_t gpu_section = SECTION(gpu_fields);
+static const section_t limits_section = SECTION(limits_fields);
+static const section_t jobs_section = SECTION(jobs_fields);
+
+static const field_spec_t top_fields[] = {
+    {"listen", fp_listen, 0, 0, 0, NULL},
+    {"admin_token_file", cfg_fp_string_opt, offsetof(config_t, admin_token_file), 0, 0, NULL},
+    {"state_dir", cfg_fp_string, offsetof(config_t, state_dir), 0, 0, NULL},
+    {"log", cfg_fp_section, 0, 0, 0, &log_section},
+    {"gpu", cfg_fp_section, 0, 0, 0, &gpu_section},
+    {"limits", cfg_fp_section, 0, 0, 0, &limits_section},
+    {"jobs", cfg_fp_section, 0, 0, 0, &jobs_section},
+    {"defaults", fp_defaults, 0, 0, 0, NULL},
+    {"models", fp_models, 0, 0, 0, NULL},
+};
+const section_t cfg_top_section = SECTION(top_fields);
