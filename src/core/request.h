@@ -61,6 +61,7 @@ typedef struct request_ops {
 struct request {
     conn_t *conn;
     const request_ops_t *ops; /* the current owner of its answer; NULL: the conn alone */
+    void *owner;              /* that owner's object, for owners that keep none in the request */
     core_defer_t free_later;  /* on the core's free list once it ended */
     model_t *model;
     instance_t *instance; /* set while holding a slot on it */
