@@ -137,6 +137,10 @@ $(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libvramd.a $(BUILD)/libsimgp
 # Unit tests that #include a vramctl source (the CLI is not in libvramd.a) rebuild with it.
 $(BUILD)/tests/test_cli_render: src/cli/cli_render.c src/cli/cli_render.h
 $(BUILD)/tests/test_cli_http: src/cli/cli_http.c src/cli/cli_http.h src/cli/cli.h
+# Unit tests that share a header of test helpers rebuild when it changes.
+$(BUILD)/tests/test_validate $(BUILD)/tests/test_validate_mesh: tests/unit/validate_test_util.h
+$(BUILD)/tests/test_process $(BUILD)/tests/test_process_child: tests/unit/process_test_util.h
+$(BUILD)/tests/test_config_model $(BUILD)/tests/test_config_top $(BUILD)/tests/test_config_errors: tests/unit/config_test.h
 
 $(BUILD)/tests/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(BUILD)/libvramd.a
 	@mkdir -p $(dir $@)
@@ -173,10 +177,12 @@ demo: deps
 # without such a line gets the whole library.
 FUZZ_BUILD = build-fuzz
 FUZZ_DEPS_fuzz_http1 = src/net/http1.c src/net/http1.h
-FUZZ_DEPS_fuzz_degrade = src/quality/degrade.c src/common/json_util.c src/common/buf.c \
-	src/quality/degrade.h src/common/json_util.h src/common/buf.h src/config/config.h
+FUZZ_DEPS_fuzz_degrade = src/quality/degrade_detect.c src/quality/degrade_rewrite.c src/common/json_util.c \
+	src/common/buf.c src/quality/degrade.h src/quality/degrade_int.h src/common/json_util.h src/common/buf.h \
+	src/config/config.h
 FUZZ_LIBS_fuzz_degrade = -lcjson
-FUZZ_DEPS_fuzz_validate = src/quality/validate.c src/quality/validate.h
+FUZZ_DEPS_fuzz_validate = src/quality/validate.c src/quality/validate_json.c src/quality/validate_glb.c \
+	src/quality/validate_ply.c src/quality/validate_png.c src/quality/validate.h src/quality/validate_int.h
 FUZZ_LIBS_fuzz_validate = -lcjson
 FUZZ_DEPS_fuzz_job_request = src/jobs/job_request.c src/common/units.c src/jobs/job_request.h src/common/units.h
 FUZZ_LIBS_fuzz_job_request = -lcjson

@@ -1,5 +1,5 @@
 /*
- * fuzz_degrade: libFuzzer entry for OOM detection and request rewriting (src/quality/degrade.c).
+ * fuzz_degrade: libFuzzer entry for OOM detection and request rewriting (src/quality/degrade_detect.c, degrade_rewrite.c).
  *
  * Input layout: the first line (up to the first '\n', at most 4 KiB) is the `set` patch as
  * JSON; when it is not a JSON object a fixed set is used instead (steps, pipeline_type, a

@@ -1,5 +1,5 @@
 /*
- * fuzz_validate: libFuzzer entry for the output validators (src/quality/validate.c).
+ * fuzz_validate: libFuzzer entry for the output validators (src/quality/validate*.c).
  *
  * Every input goes through every validator (glb, ply, png, json; each is linear in the
  * input, so running all four keeps one corpus useful to all of them) and validate_body.

@@ -1,6 +1,6 @@
 /*
  * test_degrade: OOM detection and request rewriting for the degradation ladder
- * (src/quality/degrade.c).
+ * (src/quality/degrade_detect.c, degrade_rewrite.c).
  *
  * Detection: the default rules (a 500 with a CUDA OOM text; a 500 "internal error"; the
  * TRELLIS.2 style 200 {"success": false, "error": "... out of memory ..."}; 200

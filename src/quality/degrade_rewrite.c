@@ -1,16 +1,11 @@
 /*
- * degrade: OOM detection over a worker's answer, and request rewriting for a lower level of
- * the degradation ladder. Pure functions over buffers: no I/O, no global state (the regex
- * is compiled per call), nothing kept between calls.
+ * degrade_rewrite: request rewriting for a lower level of the degradation ladder
+ * (degrade_rewrite): RFC 7386 merge patch for JSON objects, field replacement for
+ * application/x-www-form-urlencoded and multipart/form-data. Pure functions over buffers:
+ * no I/O, no global state, nothing kept between calls. What each body kind gets is
+ * written in degrade.h.
  *
- * Detection (the rule is written in degrade.h). Cheap signals (status, header) are tried
- * first; the body regex looks at the first DEGRADE_REGEX_WINDOW bytes only (NUL bytes in
- * that window are read as spaces so that text after them is still seen); the JSON signal
- * parses the whole body, and only when nothing cheaper has already decided the answer. A
- * body is JSON when it is one JSON value with nothing but whitespace around it and no NUL
- * byte. A body_matches that does not compile matches nothing.
- *
- * Rewriting. Invariants:
+ * Invariants:
  *   - every byte of the body that is not a replaced value (or a removed field/part) is
  *     copied unchanged, in order: line endings, preamble, epilogue, part headers, file
  *     parts, other fields;
@@ -28,8 +23,8 @@
  * Return conventions are those of degrade.h.
  */
 #include "quality/degrade.h"
+#include "quality/degrade_int.h"
 
-#include <regex.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,8 +34,6 @@
 #include "common/buf.h"
 #include "common/json_util.h"
 
-#define DEGRADE_REGEX_WINDOW (64u * 1024u) /* body bytes the regex looks at */
-#define DEGRADE_DEFAULT_BODY_MATCHES "out of memory"
 #define DEGRADE_MAX_GROWTH (1u << 20)  /* a rewritten form/multipart body grows by at most this */
 #define MULTIPART_BOUNDARY_MAX 200     /* RFC 2046 says 70; be lenient, but bounded */
 
@@ -90,142 +83,6 @@ static bool span_equals_nocase(const char *p, size_t len, const char *s)
     return strlen(s) == len && strncasecmp(p, s, len) == 0;
 }
 
-/* Parses the body as one JSON value with only whitespace around it; NULL otherwise. */
-static cJSON *parse_json_body(const char *body, size_t len)
-{
-    if (body == NULL || len == 0)
-        return NULL;
-    size_t i = 0;
-    while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
-        i++;
-    if (i == len || (body[i] != '{' && body[i] != '[' && body[i] != '"' && body[i] != '-' &&
-                     (body[i] < '0' || body[i] > '9') && body[i] != 't' && body[i] != 'f' && body[i] != 'n'))
-        return NULL;
-    if (memchr(body, '\0', len) != NULL)
-        return NULL;
-    const char *end = NULL;
-    cJSON *doc = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (doc == NULL)
-        return NULL;
-    if (end != NULL) {
-        size_t used = (size_t)(end - body);
-        for (; used < len; used++) {
-            char c = body[used];
-            if (c != ' ' && c != '\t' && c != '\r' && c != '\n') {
-                cJSON_Delete(doc);
-                return NULL;
-            }
-        }
-    }
-    return doc;
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Detection                                                                             */
-
-static bool status_listed(const config_detect_t *detect, int status)
-{
-    for (size_t i = 0; i < detect->n_statuses; i++)
-        if (detect->statuses[i] == status)
-            return true;
-    return false;
-}
-
-/* Whether a "Name: value" line with this name (any case) is among the headers. */
-static bool header_present(const char *headers, size_t len, const char *name)
-{
-    size_t name_len = strlen(name);
-    if (headers == NULL || name_len == 0)
-        return false;
-    size_t pos = 0;
-    while (pos < len) {
-        const char *line = headers + pos;
-        const char *nl = memchr(line, '\n', len - pos);
-        size_t line_len = nl ? (size_t)(nl - line) : len - pos;
-        if (line_len > name_len && line[name_len] == ':' && strncasecmp(line, name, name_len) == 0)
-            return true;
-        pos += line_len + 1;
-    }
-    return false;
-}
-
-/* The body regex over the first DEGRADE_REGEX_WINDOW bytes; false when it does not compile. */
-static bool body_matches(const char *pattern, const char *body, size_t len)
-{
-    regex_t re;
-    if (regcomp(&re, pattern, REG_EXTENDED | REG_ICASE | REG_NOSUB) != 0)
-        return false;
-    size_t n = len < DEGRADE_REGEX_WINDOW ? len : DEGRADE_REGEX_WINDOW;
-    char *text = malloc(n + 1);
-    bool matched = false;
-    if (text != NULL) {
-        if (n > 0)
-            memcpy(text, body, n);
-        for (size_t i = 0; i < n; i++)
-            if (text[i] == '\0')
-                text[i] = ' ';
-        text[n] = '\0';
-        matched = regexec(&re, text, 0, NULL, 0) == 0;
-        free(text);
-    }
-    regfree(&re);
-    return matched;
-}
-
-/* The JSON signal: the pointer's value equals `equals` (present at all when equals is NULL). */
-static bool json_signal(const char *body, size_t len, const char *pointer, const cJSON *equals)
-{
-    cJSON *doc = parse_json_body(body, len);
-    if (doc == NULL)
-        return false;
-    const cJSON *node = json_pointer_get(doc, pointer);
-    bool hit = node != NULL && (equals == NULL || json_equal(node, equals));
-    cJSON_Delete(doc);
-    return hit;
-}
-
-bool degrade_is_oom(const config_detect_t *detect, int status, const char *headers, size_t headers_len,
-                    const char *body, size_t body_len)
-{
-    static const config_detect_t no_rules;
-    if (detect == NULL)
-        detect = &no_rules;
-    if (body == NULL)
-        body_len = 0;
-    bool has_status = detect->statuses != NULL && detect->n_statuses > 0;
-    bool has_header = detect->header != NULL && detect->header[0] != '\0';
-    bool has_json = detect->json_path != NULL;
-    bool any_signal = has_status || has_header || has_json;
-
-    const char *pattern = detect->body_matches;
-    if (pattern == NULL && !any_signal)
-        pattern = DEGRADE_DEFAULT_BODY_MATCHES;
-
-    /* Cheap signals first. */
-    bool signal;
-    if (any_signal)
-        signal = (has_status && status_listed(detect, status)) ||
-                 (has_header && header_present(headers, headers_len, detect->header));
-    else
-        signal = status >= 500;
-
-    bool json_possible = any_signal ? has_json : true;
-    if (!signal && !json_possible)
-        return false;
-    /* The qualifier (bounded work) before the JSON signal (whole-body parse). */
-    if (pattern != NULL && !body_matches(pattern, body ? body : "", body_len))
-        return false;
-    if (signal)
-        return true;
-    if (any_signal)
-        return has_json && json_signal(body, body_len, detect->json_path, detect->json_equals);
-    cJSON *success_false = cJSON_CreateFalse();
-    if (success_false == NULL)
-        return false;
-    bool hit = json_signal(body, body_len, "/success", success_false);
-    cJSON_Delete(success_false);
-    return hit;
-}
 
 /* ------------------------------------------------------------------------------------ */
 /* Values of `set` as form text                                                          */
@@ -595,6 +452,64 @@ static int append_part(const multipart_t *mp, const set_entry_t *entry, buf_t *o
     return 0;
 }
 
+/* Refuses a value that holds the delimiter (it would end its part early) and a key with a
+ * line break (it cannot go into a Content-Disposition line). Returns 0, or -1 with why. */
+static int multipart_check_entries(const multipart_t *mp, const set_entry_t *entries, size_t n, char *why,
+                                   size_t whylen)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (entries[i].value != NULL && find_bytes(entries[i].value, entries[i].value_len, mp->delim, mp->delim_len)) {
+            set_why(why, whylen, "degrade value for \"%s\" contains the multipart boundary", entries[i].name);
+            return -1;
+        }
+        if (strpbrk(entries[i].name, "\r\n") != NULL) {
+            set_why(why, whylen, "%s", "degrade key contains a line break; cannot name a multipart part with it");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Reads the part whose header block starts at headers_start and whose content ends at
+ * content_end: sets *content_start (0 when the part has no blank line ending its headers)
+ * and returns its form-data name (malloc'ed, *name_len and *is_file set), or NULL when
+ * the part has no usable name. */
+static char *part_locate(const multipart_t *mp, size_t headers_start, size_t content_end, size_t *content_start,
+                         size_t *name_len, bool *is_file)
+{
+    char *name = NULL;
+    *name_len = 0;
+    *content_start = 0;
+    *is_file = false;
+    if (content_end >= headers_start) {
+        const char *region = mp->body + headers_start;
+        size_t region_len = content_end - headers_start;
+        if (region_len >= mp->eol_len && memcmp(region, mp->eol, mp->eol_len) == 0) {
+            *content_start = headers_start + mp->eol_len; /* a part without headers: no name */
+        } else {
+            char blank[4];
+            memcpy(blank, mp->eol, mp->eol_len);
+            memcpy(blank + mp->eol_len, mp->eol, mp->eol_len);
+            const char *hit = find_bytes(region, region_len, blank, 2 * mp->eol_len);
+            if (hit != NULL) {
+                *content_start = (size_t)(hit - mp->body) + 2 * mp->eol_len;
+                name = part_name(mp, region, (size_t)(hit - region) + mp->eol_len, name_len, is_file);
+            }
+        }
+    }
+    return name;
+}
+
+/* The entry called name[0..name_len), or NULL (always NULL when name is NULL). */
+static set_entry_t *entry_named(set_entry_t *entries, size_t n, const char *name, size_t name_len)
+{
+    set_entry_t *match = NULL;
+    for (size_t i = 0; name != NULL && i < n && match == NULL; i++)
+        if (strlen(entries[i].name) == name_len && memcmp(entries[i].name, name, name_len) == 0)
+            match = &entries[i];
+    return match;
+}
+
 /* Returns 0, or -1 with why (out of room/memory is reported by the caller from out). */
 static int rewrite_multipart(set_entry_t *entries, size_t n, const char *boundary, size_t boundary_len,
                              const char *body, size_t len, buf_t *out, char *why, size_t whylen)
@@ -604,16 +519,8 @@ static int rewrite_multipart(set_entry_t *entries, size_t n, const char *boundar
     memcpy(delim + 2, boundary, boundary_len);
     multipart_t mp = {body, len, delim, boundary_len + 2, NULL, 0};
 
-    for (size_t i = 0; i < n; i++) {
-        if (entries[i].value != NULL && find_bytes(entries[i].value, entries[i].value_len, delim, mp.delim_len)) {
-            set_why(why, whylen, "degrade value for \"%s\" contains the multipart boundary", entries[i].name);
-            return -1;
-        }
-        if (strpbrk(entries[i].name, "\r\n") != NULL) {
-            set_why(why, whylen, "%s", "degrade key contains a line break; cannot name a multipart part with it");
-            return -1;
-        }
-    }
+    if (multipart_check_entries(&mp, entries, n, why, whylen) != 0)
+        return -1;
     size_t part_start, copied = 0, line_end;
     if (!first_delimiter(&mp, &part_start)) {
         set_why(why, whylen, "%s", "multipart body has no delimiter for its boundary");
@@ -629,29 +536,10 @@ static int rewrite_multipart(set_entry_t *entries, size_t n, const char *boundar
             return -1;
         }
         size_t content_end = next - mp.eol_len; /* the eol before the delimiter is not content */
-        char *name = NULL;
-        size_t name_len = 0, content_start = 0;
-        bool is_file = false;
-        if (content_end >= headers_start) {
-            const char *region = body + headers_start;
-            size_t region_len = content_end - headers_start;
-            if (region_len >= mp.eol_len && memcmp(region, mp.eol, mp.eol_len) == 0) {
-                content_start = headers_start + mp.eol_len; /* a part without headers: no name */
-            } else {
-                char blank[4];
-                memcpy(blank, mp.eol, mp.eol_len);
-                memcpy(blank + mp.eol_len, mp.eol, mp.eol_len);
-                const char *hit = find_bytes(region, region_len, blank, 2 * mp.eol_len);
-                if (hit != NULL) {
-                    content_start = (size_t)(hit - body) + 2 * mp.eol_len;
-                    name = part_name(&mp, region, (size_t)(hit - region) + mp.eol_len, &name_len, &is_file);
-                }
-            }
-        }
-        set_entry_t *match = NULL;
-        for (size_t i = 0; name != NULL && i < n && match == NULL; i++)
-            if (strlen(entries[i].name) == name_len && memcmp(entries[i].name, name, name_len) == 0)
-                match = &entries[i];
+        size_t name_len, content_start;
+        bool is_file;
+        char *name = part_locate(&mp, headers_start, content_end, &content_start, &name_len, &is_file);
+        set_entry_t *match = entry_named(entries, n, name, name_len);
         free(name);
         if (match != NULL)
             match->seen = true; /* a file part of that name: left alone, and no field added */
@@ -787,7 +675,7 @@ int degrade_rewrite(const cJSON *set, const char *content_type, const char *body
     enum body_kind kind = content_type ? media_kind(content_type, &params) : BODY_OTHER;
 
     if (kind == BODY_JSON || kind == BODY_OTHER) {
-        cJSON *doc = parse_json_body(body, body_len);
+        cJSON *doc = degrade_parse_json_body(body, body_len);
         if (cJSON_IsObject(doc))
             return rewrite_json(set, doc, out, out_len, why, whylen);
         cJSON_Delete(doc);
