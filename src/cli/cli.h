@@ -48,7 +48,8 @@ typedef struct cli_opts {
     bool color;           /* stdout is a TTY and NO_COLOR is unset */
 } cli_opts_t;
 
-/* Set by SIGINT/SIGTERM handlers that `top` installs; blocking I/O gives up when it is set. */
+/* Set by SIGINT/SIGTERM handlers that `top` installs; blocking I/O gives up when it is set.
+ * Defined in cli_common.c. */
 extern volatile sig_atomic_t cli_stop_requested;
 
 /* The response of one HTTP exchange (cli_http.c). */
@@ -60,6 +61,14 @@ typedef struct cli_response {
 } cli_response_t;
 
 /*
+ * cli_common.c: the helpers below call nothing else in src/cli, so any file may use them.
+ *
+ * cli_opts_init fills o with the defaults: --url from $VRAMD_URL, the token from
+ * $VRAMD_TOKEN or $VRAMD_TOKEN_FILE, colour when stdout is a TTY and NO_COLOR is unset;
+ * -1 after printing why (a token too long, a token file that cannot be read).
+ */
+int cli_opts_init(cli_opts_t *o);
+/*
  * Global options. cli_global_option looks at argv[*i]; when it is a global option it
  * consumes it (and its value, advancing *i) and returns 1; 0 when it is not one; -1 after
  * printing a usage error (a missing or bad value).
@@ -69,6 +78,10 @@ int cli_global_option(cli_opts_t *o, int argc, char **argv, int *i);
  * option). *bad is set when the option matched but its value is missing. */
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, bool *bad);
 int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Parse "10m"/"30s"/"250ms" (-1 with a usage message naming the option on a bad value). */
+int cli_parse_duration(const char *command, const char *option, const char *value, uint64_t *ms);
+/* Percent-encode s for one path segment or query value into out (cap bytes); -1 if too long. */
+int cli_url_escape(const char *s, char *out, size_t cap);
 
 /*
  * One request to vramd and its error handling: on a transport failure prints the
@@ -102,10 +115,5 @@ int cli_cmd_model_admin(cli_opts_t *o, int argc, char **argv); /* load | unload 
 int cli_cmd_drain(cli_opts_t *o, int argc, char **argv);
 int cli_cmd_reload(cli_opts_t *o, int argc, char **argv);
 int cli_cmd_check_config(cli_opts_t *o, int argc, char **argv);
-
-/* Percent-encode s for one path segment or query value into out (cap bytes); -1 if too long. */
-int cli_url_escape(const char *s, char *out, size_t cap);
-/* Parse "10m"/"30s"/"250ms" (-1 with a usage message naming the option on a bad value). */
-int cli_parse_duration(const char *command, const char *option, const char *value, uint64_t *ms);
 
 #endif

@@ -1,21 +1,15 @@
 /*
- * vramctl: the command-line client of vramd. This file holds main: the global options
- * (which may appear anywhere on the line), the help texts, and the dispatch to the
- * commands (cli_status.c, cli_admin.c, cli_jobs.c). Exit codes are listed in cli.h and in
- * the help text.
+ * vramctl: the command-line client of vramd. This file holds main: the help texts, the
+ * command table, and the dispatch to the commands (cli_status.c, cli_admin.c, cli_jobs.c);
+ * the global options (which may appear anywhere on the line) and their defaults from the
+ * environment are parsed by cli_common.c. Calls go one way: main -> commands -> cli_call.c
+ * -> cli_http.c -> cli_common.c. Exit codes are listed in cli.h and in the help text.
  */
-#include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
-#include "common/units.h"
 #include "core/core.h"
-
-volatile sig_atomic_t cli_stop_requested = 0;
 
 static const char usage_text[] =
     "usage: vramctl [OPTIONS] COMMAND [ARGS]\n"
@@ -127,134 +121,6 @@ static void print_command_help(const char *name)
     fputs(usage_text, stdout);
 }
 
-int cli_usage_error(const char *command, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("vramctl: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    if (command)
-        fprintf(stderr, "\n(see vramctl %s --help)\n", command);
-    else
-        fputs("\n(see vramctl --help)\n", stderr);
-    return CLI_EXIT_USAGE;
-}
-
-const char *cli_option_value(int argc, char **argv, int *i, const char *name, bool *bad)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0)
-        return NULL;
-    if (a[n] == '=')
-        return a + n + 1;
-    if (a[n] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
-        *bad = true;
-        return NULL;
-    }
-    (*i)++;
-    return argv[*i];
-}
-
-int cli_parse_duration(const char *command, const char *option, const char *value, uint64_t *ms)
-{
-    if (units_parse_duration_ms(value, ms) != 0) {
-        cli_usage_error(command, "%s: expected a duration like 30s, 10m or 250ms, got \"%s\"", option, value);
-        return -1;
-    }
-    return 0;
-}
-
-static int read_token_file(cli_opts_t *o, const char *path, const char *what)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "vramctl: %s %s: %s\n", what, path, strerror(errno));
-        return -1;
-    }
-    size_t n = fread(o->token, 1, sizeof o->token - 1, f);
-    bool more = fgetc(f) != EOF;
-    fclose(f);
-    if (more) {
-        fprintf(stderr, "vramctl: %s %s: longer than %d bytes\n", what, path, CLI_MAX_TOKEN - 1);
-        return -1;
-    }
-    o->token[n] = '\0';
-    while (n > 0 && isspace((unsigned char)o->token[n - 1]))
-        o->token[--n] = '\0';
-    return 0;
-}
-
-static int set_token(cli_opts_t *o, const char *token)
-{
-    if (strlen(token) >= sizeof o->token) {
-        fprintf(stderr, "vramctl: the token is longer than %d bytes\n", CLI_MAX_TOKEN - 1);
-        return -1;
-    }
-    snprintf(o->token, sizeof o->token, "%s", token);
-    return 0;
-}
-
-int cli_global_option(cli_opts_t *o, int argc, char **argv, int *i)
-{
-    bool bad = false;
-    const char *a = argv[*i];
-    const char *v;
-    if (strcmp(a, "--json") == 0) {
-        o->json = true;
-        return 1;
-    }
-    if ((v = cli_option_value(argc, argv, i, "--url", &bad))) {
-        o->url = v;
-        return 1;
-    }
-    if ((v = cli_option_value(argc, argv, i, "--token-file", &bad)))
-        return read_token_file(o, v, "--token-file") == 0 ? 1 : -1;
-    if ((v = cli_option_value(argc, argv, i, "--token", &bad)))
-        return set_token(o, v) == 0 ? 1 : -1;
-    if ((v = cli_option_value(argc, argv, i, "--timeout", &bad))) {
-        if (cli_parse_duration(NULL, "--timeout", v, &o->timeout_ms) != 0)
-            return -1;
-        if (o->timeout_ms == 0) {
-            cli_usage_error(NULL, "--timeout must be more than 0");
-            return -1;
-        }
-        o->timeout_set = true;
-        return 1;
-    }
-    if (bad) {
-        cli_usage_error(NULL, "%s needs a value", a);
-        return -1;
-    }
-    return 0;
-}
-
-int cli_url_escape(const char *s, char *out, size_t cap)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t n = 0;
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        bool plain = isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~';
-        if (n + (plain ? 1 : 3) + 1 > cap)
-            return -1;
-        if (plain) {
-            out[n++] = (char)ch;
-        } else {
-            out[n++] = '%';
-            out[n++] = hex[ch >> 4];
-            out[n++] = hex[ch & 15];
-        }
-    }
-    if (cap == 0)
-        return -1;
-    out[n] = '\0';
-    return 0;
-}
-
 static bool wants_help(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -278,19 +144,8 @@ static const struct command {
 int main(int argc, char **argv)
 {
     static cli_opts_t opts;
-    const char *env_url = getenv("VRAMD_URL");
-    opts.url = env_url && env_url[0] ? env_url : CLI_DEFAULT_URL;
-    opts.timeout_ms = CLI_DEFAULT_TIMEOUT_MS;
-    const char *no_color = getenv("NO_COLOR");
-    opts.color = isatty(STDOUT_FILENO) && !(no_color && no_color[0]);
-    const char *env_token = getenv("VRAMD_TOKEN");
-    const char *env_token_file = getenv("VRAMD_TOKEN_FILE");
-    if (env_token && env_token[0]) {
-        if (set_token(&opts, env_token) != 0)
-            return CLI_EXIT_USAGE;
-    } else if (env_token_file && env_token_file[0] && read_token_file(&opts, env_token_file, "VRAMD_TOKEN_FILE") != 0) {
+    if (cli_opts_init(&opts) != 0)
         return CLI_EXIT_USAGE;
-    }
 
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {

@@ -57,8 +57,9 @@ typedef struct section {
 bool cfg_all_chars_in(const char *s, const char *set);
 cJSON *cfg_yaml_to_json(ctx_t *c, yaml_node_t *n, int depth);
 
-/* fields.c: the table walk, and one parser per value kind */
+/* fields.c: the table walk, one parser per value kind, and lists of words */
 void cfg_free_argv(char **argv, size_t n);
+int cfg_parse_argv(ctx_t *c, yaml_node_t *v, char ***argv, size_t *n_argv);
 int cfg_apply_mapping(ctx_t *c, yaml_node_t *map, const section_t *section, void *base);
 int cfg_set_string(ctx_t *c, yaml_node_t *v, char **field);
 int cfg_parse_integer(ctx_t *c, yaml_node_t *v, uint64_t min, uint64_t max, uint64_t *out);
@@ -76,7 +77,6 @@ int cfg_fp_size(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 int cfg_fp_duration(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
 
 /* model_keys.c */
-int cfg_parse_argv(ctx_t *c, yaml_node_t *v, char ***argv, size_t *n_argv);
 int cfg_split_host_port(const char *s, bool port_required, int default_port, char *host, size_t host_cap,
                         int *port);
 int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root);

@@ -4,7 +4,8 @@
  * cfg_apply_mapping() walks a mapping against a section's table (field_spec_t) and calls
  * each key's parser on the field at its offset; the cfg_fp_* parsers read one value kind
  * (string, HTTP path, bool, integers within [min, max], size, duration); cfg_parse_*
- * are the same checks for callers that are not table entries.
+ * are the same checks for callers that are not table entries, and cfg_parse_argv()
+ * reads a list of words (a model's cmd, a validate cmd) that cfg_free_argv() frees.
  * Invariants: an unknown key is an error; a parser returns 0 or -1 after ydoc_fail(), and
  * a string field is replaced only once its new value is copied, so the struct stays
  * freeable; applying a mapping sets only the keys it names (null applies nothing).
@@ -23,6 +24,36 @@ void cfg_free_argv(char **argv, size_t n)
     for (size_t i = 0; i < n; i++)
         free(argv[i]);
     free(argv);
+}
+
+/* A list of strings (each a scalar, stringified as written) into argv[0..n-1] + NULL. */
+int cfg_parse_argv(ctx_t *c, yaml_node_t *v, char ***argv, size_t *n_argv)
+{
+    if (ydoc_need_sequence(c, v, "a list of words like [python3, serve.py]", 1, ARGV_MAX) != 0)
+        return -1;
+    size_t n = ydoc_sequence_size(v);
+    char **words = calloc(n + 1, sizeof *words);
+    if (words == NULL)
+        return ydoc_fail(c, v, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        yaml_node_t *item = ydoc_sequence_item(c, v, i);
+        size_t saved = ydoc_path_push_index(c, i);
+        rc = ydoc_need_scalar(c, item, "a string");
+        if (rc == 0 && i == 0 && item->data.scalar.length == 0)
+            rc = ydoc_fail(c, item, "the program name must not be empty");
+        if (rc == 0 && (words[i] = ydoc_dup_or_fail(c, item, ydoc_scalar_text(item))) == NULL)
+            rc = -1;
+        ydoc_path_pop(c, saved);
+    }
+    if (rc != 0) {
+        cfg_free_argv(words, n);
+        return -1;
+    }
+    cfg_free_argv(*argv, *n_argv);
+    *argv = words;
+    *n_argv = n;
+    return 0;
 }
 
 /* Applies a mapping of known keys onto base; null = nothing to apply. */
