@@ -1,0 +1,199 @@
+/*
+ * sched_admit: a request's way through the memory book: admission (its REQUEST entry,
+ * sized estimate - cache credit), the claim it no longer needs, what is learned when it
+ * finishes (run time, peak samples, OOMs, load times), and asking idle instances to give
+ * their cached memory back through their clear_cache hook.
+ * Invariants: a request holds its entry from sched_admit until sched_request_finished,
+ * however it ends; the credit it took from its instance's verified cache is returned with
+ * it; memory a finished request leaves behind is booked on its instance (unverified) until
+ * the next snapshot measures it. Calls down only, into scheduler.c (scheduler_int.h).
+ * Loop thread only.
+ */
+#include "sched/scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "core/core.h"
+#include "core/request.h"
+#include "sched/scheduler_int.h"
+#include "workers/http_call.h"
+
+#define LEARN_MIN_SAMPLES 3
+
+/* ---- cached memory given back ----------------------------------------------------- */
+
+static void on_hook_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    (void)body;
+    (void)len;
+    instance_t *inst = ctx;
+    inst->hook_call = NULL;
+    log_event(status >= 200 && status < 300 ? LOG_INFO : LOG_WARN, "clear_cache_done",
+              "model=%s instance=%u status=%d error=%s", inst->model->name, inst->id, status, error);
+    if (sched_state.gpu)
+        gpu_poll_now(sched_state.gpu);
+}
+
+/* Ask idle instances on GPU pos that hold cached memory (and have a clear_cache hook) to
+ * give it back. Instances without a hook keep holding it until unloaded. */
+void sched_clear_caches(size_t pos, const model_t *except)
+{
+    core_t *d = sched_state.core;
+    uint64_t now = core_now();
+    list_foreach(mi, &d->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        if (m == except || !m->cfg->clear_cache.set)
+            continue;
+        list_foreach(ii, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if (in->gpu_pos != (int)pos || in->state != INST_READY || in->in_flight > 0 || in->hook_call ||
+                sched_instance_cache(in) < 64ULL * 1024 * 1024 ||
+                now - in->last_clear_cache_ms < SCHED_CLEAR_CACHE_MIN_INTERVAL_MS)
+                continue;
+            in->last_clear_cache_ms = now;
+            http_call_req_t req = {.host = in->host,
+                                   .port = in->port,
+                                   .method = m->cfg->clear_cache.method ? m->cfg->clear_cache.method : "POST",
+                                   .path = m->cfg->clear_cache.path,
+                                   .timeout_ms = m->cfg->clear_cache.timeout_ms ? m->cfg->clear_cache.timeout_ms
+                                                                                : 30000};
+            char err[160];
+            log_event(LOG_INFO, "clear_cache", "model=%s instance=%u cached=%llu", m->name, in->id,
+                      (unsigned long long)sched_instance_cache(in));
+            if (http_call_start(d->loop, &req, on_hook_answer, in, &in->hook_call, err, sizeof err) != 0)
+                in->hook_call = NULL;
+        }
+    }
+}
+
+/* ---- admission --------------------------------------------------------------------- */
+
+bool sched_admit(request_t *r, instance_t *inst)
+{
+    model_t *m = inst->model;
+    if (inst->gpu_pos < 0 || !sched_uses_gpu(m))
+        return true;
+    uint64_t est = sched_level_estimate(m, r->level);
+    uint64_t cache = sched_instance_cache(inst);
+    uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
+    uint64_t credit = est < avail ? est : avail;
+    uint64_t need = est - credit;
+    ledger_t *l = &sched_state.ledger;
+    if (ledger_reserve(l, (size_t)inst->gpu_pos, &r->mem, LEDGER_REQUEST, need, m->name, m) != 0) {
+        /* A claim holds back models whose oldest waiting request is younger than the
+         * claimant's oldest, not older (ties: not held back). evictable() is the exact
+         * complement (it evicts a queued model only for a strictly older claimant), so a
+         * model whose queue blocks its own eviction and a claimant waiting for that
+         * eviction can never wait for each other. */
+        const ledger_gpu_t *g = &l->gpus[inst->gpu_pos];
+        const model_t *claimant = g->claimed ? g->claim_holder : NULL;
+        if (!claimant || claimant == m)
+            return false;
+        uint64_t claimant_oldest = queue_oldest_ms(&claimant->queue);
+        uint64_t own_oldest = queue_oldest_ms(&m->queue);
+        if (r->t_queued && (!own_oldest || r->t_queued < own_oldest))
+            own_oldest = r->t_queued;
+        bool ahead = own_oldest && (!claimant_oldest || own_oldest <= claimant_oldest);
+        if (!ahead || ledger_reserve_ahead_of_claim(l, (size_t)inst->gpu_pos, &r->mem, LEDGER_REQUEST, need,
+                                                    m->name, m) != 0)
+            return false;
+    }
+    r->credit = credit;
+    inst->credit_used += credit;
+    inst->running_reserved += need;
+    if (inst->in_flight == 0) {
+        inst->run_peak = inst->measured;
+        inst->run_alone = true;
+    } else {
+        inst->run_alone = false;
+    }
+    sched_unblocked(m);
+    return true;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void learn_peak(model_t *m, uint64_t sample)
+{
+    m->peaks[m->peak_next] = sample;
+    m->peak_next = (m->peak_next + 1) % SCHED_PEAK_SAMPLES;
+    if (m->n_peaks < SCHED_PEAK_SAMPLES)
+        m->n_peaks++;
+    if (!m->cfg->memory.learn || m->n_peaks < LEARN_MIN_SAMPLES)
+        return;
+    uint64_t sorted[SCHED_PEAK_SAMPLES];
+    memcpy(sorted, m->peaks, m->n_peaks * sizeof sorted[0]);
+    qsort(sorted, m->n_peaks, sizeof sorted[0], cmp_u64);
+    size_t idx = (m->n_peaks * 95 + 99) / 100;
+    if (idx > 0)
+        idx--;
+    uint64_t q = sorted[idx];
+    uint64_t est = q + q / 10;
+    if (est != m->est_per_request) {
+        char a[32], b[32];
+        units_format_size(m->est_per_request ? m->est_per_request : m->cfg->memory.per_request, a, sizeof a);
+        units_format_size(est, b, sizeof b);
+        log_event(LOG_INFO, "per_request_learned", "model=%s from=%s to=%s samples=%u", m->name, a, b, m->n_peaks);
+        m->est_per_request = est;
+    }
+}
+
+void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, bool ok)
+{
+    model_t *m = inst->model;
+    bool held = r->mem.gpu >= 0;
+    uint64_t released = r->mem.bytes;
+    ledger_release(&sched_state.ledger, &r->mem);
+    inst->running_reserved = inst->running_reserved > released ? inst->running_reserved - released : 0;
+    /* Until NVML says otherwise, assume the framework kept what the request allocated
+     * (PyTorch's caching allocator does): the instance holds it now. The next idle
+     * snapshot sets the entry to what is really measured, so this never under-counts. */
+    if (held && released && inst->mem.gpu >= 0 && inst->state == INST_READY && !inst->stop_requested) {
+        ledger_resize(&sched_state.ledger, &inst->mem, inst->mem.bytes + released);
+        inst->unverified += released;
+    }
+    inst->credit_used = inst->credit_used > r->credit ? inst->credit_used - r->credit : 0;
+    r->credit = 0;
+    if (ok) {
+        m->run_ms_ewma = m->run_ms_ewma ? (m->run_ms_ewma * 7 + run_ms * 3) / 10 : run_ms;
+        if (inst->run_alone && held) {
+            uint64_t floor = inst->baseline ? inst->baseline : m->cfg->memory.resident;
+            if (inst->run_peak > floor)
+                learn_peak(m, inst->run_peak - floor);
+        }
+    }
+    if (held)
+        sched_pump_all(m->core);
+}
+
+void sched_note_oom(model_t *m)
+{
+    m->oom_total++;
+    uint64_t est = sched_request_estimate(m);
+    uint64_t raised = est + est / 4;
+    if (raised < est + 256ULL * 1024 * 1024)
+        raised = est + 256ULL * 1024 * 1024;
+    log_event(LOG_WARN, "per_request_raised", "model=%s from=%llu to=%llu reason=%s", m->name,
+              (unsigned long long)est, (unsigned long long)raised, "oom");
+    m->est_per_request = raised;
+}
+
+void sched_note_load(model_t *m, uint64_t load_ms)
+{
+    m->load_ms_ewma = m->load_ms_ewma ? (m->load_ms_ewma * 7 + load_ms * 3) / 10 : load_ms;
+}
+
+void sched_unblocked(model_t *m)
+{
+    if (!m->claiming)
+        return;
+    ledger_unclaim(&sched_state.ledger, m);
+    m->claiming = false;
+}

@@ -1,0 +1,254 @@
+/*
+ * sched_evict: placement and eviction. Finds a GPU for a new instance (sched_place) or
+ * room for a blocked queue head on its instance's GPU (sched_blocked): it fits, idle
+ * instances of other models are evicted for it, it waits (running work, memory on its way
+ * back) and claims the GPU once it starves, or it can never fit. Also books an instance's
+ * RESIDENT entry when it is placed and starts the verified reclaim when it unloads.
+ * Invariants: only idle instances are evicted (evictable), never more while memory
+ * already on its way back would cover the need; an eviction is always made under the
+ * claimant's claim on that GPU; a queued model is evicted only for a claimant whose oldest
+ * request is strictly older (the complement of sched_admit's rule, so neither waits for
+ * the other). Calls down only, into sched_admit.c and scheduler.c. Loop thread only.
+ */
+#include "sched/scheduler.h"
+
+#include <stdio.h>
+
+#include "common/log.h"
+#include "core/core.h"
+#include "core/request.h"
+#include "sched/scheduler_int.h"
+
+#define STARVE_MIN_MS 1000
+
+/* ---- making room ------------------------------------------------------------------- */
+
+/* May `in` be evicted to make room for model `for_m`? Idle (nothing in flight), not
+ * pinned, not busy with a hook. A model with queued requests is normally kept (its queue
+ * is about to use it), with one exception that breaks a mutual wait: `for_m` claims memory
+ * (it starves) and its oldest request has waited longer than this model's oldest. Then this
+ * model's queued requests are blocked by that claim and the claimant by this model's
+ * queue; the older wait goes first (FIFO across models), and this model reloads after. */
+static bool evictable(const instance_t *in, const model_t *for_m)
+{
+    const model_t *m = in->model;
+    /* a supervised worker left unloaded with memory still held (residue): stop it */
+    if (in->state == INST_UNLOADED && !in->external && in->proc && in->mem.gpu >= 0 && in->mem.bytes > 0 &&
+        !in->hook_call)
+        return m->queue.depth == 0;
+    if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->gpu_pos < 0 || in->hook_call)
+        return false;
+    if (m->cfg->keep_alive_ms == CONFIG_FOREVER)
+        return false;
+    if (in->external && !m->cfg->unload.set)
+        return false;
+    if (m->queue.depth > 0) {
+        uint64_t own_oldest = queue_oldest_ms(&m->queue);
+        uint64_t their_oldest = queue_oldest_ms(&for_m->queue);
+        if (!for_m->claiming || !their_oldest || !own_oldest || their_oldest >= own_oldest)
+            return false; /* sched_admit lets this model's work go ahead of the claim instead */
+    }
+    return true;
+}
+
+/* Memory on GPU pos that is on its way back: evicted or stopping instances whose entries
+ * are still held until NVML shows the memory returned. */
+static uint64_t incoming(size_t pos)
+{
+    uint64_t sum = 0;
+    list_foreach(mi, &sched_state.core->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if (in->gpu_pos != (int)pos || in->mem.gpu < 0)
+                continue;
+            if (in->reclaiming || in->state == INST_UNLOADING || in->state == INST_STOPPING ||
+                (in->stop_requested && in->state == INST_READY))
+                sum += in->mem.bytes;
+        }
+    }
+    return sum;
+}
+
+/* The load waiting for memory (or the request starving) claims the GPU, so that smaller
+ * work of other models stops taking what it needs. */
+static void claim_if_starving(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, uint64_t threshold,
+                              const char *why)
+{
+    uint64_t now = core_now();
+    uint64_t oldest = queue_oldest_ms(&m->queue);
+    if (m->claiming || !oldest || now - oldest <= threshold)
+        return;
+    ledger_t *l = &sched_state.ledger;
+    size_t best = 0;
+    uint64_t cap = 0;
+    bool any = false;
+    for (size_t g = 0; g < l->n_gpus; g++)
+        if (allowed[g] && ledger_capacity(l, g) >= cap) {
+            cap = ledger_capacity(l, g);
+            best = g;
+            any = true;
+        }
+    if (any && ledger_claim(l, best, need, m) == 0) {
+        m->claiming = true;
+        log_event(LOG_INFO, "memory_claimed", "model=%s gpu=%d bytes=%llu waited_ms=%llu reason=%s", m->name,
+                  l->gpus[best].index, (unsigned long long)need, (unsigned long long)(now - oldest), why);
+    }
+}
+
+/* Find room for `need` bytes for model m on one of the allowed GPUs: it fits now (FITS,
+ * *gpu_pos set), or idle instances of other models are being evicted for it (EVICT), or
+ * it has to wait for running work or for memory already on its way back (WAIT), or it
+ * can never fit (NEVER). */
+static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, size_t *gpu_pos)
+{
+    ledger_t *l = &sched_state.ledger;
+    placer_candidate_t *cands = sched_state.cands;
+    size_t n = 0;
+    list_foreach(mi, &sched_state.core->models) {
+        model_t *om = list_entry(mi, model_t, link);
+        if (om == m)
+            continue;
+        list_foreach(ii, &om->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if (n >= PLACER_MAX_EVICT || !evictable(in, m))
+                continue;
+            cands[n++] = (placer_candidate_t){.instance = in,
+                                              .gpu_pos = (size_t)in->gpu_pos,
+                                              .bytes = in->mem.bytes,
+                                              .priority = om->cfg->priority,
+                                              .last_used_ms = in->last_used_ms,
+                                              .reload_cost_ms = om->load_ms_ewma};
+        }
+    }
+    placer_plan_t plan;
+    enum placer_result res = placer_choose(l, allowed, need, m, cands, n, &plan);
+    if (res == PLACER_FITS) {
+        *gpu_pos = plan.gpu_pos;
+        return res;
+    }
+    if (res == PLACER_NEVER)
+        return res;
+    /* memory already on its way back may be enough: do not evict more while it comes */
+    for (size_t g = 0; g < l->n_gpus; g++)
+        if (allowed[g] && incoming(g) > 0 && ledger_free_for(l, g, m) + incoming(g) >= need)
+            return PLACER_WAIT;
+    if (res == PLACER_EVICT) {
+        if (ledger_claim(l, plan.gpu_pos, need, m) != 0)
+            return PLACER_WAIT; /* another waiter holds this GPU's claim */
+        m->claiming = true;
+        for (size_t i = 0; i < plan.n_evict; i++) {
+            instance_t *victim = (instance_t *)cands[plan.evict[i]].instance;
+            char why[160];
+            snprintf(why, sizeof why, "evicted for %s", m->name);
+            log_event(LOG_INFO, "eviction", "model=%s instance=%u gpu=%d bytes=%llu for=%s", victim->model->name,
+                      victim->id, victim->gpu, (unsigned long long)victim->mem.bytes, m->name);
+            core_note_event(sched_state.core, "evicting %s from GPU %d for %s", victim->model->name, victim->gpu,
+                            m->name);
+            sched_state.actions.evict(victim, why);
+        }
+        return res;
+    }
+    for (size_t g = 0; g < l->n_gpus; g++)
+        if (allowed[g])
+            sched_clear_caches(g, m);
+    return res;
+}
+
+enum placer_result sched_place(model_t *m, size_t *gpu_pos)
+{
+    *gpu_pos = 0;
+    if (!sched_uses_gpu(m))
+        return PLACER_FITS;
+    if (!sched_state.ok || sched_state.ledger.n_gpus == 0)
+        return PLACER_WAIT;
+    bool allowed[LEDGER_MAX_GPUS];
+    sched_allowed_mask(m, allowed);
+    /* room for the instance and one request at the cheapest level it can serve */
+    uint64_t per = sched_request_estimate(m);
+    for (unsigned level = 1; level <= m->cfg->degrade.n_ladder; level++)
+        if (sched_level_estimate(m, level) < per)
+            per = sched_level_estimate(m, level);
+    uint64_t need = m->cfg->memory.resident + per;
+    enum placer_result res = make_room(m, allowed, need, gpu_pos);
+    if (res == PLACER_WAIT) {
+        uint64_t threshold = m->load_ms_ewma > STARVE_MIN_MS ? m->load_ms_ewma : STARVE_MIN_MS;
+        bool was_claiming = m->claiming;
+        claim_if_starving(m, allowed, need, threshold, "load waiting");
+        if (!was_claiming && m->claiming) /* a claimant may evict what it could not before (evictable) */
+            res = make_room(m, allowed, need, gpu_pos);
+    }
+    return res;
+}
+
+void sched_blocked(model_t *m, request_t *r, instance_t *inst)
+{
+    if (inst->gpu_pos < 0 || !sched_state.ok)
+        return;
+    uint64_t est = sched_level_estimate(m, r->level);
+    uint64_t cache = sched_instance_cache(inst);
+    uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
+    uint64_t need = est - (est < avail ? est : avail);
+    /* Memory the last request left cached is lent only once a snapshot has measured it.
+     * When that unverified part would cover this request, evicting another model for it
+     * would be a waste (a reload later): measure now, the snapshot pumps again. */
+    if (inst->unverified > 0 && sched_state.gpu &&
+        need <= inst->unverified + ledger_free_for(&sched_state.ledger, (size_t)inst->gpu_pos, m)) {
+        gpu_poll_now(sched_state.gpu);
+        return;
+    }
+    bool only[LEDGER_MAX_GPUS] = {false};
+    only[inst->gpu_pos] = true;
+    size_t pos;
+    enum placer_result res = make_room(m, only, need, &pos);
+    if (res == PLACER_FITS) {
+        model_schedule_pump(m); /* e.g. the claim it needed is now its own */
+        return;
+    }
+    if (res == PLACER_WAIT) {
+        uint64_t threshold = m->run_ms_ewma > STARVE_MIN_MS ? m->run_ms_ewma : STARVE_MIN_MS;
+        bool was_claiming = m->claiming;
+        claim_if_starving(m, only, need, threshold, "request waiting");
+        if (!was_claiming && m->claiming && make_room(m, only, need, &pos) == PLACER_FITS)
+            model_schedule_pump(m);
+    }
+}
+
+/* ---- an instance's resident entry ---------------------------------------------------- */
+
+void sched_place_instance(instance_t *inst, size_t gpu_pos)
+{
+    model_t *m = inst->model;
+    if (!sched_uses_gpu(m) || gpu_pos >= sched_state.ledger.n_gpus) {
+        inst->gpu_pos = -1;
+        return;
+    }
+    sched_unblocked(m);
+    inst->gpu_pos = (int)gpu_pos;
+    inst->gpu = sched_state.ledger.gpus[gpu_pos].index;
+    ledger_force(&sched_state.ledger, gpu_pos, &inst->mem, LEDGER_RESIDENT, m->cfg->memory.resident, m->name,
+                 inst);
+}
+
+void sched_instance_ready(instance_t *inst)
+{
+    inst->baseline = 0;
+    if (inst->gpu_pos < 0 || !sched_state.ok || !sched_state.gpu)
+        return;
+    inst->baseline_pending = true;
+    gpu_poll_now(sched_state.gpu);
+}
+
+void sched_instance_unloading(instance_t *inst)
+{
+    if (inst->mem.gpu < 0)
+        return;
+    inst->reclaim_last = UINT64_MAX;
+    inst->reclaim_stable = 0;
+    inst->reclaiming = true;
+    inst->reclaim_since_ms = core_now();
+    if (sched_state.gpu)
+        gpu_poll_now(sched_state.gpu);
+}
+
+bool sched_instance_holds_memory(const instance_t *inst) { return inst->mem.gpu >= 0; }

@@ -1,0 +1,384 @@
+/*
+ * sched_snapshot: NVML for the scheduler. sched_init opens NVML (and sets up the shared
+ * state), sched_shutdown closes it; each snapshot, read on the thread pool by gpu/nvml.c,
+ * arrives here on the loop thread and is applied: each GPU's foreign usage (used minus
+ * what the processes of managed instances use: pid, process group, or the listener pid of
+ * an external server), each instance's measured usage booked in its RESIDENT entry, the
+ * verified reclaim of unloading instances, the post-load baseline and running peaks that
+ * learning uses, and recycling on memory growth.
+ * Invariants: foreign usage rises at once and falls only on two agreeing readings; an
+ * idle READY instance is booked at max(declared, measured beyond running reservations,
+ * floor + lent cache), so it never under-counts; a reclaim ends settled or after
+ * stop_timeout (+ RECLAIM_GRACE_MS for an exited process). Every snapshot ends with a
+ * pump of all waiting models. Calls down only, into sched_admit.c and scheduler.c.
+ */
+#include "sched/scheduler.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "core/core.h"
+#include "gpu/gpu.h"
+#include "gpu/procfs.h"
+#include "sched/scheduler_int.h"
+
+#define RECLAIM_GRACE_MS 5000
+#define LISTENER_LOOKUP_INTERVAL_MS 5000
+#define PGID_CACHE 64
+
+/* ---- which instance a process belongs to --------------------------------------------- */
+
+typedef struct pgid_cache {
+    pid_t pid[PGID_CACHE];
+    pid_t pgid[PGID_CACHE];
+    size_t n;
+} pgid_cache_t;
+
+static pid_t cached_pgid(pgid_cache_t *c, pid_t pid)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->pid[i] == pid)
+            return c->pgid[i];
+    pid_t g = procfs_pgid(pid);
+    if (c->n < PGID_CACHE) {
+        c->pid[c->n] = pid;
+        c->pgid[c->n] = g;
+        c->n++;
+    }
+    return g;
+}
+
+static instance_t *owner_of(pid_t pid, pgid_cache_t *cache)
+{
+    pid_t pgid = 0;
+    bool looked = false;
+    list_foreach(mi, &sched_state.core->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if ((in->pid > 0 && in->pid == pid) || (in->external_pid > 0 && in->external_pid == pid))
+                return in;
+        }
+    }
+    list_foreach(mi, &sched_state.core->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            pid_t group = in->pgid > 0 ? in->pgid : 0;
+            if (!group)
+                continue;
+            if (!looked) {
+                pgid = cached_pgid(cache, pid);
+                looked = true;
+            }
+            if (pgid > 0 && pgid == group)
+                return in;
+        }
+    }
+    return NULL;
+}
+
+static void find_external_pids(uint64_t now)
+{
+    uint64_t last = sched_state.last_listener_lookup_ms;
+    if (now - last < LISTENER_LOOKUP_INTERVAL_MS && last)
+        return;
+    sched_state.last_listener_lookup_ms = now;
+    list_foreach(mi, &sched_state.core->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if (!in->external || !sched_uses_gpu(m))
+                continue;
+            if (in->external_pid > 0 && kill(in->external_pid, 0) == 0)
+                continue;
+            pid_t p = procfs_listener(in->port);
+            if (p != in->external_pid) {
+                in->external_pid = p;
+                in->pgid = p > 0 ? procfs_pgid(p) : 0;
+                log_event(LOG_INFO, "external_pid", "model=%s port=%d pid=%d", m->name, in->port, (int)p);
+            }
+        }
+    }
+}
+
+/* ---- one snapshot applied ------------------------------------------------------------ */
+
+/* Foreign usage rises at once but falls only when two readings in a row agree: one
+ * reading taken while workers allocate cannot make capacity look larger than it is. */
+static uint64_t settled_foreign(size_t pos, uint64_t raw)
+{
+    uint64_t foreign = raw;
+    uint64_t current = sched_state.ledger.gpus[pos].foreign;
+    if (raw < current) {
+        foreign = raw > sched_state.foreign_raw[pos] ? raw : sched_state.foreign_raw[pos];
+        if (foreign > current)
+            foreign = current;
+    }
+    sched_state.foreign_raw[pos] = raw;
+    return foreign;
+}
+
+/* Step 1, per GPU: each instance's measured usage (its processes' usage summed) and the
+ * GPU's foreign usage (what no instance accounts for), booked in the ledger. */
+static void measure_gpus(core_t *d, const gpu_snapshot_t *snap)
+{
+    list_foreach(mi, &d->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) list_entry(ii, instance_t, link)->measured = 0;
+    }
+    pgid_cache_t cache;
+    cache.n = 0;
+    for (size_t pos = 0; pos < sched_state.ledger.n_gpus; pos++) {
+        const gpu_device_t *dev = NULL;
+        for (size_t k = 0; k < snap->n_devices; k++)
+            if (snap->devices[k].index == sched_state.ledger.gpus[pos].index)
+                dev = &snap->devices[k];
+        if (!dev)
+            continue;
+        uint64_t attributed = 0;
+        for (size_t p = 0; p < dev->n_procs; p++) {
+            instance_t *in = owner_of(dev->procs[p].pid, &cache);
+            if (!in)
+                continue;
+            in->measured += dev->procs[p].used;
+            attributed += dev->procs[p].used;
+        }
+        uint64_t raw = dev->used > attributed ? dev->used - attributed : 0;
+        uint64_t foreign = settled_foreign(pos, raw);
+        if (!d->cfg->gpu.foreign_measure)
+            foreign = 0;
+        ledger_set_gpu(&sched_state.ledger, pos, dev->index, dev->total, d->cfg->gpu.headroom);
+        ledger_set_foreign(&sched_state.ledger, pos, foreign);
+    }
+}
+
+/* Step 2, an instance whose memory is on its way back: is the reclaim done (settled), or
+ * has it waited too long? Either way its entry is released (its process is gone) or set
+ * to what it still holds, and the supervisor is told. The instance may be gone after. */
+static void check_reclaim(model_t *m, instance_t *in, uint64_t now)
+{
+    bool process_gone = !in->proc && !in->external;
+    bool settled = false, enough = false;
+    if (process_gone) {
+        settled = enough = in->measured == 0;
+    } else {
+        /* unload hook: the process stays (CUDA context, residue); done when the
+         * usage stops falling; "returned" when at least half came back */
+        if (in->measured <= in->reclaim_last && in->reclaim_last - in->measured <= in->mem.bytes / 100) {
+            if (in->reclaim_stable++ == 0)
+                in->reclaim_stable_since_ms = now;
+        } else {
+            in->reclaim_stable = 0;
+        }
+        in->reclaim_last = in->measured;
+        /* done when most of it came back (at least half) and the usage held still
+         * for 3 snapshots (what stays is residue, booked as held); while little has
+         * come back (a driver can lag 0.5-1.5 s) keep waiting, up to stop_timeout
+         * + RECLAIM_GRACE_MS, after which the reclaim is declared incomplete below */
+        enough = in->measured <= in->mem.bytes / 2;
+        settled = enough && (in->measured <= in->mem.bytes / 10 || in->reclaim_stable >= 3);
+    }
+    if (settled) {
+        log_event(LOG_INFO, "memory_reclaimed", "model=%s instance=%u gpu=%d wait_ms=%llu remaining=%llu", m->name,
+                  in->id, in->gpu, (unsigned long long)(now - in->reclaim_since_ms),
+                  (unsigned long long)in->measured);
+        in->reclaiming = false;
+        if (process_gone && !in->external)
+            ledger_release(&sched_state.ledger, &in->mem);
+        else
+            ledger_resize(&sched_state.ledger, &in->mem, in->measured);
+        sched_state.actions.reclaimed(in, true);
+    } else if (now - in->reclaim_since_ms > m->cfg->stop_timeout_ms + (process_gone ? RECLAIM_GRACE_MS : 0)) {
+        /* bounded by stop_timeout (SPEC 4); an exited process also gets the
+         * driver's release lag */
+        log_event(LOG_WARN, "reclaim_timeout", "model=%s instance=%u gpu=%d still_held=%llu waited_ms=%llu", m->name,
+                  in->id, in->gpu, (unsigned long long)in->measured,
+                  (unsigned long long)(now - in->reclaim_since_ms));
+        in->reclaiming = false;
+        if (process_gone && !in->external)
+            ledger_release(&sched_state.ledger, &in->mem); /* what is still held shows as foreign */
+        else
+            ledger_resize(&sched_state.ledger, &in->mem, in->measured);
+        sched_state.actions.reclaimed(in, false);
+    }
+}
+
+/* Step 3, an idle READY instance: recycle.max_growth. Memory that stays after a request,
+ * measured idle. A framework's allocator cache is not a leak: with a clear_cache hook the
+ * cache is given back first and what remains is growth; without one, up to one request's
+ * estimate is taken as cache and only growth beyond it counts. True when the supervisor
+ * was asked to recycle it (the instance may be gone after). */
+static bool recycle_on_growth(core_t *d, model_t *m, instance_t *in, uint64_t now)
+{
+    uint64_t growth_cap = m->cfg->recycle.max_growth;
+    if (growth_cap && !m->cfg->clear_cache.set)
+        growth_cap += sched_request_estimate(m);
+    if (!growth_cap || !in->baseline || in->measured <= in->baseline + growth_cap)
+        return false;
+    bool cache_cleared = !m->cfg->clear_cache.set ||
+                         (in->last_clear_cache_ms && now - in->last_clear_cache_ms < 10000 &&
+                          now - in->last_clear_cache_ms > 3 * d->cfg->gpu.poll_ms && !in->hook_call);
+    if (cache_cleared) {
+        char why[96];
+        snprintf(why, sizeof why, "memory grew by %llu MiB since load",
+                 (unsigned long long)((in->measured - in->baseline) >> 20));
+        sched_state.actions.recycle(in, why);
+        return true;
+    }
+    if (!in->hook_call && now - in->last_clear_cache_ms >= SCHED_CLEAR_CACHE_MIN_INTERVAL_MS)
+        sched_clear_caches((size_t)in->gpu_pos, NULL);
+    return false;
+}
+
+/* Step 4, a READY instance that is not stopping: its post-load baseline and the growth
+ * check while idle, its peak while running (learning), and its RESIDENT entry. */
+static void book_ready(core_t *d, model_t *m, instance_t *in, uint64_t now)
+{
+    if (in->in_flight == 0) {
+        /* the post-load baseline: taken from the first snapshot after READY (its
+         * first request waited for it), and it only ever falls afterwards */
+        if (in->baseline_pending || (!in->baseline && in->requests_total == 0) ||
+            (in->baseline && in->measured < in->baseline))
+            in->baseline = in->measured;
+        if (in->baseline_pending) {
+            in->baseline_pending = false;
+            model_schedule_pump(m);
+        }
+        if (recycle_on_growth(d, m, in, now))
+            return;
+    } else {
+        if (in->measured > in->run_peak)
+            in->run_peak = in->measured;
+        if (in->in_flight > 1)
+            in->run_alone = false;
+    }
+    /* what it holds beyond its running requests' reservations (cache included),
+     * never less than its floor plus the cache already lent to running requests */
+    uint64_t declared = m->cfg->memory.resident;
+    uint64_t held = in->measured > in->running_reserved ? in->measured - in->running_reserved : 0;
+    uint64_t lent = sched_instance_floor(in) + in->credit_used;
+    uint64_t b = held > lent ? held : lent;
+    if (b < declared)
+        b = declared;
+    in->unverified = 0;
+    if (b != in->mem.bytes)
+        ledger_resize(&sched_state.ledger, &in->mem, b);
+}
+
+/* One instance that holds a ledger entry, by its state. The instance may be gone after
+ * (reclaimed, recycled). */
+static void book_instance(core_t *d, model_t *m, instance_t *in, uint64_t now)
+{
+    uint64_t declared = m->cfg->memory.resident;
+    if (in->reclaiming) {
+        check_reclaim(m, in, now);
+    } else if (in->state == INST_STARTING) {
+        uint64_t b = in->measured > declared ? in->measured : declared;
+        if (b != in->mem.bytes)
+            ledger_resize(&sched_state.ledger, &in->mem, b);
+    } else if (in->state == INST_READY && !in->stop_requested) {
+        book_ready(d, m, in, now);
+    } else if (in->in_flight > 0) {
+        if (in->measured > in->run_peak)
+            in->run_peak = in->measured;
+    } else if (in->state == INST_UNLOADED || in->state == INST_DOWN) {
+        /* unloaded (residue, context) or an external server that is down: vramd does
+         * not control it, so it is booked at exactly what NVML shows it holding */
+        if (in->measured != in->mem.bytes)
+            ledger_resize(&sched_state.ledger, &in->mem, in->measured);
+    }
+}
+
+static void apply_snapshot(const gpu_snapshot_t *snap)
+{
+    core_t *d = sched_state.core;
+    uint64_t now = core_now();
+    find_external_pids(now);
+    measure_gpus(d, snap);
+    /* residents, reclaim, peaks */
+    list_foreach(mi, &d->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach_safe(ii, tmp, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if (in->mem.gpu >= 0)
+                book_instance(d, m, in, now);
+        }
+    }
+    sched_pump_all(d);
+}
+
+/* ---- NVML: start, snapshots, stop ---------------------------------------------------- */
+
+static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
+{
+    (void)ctx;
+    if (!snap->ok) {
+        if (sched_state.ok)
+            log_event(LOG_ERROR, "nvml_failed", "error=%s", snap->error);
+        sched_state.ok = false;
+        snprintf(sched_state.error, sizeof sched_state.error, "%s", snap->error);
+        return;
+    }
+    if (!sched_state.ok)
+        log_event(LOG_INFO, "nvml_ok", "devices=%zu read_us=%llu", snap->n_devices, (unsigned long long)snap->read_us);
+    sched_state.ok = true;
+    sched_state.error[0] = '\0';
+    memcpy(sched_state.snap, snap, sizeof *snap);
+    apply_snapshot(sched_state.snap);
+}
+
+void sched_init(core_t *d, const sched_actions_t *actions)
+{
+    memset(&sched_state, 0, sizeof sched_state);
+    sched_state.core = d;
+    sched_state.actions = *actions;
+    ledger_init(&sched_state.ledger);
+    sched_state.snap = calloc(1, sizeof *sched_state.snap);
+    const config_t *c = d->cfg;
+    gpu_options_t opt = {
+        .library = getenv("VRAMD_NVML_LIBRARY") ? NULL : c->gpu.nvml_library,
+        .indexes = c->gpu.devices,
+        .n_indexes = c->gpu.n_devices,
+        .uuids = c->gpu.device_uuids,
+        .n_uuids = c->gpu.n_device_uuids,
+    };
+    char err[256];
+    sched_state.gpu = sched_state.snap ? gpu_open(&opt, err, sizeof err) : NULL;
+    if (!sched_state.gpu) {
+        snprintf(sched_state.error, sizeof sched_state.error, "NVML unavailable: %s",
+                 sched_state.snap ? err : "out of memory");
+        log_event(LOG_WARN, "nvml_unavailable", "error=%s", sched_state.error);
+        return;
+    }
+    if (gpu_probe_once(sched_state.gpu, sched_state.snap) != 0 || !sched_state.snap->ok) {
+        snprintf(sched_state.error, sizeof sched_state.error, "NVML read failed: %s", sched_state.snap->error);
+        log_event(LOG_WARN, "nvml_unavailable", "error=%s", sched_state.error);
+    } else {
+        sched_state.ok = true;
+        for (size_t i = 0; i < sched_state.snap->n_devices && i < LEDGER_MAX_GPUS; i++) {
+            const gpu_device_t *dev = &sched_state.snap->devices[i];
+            ledger_set_gpu(&sched_state.ledger, i, dev->index, dev->total, c->gpu.headroom);
+            char t[32];
+            units_format_size(dev->total, t, sizeof t);
+            log_event(LOG_INFO, "gpu_found", "index=%d name=%s uuid=%s total=%s library=%s", dev->index, dev->name,
+                      dev->uuid, t, gpu_library(sched_state.gpu));
+        }
+    }
+    gpu_poll_start(sched_state.gpu, d->loop, c->gpu.poll_ms, on_snapshot, NULL);
+}
+
+void sched_shutdown(core_t *d)
+{
+    (void)d;
+    if (sched_state.gpu) {
+        gpu_close(sched_state.gpu);
+        sched_state.gpu = NULL;
+    }
+    free(sched_state.snap);
+    sched_state.snap = NULL;
+}

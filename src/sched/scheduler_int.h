@@ -1,0 +1,66 @@
+/*
+ * scheduler_int.h: what the scheduler's files share, and nothing the rest of vramd may use
+ * (its API is scheduler.h). The rules it keeps (ledger entries, foreign usage, learning,
+ * claims) are written in scheduler.h.
+ *
+ * The files, lowest first; calls go one way only (down), which `make lint` checks:
+ *   scheduler.c       the shared state, estimates and fit queries, cached-memory figures,
+ *                     pumping, status
+ *   sched_admit.c     asking idle instances to clear caches, admission, claims released,
+ *                     learning from finished requests              -> scheduler.c
+ *   sched_evict.c     placement, eviction, claims for starving work -> sched_admit.c, scheduler.c
+ *   sched_snapshot.c  NVML: start and stop, foreign usage, reclaim, learning from
+ *                     measurements, recycle on growth              -> sched_admit.c, scheduler.c
+ *
+ * All of it runs on the loop thread only; NVML is read on the thread pool by gpu/nvml.c
+ * and arrives through the snapshot callback in sched_snapshot.c.
+ */
+#ifndef VRAMD_SCHED_SCHEDULER_INT_H
+#define VRAMD_SCHED_SCHEDULER_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "gpu/gpu.h"
+#include "sched/ledger.h"
+#include "sched/placer.h"
+#include "sched/scheduler.h"
+
+/* an idle instance is asked to clear its cache at most this often */
+#define SCHED_CLEAR_CACHE_MIN_INTERVAL_MS 2000
+
+/* The scheduler's state (one, defined in scheduler.c, set up by sched_init). */
+typedef struct sched_state {
+    core_t *core;
+    gpu_t *gpu;
+    bool ok;               /* the last NVML read succeeded */
+    char error[400];       /* why not, when !ok */
+    ledger_t ledger;
+    gpu_snapshot_t *snap;  /* last good snapshot (heap: it is large) */
+    placer_candidate_t cands[PLACER_MAX_EVICT]; /* eviction candidates (scratch) */
+    uint64_t foreign_raw[LEDGER_MAX_GPUS]; /* last raw reading: a drop needs two in a row */
+    uint64_t last_listener_lookup_ms;
+    sched_actions_t actions; /* what the scheduler has the supervisor do */
+} sched_state_t;
+
+extern sched_state_t sched_state;
+
+/* scheduler.c */
+/* Does m need GPU memory (sched_model_uses_gpu of its config)? */
+bool sched_uses_gpu(const model_t *m);
+/* out[pos]: may m run on the GPU at ledger position pos (its gpus list, or all)? */
+void sched_allowed_mask(const model_t *m, bool out[LEDGER_MAX_GPUS]);
+/* What an instance holds at least: max(declared resident, post-load baseline). */
+uint64_t sched_instance_floor(const instance_t *inst);
+/* Cached memory the instance really holds (measured, beyond its floor): what it can lend
+ * to its next requests. */
+uint64_t sched_instance_cache(const instance_t *inst);
+
+/* sched_admit.c */
+/* Ask idle instances on GPU pos (not of model except) with a clear_cache hook to give
+ * their cached memory back. */
+void sched_clear_caches(size_t pos, const model_t *except);
+
+#endif
