@@ -8,6 +8,9 @@
  * while IDLE, and to nobody once CLOSED: it frees itself after its handles closed.
  * Invariant: the instance slot taken by request_dispatch is released exactly once, by
  * finish_ok / fail_request / proxy_cancel, which all clear req->instance first.
+ * This file owns the connections and decides every outcome; the bytes that cross (request
+ * head, response head and body, re-framed or held) are written by proxy_forward.c, which
+ * calls nothing here (proxy_int.h has what the two share).
  */
 #include "net/proxy.h"
 
@@ -24,38 +27,10 @@
 #include "gpu/procfs.h"
 #include "net/conn.h"
 #include "net/http1.h"
-#include "net/http_out.h"
+#include "net/proxy_int.h"
 #include "quality/verdict.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
-
-#define UP_HEAD_MAX (64 * 1024)
-#define UP_MAX_HEADERS 128
-
-enum up_state { UP_CONNECTING = 0, UP_SENDING, UP_HEAD, UP_BODY, UP_IDLE, UP_CLOSED };
-
-struct upstream {
-    list_t link; /* inst->pool while IDLE */
-    instance_t *inst;
-    request_t *req;
-    enum up_state state;
-    uv_tcp_t tcp;
-    uv_connect_t connect_req;
-    uv_timer_t timer;
-    buf_t in;
-    size_t scan_from;
-    http1_body_t framing;
-    uint64_t body_left;
-    http1_chunked_t chunked;
-    bool reused;
-    bool upstream_keep_alive;
-    bool client_chunked;
-    bool got_bytes;
-    bool paused;
-    bool too_big;       /* a held answer outgrew limits.max_body */
-    bool client_gone;   /* a write to the client failed: the request was cancelled */
-    int handles_open;
-};
 
 static char g_up_read[64 * 1024];
 static http1_header_t g_up_hdrs[UP_MAX_HEADERS];
@@ -282,18 +257,6 @@ static void proxy_cancel(request_t *r)
 
 /* ---- response ---------------------------------------------------------------------- */
 
-static void throttle_if_needed(upstream_t *up)
-{
-    if (up->req->buffering)
-        return;
-    conn_t *c = up->req->conn;
-    if (conn_write_backlog(c) > CONN_BACKLOG_MAX && !up->paused) {
-        uv_read_stop((uv_stream_t *)&up->tcp);
-        up->paused = true;
-        conn_want_drained(c);
-    }
-}
-
 /* The client's backlog drained (request ops): read the upstream again. */
 static void proxy_drained(request_t *r)
 {
@@ -304,154 +267,6 @@ static void proxy_drained(request_t *r)
 }
 
 static const request_ops_t proxy_ops = {.cancel = proxy_cancel, .drained = proxy_drained};
-
-/* One chunk to the client; 0, or -1 when the client is gone (its request was cancelled). */
-static int write_chunk(conn_t *c, const char *data, size_t len)
-{
-    char head[24];
-    int n = snprintf(head, sizeof head, "%zx\r\n", len);
-    if (conn_write(c, head, (size_t)n) != 0 || conn_write(c, data, len) != 0)
-        return -1;
-    return conn_write(c, "\r\n", 2);
-}
-
-/* Body bytes of a held answer; false when it outgrew limits.max_body. */
-static bool hold(upstream_t *up, const char *data, size_t len)
-{
-    return buf_append(&up->req->resp_body, data, len) == 0;
-}
-
-static void on_chunk(void *ctx, const char *data, size_t len)
-{
-    upstream_t *up = ctx;
-    if (len == 0 || !up->req)
-        return;
-    if (up->req->buffering) {
-        if (!hold(up, data, len))
-            up->too_big = true;
-        return;
-    }
-    conn_t *c = up->req->conn;
-    int rc = up->client_chunked ? write_chunk(c, data, len) : conn_write(c, data, len);
-    if (rc != 0)
-        up->client_gone = true;
-}
-
-#define FWD_CLIENT_GONE (-3)
-
-/* Forward body bytes; returns 1 when the body is complete, 0 for more, -1 on a malformed
- * body, -2 when a held answer outgrew max_body, FWD_CLIENT_GONE when a write to the client
- * failed (the request was cancelled: the caller must not touch it). */
-static int forward_body(upstream_t *up, const char *data, size_t len, size_t *used)
-{
-    conn_t *c = up->req->conn;
-    *used = 0;
-    switch (up->framing) {
-    case HTTP1_BODY_NONE:
-        return 1;
-    case HTTP1_BODY_LENGTH: {
-        size_t n = len < up->body_left ? len : (size_t)up->body_left;
-        if (n && up->req->buffering) {
-            if (!hold(up, data, n))
-                return -2;
-        } else if (n && !up->req->head_method && conn_write(c, data, n) != 0) {
-            return FWD_CLIENT_GONE;
-        }
-        up->body_left -= n;
-        *used = n;
-        return up->body_left == 0 ? 1 : 0;
-    }
-    case HTTP1_BODY_CHUNKED: {
-        http1_error_t err;
-        int rc = http1_chunked_feed(&up->chunked, data, len, used, on_chunk, up, &err);
-        if (up->client_gone)
-            return FWD_CLIENT_GONE;
-        if (up->too_big)
-            return -2;
-        if (rc == HTTP1_ERROR)
-            return -1;
-        return rc == HTTP1_OK ? 1 : 0;
-    }
-    case HTTP1_BODY_UNTIL_CLOSE:
-        if (len && up->req->buffering) {
-            if (!hold(up, data, len))
-                return -2;
-        } else if (len) {
-            int rc = up->client_chunked ? write_chunk(c, data, len) : conn_write(c, data, len);
-            if (rc != 0)
-                return FWD_CLIENT_GONE;
-        }
-        *used = len;
-        return 0;
-    }
-    return -1;
-}
-
-/* Hop-by-hop headers and Content-Length never pass; X-Request-Id is vramd's own. */
-static const char *const answer_skip[] = {"X-Request-Id", NULL};
-
-/* The worker's head goes to the client with vramd's headers and the body's framing for
- * this client. 0, or -1 when the client is gone (the request was cancelled). */
-static int send_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg)
-{
-    request_t *r = up->req;
-    conn_t *c = r->conn;
-    buf_t h;
-    buf_init(&h, UP_HEAD_MAX + 1024);
-    http_out_status(&h, msg->status, msg->reason.len ? buf + msg->reason.off : NULL, msg->reason.len);
-    http_out_copy_headers(&h, buf, msg, answer_skip);
-    uint64_t now = core_now();
-    r->t_first_byte = now;
-    request_vramd_headers(r, &h, now - r->t_dispatched);
-    up->client_chunked = false;
-    switch (up->framing) {
-    case HTTP1_BODY_NONE:
-        if (msg->status >= 200 && msg->status != 204 && msg->status != 304 && !r->head_method)
-            http_out_header(&h, "Content-Length", "0");
-        break;
-    case HTTP1_BODY_LENGTH:
-        http_out_header(&h, "Content-Length", "%llu", (unsigned long long)msg->content_length);
-        break;
-    case HTTP1_BODY_CHUNKED:
-    case HTTP1_BODY_UNTIL_CLOSE:
-        if (r->head_method)
-            break;
-        if (r->msg.version_minor >= 1)
-            up->client_chunked = true;
-        else
-            c->keep_alive = false;
-        if (up->client_chunked)
-            http_out_header(&h, "Transfer-Encoding", "chunked");
-        break;
-    }
-    if (r->head_method) {
-        const http1_header_t *cl = http1_find_header(buf, msg, "Content-Length");
-        if (cl)
-            http_out_header(&h, "Content-Length", "%.*s", (int)cl->value.len, buf + cl->value.off);
-    }
-    if (!c->keep_alive)
-        http_out_header(&h, "Connection", "close");
-    http_out_end(&h);
-    r->status = msg->status;
-    int rc = buf_failed(&h) ? -2 : conn_write(c, h.data, h.len);
-    buf_free(&h);
-    return rc;
-}
-
-/* A model that declares degrade/validate: keep the head (status, reason, end-to-end headers)
- * for the verdict instead of sending it. */
-static void hold_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg)
-{
-    request_t *r = up->req;
-    r->buffering = true;
-    r->resp_status = msg->status;
-    r->t_first_byte = core_now();
-    snprintf(r->resp_reason, sizeof r->resp_reason, "%.*s", (int)msg->reason.len, buf + msg->reason.off);
-    buf_reset(&r->resp_head);
-    buf_reset(&r->resp_body);
-    http_out_copy_headers(&r->resp_head, buf, msg, answer_skip);
-    up->client_chunked = false;
-}
 
 static void process_upstream_input(upstream_t *up)
 {
@@ -486,9 +301,9 @@ static void process_upstream_input(upstream_t *up)
             http1_chunked_init(&up->chunked, 16 * 1024);
         request_set_state(up->req, REQ_STREAMING);
         if (verdict_wants_buffer(up->req)) {
-            hold_response_head(up, up->in.data, &msg);
+            proxy_hold_response_head(up, up->in.data, &msg);
         } else {
-            int sent = send_response_head(up, up->in.data, &msg);
+            int sent = proxy_send_response_head(up, up->in.data, &msg);
             if (sent == -1)
                 return; /* the client is gone: the request was cancelled, the upstream closed */
             if (sent == -2) {
@@ -503,7 +318,7 @@ static void process_upstream_input(upstream_t *up)
     if (!up->req || up->state != UP_BODY)
         return;
     size_t used = 0;
-    int rc = forward_body(up, up->in.data, up->in.len, &used);
+    int rc = proxy_forward_body(up, up->in.data, up->in.len, &used);
     if (rc == FWD_CLIENT_GONE)
         return; /* the request was cancelled and the upstream closed with it */
     buf_consume(&up->in, used);
@@ -518,7 +333,7 @@ static void process_upstream_input(upstream_t *up)
         return;
     }
     if (up->req)
-        throttle_if_needed(up);
+        proxy_throttle(up);
 }
 
 static void on_up_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
@@ -567,7 +382,7 @@ static void on_up_read_body(upstream_t *up, ssize_t nread, const uv_buf_t *b)
     if (up->state == UP_BODY && up->in.len == 0) {
         /* fast path: forward straight from the read buffer */
         size_t used = 0;
-        int rc = forward_body(up, b->base, (size_t)nread, &used);
+        int rc = proxy_forward_body(up, b->base, (size_t)nread, &used);
         if (rc == FWD_CLIENT_GONE)
             return; /* the request was cancelled and the upstream closed with it */
         if (rc < 0) {
@@ -585,7 +400,7 @@ static void on_up_read_body(upstream_t *up, ssize_t nread, const uv_buf_t *b)
             return;
         }
         if (up->req)
-            throttle_if_needed(up);
+            proxy_throttle(up);
         return;
     }
     if (buf_append(&up->in, b->base, (size_t)nread) != 0) {
@@ -625,44 +440,12 @@ static void on_up_written(uv_write_t *w, int status)
         up->state = UP_HEAD;
 }
 
-/* Hop-by-hop headers and Content-Length never pass; Expect was answered by vramd. */
-static const char *const request_skip[] = {"Expect", "X-Request-Id", NULL};
-
 static void send_request(upstream_t *up)
 {
     request_t *r = up->req;
-    conn_t *c = r->conn;
     buf_t h;
     buf_init(&h, r->head_len + 1024);
-    const char *target = r->head + r->msg.target.off;
-    size_t tlen = r->msg.target.len;
-    if (r->strip_len && tlen >= r->strip_len) {
-        target += r->strip_len;
-        tlen -= r->strip_len;
-        if (tlen == 0 || target[0] != '/') {
-            /* "/echo" or "/echo?x" -> "/" or "/?x" */
-            buf_printf(&h, "%.*s /%.*s HTTP/1.1\r\n", (int)r->msg.method.len, r->head + r->msg.method.off,
-                       (int)tlen, target);
-            goto headers;
-        }
-    }
-    buf_printf(&h, "%.*s %.*s HTTP/1.1\r\n", (int)r->msg.method.len, r->head + r->msg.method.off,
-               (int)tlen, target);
-headers:
-    http_out_copy_headers(&h, r->head, &r->msg, request_skip);
-    http_out_header(&h, "X-Request-Id", "%s", r->id);
-    if (c->peer[0]) {
-        char ip[64];
-        snprintf(ip, sizeof ip, "%s", c->peer);
-        char *colon = strrchr(ip, ':');
-        if (colon)
-            *colon = '\0';
-        http_out_header(&h, "X-Forwarded-For", "%s", ip);
-    }
-    if (r->body.len || r->msg.body != HTTP1_BODY_NONE)
-        http_out_header(&h, "Content-Length", "%zu", r->body.len);
-    http_out_header(&h, "Connection", "keep-alive");
-    http_out_end(&h);
+    proxy_request_head(r, &h);
     if (buf_failed(&h)) {
         buf_free(&h);
         fail_request(up, "request head too large");

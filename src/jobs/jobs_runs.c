@@ -1,0 +1,106 @@
+/*
+ * jobs_runs: what the job runner's files share at the bottom: the one runner (g_jobs), the
+ * wall clock, the table of attempts in flight (lookup, free), and the two reasons not to
+ * start an attempt yet: a model's backoff after failed attempts (doubling from
+ * JOBS_BACKOFF_MIN_MS to JOBS_BACKOFF_MAX_MS, reset by a success) and the pause after a
+ * journal write failed.
+ *
+ * Invariants: the backoff table is bounded (JOBS_BACKOFF_MODELS slots, the oldest forgotten
+ * when full); a run is freed only once it is out of J->runs. Calls no other file of the
+ * runner (jobs_int.h gives the order).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/buf.h"
+#include "common/list.h"
+#include "common/log.h"
+#include "core/core.h"
+#include "jobs/jobs.h"
+#include "jobs/jobs_int.h"
+#include "jobs/journal.h"
+
+#define JOBS_BACKOFF_MIN_MS 1000
+#define JOBS_BACKOFF_MAX_MS 30000
+#define JOBS_JOURNAL_PAUSE_MS 5000
+
+jobs_t *g_jobs; /* the one runner, set by jobs_init (NULL: jobs unavailable) */
+
+int64_t jobs_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+job_run_t *jobs_run_find(jobs_t *J, const char *id)
+{
+    list_foreach(it, &J->runs) {
+        job_run_t *run = list_entry(it, job_run_t, link);
+        if (strcmp(run->id, id) == 0)
+            return run;
+    }
+    return NULL;
+}
+
+void jobs_run_free(job_run_t *run)
+{
+    buf_free(&run->excerpt);
+    free(run);
+}
+
+static model_backoff_t *backoff_slot(jobs_t *J, const char *model, bool create)
+{
+    for (size_t i = 0; i < J->n_backoff; i++)
+        if (strcmp(J->backoff[i].model, model) == 0)
+            return &J->backoff[i];
+    if (!create)
+        return NULL;
+    if (J->n_backoff == JOBS_BACKOFF_MODELS)
+        J->n_backoff = 0; /* bounded: forget the oldest slots */
+    model_backoff_t *b = &J->backoff[J->n_backoff++];
+    memset(b, 0, sizeof *b);
+    snprintf(b->model, sizeof b->model, "%s", model);
+    return b;
+}
+
+void jobs_backoff_model(jobs_t *J, const char *model)
+{
+    model_backoff_t *b = backoff_slot(J, model, true);
+    b->step_ms = b->step_ms ? b->step_ms * 2 : JOBS_BACKOFF_MIN_MS;
+    if (b->step_ms > JOBS_BACKOFF_MAX_MS)
+        b->step_ms = JOBS_BACKOFF_MAX_MS;
+    b->until_ms = core_now() + b->step_ms;
+}
+
+void jobs_backoff_reset(jobs_t *J, const char *model)
+{
+    model_backoff_t *b = backoff_slot(J, model, false);
+    if (b)
+        b->step_ms = b->until_ms = 0;
+}
+
+bool jobs_backing_off(jobs_t *J, const char *model)
+{
+    const model_backoff_t *b = backoff_slot(J, model, false);
+    return b && b->until_ms > core_now();
+}
+
+/* A journal write failed (disk full, I/O error): start nothing for a while, so a job whose
+ * state cannot be recorded is not run again and again meanwhile. */
+void jobs_journal_trouble(jobs_t *J, const char *id, const char *op)
+{
+    J->paused_until_ms = core_now() + JOBS_JOURNAL_PAUSE_MS;
+    log_event(LOG_ERROR, "job_journal_error", "job_id=%s op=%s error=%s pause_ms=%d", id, op,
+              journal_errmsg(J->journal), JOBS_JOURNAL_PAUSE_MS);
+}
+
+void jobs_on_result_removed(const char *id, void *ctx)
+{
+    jobs_t *J = ctx;
+    if (journal_mark_result_removed(J->journal, id) != JOURNAL_OK)
+        log_event(LOG_WARN, "job_journal_error", "job_id=%s op=%s error=%s", id, "mark_result_removed",
+                  journal_errmsg(J->journal));
+}

@@ -1,0 +1,179 @@
+/*
+ * hooks: eviction and its way back through a model's unload and reload hooks:
+ * READY --unload hook--> UNLOADING --memory back (instance_reclaimed)--> UNLOADED
+ * --reload hook (instance_reload)--> RELOADING --> STARTING (health checks) --> READY.
+ * Without an unload hook, eviction stops the worker.
+ *
+ * Invariants: at most one hook call per instance is pending (inst->hook_call, cleared when
+ * it answers); an answer that arrives after the instance left UNLOADING or RELOADING is
+ * only logged. A supervised worker whose memory does not come back is killed; an external
+ * server is marked failed. Calls instance.c and model_state.c, never supervisor.c (see
+ * supervisor_int.h for the order).
+ */
+#include <signal.h>
+#include <stdio.h>
+
+#include "common/log.h"
+#include "core/core.h"
+#include "sched/scheduler.h"
+#include "workers/http_call.h"
+#include "workers/process.h"
+#include "workers/supervisor.h"
+#include "workers/supervisor_int.h"
+
+static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb)
+{
+    model_t *m = inst->model;
+    http_call_req_t req = {
+        .host = inst->host,
+        .port = inst->port,
+        .method = hook->method ? hook->method : "POST",
+        .path = hook->path,
+        .timeout_ms = hook->timeout_ms ? hook->timeout_ms : default_timeout,
+        .max_response = 64 * 1024,
+    };
+    char err[160];
+    if (http_call_start(m->core->loop, &req, cb, inst, &inst->hook_call, err, sizeof err) != 0) {
+        inst->hook_call = NULL;
+        log_event(LOG_WARN, "hook_failed", "model=%s instance=%u path=%s error=%s", m->name, inst->id, hook->path, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* A hook call ended: it is no longer pending; log it; was it a 2xx? */
+static bool hook_answered(instance_t *inst, const char *event, int status, const char *error)
+{
+    inst->hook_call = NULL;
+    bool ok = status >= 200 && status < 300;
+    log_event(ok ? LOG_INFO : LOG_WARN, event, "model=%s instance=%u status=%d error=%s", inst->model->name, inst->id,
+              status, error);
+    return ok;
+}
+
+static void on_unload_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    (void)body;
+    (void)len;
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    bool ok = hook_answered(inst, "unload_hook_done", status, error);
+    if (inst->state != INST_UNLOADING)
+        return;
+    if (!ok) {
+        if (inst->external) {
+            char reason[160];
+            snprintf(reason, sizeof reason, "unload hook failed (%s)", error ? error : "non-2xx answer");
+            instance_set_state(inst, INST_READY, "unload hook failed");
+            model_set_failed(m, reason);
+        } else {
+            inst->state = INST_READY;
+            instance_stop(inst, "unload hook failed");
+        }
+        return;
+    }
+    m->unloads_total++;
+    m->unloads_by_reason[inst->unload_reason]++;
+    sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory back */
+}
+
+void instance_evict(instance_t *inst, const char *why)
+{
+    model_t *m = inst->model;
+    uv_timer_stop(&inst->idle_timer);
+    inst->unload_reason = UNLOAD_EVICTED;
+    if (inst->state == INST_UNLOADED && !inst->external) {
+        /* unloaded but still holding residue: only stopping it gives that back */
+        inst->stop_requested = true;
+        inst->stop_reason = why;
+        instance_set_state(inst, INST_STOPPING, why);
+        if (inst->proc)
+            process_stop(inst->proc, m->cfg->stop_timeout_ms);
+        return;
+    }
+    if (m->cfg->unload.set && inst->state == INST_READY) {
+        instance_set_state(inst, INST_UNLOADING, why);
+        if (call_hook(inst, &m->cfg->unload, 30000, on_unload_answer) == 0)
+            return;
+        instance_set_state(inst, INST_READY, "unload hook could not be called");
+    }
+    if (inst->external) {
+        model_set_failed(m, "external server cannot be unloaded");
+        return;
+    }
+    instance_stop(inst, why);
+}
+
+void instance_reclaimed(instance_t *inst, bool ok)
+{
+    model_t *m = inst->model;
+    if (!inst->proc && !inst->external) {
+        instance_maybe_free(inst);
+    } else if (inst->state == INST_UNLOADING) {
+        if (ok) {
+            instance_set_state(inst, INST_UNLOADED, "memory reclaimed");
+        } else if (inst->external) {
+            instance_set_state(inst, INST_UNLOADED, "memory not returned");
+            model_set_failed(m, "external server did not give its memory back after unload");
+        } else {
+            log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s", m->name, inst->id,
+                      (int)inst->pid, "memory not returned after unload");
+            inst->stop_requested = true;
+            inst->stop_reason = "memory not returned after unload";
+            instance_set_state(inst, INST_STOPPING, "memory not returned after unload");
+            if (inst->proc)
+                process_signal(inst->proc, SIGKILL);
+        }
+    }
+    sched_pump_all(m->core);
+}
+
+static void on_reload_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    (void)body;
+    (void)len;
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    bool ok = hook_answered(inst, "reload_hook_done", status, error);
+    if (inst->state != INST_RELOADING)
+        return;
+    if (!ok) {
+        instance_set_state(inst, INST_UNLOADED, "reload hook failed");
+        model_record_failure(m, RESTART_RELOAD_FAILED, "reload hook failed");
+        return;
+    }
+    /* back to health checking: READY once it answers */
+    inst->started_ms = core_now();
+    instance_set_state(inst, INST_STARTING, "reloaded");
+    uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+}
+
+void instance_reload(instance_t *inst)
+{
+    model_t *m = inst->model;
+    ledger_t *l = sched_ledger();
+    if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
+        uint64_t want = m->cfg->memory.resident + sched_request_estimate(m);
+        uint64_t held = inst->mem.bytes;
+        uint64_t extra = want > held ? want - held : 0;
+        if (!ledger_fits(l, (size_t)inst->gpu_pos, extra, m)) {
+            size_t pos;
+            (void)sched_place(m, &pos); /* starts evictions when that makes room */
+            return;
+        }
+        uint64_t resident = m->cfg->memory.resident > held ? m->cfg->memory.resident : held;
+        ledger_resize(l, &inst->mem, resident);
+        sched_unblocked(m);
+    }
+    if (!m->cfg->reload.set) {
+        /* nothing to call: the server reloads on its own; check its health */
+        instance_set_state(inst, INST_STARTING, "reload (no hook)");
+        uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+        return;
+    }
+    instance_set_state(inst, INST_RELOADING, "needed again");
+    if (call_hook(inst, &m->cfg->reload, 60000, on_reload_answer) != 0) {
+        instance_set_state(inst, INST_UNLOADED, "reload hook could not be called");
+        model_record_failure(m, RESTART_RELOAD_FAILED, "reload hook could not be called");
+    }
+}

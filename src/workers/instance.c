@@ -1,0 +1,570 @@
+/*
+ * instance: the lifecycle of one worker instance: start (spawn with {port}/{gpu}
+ * substituted), health checks (STARTING -> READY, READY <-> DOWN, startup timeout, unhealthy
+ * kill), process exit (crash or expected), stop and drain, idle timers, recycling, hung
+ * request kills, request slot release, and freeing: of an instance, and of a removed model
+ * once its last instance is gone (the two are freed from each other's callbacks, so they
+ * live together here).
+ *
+ * Invariants: nothing is freed inside a callback that may still use it: an instance is
+ * freed only when it has no process, no request in flight, no pending health or hook call,
+ * no memory held in the ledger and its timers have closed (instance_maybe_free); a stopped
+ * instance (STOPPING) never gets a new request. Calls only model_state.c of the supervisor
+ * (see supervisor_int.h for the order).
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "core/core.h"
+#include "sched/scheduler.h"
+#include "workers/http_call.h"
+#include "workers/process.h"
+#include "workers/supervisor.h"
+#include "workers/supervisor_int.h"
+
+#define STARTUP_POLL_MS 100
+
+static void on_instance_handle_closed(uv_handle_t *h)
+{
+    instance_t *inst = h->data;
+    if (--inst->closing_handles > 0)
+        return;
+    model_t *m = inst->model;
+    free(inst);
+    m->instances_closing--;
+    model_maybe_free(m);
+}
+
+/* Free the instance once nothing refers to it any more. */
+void instance_maybe_free(instance_t *inst)
+{
+    if (inst->proc || inst->in_flight > 0 || inst->closing_handles > 0 || inst->health_call || inst->hook_call ||
+        sched_instance_holds_memory(inst))
+        return;
+    model_t *m = inst->model;
+    list_remove(&inst->link);
+    m->n_instances--;
+    m->instances_closing++;
+    if (m->unload_requested && !model_has_live_instances(m))
+        m->unload_requested = false; /* the admin unload is complete: demand may start it again */
+    core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
+    inst->closing_handles = 2;
+    uv_timer_stop(&inst->timer);
+    uv_timer_stop(&inst->idle_timer);
+    uv_close((uv_handle_t *)&inst->timer, on_instance_handle_closed);
+    uv_close((uv_handle_t *)&inst->idle_timer, on_instance_handle_closed);
+    core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
+    core_emit(m->core, CORE_EV_INSTANCE_GONE, inst);
+    model_schedule_pump(m);
+}
+
+static int pick_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+static instance_t *instance_new(model_t *m)
+{
+    instance_t *inst = calloc(1, sizeof *inst);
+    if (!inst)
+        return NULL;
+    inst->model = m;
+    inst->id = ++m->next_instance_id;
+    inst->gpu = -1;
+    inst->gpu_pos = -1;
+    ledger_entry_init(&inst->mem);
+    list_init(&inst->pool);
+    uv_timer_init(m->core->loop, &inst->timer);
+    uv_timer_init(m->core->loop, &inst->idle_timer);
+    inst->timer.data = inst;
+    inst->idle_timer.data = inst;
+    list_insert_tail(&m->instances, &inst->link);
+    m->n_instances++;
+    return inst;
+}
+
+/* STARTING and healthy: the instance is READY; the model's consecutive failures reset. */
+static void health_became_ready(instance_t *inst, uint64_t now)
+{
+    model_t *m = inst->model;
+    inst->ready_ms = now;
+    inst->health_failures = 0;
+    m->consecutive_failures = 0;
+    m->loads_total++;
+    sched_note_load(m, now - inst->started_ms);
+    sched_instance_ready(inst);
+    log_event(LOG_INFO, "worker_ready", "model=%s instance=%u pid=%d port=%d startup_ms=%llu",
+              m->name, inst->id, (int)inst->pid, inst->port,
+              (unsigned long long)(now - inst->started_ms));
+    instance_set_state(inst, INST_READY, "health check passed");
+    uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
+    model_schedule_pump(m);
+}
+
+/* STARTING and not healthy within startup_timeout: one failure, counted here; stop it. */
+static void health_startup_timeout(instance_t *inst, const char *error)
+{
+    model_t *m = inst->model;
+    char why[160];
+    snprintf(why, sizeof why, "not healthy within startup_timeout %llu ms (last: %s)",
+             (unsigned long long)m->cfg->startup_timeout_ms,
+             error ? error : "non-200 answer");
+    log_event(LOG_WARN, "worker_startup_timeout", "model=%s instance=%u pid=%d reason=%s", m->name,
+              inst->id, (int)inst->pid, why);
+    inst->stop_reason = "startup_timeout";
+    model_record_failure(m, RESTART_STARTUP_TIMEOUT, "startup timeout");
+    inst->unload_reason = UNLOAD_FAILED;
+    inst->stop_requested = true; /* counted already: its exit is not another crash */
+    instance_set_state(inst, INST_STOPPING, "startup timeout");
+    if (inst->proc)
+        process_stop(inst->proc, 0);
+    instance_maybe_free(inst);
+}
+
+/* A check passed while READY or DOWN: DOWN comes back READY (an external model's FAILED
+ * mark, set by the failing checks, is cleared). */
+static void health_passed(instance_t *inst)
+{
+    model_t *m = inst->model;
+    inst->health_failures = 0;
+    if (inst->state == INST_DOWN) {
+        instance_set_state(inst, INST_READY, "health check passed");
+        if (m->failed && inst->external) {
+            m->failed = false;
+            m->failed_reason[0] = '\0';
+            core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
+        }
+        model_schedule_pump(m);
+    }
+}
+
+/* A check failed while READY or DOWN: after `failures` in a row an external server goes
+ * DOWN (the model FAILED), a supervised READY worker is killed. Returns false when it was
+ * killed: no next check, its exit is handled as a crash. */
+static bool health_failed(instance_t *inst, int status, const char *error)
+{
+    model_t *m = inst->model;
+    inst->health_failures++;
+    log_event(LOG_WARN, "health_check_failed", "model=%s instance=%u pid=%d status=%d error=%s failures=%u",
+              m->name, inst->id, (int)inst->pid, status, error, inst->health_failures);
+    if (inst->health_failures < m->cfg->health.failures)
+        return true;
+    if (inst->external) {
+        if (inst->state != INST_DOWN) {
+            instance_set_state(inst, INST_DOWN, "health checks failing");
+            char reason[160];
+            snprintf(reason, sizeof reason, "external server %s:%d failing health checks", inst->host,
+                     inst->port);
+            model_set_failed(m, reason);
+        }
+    } else if (inst->state == INST_READY) {
+        log_event(LOG_WARN, "worker_unhealthy", "model=%s instance=%u pid=%d", m->name, inst->id,
+                  (int)inst->pid);
+        inst->kill_reason = RESTART_UNHEALTHY;
+        if (inst->proc)
+            process_signal(inst->proc, SIGKILL); /* exit is then handled as a crash */
+        return false;
+    }
+    return true;
+}
+
+static void on_health_answer(void *ctx, int status, const char *body, size_t body_len, const char *error)
+{
+    (void)body;
+    (void)body_len;
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    inst->health_call = NULL;
+    uint64_t now = core_now();
+    bool ok = status == 200;
+    if (inst->state == INST_STOPPING) {
+        instance_maybe_free(inst);
+        return;
+    }
+    if (inst->state == INST_STARTING) {
+        if (ok)
+            health_became_ready(inst, now);
+        else if (now - inst->started_ms >= m->cfg->startup_timeout_ms)
+            health_startup_timeout(inst, error);
+        else
+            uv_timer_start(&inst->timer, instance_health_tick, STARTUP_POLL_MS, 0);
+        return;
+    }
+    /* READY or DOWN: periodic checks */
+    if (ok)
+        health_passed(inst);
+    else if (!health_failed(inst, status, error))
+        return;
+    uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
+}
+
+void instance_health_tick(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    model_t *m = inst->model;
+    if (inst->health_call || inst->state == INST_STOPPING || inst->state == INST_UNLOADING ||
+        inst->state == INST_UNLOADED || inst->state == INST_RELOADING)
+        return;
+    http_call_req_t req = {
+        .host = inst->host,
+        .port = inst->port,
+        .method = "GET",
+        .path = m->cfg->health.path,
+        .timeout_ms = m->cfg->health.timeout_ms,
+        .max_response = 64 * 1024,
+    };
+    char err[160];
+    if (http_call_start(m->core->loop, &req, on_health_answer, inst, &inst->health_call, err, sizeof err) != 0) {
+        inst->health_call = NULL;
+        on_health_answer(inst, -1, NULL, 0, err);
+    }
+}
+
+static void on_process_exit(process_t *p, int exit_status, int term_signal, void *ctx)
+{
+    (void)p;
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    inst->proc = NULL;
+    bool expected = inst->stop_requested;
+    log_event(expected ? LOG_INFO : LOG_WARN, "worker_exit",
+              "model=%s instance=%u pid=%d exit_status=%d signal=%d expected=%B state=%s", m->name, inst->id,
+              (int)inst->pid, exit_status, term_signal, expected, instance_state_name(inst->state));
+    if (inst->health_call) {
+        http_call_cancel(inst->health_call);
+        inst->health_call = NULL;
+    }
+    uv_timer_stop(&inst->timer);
+    uv_timer_stop(&inst->idle_timer);
+    if (!expected) {
+        char why[96];
+        if (term_signal)
+            snprintf(why, sizeof why, "%s killed by signal %d",
+                     inst->state == INST_STARTING ? "start failed:" : "crash:", term_signal);
+        else
+            snprintf(why, sizeof why, "%s exited with status %d",
+                     inst->state == INST_STARTING ? "start failed:" : "crash:", exit_status);
+        inst->stop_requested = true;
+        enum restart_reason kind = inst->state == INST_STARTING ? RESTART_START_FAILED : RESTART_CRASH;
+        if (inst->kill_reason != RESTART_CRASH)
+            kind = inst->kill_reason;
+        model_record_failure(m, kind, why);
+    } else {
+        m->unloads_total++;
+        m->unloads_by_reason[inst->unload_reason]++;
+    }
+    core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
+    instance_set_state(inst, INST_STOPPING, expected ? (inst->stop_reason ? inst->stop_reason : "stopped") : "exited");
+    if (sched_instance_holds_memory(inst)) {
+        if (sched_gpu_ok()) {
+            inst->reclaiming = false;
+            sched_instance_unloading(inst); /* entry released when NVML shows the memory back */
+        } else {
+            ledger_release(sched_ledger(), &inst->mem);
+        }
+    }
+    instance_maybe_free(inst);
+    if (m->unload_requested && !model_has_live_instances(m))
+        m->unload_requested = false;
+    model_schedule_pump(m);
+}
+
+static char *subst(const char *arg, int port, int gpu)
+{
+    char portbuf[16], gpubuf[16];
+    snprintf(portbuf, sizeof portbuf, "%d", port);
+    snprintf(gpubuf, sizeof gpubuf, "%d", gpu < 0 ? 0 : gpu);
+    buf_t b;
+    buf_init(&b, 64 * 1024);
+    for (const char *p = arg; *p;) {
+        if (strncmp(p, "{port}", 6) == 0) {
+            buf_append_str(&b, portbuf);
+            p += 6;
+        } else if (strncmp(p, "{gpu}", 5) == 0) {
+            buf_append_str(&b, gpubuf);
+            p += 5;
+        } else {
+            buf_append(&b, p, 1);
+            p++;
+        }
+    }
+    if (!b.data)
+        return strdup("");
+    return buf_steal(&b, NULL);
+}
+
+void instance_start(model_t *m, size_t gpu_pos)
+{
+    const model_config_t *mc = m->cfg;
+    instance_t *inst = instance_new(m);
+    if (!inst)
+        return;
+    sched_place_instance(inst, gpu_pos);
+    snprintf(inst->host, sizeof inst->host, "127.0.0.1");
+    inst->port = pick_free_port();
+    inst->started_ms = core_now();
+    inst->state = INST_STARTING;
+    char **argv = calloc(mc->n_cmd + 1, sizeof *argv);
+    size_t n_env = mc->n_env + 3;
+    config_kv_t *env = calloc(n_env, sizeof *env);
+    char portbuf[16], gpubuf[16];
+    snprintf(portbuf, sizeof portbuf, "%d", inst->port);
+    snprintf(gpubuf, sizeof gpubuf, "%d", inst->gpu);
+    char pidfile[4096];
+    snprintf(pidfile, sizeof pidfile, "%s/pids/%s.%u.pid", m->core->cfg->state_dir, m->name, inst->id);
+    char err[256] = "";
+    int rc = -1;
+    if (argv && env && inst->port > 0) {
+        for (size_t i = 0; i < mc->n_cmd; i++)
+            argv[i] = subst(mc->cmd[i], inst->port, inst->gpu);
+        env[0].key = "PORT";
+        env[0].value = portbuf;
+        env[1].key = "VRAMD_MODEL";
+        env[1].value = m->name;
+        size_t k = 2;
+        if (inst->gpu >= 0) {
+            env[k].key = "CUDA_VISIBLE_DEVICES";
+            env[k].value = gpubuf;
+            k++;
+        }
+        for (size_t i = 0; i < mc->n_env; i++)
+            env[k++] = mc->env[i];
+        n_env = k;
+        process_spec_t spec = {
+            .argv = argv,
+            .env = env,
+            .n_env = n_env,
+            .cwd = mc->cwd,
+            .log_name = m->name,
+            .pidfile = pidfile,
+        };
+        rc = process_spawn(m->core->loop, &spec, on_process_exit, inst, &inst->proc, err, sizeof err);
+    } else {
+        snprintf(err, sizeof err, "%s", inst->port <= 0 ? "no free port" : "out of memory");
+    }
+    if (argv)
+        for (size_t i = 0; i < mc->n_cmd; i++)
+            free(argv[i]);
+    free(argv);
+    free(env);
+    if (rc != 0) {
+        log_event(LOG_ERROR, "worker_spawn_failed", "model=%s instance=%u error=%s", m->name, inst->id, err);
+        char why[200];
+        snprintf(why, sizeof why, "start failed: %s", err);
+        inst->proc = NULL;
+        model_record_failure(m, RESTART_START_FAILED, why);
+        inst->state = INST_STOPPING;
+        ledger_release(sched_ledger(), &inst->mem);
+        instance_maybe_free(inst);
+        return;
+    }
+    inst->pid = process_pid(inst->proc);
+    inst->pgid = inst->pid; /* process.c puts every worker in its own group */
+    log_event(LOG_INFO, "worker_started", "model=%s instance=%u pid=%d port=%d gpu=%d", m->name, inst->id,
+              (int)inst->pid, inst->port, inst->gpu);
+    instance_set_state(inst, INST_STARTING, "started");
+    uv_timer_start(&inst->timer, instance_health_tick, STARTUP_POLL_MS, 0);
+}
+
+void model_ensure_external(model_t *m)
+{
+    if (!list_empty(&m->instances))
+        return;
+    instance_t *inst = instance_new(m);
+    if (!inst)
+        return;
+    inst->external = true;
+    snprintf(inst->host, sizeof inst->host, "%s", m->cfg->url_host);
+    inst->port = m->cfg->url_port;
+    inst->started_ms = inst->ready_ms = core_now();
+    inst->state = INST_READY; /* optimistic until health checks say otherwise */
+    if (sched_model_uses_gpu(m->cfg) && sched_gpu_ok()) {
+        /* an external server is already loaded somewhere: book it on its allowed GPU with
+         * the most room (its measured usage replaces the guess at the next snapshot) */
+        size_t pos = 0;
+        uint64_t best = 0;
+        ledger_t *l = sched_ledger();
+        for (size_t g = 0; g < l->n_gpus; g++) {
+            bool ok = !m->cfg->gpus;
+            for (size_t k = 0; k < m->cfg->n_gpus; k++)
+                ok = ok || m->cfg->gpus[k] == l->gpus[g].index;
+            if (ok && ledger_free(l, g) >= best) {
+                best = ledger_free(l, g);
+                pos = g;
+            }
+        }
+        sched_place_instance(inst, pos);
+    }
+    log_event(LOG_INFO, "instance_state", "model=%s instance=%u from=%s to=%s reason=%s", m->name, inst->id, "none",
+              "ready", "external server");
+    uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+}
+
+void instance_stop(instance_t *inst, const char *reason)
+{
+    model_t *m = inst->model;
+    if (inst->external || inst->state == INST_STOPPING)
+        return;
+    inst->stop_requested = true;
+    inst->stop_reason = reason;
+    uv_timer_stop(&inst->idle_timer);
+    if (inst->in_flight > 0) {
+        /* draining: no new requests (stop_requested), stop once in-flight ones finish */
+        instance_set_state(inst, inst->state, reason);
+        return;
+    }
+    uv_timer_stop(&inst->timer);
+    if (inst->health_call) {
+        http_call_cancel(inst->health_call);
+        inst->health_call = NULL;
+    }
+    core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
+    instance_set_state(inst, INST_STOPPING, reason);
+    if (inst->proc)
+        process_stop(inst->proc, m->cfg->stop_timeout_ms);
+    else
+        instance_maybe_free(inst);
+}
+
+static void on_idle_timeout(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    model_t *m = inst->model;
+    if (inst->in_flight == 0 && m->queue.depth == 0 && inst->state == INST_READY) {
+        inst->unload_reason = UNLOAD_IDLE;
+        instance_stop(inst, "idle");
+    }
+}
+
+void instance_recycle(instance_t *inst, const char *why)
+{
+    model_t *m = inst->model;
+    if (inst->external || inst->stop_requested || inst->state == INST_STOPPING)
+        return;
+    m->recycles_total++;
+    m->restarts_by_reason[RESTART_RECYCLE]++;
+    inst->unload_reason = UNLOAD_RECYCLE;
+    log_event(LOG_INFO, "worker_recycle", "model=%s instance=%u pid=%d reason=%s requests=%llu in_flight=%u", m->name,
+              inst->id, (int)inst->pid, why, (unsigned long long)inst->requests_total, inst->in_flight);
+    core_note_event(m->core, "recycling %s instance %u: %s", m->name, inst->id, why);
+    instance_stop(inst, why); /* drains first: new requests go elsewhere, in-flight ones finish */
+    model_schedule_pump(m);   /* a replacement starts when there is demand */
+}
+
+void instance_kill_hung(instance_t *inst)
+{
+    model_t *m = inst->model;
+    m->hangs_total++;
+    if (inst->external || !inst->proc)
+        return;
+    inst->kill_reason = RESTART_HANG;
+    log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s", m->name, inst->id, (int)inst->pid,
+              "request hang");
+    process_signal(inst->proc, SIGKILL); /* the exit is a crash: counted, restarted with backoff */
+}
+
+void instance_request_done(instance_t *inst, bool worker_broken)
+{
+    model_t *m = inst->model;
+    if (inst->in_flight)
+        inst->in_flight--;
+    if (m->in_flight)
+        m->in_flight--;
+    inst->failed_in_row = worker_broken ? inst->failed_in_row + 1 : 0;
+    const config_recycle_t *rc = &m->cfg->recycle;
+    if (inst->failed_in_row >= 5)
+        instance_recycle(inst, "5 failed requests in a row");
+    else if (rc->after_requests && inst->requests_total >= rc->after_requests)
+        instance_recycle(inst, "after_requests");
+    if (inst->stop_requested && inst->in_flight == 0 && inst->state != INST_STOPPING && !inst->external) {
+        instance_stop(inst, inst->stop_reason ? inst->stop_reason : "stopped");
+    } else if (!inst->proc && !inst->external && inst->state == INST_STOPPING) {
+        instance_maybe_free(inst);
+    }
+    model_schedule_pump(m);
+    core_emit(m->core, CORE_EV_REQUEST_ENDED, NULL);
+}
+
+void model_arm_idle_timers(model_t *m)
+{
+    const model_config_t *mc = m->cfg;
+    if (m->queue.depth > 0 || mc->url)
+        return;
+    list_foreach_safe(it, tmp, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested)
+            continue;
+        if (mc->keep_alive_ms == CONFIG_FOREVER)
+            continue;
+        if (mc->keep_alive_ms == 0) {
+            in->unload_reason = UNLOAD_IDLE;
+            instance_stop(in, "keep_alive 0");
+            continue;
+        }
+        if (!uv_is_active((uv_handle_t *)&in->idle_timer))
+            uv_timer_start(&in->idle_timer, on_idle_timeout, mc->keep_alive_ms, 0);
+    }
+}
+
+void model_stop_all(model_t *m, const char *reason)
+{
+    list_foreach_safe(it, tmp, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        if (in->external) {
+            uv_timer_stop(&in->timer);
+            if (in->health_call) {
+                http_call_cancel(in->health_call);
+                in->health_call = NULL;
+            }
+            in->state = INST_STOPPING;
+            in->stop_requested = true;
+            instance_maybe_free(in);
+        } else {
+            if (in->state != INST_STOPPING)
+                in->unload_reason = m->removed ? UNLOAD_REMOVED : UNLOAD_DRAIN;
+            instance_stop(in, reason);
+        }
+    }
+}
+
+static void on_model_timer_closed(uv_handle_t *h)
+{
+    model_t *m = h->data;
+    config_unref(m->cfg_owner);
+    free(m->name);
+    free(m);
+}
+
+void model_maybe_free(model_t *m)
+{
+    if (!m->removed || m->queue.depth > 0 || m->in_flight > 0 || !list_empty(&m->waiters) || m->instances_closing)
+        return;
+    if (!list_empty(&m->instances)) {
+        model_stop_all(m, "removed from config");
+        return;
+    }
+    if (uv_is_closing((uv_handle_t *)&m->backoff_timer))
+        return;
+    list_remove(&m->link);
+    core_defer_cancel(&m->pump);
+    uv_timer_stop(&m->backoff_timer);
+    uv_close((uv_handle_t *)&m->backoff_timer, on_model_timer_closed);
+}

@@ -1,0 +1,177 @@
+/*
+ * model_state: the supervisor's bookkeeping that every other part of it uses: state and
+ * reason names, the derived model state, the one place an instance state changes
+ * (instance_set_state), failure counting with restart backoff and the FAILED mark, and the
+ * per-model metrics notes.
+ *
+ * Invariants: every instance state change goes through instance_set_state (logged
+ * old -> new) and is announced as CORE_EV_MODEL_CHANGED (admin calls wait on it); a
+ * failure pushes next_start_ms out by the backoff, and MODEL_FAILURE_WINDOW failures within
+ * FAILURE_WINDOW_MS mark the model FAILED. This file calls no other file of the supervisor
+ * (see supervisor_int.h for the order).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "core/core.h"
+#include "workers/supervisor.h"
+#include "workers/supervisor_int.h"
+
+#define BACKOFF_FIRST_MS 1000
+#define BACKOFF_MAX_MS (5 * 60 * 1000)
+#define FAILURE_WINDOW_MS (10 * 60 * 1000)
+
+const char *instance_state_name(enum instance_state s)
+{
+    static const char *n[] = {"starting", "ready", "down", "stopping", "unloading", "unloaded", "reloading"};
+    return n[s];
+}
+
+const char *model_state_name(enum model_state s)
+{
+    static const char *n[] = {"stopped", "starting", "ready", "draining", "unloading", "failed"};
+    return n[s];
+}
+
+const char *unload_reason_name(enum unload_reason r)
+{
+    static const char *n[] = {"other", "idle", "evicted", "admin", "recycle", "drain", "removed", "failed"};
+    return (unsigned)r < UNLOAD_REASONS ? n[r] : "other";
+}
+
+const char *restart_reason_name(enum restart_reason r)
+{
+    static const char *n[] = {"crash", "start_failed", "startup_timeout", "hang", "unhealthy", "reload_failed",
+                              "recycle"};
+    return (unsigned)r < RESTART_REASONS ? n[r] : "crash";
+}
+
+void model_note_degraded(model_t *m, unsigned level)
+{
+    m->degraded_total++;
+    m->degraded_by_level[level < MODEL_DEGRADE_LEVELS ? level : MODEL_DEGRADE_LEVELS - 1]++;
+}
+
+void model_note_outcome(model_t *m, const char *outcome)
+{
+    if (!outcome || !outcome[0] || strlen(outcome) >= MODEL_OUTCOME_NAME_MAX)
+        outcome = "other";
+    for (unsigned i = 0; i < m->n_outcomes; i++) {
+        if (strcmp(m->outcomes[i].name, outcome) == 0) {
+            m->outcomes[i].n++;
+            return;
+        }
+    }
+    /* a new name; the last slot is kept for "other", so the table never overflows */
+    bool is_other = strcmp(outcome, "other") == 0;
+    if (m->n_outcomes < MODEL_OUTCOMES_MAX - 1 || (is_other && m->n_outcomes < MODEL_OUTCOMES_MAX)) {
+        struct model_outcome *o = &m->outcomes[m->n_outcomes++];
+        snprintf(o->name, sizeof o->name, "%s", outcome);
+        o->n = 1;
+        return;
+    }
+    if (!is_other)
+        model_note_outcome(m, "other");
+}
+
+enum model_state model_state(const model_t *m)
+{
+    if (m->failed)
+        return MODEL_FAILED;
+    bool starting = false, stopping = false, ready = false, draining = false;
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        if (in->state == INST_READY && !in->stop_requested)
+            ready = true;
+        else if (in->state == INST_READY && in->stop_requested)
+            draining = true;
+        else if (in->state == INST_STARTING || in->state == INST_RELOADING)
+            starting = true;
+        else if (in->state == INST_STOPPING || in->state == INST_UNLOADING)
+            stopping = true;
+    }
+    if (ready)
+        return MODEL_READY;
+    if (starting)
+        return MODEL_STARTING;
+    if (draining)
+        return MODEL_DRAINING;
+    if (stopping)
+        return MODEL_UNLOADING;
+    return MODEL_STOPPED;
+}
+
+void instance_set_state(instance_t *inst, enum instance_state s, const char *why)
+{
+    model_t *m = inst->model;
+    enum model_state before = model_state(m);
+    if (inst->state != s) {
+        log_event(LOG_INFO, "instance_state", "model=%s instance=%u pid=%d from=%s to=%s reason=%s",
+                  m->name, inst->id, (int)inst->pid, instance_state_name(inst->state),
+                  instance_state_name(s), why);
+        inst->state = s;
+    }
+    enum model_state after = model_state(m);
+    if (before != after) {
+        log_event(LOG_INFO, "model_state", "model=%s from=%s to=%s reason=%s", m->name,
+                  model_state_name(before), model_state_name(after), why);
+        core_note_event(m->core, "model %s: %s -> %s (%s)", m->name, model_state_name(before),
+                         model_state_name(after), why);
+    }
+    core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
+}
+
+void model_set_failed(model_t *m, const char *reason)
+{
+    m->load_requested = false;
+    if (m->failed)
+        return;
+    enum model_state before = model_state(m);
+    m->failed = true;
+    snprintf(m->failed_reason, sizeof m->failed_reason, "%s", reason);
+    log_event(LOG_ERROR, "model_state", "model=%s from=%s to=%s reason=%s", m->name,
+              model_state_name(before), "failed", reason);
+    core_note_event(m->core, "model %s failed: %s", m->name, reason);
+    uv_timer_stop(&m->backoff_timer);
+    model_schedule_pump(m); /* the dispatcher answers its queue 503 model_failed */
+    core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
+}
+
+void model_record_failure(model_t *m, enum restart_reason kind, const char *why)
+{
+    uint64_t now = core_now();
+    m->restarts_by_reason[kind]++;
+    m->failure_times[m->failure_next] = now;
+    m->failure_next = (m->failure_next + 1) % MODEL_FAILURE_WINDOW;
+    m->consecutive_failures++;
+    m->restarts_total++;
+    unsigned shift = m->consecutive_failures - 1;
+    uint64_t delay = shift >= 20 ? BACKOFF_MAX_MS : (uint64_t)BACKOFF_FIRST_MS << shift;
+    if (delay > BACKOFF_MAX_MS)
+        delay = BACKOFF_MAX_MS;
+    m->next_start_ms = now + delay;
+    unsigned recent = 0;
+    for (unsigned i = 0; i < MODEL_FAILURE_WINDOW; i++)
+        if (m->failure_times[i] && now - m->failure_times[i] <= FAILURE_WINDOW_MS)
+            recent++;
+    log_event(LOG_WARN, "worker_failure", "model=%s reason=%s consecutive=%u recent=%u backoff_ms=%llu",
+              m->name, why, m->consecutive_failures, recent, (unsigned long long)delay);
+    core_note_event(m->core, "model %s: worker failure (%s), next start in %llu ms", m->name, why,
+                     (unsigned long long)delay);
+    if (recent >= MODEL_FAILURE_WINDOW) {
+        char reason[160];
+        snprintf(reason, sizeof reason, "%u failed starts or crashes within 10 min (last: %s)", recent, why);
+        model_set_failed(m, reason);
+    }
+}
+
+bool model_has_live_instances(const model_t *m)
+{
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        if (!in->external)
+            return true;
+    }
+    return false;
+}

@@ -1,0 +1,50 @@
+/*
+ * supervisor_int: what the supervisor's own files share; nothing outside src/workers may
+ * include it. The public interface, the states, the restart policy and the invariants are
+ * in supervisor.h.
+ *
+ * Calls between the files go one way only (mk/lint_layers.py rejects a cycle):
+ *   supervisor.c (model runtime, demand, admin load/unload)
+ *     -> hooks.c (unload/reload hooks, eviction, reclaim)
+ *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
+ *     -> model_state.c (names, derived model state, state changes, failure counting)
+ * A file may call any file below it, never one above.
+ */
+#ifndef VRAMD_WORKERS_SUPERVISOR_INT_H
+#define VRAMD_WORKERS_SUPERVISOR_INT_H
+
+#include <stddef.h>
+#include <uv.h>
+
+#include "workers/supervisor.h"
+
+/* ---- model_state.c ---- */
+/* The one place an instance's state changes: logged old -> new, the derived model state
+ * change noted, CORE_EV_MODEL_CHANGED emitted. */
+void instance_set_state(instance_t *inst, enum instance_state s, const char *why);
+/* Mark the model FAILED (until an admin load): its queue is answered 503 model_failed. */
+void model_set_failed(model_t *m, const char *reason);
+/* Count a failed start or crash: backoff for the next start; FAILED after too many. */
+void model_record_failure(model_t *m, enum restart_reason kind, const char *why);
+
+/* ---- instance.c ---- */
+/* Start a supervised worker on ledger position gpu_pos (placed already). */
+void instance_start(model_t *m, size_t gpu_pos);
+/* An external model (url:) has its one instance. */
+void model_ensure_external(model_t *m);
+/* The health check timer callback: one GET of the health path. */
+void instance_health_tick(uv_timer_t *t);
+/* Stop the instance (after its in-flight requests when it has some). */
+void instance_stop(instance_t *inst, const char *reason);
+/* Free the instance once nothing refers to it any more. */
+void instance_maybe_free(instance_t *inst);
+/* Arm the idle timers of the model's idle instances (or stop them at keep_alive 0). */
+void model_arm_idle_timers(model_t *m);
+/* Free a removed model once nothing is left of it (stops its instances first). */
+void model_maybe_free(model_t *m);
+
+/* ---- hooks.c ---- */
+/* An UNLOADED instance is needed again: book its memory back and call the reload hook. */
+void instance_reload(instance_t *inst);
+
+#endif
