@@ -121,120 +121,152 @@ static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
     request_set_ops(r, &waiter_ops);
 }
 
-static bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
+static void respond_readyz(conn_t *c)
 {
     core_t *d = c->core;
-    bool get = http1_span_eq(r->head, r->msg.method, "GET") || http1_span_eq(r->head, r->msg.method, "HEAD");
-    bool post = http1_span_eq(r->head, r->msg.method, "POST");
+    bool gpu_needed = false;
+    list_foreach(it, &d->models) if (sched_model_uses_gpu(list_entry(it, model_t, link)->cfg)) gpu_needed = true;
+    if (d->ready && !d->draining && gpu_needed && !sched_gpu_ok()) {
+        conn_respond_error(c, 503, "gpu_unavailable", NULL, 5, false, "%s", sched_gpu_error());
+    } else if (d->ready && !d->draining) {
+        static const char ok[] = "{\"ready\":true}";
+        conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
+    } else {
+        conn_respond_error(c, 503, d->draining ? "draining" : "not_ready", NULL, 1, false, "%s",
+                           d->draining ? "vramd is draining" : "vramd is starting");
+    }
+}
 
+static void respond_metrics(conn_t *c)
+{
+    size_t mlen = 0;
+    char *text = metrics_render(c->core, &mlen);
+    if (!text) {
+        conn_respond_error(c, 500, "internal", NULL, -1, false, "metrics could not be rendered");
+        return;
+    }
+    conn_respond(c, 200, METRICS_CONTENT_TYPE, text, mlen, "Cache-Control: no-store\r\n");
+    free(text);
+}
+
+/* The read-only routes anyone may call; false when the path is none of them. */
+static bool public_route(conn_t *c, request_t *r, const char *path, size_t len)
+{
+    bool get = http1_span_eq(r->head, r->msg.method, "GET") || http1_span_eq(r->head, r->msg.method, "HEAD");
+    static const char ok[] = "{\"status\":\"ok\"}";
+    size_t page_len;
+    const char *page;
     if (path_is(path, len, "/healthz")) {
         request_set_state(r, REQ_LOCAL);
-        static const char ok[] = "{\"status\":\"ok\"}";
         conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
-        return true;
-    }
-    if (path_is(path, len, "/readyz")) {
+    } else if (path_is(path, len, "/readyz")) {
         request_set_state(r, REQ_LOCAL);
-        bool gpu_needed = false;
-        list_foreach(it, &d->models) if (sched_model_uses_gpu(list_entry(it, model_t, link)->cfg)) gpu_needed = true;
-        if (d->ready && !d->draining && gpu_needed && !sched_gpu_ok()) {
-            conn_respond_error(c, 503, "gpu_unavailable", NULL, 5, false, "%s", sched_gpu_error());
-        } else if (d->ready && !d->draining) {
-            static const char ok[] = "{\"ready\":true}";
-            conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
-        } else {
-            conn_respond_error(c, 503, d->draining ? "draining" : "not_ready", NULL, 1, false, "%s",
-                               d->draining ? "vramd is draining" : "vramd is starting");
-        }
-        return true;
-    }
-    if (path_is(path, len, "/v1/status") && get) {
+        respond_readyz(c);
+    } else if (path_is(path, len, "/v1/status") && get) {
         request_set_state(r, REQ_LOCAL);
-        respond_json(c, 200, status_render(d));
-        return true;
-    }
-    if (path_is(path, len, "/v1/models") && get) {
+        respond_json(c, 200, status_render(c->core));
+    } else if (path_is(path, len, "/v1/models") && get) {
         request_set_state(r, REQ_LOCAL);
-        respond_json(c, 200, status_models_list(d));
-        return true;
-    }
-    if (path_is(path, len, "/") && get) { /* the live status page (obs/page.h) */
+        respond_json(c, 200, status_models_list(c->core));
+    } else if (path_is(path, len, "/") && get) { /* the live status page (obs/page.h) */
         request_set_state(r, REQ_LOCAL);
-        size_t page_len;
-        const char *page = page_html(&page_len);
+        page = page_html(&page_len);
         conn_respond(c, 200, "text/html; charset=utf-8", page, page_len, page_headers());
-        return true;
-    }
-    if (path_is(path, len, "/metrics") && get) { /* Prometheus text format (obs/metrics.h); no token, like /v1/status */
+    } else if (path_is(path, len, "/metrics") && get) { /* Prometheus text (obs/metrics.h); no token */
         request_set_state(r, REQ_LOCAL);
-        size_t mlen = 0;
-        char *text = metrics_render(d, &mlen);
-        if (!text) {
-            conn_respond_error(c, 500, "internal", NULL, -1, false, "metrics could not be rendered");
-            return true;
-        }
-        conn_respond(c, 200, METRICS_CONTENT_TYPE, text, mlen, "Cache-Control: no-store\r\n");
-        free(text);
-        return true;
+        respond_metrics(c);
+    } else {
+        return false;
     }
-    if (jobs_api_handle(c, r, path, len)) /* /v1/jobs... (jobs/jobs_api.h) */
-        return true;
-    bool admin = false;
-    const char *name = NULL;
-    size_t name_len = 0;
-    bool load = false;
-    if (len > 11 && memcmp(path, "/v1/models/", 11) == 0) {
+    return true;
+}
+
+typedef struct admin_route {
+    enum { ADMIN_NONE = 0, ADMIN_MODEL, ADMIN_DRAIN, ADMIN_RELOAD } kind;
+    bool load;        /* ADMIN_MODEL: load (else unload) */
+    const char *name; /* ADMIN_MODEL: the model's name in the path */
+    size_t name_len;
+} admin_route_t;
+
+static admin_route_t parse_admin_route(const request_t *r, const char *path, size_t len)
+{
+    admin_route_t a = {0};
+    if (!http1_span_eq(r->head, r->msg.method, "POST"))
+        return a;
+    if (path_is(path, len, "/v1/admin/drain")) {
+        a.kind = ADMIN_DRAIN;
+    } else if (path_is(path, len, "/v1/admin/reload")) {
+        a.kind = ADMIN_RELOAD;
+    } else if (len > 11 && memcmp(path, "/v1/models/", 11) == 0) {
         const char *rest = path + 11;
         size_t rl = len - 11;
         const char *slash = memchr(rest, '/', rl);
-        if (slash && post) {
-            size_t action_len = rl - (size_t)(slash - rest) - 1;
-            if ((action_len == 4 && memcmp(slash + 1, "load", 4) == 0) ||
-                (action_len == 6 && memcmp(slash + 1, "unload", 6) == 0)) {
-                admin = true;
-                name = rest;
-                name_len = (size_t)(slash - rest);
-                load = action_len == 4;
-            }
+        size_t action_len = slash ? rl - (size_t)(slash - rest) - 1 : 0;
+        if (slash && ((action_len == 4 && memcmp(slash + 1, "load", 4) == 0) ||
+                      (action_len == 6 && memcmp(slash + 1, "unload", 6) == 0))) {
+            a.kind = ADMIN_MODEL;
+            a.name = rest;
+            a.name_len = (size_t)(slash - rest);
+            a.load = action_len == 4;
         }
     }
-    bool drain = post && path_is(path, len, "/v1/admin/drain");
-    bool reload = post && path_is(path, len, "/v1/admin/reload");
-    if (!admin && !drain && !reload)
-        return false;
+    return a;
+}
+
+static void admin_reload(conn_t *c)
+{
+    char err[CONFIG_ERR_MAX];
+    if (g_admin.reload(g_admin.ctx, err, sizeof err) != 0) {
+        conn_respond_error(c, 400, "bad_config", NULL, -1, false, "%s", err);
+        return;
+    }
+    static const char ok[] = "{\"reloaded\":true}";
+    conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
+}
+
+static void admin_route(conn_t *c, request_t *r, const admin_route_t *a)
+{
+    core_t *d = c->core;
     request_set_state(r, REQ_LOCAL);
     if (!token_ok(d, r)) {
         log_event(LOG_WARN, "admin_unauthorized", "peer=%s path=%s", c->peer, "admin");
         conn_respond_error(c, 401, "unauthorized", NULL, -1, false, "admin route needs a valid bearer token");
-        return true;
+        return;
     }
-    if (drain) {
+    if (a->kind == ADMIN_DRAIN) {
         static const char ok[] = "{\"draining\":true}";
         conn_respond(c, 202, "application/json", ok, sizeof ok - 1, NULL);
         g_admin.drain(g_admin.ctx, "admin");
-        return true;
+        return;
     }
-    if (reload) {
-        char err[CONFIG_ERR_MAX];
-        if (g_admin.reload(g_admin.ctx, err, sizeof err) != 0) {
-            conn_respond_error(c, 400, "bad_config", NULL, -1, false, "%s", err);
-        } else {
-            static const char ok[] = "{\"reloaded\":true}";
-            conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
-        }
-        return true;
+    if (a->kind == ADMIN_RELOAD) {
+        admin_reload(c);
+        return;
     }
-    model_t *m = model_by_name(d, name, name_len);
+    model_t *m = model_by_name(d, a->name, a->name_len);
     if (!m) {
         conn_respond_error(c, 404, "unknown_model", NULL, -1, false, "no model named \"%.*s\"",
-                           (int)(name_len > 100 ? 100 : name_len), name);
-        return true;
+                           (int)(a->name_len > 100 ? 100 : a->name_len), a->name);
+        return;
     }
     if (d->draining) {
         conn_respond_error(c, 503, "draining", m->name, 5, false, "vramd is draining");
-        return true;
+        return;
     }
-    model_admin(c, r, m, load);
+    model_admin(c, r, m, a->load);
+}
+
+/* vramd's own routes: true when r was one (answered or parked), false for the router. */
+static bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
+{
+    if (public_route(c, r, path, len))
+        return true;
+    if (jobs_api_handle(c, r, path, len)) /* /v1/jobs... (jobs/jobs_api.h) */
+        return true;
+    admin_route_t a = parse_admin_route(r, path, len);
+    if (a.kind == ADMIN_NONE)
+        return false;
+    admin_route(c, r, &a);
     return true;
 }
 

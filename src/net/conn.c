@@ -536,10 +536,11 @@ static void request_complete(conn_t *c)
     c->on_request(c, c->req);
 }
 
-static void start_request(conn_t *c)
+/* Parse the head at the start of c->in. 1: msg is complete; 0: need more; -1: answered
+ * (an error) or closed. */
+static int parse_head(conn_t *c, http1_msg_t *msg)
 {
-    core_t *d = c->core;
-    const config_t *cfg = d->cfg;
+    const config_t *cfg = c->core->cfg;
     size_t cap = cfg->limits.max_header_count;
     if (g_hdr_scratch_cap < cap) {
         free(g_hdr_scratch);
@@ -547,33 +548,35 @@ static void start_request(conn_t *c)
         g_hdr_scratch_cap = g_hdr_scratch ? cap : 0;
         if (!g_hdr_scratch) {
             conn_close(c);
-            return;
+            return -1;
         }
     }
     http1_limits_t lim = {.max_header_bytes = cfg->limits.max_header, .max_headers = cap};
-    http1_msg_t msg;
     http1_error_t err;
-    int rc = http1_parse_request(c->in.data, c->in.len, &lim, &msg, g_hdr_scratch, &c->scan_from, &err);
+    int rc = http1_parse_request(c->in.data, c->in.len, &lim, msg, g_hdr_scratch, &c->scan_from, &err);
     if (rc == HTTP1_NEED_MORE) {
-        if (c->in.len > cfg->limits.max_header) {
-            conn_respond_error(c, 431, "header_too_large", NULL, -1, true,
-                               "request head over %llu bytes",
-                               (unsigned long long)cfg->limits.max_header);
-        }
-        return;
+        if (c->in.len <= cfg->limits.max_header)
+            return 0;
+        conn_respond_error(c, 431, "header_too_large", NULL, -1, true, "request head over %llu bytes",
+                           (unsigned long long)cfg->limits.max_header);
+        return -1;
     }
     if (rc == HTTP1_ERROR) {
         int st = http1_error_status(&err);
         conn_respond_error(c, st, st == 431 ? "header_too_large" : "bad_request", NULL, -1, true,
-                           "malformed request at byte %zu: %s", err.pos,
-                           err.what ? err.what : http1_errcode_name(err.code));
-        return;
+                           "malformed request at byte %zu: %s", err.pos, err.what ? err.what : http1_errcode_name(err.code));
+        return -1;
     }
+    return 1;
+}
+
+/* A request object for a parsed head (its bytes copied out of c->in); NULL when out of memory. */
+static request_t *request_new(conn_t *c, const http1_msg_t *msg)
+{
+    const config_t *cfg = c->core->cfg;
     request_t *r = calloc(1, sizeof *r);
-    if (!r) {
-        conn_close(c);
-        return;
-    }
+    if (!r)
+        return NULL;
     r->conn = c;
     r->gpu = -1;
     core_defer_init(&r->free_later, request_free_now);
@@ -584,23 +587,37 @@ static void start_request(conn_t *c)
     buf_init(&r->orig_body, cfg->limits.max_body);
     buf_init(&r->resp_head, 64 * 1024);
     buf_init(&r->resp_body, cfg->limits.max_body);
-    r->head = malloc(msg.head_len + 1);
-    r->hdrs = malloc((msg.n_headers ? msg.n_headers : 1) * sizeof *r->hdrs);
+    r->head = malloc(msg->head_len + 1);
+    r->hdrs = malloc((msg->n_headers ? msg->n_headers : 1) * sizeof *r->hdrs);
     if (!r->head || !r->hdrs) {
         request_free_now(&r->free_later);
+        return NULL;
+    }
+    memcpy(r->head, c->in.data, msg->head_len);
+    r->head[msg->head_len] = '\0';
+    r->head_len = msg->head_len;
+    memcpy(r->hdrs, g_hdr_scratch, msg->n_headers * sizeof *r->hdrs);
+    r->msg = *msg;
+    r->msg.headers = r->hdrs;
+    r->t_arrival = core_now();
+    r->head_method = http1_span_eq(r->head, msg->method, "HEAD");
+    const http1_header_t *rid = http1_find_header(r->head, &r->msg, "X-Request-Id");
+    make_request_id(r, rid ? r->head + rid->value.off : NULL, rid ? rid->value.len : 0);
+    return r;
+}
+
+static void start_request(conn_t *c)
+{
+    core_t *d = c->core;
+    const config_t *cfg = d->cfg;
+    http1_msg_t msg;
+    if (parse_head(c, &msg) <= 0)
+        return;
+    request_t *r = request_new(c, &msg);
+    if (!r) {
         conn_close(c);
         return;
     }
-    memcpy(r->head, c->in.data, msg.head_len);
-    r->head[msg.head_len] = '\0';
-    r->head_len = msg.head_len;
-    memcpy(r->hdrs, g_hdr_scratch, msg.n_headers * sizeof *r->hdrs);
-    r->msg = msg;
-    r->msg.headers = r->hdrs;
-    r->t_arrival = core_now();
-    r->head_method = http1_span_eq(r->head, msg.method, "HEAD");
-    const http1_header_t *rid = http1_find_header(r->head, &r->msg, "X-Request-Id");
-    make_request_id(r, rid ? r->head + rid->value.off : NULL, rid ? rid->value.len : 0);
     c->req = r;
     c->keep_alive = msg.keep_alive;
     buf_consume(&c->in, msg.head_len);
