@@ -2,14 +2,20 @@
  * journal: durable job records in SQLite (WAL, synchronous=FULL). See journal.h for the
  * contract (durability, state rules, attempts, return convention).
  *
- * Schema (user_version 1): one table `jobs`, one row per job, the request body as the LAST
+ * Schema (user_version 2): one table `jobs`, one row per job, the request body as the LAST
  * column so that reading the other columns never walks a large body's overflow pages. States
- * are stored by name (readable with the sqlite3 shell) under a CHECK constraint. Indexes:
- *   jobs_queue (state, model, priority DESC, created_ms, id)   next queued of a model, per-model counts
- *   jobs_run   (state, priority DESC, created_ms, id)          next queued of all models, counts by state
- *   jobs_created (created_ms, id), jobs_state_created (state, created_ms, id),
- *   jobs_model_created (model, created_ms, id)                 listing newest first, filtered
- *   jobs_finished (finished_ms) WHERE finished_ms > 0          purge
+ * are stored by name (readable with the sqlite3 shell) under a CHECK constraint. The job's
+ * sequence number is `rowid_`, an INTEGER PRIMARY KEY: SQLite gives a new row max(rowid) + 1,
+ * so among the rows present it is the order of insertion (created_ms is not: one millisecond
+ * holds a burst of submits). Indexes:
+ *   jobs_queue (state, model, priority DESC, rowid_)   next queued of a model, per-model counts
+ *   jobs_run   (state, priority DESC, rowid_)          next queued of all models
+ *   jobs_state (state, rowid_), jobs_model (model, rowid_)
+ *                                                      listing newest first, filtered; counts
+ *   jobs_finished (finished_ms) WHERE finished_ms > 0  purge
+ *   jobs_overdue (deadline_ms) WHERE queued with one   journal_overdue
+ * Version 1 had the same table with created_ms in place of rowid_ in its indexes; opening
+ * it replaces those indexes (one transaction) and sets version 2.
  *
  * Invariants:
  *   - every statement is prepared once at open and reset (bindings cleared) after each use,
@@ -40,8 +46,8 @@
 #define RECORD_COLUMNS                                                                             \
     "id, model, method, path, headers, request_id, priority, deadline_ms, state, attempts, "     \
     "max_attempts, created_ms, started_ms, finished_ms, degrade_level, gpu, http_status, "        \
-    "error_code, error_message, result_type, result_bytes, result_state"
-#define RECORD_NCOLUMNS 22
+    "error_code, error_message, result_type, result_bytes, result_state, rowid_"
+#define RECORD_NCOLUMNS 23
 
 #define FINAL_STATES "('succeeded','failed','cancelled')"
 #define LIVE_STATES "('queued','running')"
@@ -73,12 +79,22 @@ static const char *const schema_sql =
     " result_state TEXT NOT NULL DEFAULT 'none' CHECK (result_state IN ('none','stored','removed')),"
     " body BLOB"
     ");"
-    "CREATE INDEX jobs_queue ON jobs (state, model, priority DESC, created_ms, id);"
-    "CREATE INDEX jobs_run ON jobs (state, priority DESC, created_ms, id);"
-    "CREATE INDEX jobs_created ON jobs (created_ms, id);"
-    "CREATE INDEX jobs_state_created ON jobs (state, created_ms, id);"
-    "CREATE INDEX jobs_model_created ON jobs (model, created_ms, id);"
     "CREATE INDEX jobs_finished ON jobs (finished_ms) WHERE finished_ms > 0;";
+
+/* The indexes that order jobs (version 2), after dropping those of version 1 and of version 2
+ * itself: run on a new journal and to migrate a version 1 one (and harmless on a version 2). */
+static const char *const order_indexes_sql =
+    "DROP INDEX IF EXISTS jobs_queue;"
+    "DROP INDEX IF EXISTS jobs_run;"
+    "DROP INDEX IF EXISTS jobs_created;"
+    "DROP INDEX IF EXISTS jobs_state_created;"
+    "DROP INDEX IF EXISTS jobs_model_created;"
+    "DROP INDEX IF EXISTS jobs_state;"
+    "DROP INDEX IF EXISTS jobs_model;"
+    "CREATE INDEX jobs_queue ON jobs (state, model, priority DESC, rowid_);"
+    "CREATE INDEX jobs_run ON jobs (state, priority DESC, rowid_);"
+    "CREATE INDEX jobs_state ON jobs (state, rowid_);"
+    "CREATE INDEX jobs_model ON jobs (model, rowid_);";
 
 enum stmt_id {
     ST_BEGIN,
@@ -110,9 +126,9 @@ enum stmt_id {
     ST_COUNT
 };
 
-/* Cursor bound "before everything": every created_ms is < INT64_MAX, every id < "g". */
-#define LIST_CURSOR_WHERE " (created_ms, id) < (?1, ?2) "
-#define LIST_TAIL " ORDER BY created_ms DESC, id DESC LIMIT ?3"
+/* ?1 = the cursor's seq (INT64_MAX = from the newest), ?2 = limit, ?3 = state, ?4 = model */
+#define LIST_CURSOR_WHERE " rowid_ < ?1 "
+#define LIST_TAIL " ORDER BY rowid_ DESC LIMIT ?2"
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -151,21 +167,21 @@ static const char *const stmt_sql[ST_COUNT] = {
                          " ' of ' || max_attempts || ')'"
                          " WHERE state = 'running'",
     [ST_LIST_ALL] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE" LIST_CURSOR_WHERE LIST_TAIL,
-    [ST_LIST_STATE] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE state = ?4 AND" LIST_CURSOR_WHERE LIST_TAIL,
-    [ST_LIST_MODEL] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE model = ?5 AND" LIST_CURSOR_WHERE LIST_TAIL,
-    [ST_LIST_STATE_MODEL] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE state = ?4 AND model = ?5 AND"
+    [ST_LIST_STATE] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE state = ?3 AND" LIST_CURSOR_WHERE LIST_TAIL,
+    [ST_LIST_MODEL] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE model = ?4 AND" LIST_CURSOR_WHERE LIST_TAIL,
+    [ST_LIST_STATE_MODEL] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE state = ?3 AND model = ?4 AND"
                             LIST_CURSOR_WHERE LIST_TAIL,
     [ST_NEXT_ALL] = "SELECT id FROM jobs WHERE state = 'queued'"
-                    " ORDER BY priority DESC, created_ms, id LIMIT ?1",
+                    " ORDER BY priority DESC, rowid_ LIMIT ?1",
     [ST_NEXT_MODEL] = "SELECT id FROM jobs WHERE state = 'queued' AND model = ?2"
-                      " ORDER BY priority DESC, created_ms, id LIMIT ?1",
+                      " ORDER BY priority DESC, rowid_ LIMIT ?1",
     [ST_OVERDUE] = "SELECT id FROM jobs WHERE state = 'queued' AND deadline_ms > 0 AND deadline_ms <= ?2"
-                   " ORDER BY deadline_ms LIMIT ?1",
+                   " ORDER BY deadline_ms, rowid_ LIMIT ?1",
     [ST_COUNTS] = "SELECT state, count(*) FROM jobs GROUP BY state",
     [ST_COUNT_BY_MODEL] = "SELECT model, count(*) FROM jobs WHERE state = ?1 GROUP BY model ORDER BY model",
     [ST_RESULT_REMOVED] = "UPDATE jobs SET result_state = 'removed' WHERE id = ?1 AND result_state = 'stored'",
     [ST_PURGE_SELECT] = "SELECT id FROM jobs WHERE finished_ms > 0 AND finished_ms < ?1"
-                        " AND state IN " FINAL_STATES " ORDER BY finished_ms LIMIT ?2",
+                        " AND state IN " FINAL_STATES " ORDER BY finished_ms, rowid_ LIMIT ?2",
     [ST_PURGE_DELETE] = "DELETE FROM jobs WHERE id = ?1 AND state IN " FINAL_STATES,
 };
 
@@ -319,7 +335,7 @@ static int clamp_int(int64_t v, int lo, int hi)
 }
 
 /* Fill *r (initialised) from the RECORD_COLUMNS of the current row; the body when the
- * statement has a 23rd column. 0 or JOURNAL_ERROR (out of memory; *r cleared). */
+ * statement has one more column. 0 or JOURNAL_ERROR (out of memory; *r cleared). */
 static int read_record(journal_t *j, sqlite3_stmt *s, job_record_t *r)
 {
     bool oom = false;
@@ -352,6 +368,7 @@ static int read_record(journal_t *j, sqlite3_stmt *s, job_record_t *r)
     r->result_bytes = rb < 0 ? 0 : (uint64_t)rb;
     rstate = job_result_state_parse((const char *)sqlite3_column_text(s, 21));
     r->result_state = rstate < 0 ? JOB_RESULT_NONE : (enum job_result_state)rstate;
+    r->seq = sqlite3_column_int64(s, 22);
 
     if (sqlite3_column_count(s) > RECORD_NCOLUMNS) {
         const void *blob = sqlite3_column_blob(s, RECORD_NCOLUMNS);
@@ -413,12 +430,50 @@ static int count_tables(sqlite3 *db, int64_t *n)
     return rc;
 }
 
-/* Create the schema in an empty database, or check the version of an existing one. */
+/* In one transaction: the table (create_table: a new journal), the order indexes and the
+ * version. A crash leaves the database as it was, never half a schema. 0, or -1 with the
+ * reason in err. */
+static int schema_write(sqlite3 *db, bool create_table, const char *what, const char *path, char *err,
+                        size_t errlen)
+{
+    char version_sql[48];
+    char *msg = NULL;
+
+    snprintf(version_sql, sizeof version_sql, "PRAGMA user_version = %d", JOURNAL_SCHEMA_VERSION);
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, &msg) != SQLITE_OK ||
+        (create_table && sqlite3_exec(db, schema_sql, NULL, NULL, &msg) != SQLITE_OK) ||
+        sqlite3_exec(db, order_indexes_sql, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(db, version_sql, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
+        snprintf(err, errlen, "journal %s: %s: %s", path, what, msg != NULL ? msg : sqlite3_errmsg(db));
+        sqlite3_free(msg);
+        if (!sqlite3_get_autocommit(db))
+            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+/* A version 1 journal has the table of version 2 (rowid_ included); only its indexes order
+ * by created_ms. Check the column is there, then replace the indexes. */
+static int schema_migrate_v1(sqlite3 *db, const char *path, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT rowid_ FROM jobs LIMIT 0", -1, &s, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "journal %s: schema version 1 without a rowid_ column in jobs: %s", path,
+                 sqlite3_errmsg(db));
+        sqlite3_finalize(s);
+        return -1;
+    }
+    sqlite3_finalize(s);
+    return schema_write(db, false, "migrating schema version 1 to 2", path, err, errlen);
+}
+
+/* Create the schema in an empty database, migrate an older version, or check the version. */
 static int schema_ensure(sqlite3 *db, const char *path, char *err, size_t errlen)
 {
     char text[64];
     int64_t tables = 0;
-    char *msg = NULL;
 
     if (pragma_text(db, "PRAGMA user_version", text, sizeof text) != SQLITE_OK) {
         snprintf(err, errlen, "journal %s: reading schema version: %s", path, sqlite3_errmsg(db));
@@ -434,26 +489,17 @@ static int schema_ensure(sqlite3 *db, const char *path, char *err, size_t errlen
     }
     if (version == JOURNAL_SCHEMA_VERSION)
         return 0;
+    if (version == 1)
+        return schema_migrate_v1(db, path, err, errlen);
     if (count_tables(db, &tables) != SQLITE_OK) {
         snprintf(err, errlen, "journal %s: %s", path, sqlite3_errmsg(db));
         return -1;
     }
-    if (tables != 0) {
+    if (version != 0 || tables != 0) {
         snprintf(err, errlen, "journal %s: not a vramd job journal (tables without a schema version)", path);
         return -1;
     }
-    /* DDL and the version in one transaction: a crash leaves an empty database, not half a schema */
-    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, &msg) != SQLITE_OK ||
-        sqlite3_exec(db, schema_sql, NULL, NULL, &msg) != SQLITE_OK ||
-        sqlite3_exec(db, "PRAGMA user_version = 1", NULL, NULL, &msg) != SQLITE_OK ||
-        sqlite3_exec(db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
-        snprintf(err, errlen, "journal %s: creating schema: %s", path, msg != NULL ? msg : sqlite3_errmsg(db));
-        sqlite3_free(msg);
-        if (!sqlite3_get_autocommit(db))
-            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-        return -1;
-    }
-    return 0;
+    return schema_write(db, true, "creating schema", path, err, errlen);
 }
 
 journal_t *journal_open(const char *path, char *err, size_t errlen)
@@ -805,18 +851,13 @@ int journal_list(journal_t *j, const journal_filter_t *filter, const journal_cur
         which = model != NULL ? ST_LIST_MODEL : ST_LIST_ALL;
 
     sqlite3_stmt *s = stmt(j, which);
-    if (cursor != NULL && cursor->valid) {
-        sqlite3_bind_int64(s, 1, cursor->created_ms);
-        sqlite3_bind_text(s, 2, cursor->id, -1, SQLITE_TRANSIENT);
-    } else {
-        sqlite3_bind_int64(s, 1, INT64_MAX);
-        sqlite3_bind_text(s, 2, "g", -1, SQLITE_STATIC); /* after every hex id */
-    }
-    sqlite3_bind_int64(s, 3, (int64_t)limit + 1); /* one more: do more jobs follow? */
+    /* every seq is below INT64_MAX (SQLite stops counting up there long before) */
+    sqlite3_bind_int64(s, 1, cursor != NULL && cursor->valid ? cursor->seq : INT64_MAX);
+    sqlite3_bind_int64(s, 2, (int64_t)limit + 1); /* one more: do more jobs follow? */
     if (state >= 0)
-        sqlite3_bind_text(s, 4, job_state_name((enum job_state)state), -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 3, job_state_name((enum job_state)state), -1, SQLITE_STATIC);
     if (model != NULL)
-        sqlite3_bind_text(s, 5, model, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(s, 4, model, -1, SQLITE_TRANSIENT);
 
     for (;;) {
         int rc = sqlite3_step(s);
@@ -836,8 +877,7 @@ int journal_list(journal_t *j, const journal_filter_t *filter, const journal_cur
         given++;
         if (next != NULL) {
             next->valid = true;
-            next->created_ms = rec.created_ms;
-            snprintf(next->id, sizeof next->id, "%s", rec.id);
+            next->seq = rec.seq;
         }
         int stop = cb != NULL ? cb(&rec, ctx) : 0;
         job_record_clear(&rec);
@@ -860,7 +900,7 @@ void journal_cursor_format(const journal_cursor_t *c, char *out, size_t outlen)
         snprintf(out, outlen, "%s", "");
         return;
     }
-    snprintf(out, outlen, "%" PRId64 "-%s", c->created_ms, c->id);
+    snprintf(out, outlen, "%" PRId64, c->seq);
 }
 
 int journal_cursor_parse(const char *text, journal_cursor_t *out)
@@ -869,18 +909,18 @@ int journal_cursor_parse(const char *text, journal_cursor_t *out)
     const char *p = text;
 
     memset(out, 0, sizeof *out);
-    if (text == NULL || *p < '0' || *p > '9')
+    /* 1..INT64_MAX, canonical: a leading zero, a sign or anything after the digits is refused */
+    if (text == NULL || *p < '1' || *p > '9')
         return -1;
     for (; *p >= '0' && *p <= '9'; p++) {
         if (v > (INT64_MAX - (*p - '0')) / 10)
             return -1;
         v = v * 10 + (*p - '0');
     }
-    if (*p != '-' || !job_id_valid(p + 1))
+    if (*p != '\0')
         return -1;
     out->valid = true;
-    out->created_ms = v;
-    memcpy(out->id, p + 1, JOB_ID_SIZE);
+    out->seq = v;
     return 0;
 }
 

@@ -4,7 +4,8 @@
  *
  * Covers: insert/get round trip with a binary body (NULs, high bytes), optional fields and
  * argument checks; WAL mode and synchronous=FULL in effect on the journal's own connection;
- * run order of next_queued (priority desc, created asc) per model and for all; the state
+ * run order of next_queued (priority desc, then order of insertion) per model and for all, also
+ * for a burst inserted within one millisecond (and the same for list paging); the state
  * rules (mark_running, set_gpu, mark_finished, cancel from every state, requeue with and
  * without refund); recovery at start (running -> queued, and -> failed when attempts are
  * used up, with the reason); counts and per-model counts; list filters, paging with cursors
@@ -12,7 +13,7 @@
  * JOURNAL_FULL (a page cap, and a real 512 KiB tmpfs that fills up: skipped with a message
  * when tmpfs cannot be mounted); reopen keeps everything; a child SIGKILLed right after
  * insert returned leaves the job readable; schema versioning (a newer version and a foreign
- * database are refused).
+ * database are refused, a version 1 journal is migrated and keeps its jobs in order).
  * The journal's .c is included so the test can query pragmas on its connection.
  * Run: make build/tests/test_journal && build/tests/test_journal (and with make SAN=1).
  */
@@ -204,6 +205,26 @@ static void test_insert_get_roundtrip(void **state)
     assert_int_equal(journal_peek(f->j, other, NULL, NULL), JOURNAL_NOT_FOUND);
 }
 
+/* The query plan of one of the journal's statements names `index` and sorts nothing. */
+static void assert_plan(sqlite3 *db, enum stmt_id which, const char *index)
+{
+    char sql[1024];
+    sqlite3_stmt *s;
+    snprintf(sql, sizeof sql, "EXPLAIN QUERY PLAN %s", stmt_sql[which]);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+    bool uses_index = false, sorts = false;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        const char *detail = (const char *)sqlite3_column_text(s, 3);
+        if (strstr(detail, index) != NULL)
+            uses_index = true;
+        if (strstr(detail, "TEMP B-TREE") != NULL)
+            sorts = true;
+    }
+    sqlite3_finalize(s);
+    if (!uses_index || sorts)
+        fail_msg("statement %d: index %s used: %d, sorts: %d", (int)which, index, uses_index, sorts);
+}
+
 static void test_pragmas_in_effect(void **state)
 {
     fixture_t *f = *state;
@@ -217,24 +238,13 @@ static void test_pragmas_in_effect(void **state)
     struct stat st;
     assert_int_equal(stat(f->path, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600); /* job bodies may be private */
-    /* the run-order query uses an index, not a scan plus sort of the whole table */
-    sqlite3_stmt *s;
-    assert_int_equal(sqlite3_prepare_v2(f->j->db,
-                                        "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE state = 'queued' AND "
-                                        "model = 'a' ORDER BY priority DESC, created_ms, id LIMIT 5",
-                                        -1, &s, NULL),
-                     SQLITE_OK);
-    bool uses_index = false, sorts = false;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        const char *detail = (const char *)sqlite3_column_text(s, 3);
-        if (strstr(detail, "jobs_queue") != NULL)
-            uses_index = true;
-        if (strstr(detail, "TEMP B-TREE") != NULL)
-            sorts = true;
-    }
-    sqlite3_finalize(s);
-    assert_true(uses_index);
-    assert_false(sorts);
+    /* the run-order and list queries use an index (or the table's rowid order), never a
+     * scan plus sort of the whole table */
+    assert_plan(f->j->db, ST_NEXT_MODEL, "jobs_queue");
+    assert_plan(f->j->db, ST_NEXT_ALL, "jobs_run");
+    assert_plan(f->j->db, ST_LIST_ALL, "INTEGER PRIMARY KEY");
+    assert_plan(f->j->db, ST_LIST_STATE, "jobs_state");
+    assert_plan(f->j->db, ST_LIST_MODEL, "jobs_model");
 }
 
 static void test_next_queued_order(void **state)
@@ -245,12 +255,14 @@ static void test_next_queued_order(void **state)
     char ids[10][JOB_ID_SIZE];
     size_t n = 99;
 
-    insert_job(f->j, a_low_old, "a", 1, 100);
-    insert_job(f->j, a_high_new, "a", 9, 300);
-    insert_job(f->j, a_high_old, "a", 9, 200);
-    insert_job(f->j, a_mid, "a", 5, 50);
-    insert_job(f->j, b_top, "b", 9, 10);
-    insert_job(f->j, a_running, "a", 9, 1);
+    /* age is the order of insertion; created_ms goes down on purpose (a wall clock that
+     * stepped back must not let a later job overtake) */
+    insert_job(f->j, b_top, "b", 9, 600);
+    insert_job(f->j, a_low_old, "a", 1, 500);
+    insert_job(f->j, a_high_old, "a", 9, 400);
+    insert_job(f->j, a_mid, "a", 5, 300);
+    insert_job(f->j, a_high_new, "a", 9, 200);
+    insert_job(f->j, a_running, "a", 9, 100);
     assert_int_equal(journal_mark_running(f->j, a_running, 1000, 0), JOURNAL_OK);
 
     assert_int_equal(journal_next_queued(f->j, "a", 10, ids, &n), JOURNAL_OK);
@@ -574,7 +586,7 @@ static void test_counts(void **state)
 
 typedef struct collected {
     char ids[64][JOB_ID_SIZE];
-    int64_t created[64];
+    int64_t seq[64];
     size_t n;
     size_t stop_after; /* 0 = never stop */
 } collected_t;
@@ -585,7 +597,7 @@ static int collect_cb(const job_record_t *rec, void *ctx)
     assert_true(c->n < 64);
     assert_null(rec->body);
     memcpy(c->ids[c->n], rec->id, JOB_ID_SIZE);
-    c->created[c->n] = rec->created_ms;
+    c->seq[c->n] = rec->seq;
     c->n++;
     return c->stop_after != 0 && c->n >= c->stop_after;
 }
@@ -599,7 +611,7 @@ static void test_list_filters_and_paging(void **state)
     size_t n;
 
     for (int i = 0; i < 25; i++) {
-        /* created in pairs so the id breaks ties in the order */
+        /* created in pairs: the order is still the order of insertion */
         insert_job(f->j, ids[i], i % 2 ? "b" : "a", 1, 1000 + i / 2);
         if (i % 3 == 0) {
             assert_int_equal(journal_mark_running(f->j, ids[i], 2000, 0), JOURNAL_OK);
@@ -618,15 +630,9 @@ static void test_list_filters_and_paging(void **state)
     } while (next.valid && pages < 10);
     assert_int_equal(pages, 3);
     assert_int_equal(got.n, 25);
-    for (size_t i = 1; i < got.n; i++) {
-        assert_true(got.created[i - 1] > got.created[i] ||
-                    (got.created[i - 1] == got.created[i] && strcmp(got.ids[i - 1], got.ids[i]) > 0));
-    }
-    for (int i = 0; i < 25; i++) {
-        int seen = 0;
-        for (size_t k = 0; k < got.n; k++)
-            seen += strcmp(got.ids[k], ids[i]) == 0;
-        assert_int_equal(seen, 1);
+    for (size_t i = 0; i < got.n; i++) {
+        assert_string_equal(got.ids[i], ids[24 - i]);
+        assert_true(i == 0 || got.seq[i - 1] > got.seq[i]);
     }
     /* exactly a page: no cursor after it */
     memset(&got, 0, sizeof got);
@@ -674,20 +680,113 @@ static void test_list_filters_and_paging(void **state)
     journal_cursor_format(&next, text, sizeof text);
     assert_int_equal(journal_cursor_parse(text, &parsed), 0);
     assert_true(parsed.valid);
-    assert_int_equal(parsed.created_ms, next.created_ms);
-    assert_string_equal(parsed.id, next.id);
+    assert_int_equal(parsed.seq, next.seq);
     journal_cursor_t invalid = {.valid = false};
     journal_cursor_format(&invalid, text, sizeof text);
     assert_string_equal(text, "");
-    const char *bad_cursors[] = {"", "-", "12", "12-", "x-0123456789abcdef0123456789abcdef",
-                                 "-1-0123456789abcdef0123456789abcdef", "12-0123456789ABCDEF0123456789abcdef",
-                                 "12-0123456789abcdef0123456789abcde", "12-0123456789abcdef0123456789abcdef0",
-                                 "99999999999999999999-0123456789abcdef0123456789abcdef", "12-../../etc/passwd"};
+    assert_int_equal(journal_cursor_parse("9223372036854775807", &parsed), 0);
+    assert_int_equal(parsed.seq, INT64_MAX);
+    journal_cursor_format(&parsed, text, sizeof text);
+    assert_string_equal(text, "9223372036854775807");
+    /* not what format writes: refused (the old "<created_ms>-<id>" form included) */
+    const char *bad_cursors[] = {"", "-", "0", "012", "-1", "+1", " 1", "1 ", "1x", "x", "12-",
+                                 "9223372036854775808", "99999999999999999999",
+                                 "1764000000123-0123456789abcdef0123456789abcdef", "12-../../etc/passwd"};
     for (size_t i = 0; i < sizeof bad_cursors / sizeof bad_cursors[0]; i++) {
         if (journal_cursor_parse(bad_cursors[i], &parsed) != -1)
             fail_msg("cursor \"%s\" accepted", bad_cursors[i]);
     }
     assert_int_equal(journal_cursor_parse(NULL, &parsed), -1);
+}
+
+/* A burst of submits lands in one millisecond: the order must still be the order of arrival.
+ * The ids are chosen so that neither ascending nor descending id order is arrival order (a
+ * tie broken by id would pass by luck half the time with random ids). */
+static const char *const burst_ids[6] = {
+    "c0000000000000000000000000000000", "10000000000000000000000000000000",
+    "f0000000000000000000000000000000", "40000000000000000000000000000000",
+    "80000000000000000000000000000000", "20000000000000000000000000000000",
+};
+
+static void insert_burst(journal_t *j, const int *priorities)
+{
+    for (int i = 0; i < 6; i++) {
+        job_record_t r;
+        make_job(&r, i % 2 ? "b" : "a", priorities[i], 1764000000123);
+        memcpy(r.id, burst_ids[i], JOB_ID_SIZE);
+        int rc = journal_insert(j, &r);
+        if (rc != JOURNAL_OK)
+            fail_msg("insert %d: %d %s", i, rc, journal_errmsg(j));
+    }
+}
+
+static void test_same_millisecond_list_order(void **state)
+{
+    fixture_t *f = *state;
+    const int same[6] = {1, 1, 1, 1, 1, 1};
+    collected_t got;
+    journal_cursor_t cur, next;
+    char text[JOURNAL_CURSOR_TEXT_MAX];
+    size_t n;
+
+    insert_burst(f->j, same);
+    /* newest first, in pages of 2, each cursor through its text form (as a client has it) */
+    memset(&got, 0, sizeof got);
+    memset(&cur, 0, sizeof cur);
+    int pages = 0;
+    do {
+        assert_int_equal(journal_list(f->j, NULL, &cur, 2, collect_cb, &got, &next, &n), JOURNAL_OK);
+        assert_int_equal(n, 2);
+        pages++;
+        journal_cursor_format(&next, text, sizeof text);
+        if (next.valid)
+            assert_int_equal(journal_cursor_parse(text, &cur), 0);
+    } while (next.valid && pages < 10);
+    assert_int_equal(pages, 3);
+    assert_int_equal(got.n, 6);
+    for (int i = 0; i < 6; i++)
+        assert_string_equal(got.ids[i], burst_ids[5 - i]);
+
+    /* filtered by model: the same order within the model */
+    journal_filter_t by_model = {.state = -1, .model = "b"};
+    memset(&got, 0, sizeof got);
+    assert_int_equal(journal_list(f->j, &by_model, NULL, 1, collect_cb, &got, &next, &n), JOURNAL_OK);
+    assert_string_equal(got.ids[0], burst_ids[5]);
+    assert_int_equal(journal_list(f->j, &by_model, &next, 10, collect_cb, &got, NULL, &n), JOURNAL_OK);
+    assert_int_equal(got.n, 3);
+    assert_string_equal(got.ids[1], burst_ids[3]);
+    assert_string_equal(got.ids[2], burst_ids[1]);
+
+    /* the sequence numbers a get shows go up with insertion */
+    int64_t last = 0;
+    for (int i = 0; i < 6; i++) {
+        job_record_t r;
+        assert_int_equal(journal_get(f->j, burst_ids[i], false, &r), JOURNAL_OK);
+        assert_true(r.seq > last);
+        last = r.seq;
+        job_record_clear(&r);
+    }
+}
+
+static void test_same_millisecond_run_order(void **state)
+{
+    fixture_t *f = *state;
+    const int prio[6] = {1, 5, 1, 5, 1, 5};
+    char ids[10][JOB_ID_SIZE];
+    size_t n;
+
+    insert_burst(f->j, prio);
+    /* priority first, then first come first served */
+    assert_int_equal(journal_next_queued(f->j, NULL, 10, ids, &n), JOURNAL_OK);
+    assert_int_equal(n, 6);
+    const int want[6] = {1, 3, 5, 0, 2, 4};
+    for (int i = 0; i < 6; i++)
+        assert_string_equal(ids[i], burst_ids[want[i]]);
+    /* per model ("a" has 0, 2, 4 at priority 1) */
+    assert_int_equal(journal_next_queued(f->j, "a", 10, ids, &n), JOURNAL_OK);
+    assert_int_equal(n, 3);
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(ids[i], burst_ids[2 * i]);
 }
 
 typedef struct purged {
@@ -901,10 +1000,10 @@ static void test_schema_versions(void **state)
     journal_close(f->j);
     f->j = NULL;
     assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 2", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 3", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     assert_null(journal_open(f->path, err, sizeof err));
-    assert_non_null(strstr(err, "schema version 2 is newer than this vramd understands (1)"));
+    assert_non_null(strstr(err, "schema version 3 is newer than this vramd understands (2)"));
 
     /* a database that is not a journal is refused, not modified */
     snprintf(path, sizeof path, "%s/other.db", f->dir);
@@ -920,12 +1019,111 @@ static void test_schema_versions(void **state)
     assert_non_null(strstr(err, "missing/jobs.db"));
     assert_null(journal_open("", err, sizeof err));
 
-    /* reopen the real one at version 1 for teardown */
+    /* reopen the real one at version 2 for teardown */
     assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 1", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 2", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     f->j = journal_open(f->path, err, sizeof err);
     assert_non_null(f->j);
+}
+
+/* The schema of version 1 as that vramd created it (indexes ordered by created_ms, then id). */
+static const char *const v1_schema_sql =
+    "CREATE TABLE jobs (rowid_ INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, model TEXT NOT NULL,"
+    " method TEXT NOT NULL, path TEXT NOT NULL, headers TEXT NOT NULL DEFAULT '{}', request_id TEXT,"
+    " priority INTEGER NOT NULL CHECK (priority BETWEEN 0 AND 9), deadline_ms INTEGER NOT NULL DEFAULT 0,"
+    " state TEXT NOT NULL CHECK (state IN ('queued','running','succeeded','failed','cancelled')),"
+    " attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL, created_ms INTEGER NOT NULL,"
+    " started_ms INTEGER NOT NULL DEFAULT 0, finished_ms INTEGER NOT NULL DEFAULT 0,"
+    " degrade_level INTEGER NOT NULL DEFAULT 0, gpu INTEGER NOT NULL DEFAULT -1,"
+    " http_status INTEGER NOT NULL DEFAULT 0, error_code TEXT, error_message TEXT, result_type TEXT,"
+    " result_bytes INTEGER NOT NULL DEFAULT 0, result_state TEXT NOT NULL DEFAULT 'none'"
+    " CHECK (result_state IN ('none','stored','removed')), body BLOB);"
+    "CREATE INDEX jobs_queue ON jobs (state, model, priority DESC, created_ms, id);"
+    "CREATE INDEX jobs_run ON jobs (state, priority DESC, created_ms, id);"
+    "CREATE INDEX jobs_created ON jobs (created_ms, id);"
+    "CREATE INDEX jobs_state_created ON jobs (state, created_ms, id);"
+    "CREATE INDEX jobs_model_created ON jobs (model, created_ms, id);"
+    "CREATE INDEX jobs_finished ON jobs (finished_ms) WHERE finished_ms > 0;"
+    "CREATE INDEX jobs_overdue ON jobs (deadline_ms) WHERE state = 'queued' AND deadline_ms > 0;"
+    "PRAGMA user_version = 1;";
+
+static bool has_index(sqlite3 *db, const char *name)
+{
+    sqlite3_stmt *s;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?1", -1,
+                                        &s, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    bool found = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    return found;
+}
+
+/* A journal written by version 1 (a burst in one millisecond in it) opens as version 2: its
+ * jobs keep their order of insertion, and new ones come after them. */
+static void test_schema_v1_migrated(void **state)
+{
+    fixture_t *f = *state;
+    char err[JOURNAL_ERR_MAX], path[160], sql[512], ids[10][JOB_ID_SIZE], text[32];
+    collected_t got;
+    size_t n;
+    sqlite3 *db;
+
+    snprintf(path, sizeof path, "%s/v1.db", f->dir);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, v1_schema_sql, NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < 4; i++) {
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO jobs (id, model, method, path, priority, state, max_attempts, created_ms)"
+                 " VALUES ('%s', 'a', 'POST', '/g', %d, 'queued', 3, 1764000000123)",
+                 burst_ids[i], i == 3 ? 5 : 1);
+        assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    }
+    sqlite3_close(db);
+
+    journal_t *j = journal_open(path, err, sizeof err);
+    if (j == NULL)
+        fail_msg("open v1: %s", err);
+    assert_int_equal(pragma_text(j->db, "PRAGMA user_version", text, sizeof text), SQLITE_OK);
+    assert_string_equal(text, "2");
+    assert_false(has_index(j->db, "jobs_created"));
+    assert_false(has_index(j->db, "jobs_state_created"));
+    assert_true(has_index(j->db, "jobs_state"));
+    assert_true(has_index(j->db, "jobs_overdue"));
+    assert_plan(j->db, ST_NEXT_ALL, "jobs_run");
+
+    char late[JOB_ID_SIZE];
+    insert_job(j, late, "a", 1, 1); /* an older created_ms: still the newest job */
+    memset(&got, 0, sizeof got);
+    assert_int_equal(journal_list(j, NULL, NULL, 10, collect_cb, &got, NULL, &n), JOURNAL_OK);
+    assert_int_equal(n, 5);
+    assert_string_equal(got.ids[0], late);
+    for (int i = 1; i < 5; i++)
+        assert_string_equal(got.ids[i], burst_ids[4 - i]);
+    assert_int_equal(journal_next_queued(j, "a", 10, ids, &n), JOURNAL_OK);
+    assert_int_equal(n, 5);
+    assert_string_equal(ids[0], burst_ids[3]);
+    assert_string_equal(ids[1], burst_ids[0]);
+    assert_string_equal(ids[2], burst_ids[1]);
+    assert_string_equal(ids[3], burst_ids[2]);
+    assert_string_equal(ids[4], late);
+    journal_close(j);
+
+    /* opening it again changes nothing */
+    j = journal_open(path, err, sizeof err);
+    assert_non_null(j);
+    assert_true(has_index(j->db, "jobs_model"));
+    journal_close(j);
+
+    /* a "version 1" table without the sequence column is refused, not modified */
+    snprintf(path, sizeof path, "%s/v1-odd.db", f->dir);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "CREATE TABLE jobs (id TEXT); PRAGMA user_version = 1", NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    assert_null(journal_open(path, err, sizeof err));
+    assert_non_null(strstr(err, "without a rowid_ column"));
 }
 
 static void test_state_names(void **state)
@@ -955,12 +1153,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_recover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_filters_and_paging, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_millisecond_list_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_millisecond_run_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_full_tmpfs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, setup, teardown),
         cmocka_unit_test_setup_teardown(test_survives_sigkill_after_insert, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_v1_migrated, setup, teardown),
         cmocka_unit_test(test_state_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
