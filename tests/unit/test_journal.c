@@ -14,7 +14,8 @@
  * when tmpfs cannot be mounted); reopen keeps everything; a child SIGKILLed right after
  * insert returned leaves the job readable; schema versioning (a newer version and a foreign
  * database are refused, a version 1 journal is migrated and keeps its jobs in order).
- * The journal's .c is included so the test can query pragmas on its connection.
+ * The journal's internal header gives the test its connection (pragmas, query plans) and
+ * the SQL of its statements.
  * Run: make build/tests/test_journal && build/tests/test_journal (and with make SAN=1).
  */
 #include <setjmp.h>
@@ -33,7 +34,23 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../src/jobs/journal.c"
+#include <sqlite3.h>
+
+#include "jobs/journal_internal.h"
+
+/* The first column of the first row of sql on db, as text ("" when no row). */
+static int pragma_text(sqlite3 *db, const char *sql, char *out, size_t outlen)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = sqlite3_step(s);
+    const unsigned char *t = rc == SQLITE_ROW ? sqlite3_column_text(s, 0) : NULL;
+    snprintf(out, outlen, "%s", t != NULL ? (const char *)t : "");
+    sqlite3_finalize(s);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
 
 typedef struct fixture {
     char dir[64];
@@ -210,7 +227,7 @@ static void assert_plan(sqlite3 *db, enum stmt_id which, const char *index)
 {
     char sql[1024];
     sqlite3_stmt *s;
-    snprintf(sql, sizeof sql, "EXPLAIN QUERY PLAN %s", stmt_sql[which]);
+    snprintf(sql, sizeof sql, "EXPLAIN QUERY PLAN %s", jnl_stmt_sql[which]);
     assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
     bool uses_index = false, sorts = false;
     while (sqlite3_step(s) == SQLITE_ROW) {
