@@ -171,7 +171,7 @@ demo: deps
 # listed there only trigger rebuilds), plus the libraries in FUZZ_LIBS_<name>. A fuzzer
 # without such a line gets the whole library.
 FUZZ_BUILD = build-fuzz
-FUZZ_DEPS_fuzz_http1 = src/net/http1.c src/net/http1.h
+FUZZ_DEPS_fuzz_http1 = src/net/http1.c src/net/http1_chunked.c src/net/http1.h src/net/http1_internal.h
 FUZZ_DEPS_fuzz_degrade = src/quality/degrade.c src/common/json_util.c src/common/buf.c \
 	src/quality/degrade.h src/common/json_util.h src/common/buf.h src/daemon/config.h
 FUZZ_LIBS_fuzz_degrade = -lcjson
