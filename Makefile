@@ -177,6 +177,7 @@ FUZZ_DEPS_fuzz_degrade = src/quality/degrade.c src/common/json_util.c src/common
 FUZZ_LIBS_fuzz_degrade = -lcjson
 FUZZ_DEPS_fuzz_validate = src/quality/validate.c src/quality/validate.h
 FUZZ_LIBS_fuzz_validate = -lcjson
+FUZZ_DEPS_fuzz_journal_cursor = src/jobs/journal_cursor.c src/jobs/journal.h
 FUZZ_DEPS_fuzz_job_request = src/jobs/job_request.c src/common/units.c src/jobs/job_request.h src/common/units.h
 FUZZ_LIBS_fuzz_job_request = -lcjson
 FUZZ_NAMES := $(FUZZ_SRCS:tests/fuzz/%.c=%)

@@ -1,21 +1,17 @@
 /*
  * journal_list: reading many jobs from the journal (see journal.h for the contract): the list
  * with its filters and paging cursor, the run order of queued jobs, queued jobs past their
- * deadline, counts by state and by model.
+ * deadline, counts by state and by model. The cursor's text form is in journal_cursor.c.
  *
  * Invariants:
  *   - every order is by the job's sequence number (rowid_, the order of insertion), never by
  *     created_ms: list newest first (rowid_ DESC), run order priority DESC then rowid_;
  *   - a cursor is the seq of the last job given; the next page is the jobs with a smaller
  *     seq, so a page never repeats or skips a job that was present when paging began;
- *   - journal_cursor_parse accepts exactly what journal_cursor_format writes for a valid
- *     cursor (client input: canonical decimal 1..INT64_MAX, nothing else);
  *   - limits are clamped to 1..JOURNAL_LIST_MAX; read-only, no transaction is held.
  */
 #include "jobs/journal_internal.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 
 int journal_list(journal_t *j, const journal_filter_t *filter, const journal_cursor_t *cursor, size_t limit,
@@ -83,36 +79,6 @@ int journal_list(journal_t *j, const journal_filter_t *filter, const journal_cur
     if (n != NULL)
         *n = given;
     return out_rc;
-}
-
-void journal_cursor_format(const journal_cursor_t *c, char *out, size_t outlen)
-{
-    if (c == NULL || !c->valid) {
-        snprintf(out, outlen, "%s", "");
-        return;
-    }
-    snprintf(out, outlen, "%" PRId64, c->seq);
-}
-
-int journal_cursor_parse(const char *text, journal_cursor_t *out)
-{
-    int64_t v = 0;
-    const char *p = text;
-
-    memset(out, 0, sizeof *out);
-    /* 1..INT64_MAX, canonical: a leading zero, a sign or anything after the digits is refused */
-    if (text == NULL || *p < '1' || *p > '9')
-        return -1;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (v > (INT64_MAX - (*p - '0')) / 10)
-            return -1;
-        v = v * 10 + (*p - '0');
-    }
-    if (*p != '\0')
-        return -1;
-    out->valid = true;
-    out->seq = v;
-    return 0;
 }
 
 int journal_next_queued(journal_t *j, const char *model, size_t limit, char (*ids)[JOB_ID_SIZE], size_t *n)
