@@ -429,7 +429,7 @@ typedef struct candidate {
     char id[JOB_ID_SIZE];
     model_t *model;
     int priority;
-    int64_t created_ms;
+    int64_t seq; /* the journal's insertion order: two jobs of one millisecond still have an order */
 } candidate_t;
 
 static int candidate_order(const void *a, const void *b)
@@ -437,8 +437,8 @@ static int candidate_order(const void *a, const void *b)
     const candidate_t *x = a, *y = b;
     if (x->priority != y->priority)
         return y->priority - x->priority; /* higher first */
-    if (x->created_ms != y->created_ms)
-        return x->created_ms < y->created_ms ? -1 : 1; /* older first */
+    if (x->seq != y->seq)
+        return x->seq < y->seq ? -1 : 1; /* older first */
     return strcmp(x->id, y->id);
 }
 
@@ -458,7 +458,7 @@ static void gather(jobs_t *J, model_t *m, size_t busy, size_t want, candidate_t 
         memcpy(c[*n].id, ids[i], JOB_ID_SIZE);
         c[*n].model = m;
         c[*n].priority = 0;
-        c[*n].created_ms = 0;
+        c[*n].seq = 0;
         (*n)++;
         want--;
     }
@@ -502,7 +502,7 @@ void jobs_pump(core_t *d)
             job_record_init(&rec);
             if (journal_get(J->journal, c[i].id, false, &rec) == JOURNAL_OK) {
                 c[i].priority = rec.priority;
-                c[i].created_ms = rec.created_ms;
+                c[i].seq = rec.seq;
             }
             job_record_clear(&rec);
         }

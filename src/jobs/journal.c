@@ -1,15 +1,26 @@
 /*
  * journal: durable job records in SQLite (WAL, synchronous=FULL). See journal.h for the
- * contract (durability, state rules, attempts, return convention).
+ * contract (durability, order, state rules, attempts, return convention).
  *
- * Schema (user_version 1): one table `jobs`, one row per job, the request body as the LAST
+ * This room opens and closes the journal, creates or migrates its schema, holds the SQL of
+ * every statement (prepared once at open) and the helpers the other rooms share through
+ * journal_internal.h: errors, statements, transactions, reading a record. One job's changes
+ * are in journal_jobs.c; listing, run order and counts in journal_list.c.
+ *
+ * Schema (user_version 2): one table `jobs`, one row per job, the request body as the LAST
  * column so that reading the other columns never walks a large body's overflow pages. States
- * are stored by name (readable with the sqlite3 shell) under a CHECK constraint. Indexes:
- *   jobs_queue (state, model, priority DESC, created_ms, id)   next queued of a model, per-model counts
- *   jobs_run   (state, priority DESC, created_ms, id)          next queued of all models, counts by state
- *   jobs_created (created_ms, id), jobs_state_created (state, created_ms, id),
- *   jobs_model_created (model, created_ms, id)                 listing newest first, filtered
- *   jobs_finished (finished_ms) WHERE finished_ms > 0          purge
+ * are stored by name (readable with the sqlite3 shell) under a CHECK constraint. The job's
+ * sequence number is `rowid_`, an INTEGER PRIMARY KEY: SQLite gives a new row max(rowid) + 1,
+ * so among the rows present it is the order of insertion (created_ms is not: one millisecond
+ * holds a burst of submits). Indexes:
+ *   jobs_queue (state, model, priority DESC, rowid_)   next queued of a model, per-model counts
+ *   jobs_run   (state, priority DESC, rowid_)          next queued of all models
+ *   jobs_state (state, rowid_), jobs_model (model, rowid_)
+ *                                                      listing newest first, filtered; counts
+ *   jobs_finished (finished_ms) WHERE finished_ms > 0  purge
+ *   jobs_overdue (deadline_ms) WHERE queued with one   journal_overdue
+ * Version 1 had the same table with created_ms in place of rowid_ in its indexes; opening
+ * it replaces those indexes (one transaction) and sets version 2.
  *
  * Invariants:
  *   - every statement is prepared once at open and reset (bindings cleared) after each use,
@@ -21,13 +32,11 @@
  *   - the body of a job is dropped when the job becomes final (it is not needed any more and
  *     records are kept for records_ttl).
  */
-#include "jobs/journal.h"
+#include "jobs/journal_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <limits.h>
-#include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +45,12 @@
 
 #define BUSY_TIMEOUT_MS 5000
 
-/* Columns of a record without the body, in the order read_record expects. */
+/* Columns of a record without the body, in the order jnl_read_record expects. */
 #define RECORD_COLUMNS                                                                             \
     "id, model, method, path, headers, request_id, priority, deadline_ms, state, attempts, "     \
     "max_attempts, created_ms, started_ms, finished_ms, degrade_level, gpu, http_status, "        \
-    "error_code, error_message, result_type, result_bytes, result_state"
-#define RECORD_NCOLUMNS 22
+    "error_code, error_message, result_type, result_bytes, result_state, rowid_"
+#define RECORD_NCOLUMNS 23
 
 #define FINAL_STATES "('succeeded','failed','cancelled')"
 #define LIVE_STATES "('queued','running')"
@@ -73,48 +82,28 @@ static const char *const schema_sql =
     " result_state TEXT NOT NULL DEFAULT 'none' CHECK (result_state IN ('none','stored','removed')),"
     " body BLOB"
     ");"
-    "CREATE INDEX jobs_queue ON jobs (state, model, priority DESC, created_ms, id);"
-    "CREATE INDEX jobs_run ON jobs (state, priority DESC, created_ms, id);"
-    "CREATE INDEX jobs_created ON jobs (created_ms, id);"
-    "CREATE INDEX jobs_state_created ON jobs (state, created_ms, id);"
-    "CREATE INDEX jobs_model_created ON jobs (model, created_ms, id);"
     "CREATE INDEX jobs_finished ON jobs (finished_ms) WHERE finished_ms > 0;";
 
-enum stmt_id {
-    ST_BEGIN,
-    ST_COMMIT,
-    ST_ROLLBACK,
-    ST_INSERT,
-    ST_GET,
-    ST_GET_BODY,
-    ST_PEEK,
-    ST_MARK_RUNNING,
-    ST_SET_GPU,
-    ST_MARK_FINISHED,
-    ST_CANCEL,
-    ST_REQUEUE,
-    ST_RECOVER_FAIL,
-    ST_RECOVER_QUEUE,
-    ST_LIST_ALL,
-    ST_LIST_STATE,
-    ST_LIST_MODEL,
-    ST_LIST_STATE_MODEL,
-    ST_NEXT_ALL,
-    ST_NEXT_MODEL,
-    ST_OVERDUE,
-    ST_COUNTS,
-    ST_COUNT_BY_MODEL,
-    ST_RESULT_REMOVED,
-    ST_PURGE_SELECT,
-    ST_PURGE_DELETE,
-    ST_COUNT
-};
+/* The indexes that order jobs (version 2), after dropping those of version 1 and of version 2
+ * itself: run on a new journal and to migrate a version 1 one (and harmless on a version 2). */
+static const char *const order_indexes_sql =
+    "DROP INDEX IF EXISTS jobs_queue;"
+    "DROP INDEX IF EXISTS jobs_run;"
+    "DROP INDEX IF EXISTS jobs_created;"
+    "DROP INDEX IF EXISTS jobs_state_created;"
+    "DROP INDEX IF EXISTS jobs_model_created;"
+    "DROP INDEX IF EXISTS jobs_state;"
+    "DROP INDEX IF EXISTS jobs_model;"
+    "CREATE INDEX jobs_queue ON jobs (state, model, priority DESC, rowid_);"
+    "CREATE INDEX jobs_run ON jobs (state, priority DESC, rowid_);"
+    "CREATE INDEX jobs_state ON jobs (state, rowid_);"
+    "CREATE INDEX jobs_model ON jobs (model, rowid_);";
 
-/* Cursor bound "before everything": every created_ms is < INT64_MAX, every id < "g". */
-#define LIST_CURSOR_WHERE " (created_ms, id) < (?1, ?2) "
-#define LIST_TAIL " ORDER BY created_ms DESC, id DESC LIMIT ?3"
+/* ?1 = the cursor's seq (INT64_MAX = from the newest), ?2 = limit, ?3 = state, ?4 = model */
+#define LIST_CURSOR_WHERE " rowid_ < ?1 "
+#define LIST_TAIL " ORDER BY rowid_ DESC LIMIT ?2"
 
-static const char *const stmt_sql[ST_COUNT] = {
+const char *const jnl_stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
@@ -151,37 +140,29 @@ static const char *const stmt_sql[ST_COUNT] = {
                          " ' of ' || max_attempts || ')'"
                          " WHERE state = 'running'",
     [ST_LIST_ALL] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE" LIST_CURSOR_WHERE LIST_TAIL,
-    [ST_LIST_STATE] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE state = ?4 AND" LIST_CURSOR_WHERE LIST_TAIL,
-    [ST_LIST_MODEL] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE model = ?5 AND" LIST_CURSOR_WHERE LIST_TAIL,
-    [ST_LIST_STATE_MODEL] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE state = ?4 AND model = ?5 AND"
+    [ST_LIST_STATE] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE state = ?3 AND" LIST_CURSOR_WHERE LIST_TAIL,
+    [ST_LIST_MODEL] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE model = ?4 AND" LIST_CURSOR_WHERE LIST_TAIL,
+    [ST_LIST_STATE_MODEL] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE state = ?3 AND model = ?4 AND"
                             LIST_CURSOR_WHERE LIST_TAIL,
     [ST_NEXT_ALL] = "SELECT id FROM jobs WHERE state = 'queued'"
-                    " ORDER BY priority DESC, created_ms, id LIMIT ?1",
+                    " ORDER BY priority DESC, rowid_ LIMIT ?1",
     [ST_NEXT_MODEL] = "SELECT id FROM jobs WHERE state = 'queued' AND model = ?2"
-                      " ORDER BY priority DESC, created_ms, id LIMIT ?1",
+                      " ORDER BY priority DESC, rowid_ LIMIT ?1",
     [ST_OVERDUE] = "SELECT id FROM jobs WHERE state = 'queued' AND deadline_ms > 0 AND deadline_ms <= ?2"
-                   " ORDER BY deadline_ms LIMIT ?1",
+                   " ORDER BY deadline_ms, rowid_ LIMIT ?1",
     [ST_COUNTS] = "SELECT state, count(*) FROM jobs GROUP BY state",
     [ST_COUNT_BY_MODEL] = "SELECT model, count(*) FROM jobs WHERE state = ?1 GROUP BY model ORDER BY model",
     [ST_RESULT_REMOVED] = "UPDATE jobs SET result_state = 'removed' WHERE id = ?1 AND result_state = 'stored'",
     [ST_PURGE_SELECT] = "SELECT id FROM jobs WHERE finished_ms > 0 AND finished_ms < ?1"
-                        " AND state IN " FINAL_STATES " ORDER BY finished_ms LIMIT ?2",
+                        " AND state IN " FINAL_STATES " ORDER BY finished_ms, rowid_ LIMIT ?2",
     [ST_PURGE_DELETE] = "DELETE FROM jobs WHERE id = ?1 AND state IN " FINAL_STATES,
-};
-
-struct journal {
-    sqlite3 *db;
-    sqlite3_stmt *st[ST_COUNT];
-    char err[JOURNAL_ERR_MAX];
 };
 
 /* ---------------------------------------------------------------------------------------- */
 /* Errors                                                                                    */
 /* ---------------------------------------------------------------------------------------- */
 
-static int set_error(journal_t *j, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int set_error(journal_t *j, int rc, const char *fmt, ...)
+int jnl_error(journal_t *j, int rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -191,7 +172,7 @@ static int set_error(journal_t *j, int rc, const char *fmt, ...)
 }
 
 /* Map the connection's last SQLite error to a journal_rc and record its message. */
-static int fail_sqlite(journal_t *j, const char *what)
+int jnl_fail_sqlite(journal_t *j, const char *what)
 {
     int ext = sqlite3_extended_errcode(j->db);
     int sys = sqlite3_system_errno(j->db);
@@ -202,10 +183,10 @@ static int fail_sqlite(journal_t *j, const char *what)
     else if (ext == SQLITE_CONSTRAINT_UNIQUE || ext == SQLITE_CONSTRAINT_PRIMARYKEY)
         rc = JOURNAL_CONFLICT;
     if (rc == JOURNAL_FULL)
-        return set_error(j, rc, "%s: disk full: %s", what, sqlite3_errmsg(j->db));
+        return jnl_error(j, rc, "%s: disk full: %s", what, sqlite3_errmsg(j->db));
     if (sys != 0 && (ext & 0xff) == SQLITE_IOERR)
-        return set_error(j, rc, "%s: %s (%s)", what, sqlite3_errmsg(j->db), strerror(sys));
-    return set_error(j, rc, "%s: %s", what, sqlite3_errmsg(j->db));
+        return jnl_error(j, rc, "%s: %s (%s)", what, sqlite3_errmsg(j->db), strerror(sys));
+    return jnl_error(j, rc, "%s: %s", what, sqlite3_errmsg(j->db));
 }
 
 const char *journal_errmsg(const journal_t *j)
@@ -217,7 +198,7 @@ const char *journal_errmsg(const journal_t *j)
 /* Statement helpers                                                                         */
 /* ---------------------------------------------------------------------------------------- */
 
-static sqlite3_stmt *stmt(journal_t *j, enum stmt_id id)
+sqlite3_stmt *jnl_stmt(journal_t *j, enum stmt_id id)
 {
     sqlite3_stmt *s = j->st[id];
     sqlite3_reset(s);
@@ -225,13 +206,13 @@ static sqlite3_stmt *stmt(journal_t *j, enum stmt_id id)
     return s;
 }
 
-static void done(sqlite3_stmt *s)
+void jnl_done(sqlite3_stmt *s)
 {
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
 }
 
-static int bind_text_or_null(sqlite3_stmt *s, int idx, const char *text)
+int jnl_bind_text_or_null(sqlite3_stmt *s, int idx, const char *text)
 {
     if (text == NULL)
         return sqlite3_bind_null(s, idx);
@@ -239,35 +220,35 @@ static int bind_text_or_null(sqlite3_stmt *s, int idx, const char *text)
 }
 
 /* Step a statement that returns no rows; reset it. 0 or a journal_rc. */
-static int exec_stmt(journal_t *j, sqlite3_stmt *s, const char *what)
+int jnl_exec(journal_t *j, sqlite3_stmt *s, const char *what)
 {
     int rc = sqlite3_step(s);
     int out = JOURNAL_OK;
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        out = fail_sqlite(j, what);
-    done(s);
+        out = jnl_fail_sqlite(j, what);
+    jnl_done(s);
     return out;
 }
 
-static int tx_begin(journal_t *j)
+int jnl_tx_begin(journal_t *j)
 {
-    return exec_stmt(j, stmt(j, ST_BEGIN), "begin transaction");
+    return jnl_exec(j, jnl_stmt(j, ST_BEGIN), "begin transaction");
 }
 
-static int tx_commit(journal_t *j)
+int jnl_tx_commit(journal_t *j)
 {
-    int rc = exec_stmt(j, stmt(j, ST_COMMIT), "commit");
+    int rc = jnl_exec(j, jnl_stmt(j, ST_COMMIT), "commit");
     if (rc != JOURNAL_OK && !sqlite3_get_autocommit(j->db))
         sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
     return rc;
 }
 
-static void tx_rollback(journal_t *j)
+void jnl_tx_rollback(journal_t *j)
 {
     if (!sqlite3_get_autocommit(j->db)) {
-        sqlite3_stmt *s = stmt(j, ST_ROLLBACK);
+        sqlite3_stmt *s = jnl_stmt(j, ST_ROLLBACK);
         sqlite3_step(s);
-        done(s);
+        jnl_done(s);
     }
 }
 
@@ -319,8 +300,8 @@ static int clamp_int(int64_t v, int lo, int hi)
 }
 
 /* Fill *r (initialised) from the RECORD_COLUMNS of the current row; the body when the
- * statement has a 23rd column. 0 or JOURNAL_ERROR (out of memory; *r cleared). */
-static int read_record(journal_t *j, sqlite3_stmt *s, job_record_t *r)
+ * statement has one more column. 0 or JOURNAL_ERROR (out of memory; *r cleared). */
+int jnl_read_record(journal_t *j, sqlite3_stmt *s, job_record_t *r)
 {
     bool oom = false;
     int state, rstate;
@@ -352,6 +333,7 @@ static int read_record(journal_t *j, sqlite3_stmt *s, job_record_t *r)
     r->result_bytes = rb < 0 ? 0 : (uint64_t)rb;
     rstate = job_result_state_parse((const char *)sqlite3_column_text(s, 21));
     r->result_state = rstate < 0 ? JOB_RESULT_NONE : (enum job_result_state)rstate;
+    r->seq = sqlite3_column_int64(s, 22);
 
     if (sqlite3_column_count(s) > RECORD_NCOLUMNS) {
         const void *blob = sqlite3_column_blob(s, RECORD_NCOLUMNS);
@@ -370,7 +352,7 @@ static int read_record(journal_t *j, sqlite3_stmt *s, job_record_t *r)
         oom = true; /* NOT NULL columns: only a failed copy leaves them NULL */
     if (oom) {
         job_record_clear(r);
-        return set_error(j, JOURNAL_ERROR, "out of memory reading job");
+        return jnl_error(j, JOURNAL_ERROR, "out of memory reading job");
     }
     return JOURNAL_OK;
 }
@@ -413,12 +395,50 @@ static int count_tables(sqlite3 *db, int64_t *n)
     return rc;
 }
 
-/* Create the schema in an empty database, or check the version of an existing one. */
+/* In one transaction: the table (create_table: a new journal), the order indexes and the
+ * version. A crash leaves the database as it was, never half a schema. 0, or -1 with the
+ * reason in err. */
+static int schema_write(sqlite3 *db, bool create_table, const char *what, const char *path, char *err,
+                        size_t errlen)
+{
+    char version_sql[48];
+    char *msg = NULL;
+
+    snprintf(version_sql, sizeof version_sql, "PRAGMA user_version = %d", JOURNAL_SCHEMA_VERSION);
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, &msg) != SQLITE_OK ||
+        (create_table && sqlite3_exec(db, schema_sql, NULL, NULL, &msg) != SQLITE_OK) ||
+        sqlite3_exec(db, order_indexes_sql, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(db, version_sql, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
+        snprintf(err, errlen, "journal %s: %s: %s", path, what, msg != NULL ? msg : sqlite3_errmsg(db));
+        sqlite3_free(msg);
+        if (!sqlite3_get_autocommit(db))
+            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+/* A version 1 journal has the table of version 2 (rowid_ included); only its indexes order
+ * by created_ms. Check the column is there, then replace the indexes. */
+static int schema_migrate_v1(sqlite3 *db, const char *path, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT rowid_ FROM jobs LIMIT 0", -1, &s, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "journal %s: schema version 1 without a rowid_ column in jobs: %s", path,
+                 sqlite3_errmsg(db));
+        sqlite3_finalize(s);
+        return -1;
+    }
+    sqlite3_finalize(s);
+    return schema_write(db, false, "migrating schema version 1 to 2", path, err, errlen);
+}
+
+/* Create the schema in an empty database, migrate an older version, or check the version. */
 static int schema_ensure(sqlite3 *db, const char *path, char *err, size_t errlen)
 {
     char text[64];
     int64_t tables = 0;
-    char *msg = NULL;
 
     if (pragma_text(db, "PRAGMA user_version", text, sizeof text) != SQLITE_OK) {
         snprintf(err, errlen, "journal %s: reading schema version: %s", path, sqlite3_errmsg(db));
@@ -434,26 +454,17 @@ static int schema_ensure(sqlite3 *db, const char *path, char *err, size_t errlen
     }
     if (version == JOURNAL_SCHEMA_VERSION)
         return 0;
+    if (version == 1)
+        return schema_migrate_v1(db, path, err, errlen);
     if (count_tables(db, &tables) != SQLITE_OK) {
         snprintf(err, errlen, "journal %s: %s", path, sqlite3_errmsg(db));
         return -1;
     }
-    if (tables != 0) {
+    if (version != 0 || tables != 0) {
         snprintf(err, errlen, "journal %s: not a vramd job journal (tables without a schema version)", path);
         return -1;
     }
-    /* DDL and the version in one transaction: a crash leaves an empty database, not half a schema */
-    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, &msg) != SQLITE_OK ||
-        sqlite3_exec(db, schema_sql, NULL, NULL, &msg) != SQLITE_OK ||
-        sqlite3_exec(db, "PRAGMA user_version = 1", NULL, NULL, &msg) != SQLITE_OK ||
-        sqlite3_exec(db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
-        snprintf(err, errlen, "journal %s: creating schema: %s", path, msg != NULL ? msg : sqlite3_errmsg(db));
-        sqlite3_free(msg);
-        if (!sqlite3_get_autocommit(db))
-            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-        return -1;
-    }
-    return 0;
+    return schema_write(db, true, "creating schema", path, err, errlen);
 }
 
 journal_t *journal_open(const char *path, char *err, size_t errlen)
@@ -511,7 +522,7 @@ journal_t *journal_open(const char *path, char *err, size_t errlen)
         goto fail;
     }
     for (int i = 0; i < ST_COUNT; i++) {
-        rc = sqlite3_prepare_v3(j->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &j->st[i], NULL);
+        rc = sqlite3_prepare_v3(j->db, jnl_stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &j->st[i], NULL);
         if (rc != SQLITE_OK) {
             snprintf(err, errlen, "journal %s: preparing statement %d: %s", path, i, sqlite3_errmsg(j->db));
             goto fail;
@@ -538,530 +549,3 @@ void journal_close(journal_t *j)
     free(j);
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* Operations                                                                                */
-/* ---------------------------------------------------------------------------------------- */
-
-static bool id_ok(journal_t *j, const char *id)
-{
-    if (job_id_valid(id))
-        return true;
-    set_error(j, JOURNAL_INVALID, "job id is not valid");
-    return false;
-}
-
-int journal_insert(journal_t *j, const job_record_t *rec)
-{
-    if (rec == NULL || !id_ok(j, rec->id))
-        return JOURNAL_INVALID;
-    if (rec->model == NULL || rec->model[0] == '\0' || rec->method == NULL || rec->method[0] == '\0' ||
-        rec->path == NULL)
-        return set_error(j, JOURNAL_INVALID, "job needs a model, a method and a path");
-    if (rec->priority < 0 || rec->priority > 9)
-        return set_error(j, JOURNAL_INVALID, "priority %d is not in 0..9", rec->priority);
-    if (rec->max_attempts < 1 || rec->max_attempts > 100)
-        return set_error(j, JOURNAL_INVALID, "max_attempts %d is not in 1..100", rec->max_attempts);
-    if (rec->body_len > 0 && rec->body == NULL)
-        return set_error(j, JOURNAL_INVALID, "body length without body");
-
-    sqlite3_stmt *s = stmt(j, ST_INSERT);
-    sqlite3_bind_text(s, 1, rec->id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(s, 2, rec->model, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(s, 3, rec->method, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(s, 4, rec->path, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(s, 5, rec->headers_json != NULL ? rec->headers_json : "{}", -1, SQLITE_TRANSIENT);
-    bind_text_or_null(s, 6, rec->request_id);
-    sqlite3_bind_int(s, 7, rec->priority);
-    sqlite3_bind_int64(s, 8, rec->deadline_wall_ms);
-    sqlite3_bind_int(s, 9, rec->max_attempts);
-    sqlite3_bind_int64(s, 10, rec->created_ms);
-    if (rec->body_len > 0)
-        sqlite3_bind_blob64(s, 11, rec->body, (sqlite3_uint64)rec->body_len, SQLITE_TRANSIENT);
-    else
-        sqlite3_bind_null(s, 11);
-    int rc = exec_stmt(j, s, "insert job");
-    if (rc == JOURNAL_CONFLICT)
-        return set_error(j, JOURNAL_CONFLICT, "job id %s is already taken", rec->id);
-    return rc;
-}
-
-int journal_get(journal_t *j, const char *id, bool with_body, job_record_t *out)
-{
-    job_record_init(out);
-    if (!job_id_valid(id))
-        return set_error(j, JOURNAL_NOT_FOUND, "job not found");
-    sqlite3_stmt *s = stmt(j, with_body ? ST_GET_BODY : ST_GET);
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(s);
-    int out_rc;
-    if (rc == SQLITE_ROW)
-        out_rc = read_record(j, s, out);
-    else if (rc == SQLITE_DONE)
-        out_rc = set_error(j, JOURNAL_NOT_FOUND, "job %s not found", id);
-    else
-        out_rc = fail_sqlite(j, "get job");
-    done(s);
-    return out_rc;
-}
-
-int journal_peek(journal_t *j, const char *id, enum job_state *state, enum job_result_state *rs)
-{
-    if (!job_id_valid(id))
-        return set_error(j, JOURNAL_NOT_FOUND, "job not found");
-    sqlite3_stmt *s = stmt(j, ST_PEEK);
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(s);
-    int out_rc = JOURNAL_OK;
-    if (rc == SQLITE_ROW) {
-        int st = job_state_parse((const char *)sqlite3_column_text(s, 0));
-        int r = job_result_state_parse((const char *)sqlite3_column_text(s, 1));
-        if (state != NULL)
-            *state = st < 0 ? JOB_FAILED : (enum job_state)st;
-        if (rs != NULL)
-            *rs = r < 0 ? JOB_RESULT_NONE : (enum job_result_state)r;
-    } else if (rc == SQLITE_DONE) {
-        out_rc = set_error(j, JOURNAL_NOT_FOUND, "job %s not found", id);
-    } else {
-        out_rc = fail_sqlite(j, "peek job");
-    }
-    done(s);
-    return out_rc;
-}
-
-/* After a guarded UPDATE changed no row: NOT_FOUND or CONFLICT (with the state in the text). */
-static int explain_no_change(journal_t *j, const char *id, const char *wanted)
-{
-    enum job_state st;
-    int rc = journal_peek(j, id, &st, NULL);
-    if (rc != JOURNAL_OK)
-        return rc;
-    return set_error(j, JOURNAL_CONFLICT, "job %s is %s, not %s", id, job_state_name(st), wanted);
-}
-
-/* Run a guarded single-row UPDATE; 0 when it changed the row, else why not. */
-static int guarded_update(journal_t *j, sqlite3_stmt *s, const char *id, const char *what, const char *wanted)
-{
-    int rc = exec_stmt(j, s, what);
-    if (rc != JOURNAL_OK)
-        return rc;
-    if (sqlite3_changes(j->db) == 0)
-        return explain_no_change(j, id, wanted);
-    return JOURNAL_OK;
-}
-
-int journal_mark_running(journal_t *j, const char *id, int64_t now_ms, int gpu)
-{
-    if (!id_ok(j, id))
-        return JOURNAL_INVALID;
-    sqlite3_stmt *s = stmt(j, ST_MARK_RUNNING);
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(s, 2, now_ms);
-    sqlite3_bind_int(s, 3, gpu < 0 ? -1 : gpu);
-    return guarded_update(j, s, id, "mark job running", "queued");
-}
-
-int journal_set_gpu(journal_t *j, const char *id, int gpu)
-{
-    if (!id_ok(j, id))
-        return JOURNAL_INVALID;
-    sqlite3_stmt *s = stmt(j, ST_SET_GPU);
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(s, 2, gpu < 0 ? -1 : gpu);
-    return guarded_update(j, s, id, "set job gpu", "running");
-}
-
-int journal_mark_finished(journal_t *j, const char *id, const job_outcome_t *o, int64_t now_ms)
-{
-    if (!id_ok(j, id))
-        return JOURNAL_INVALID;
-    if (o == NULL || (o->state != JOB_SUCCEEDED && o->state != JOB_FAILED))
-        return set_error(j, JOURNAL_INVALID, "a job finishes as succeeded or failed");
-    sqlite3_stmt *s = stmt(j, ST_MARK_FINISHED);
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(s, 2, job_state_name(o->state), -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, now_ms);
-    sqlite3_bind_int(s, 4, o->http_status);
-    bind_text_or_null(s, 5, o->error_code);
-    bind_text_or_null(s, 6, o->error_message);
-    bind_text_or_null(s, 7, o->result_type);
-    sqlite3_bind_int64(s, 8, o->result_bytes > INT64_MAX ? INT64_MAX : (int64_t)o->result_bytes);
-    sqlite3_bind_text(s, 9, job_result_state_name(o->result_stored ? JOB_RESULT_STORED : JOB_RESULT_NONE), -1,
-                      SQLITE_STATIC);
-    sqlite3_bind_int(s, 10, o->degrade_level);
-    sqlite3_bind_int(s, 11, o->gpu);
-    return guarded_update(j, s, id, "mark job finished", "queued or running");
-}
-
-int journal_cancel(journal_t *j, const char *id, int64_t now_ms, enum job_state *was)
-{
-    enum job_state st;
-    int rc;
-
-    if (!id_ok(j, id))
-        return JOURNAL_INVALID;
-    /* one transaction: the state we report is the state we changed */
-    rc = tx_begin(j);
-    if (rc != JOURNAL_OK)
-        return rc;
-    rc = journal_peek(j, id, &st, NULL);
-    if (rc != JOURNAL_OK)
-        goto rollback;
-    if (was != NULL)
-        *was = st;
-    if (job_state_is_final(st)) {
-        rc = set_error(j, JOURNAL_CONFLICT, "job %s is already %s", id, job_state_name(st));
-        goto rollback;
-    }
-    sqlite3_stmt *s = stmt(j, ST_CANCEL);
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(s, 2, now_ms);
-    rc = exec_stmt(j, s, "cancel job");
-    if (rc != JOURNAL_OK)
-        goto rollback;
-    return tx_commit(j);
-
-rollback:
-    tx_rollback(j);
-    return rc;
-}
-
-int journal_requeue(journal_t *j, const char *id, bool refund_attempt, const char *note_code,
-                    const char *note_message)
-{
-    if (!id_ok(j, id))
-        return JOURNAL_INVALID;
-    sqlite3_stmt *s = stmt(j, ST_REQUEUE);
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(s, 2, refund_attempt ? 1 : 0);
-    bind_text_or_null(s, 3, note_code);
-    bind_text_or_null(s, 4, note_message);
-    return guarded_update(j, s, id, "requeue job", "running");
-}
-
-int journal_recover(journal_t *j, int64_t now_ms, size_t *requeued, size_t *failed)
-{
-    size_t n_failed, n_requeued;
-    int rc;
-
-    if (requeued != NULL)
-        *requeued = 0;
-    if (failed != NULL)
-        *failed = 0;
-    rc = tx_begin(j);
-    if (rc != JOURNAL_OK)
-        return rc;
-    sqlite3_stmt *s = stmt(j, ST_RECOVER_FAIL);
-    sqlite3_bind_int64(s, 1, now_ms);
-    rc = exec_stmt(j, s, "recover jobs (fail exhausted)");
-    if (rc != JOURNAL_OK)
-        goto rollback;
-    n_failed = (size_t)sqlite3_changes(j->db);
-    rc = exec_stmt(j, stmt(j, ST_RECOVER_QUEUE), "recover jobs (requeue)");
-    if (rc != JOURNAL_OK)
-        goto rollback;
-    n_requeued = (size_t)sqlite3_changes(j->db);
-    rc = tx_commit(j);
-    if (rc != JOURNAL_OK)
-        return rc;
-    if (requeued != NULL)
-        *requeued = n_requeued;
-    if (failed != NULL)
-        *failed = n_failed;
-    return JOURNAL_OK;
-
-rollback:
-    tx_rollback(j);
-    return rc;
-}
-
-static size_t clamp_limit(size_t limit)
-{
-    if (limit < 1)
-        return 1;
-    return limit > JOURNAL_LIST_MAX ? JOURNAL_LIST_MAX : limit;
-}
-
-int journal_list(journal_t *j, const journal_filter_t *filter, const journal_cursor_t *cursor, size_t limit,
-                 journal_record_cb cb, void *ctx, journal_cursor_t *next, size_t *n)
-{
-    int state = filter != NULL ? filter->state : -1;
-    const char *model = filter != NULL ? filter->model : NULL;
-    enum stmt_id which;
-    size_t given = 0;
-    int out_rc = JOURNAL_OK;
-    bool more = false;
-    job_record_t rec;
-
-    if (next != NULL)
-        memset(next, 0, sizeof *next);
-    if (n != NULL)
-        *n = 0;
-    if (state >= JOB_STATE_COUNT)
-        return set_error(j, JOURNAL_INVALID, "unknown state filter %d", state);
-    limit = clamp_limit(limit);
-    if (state >= 0)
-        which = model != NULL ? ST_LIST_STATE_MODEL : ST_LIST_STATE;
-    else
-        which = model != NULL ? ST_LIST_MODEL : ST_LIST_ALL;
-
-    sqlite3_stmt *s = stmt(j, which);
-    if (cursor != NULL && cursor->valid) {
-        sqlite3_bind_int64(s, 1, cursor->created_ms);
-        sqlite3_bind_text(s, 2, cursor->id, -1, SQLITE_TRANSIENT);
-    } else {
-        sqlite3_bind_int64(s, 1, INT64_MAX);
-        sqlite3_bind_text(s, 2, "g", -1, SQLITE_STATIC); /* after every hex id */
-    }
-    sqlite3_bind_int64(s, 3, (int64_t)limit + 1); /* one more: do more jobs follow? */
-    if (state >= 0)
-        sqlite3_bind_text(s, 4, job_state_name((enum job_state)state), -1, SQLITE_STATIC);
-    if (model != NULL)
-        sqlite3_bind_text(s, 5, model, -1, SQLITE_TRANSIENT);
-
-    for (;;) {
-        int rc = sqlite3_step(s);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            out_rc = fail_sqlite(j, "list jobs");
-            break;
-        }
-        if (given == limit) {
-            more = true;
-            break;
-        }
-        out_rc = read_record(j, s, &rec);
-        if (out_rc != JOURNAL_OK)
-            break;
-        given++;
-        if (next != NULL) {
-            next->valid = true;
-            next->created_ms = rec.created_ms;
-            snprintf(next->id, sizeof next->id, "%s", rec.id);
-        }
-        int stop = cb != NULL ? cb(&rec, ctx) : 0;
-        job_record_clear(&rec);
-        if (stop != 0) {
-            more = true; /* the caller stopped: the cursor points after what it saw */
-            break;
-        }
-    }
-    done(s);
-    if (next != NULL && (!more || out_rc != JOURNAL_OK))
-        memset(next, 0, sizeof *next);
-    if (n != NULL)
-        *n = given;
-    return out_rc;
-}
-
-void journal_cursor_format(const journal_cursor_t *c, char *out, size_t outlen)
-{
-    if (c == NULL || !c->valid) {
-        snprintf(out, outlen, "%s", "");
-        return;
-    }
-    snprintf(out, outlen, "%" PRId64 "-%s", c->created_ms, c->id);
-}
-
-int journal_cursor_parse(const char *text, journal_cursor_t *out)
-{
-    int64_t v = 0;
-    const char *p = text;
-
-    memset(out, 0, sizeof *out);
-    if (text == NULL || *p < '0' || *p > '9')
-        return -1;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (v > (INT64_MAX - (*p - '0')) / 10)
-            return -1;
-        v = v * 10 + (*p - '0');
-    }
-    if (*p != '-' || !job_id_valid(p + 1))
-        return -1;
-    out->valid = true;
-    out->created_ms = v;
-    memcpy(out->id, p + 1, JOB_ID_SIZE);
-    return 0;
-}
-
-int journal_next_queued(journal_t *j, const char *model, size_t limit, char (*ids)[JOB_ID_SIZE], size_t *n)
-{
-    size_t got = 0;
-    int out_rc = JOURNAL_OK;
-
-    *n = 0;
-    limit = clamp_limit(limit);
-    sqlite3_stmt *s = stmt(j, model != NULL ? ST_NEXT_MODEL : ST_NEXT_ALL);
-    sqlite3_bind_int64(s, 1, (int64_t)limit);
-    if (model != NULL)
-        sqlite3_bind_text(s, 2, model, -1, SQLITE_TRANSIENT);
-    for (;;) {
-        int rc = sqlite3_step(s);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            out_rc = fail_sqlite(j, "next queued jobs");
-            break;
-        }
-        const unsigned char *id = sqlite3_column_text(s, 0);
-        if (id == NULL || !job_id_valid((const char *)id))
-            continue; /* cannot happen through this API; never hand out a bad id */
-        memcpy(ids[got], id, JOB_ID_SIZE);
-        got++;
-        if (got == limit)
-            break;
-    }
-    done(s);
-    *n = got;
-    return out_rc;
-}
-
-int journal_overdue(journal_t *j, int64_t now_ms, size_t limit, char (*ids)[JOB_ID_SIZE], size_t *n)
-{
-    size_t got = 0;
-    int out_rc = JOURNAL_OK;
-
-    *n = 0;
-    limit = clamp_limit(limit);
-    sqlite3_stmt *s = stmt(j, ST_OVERDUE);
-    sqlite3_bind_int64(s, 1, (int64_t)limit);
-    sqlite3_bind_int64(s, 2, now_ms);
-    for (;;) {
-        int rc = sqlite3_step(s);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            out_rc = fail_sqlite(j, "overdue jobs");
-            break;
-        }
-        const unsigned char *id = sqlite3_column_text(s, 0);
-        if (id == NULL || !job_id_valid((const char *)id))
-            continue;
-        memcpy(ids[got], id, JOB_ID_SIZE);
-        if (++got == limit)
-            break;
-    }
-    done(s);
-    *n = got;
-    return out_rc;
-}
-
-int journal_counts(journal_t *j, uint64_t counts[JOB_STATE_COUNT])
-{
-    int out_rc = JOURNAL_OK;
-
-    memset(counts, 0, sizeof(uint64_t) * JOB_STATE_COUNT);
-    sqlite3_stmt *s = stmt(j, ST_COUNTS);
-    for (;;) {
-        int rc = sqlite3_step(s);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            out_rc = fail_sqlite(j, "count jobs");
-            break;
-        }
-        int st = job_state_parse((const char *)sqlite3_column_text(s, 0));
-        int64_t c = sqlite3_column_int64(s, 1);
-        if (st >= 0 && c > 0)
-            counts[st] = (uint64_t)c;
-    }
-    done(s);
-    return out_rc;
-}
-
-int journal_count_by_model(journal_t *j, enum job_state state, journal_model_count_cb cb, void *ctx)
-{
-    int out_rc = JOURNAL_OK;
-
-    if ((int)state < 0 || state >= JOB_STATE_COUNT)
-        return set_error(j, JOURNAL_INVALID, "unknown state %d", (int)state);
-    sqlite3_stmt *s = stmt(j, ST_COUNT_BY_MODEL);
-    sqlite3_bind_text(s, 1, job_state_name(state), -1, SQLITE_STATIC);
-    for (;;) {
-        int rc = sqlite3_step(s);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            out_rc = fail_sqlite(j, "count jobs by model");
-            break;
-        }
-        const unsigned char *model = sqlite3_column_text(s, 0);
-        int64_t c = sqlite3_column_int64(s, 1);
-        if (model != NULL && cb != NULL && cb((const char *)model, c < 0 ? 0 : (uint64_t)c, ctx) != 0)
-            break;
-    }
-    done(s);
-    return out_rc;
-}
-
-int journal_mark_result_removed(journal_t *j, const char *id)
-{
-    if (!id_ok(j, id))
-        return JOURNAL_INVALID;
-    sqlite3_stmt *s = stmt(j, ST_RESULT_REMOVED);
-    sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-    int rc = exec_stmt(j, s, "mark result removed");
-    if (rc != JOURNAL_OK)
-        return rc;
-    if (sqlite3_changes(j->db) == 0)
-        return journal_peek(j, id, NULL, NULL); /* OK when the job exists (nothing stored) */
-    return JOURNAL_OK;
-}
-
-int journal_purge(journal_t *j, int64_t older_than_ms, size_t max_batch, journal_id_cb cb, void *ctx,
-                  size_t *purged)
-{
-    char (*ids)[JOB_ID_SIZE] = NULL;
-    size_t got = 0;
-    int rc;
-
-    if (purged != NULL)
-        *purged = 0;
-    max_batch = clamp_limit(max_batch);
-    ids = calloc(max_batch, sizeof *ids);
-    if (ids == NULL)
-        return set_error(j, JOURNAL_ERROR, "out of memory purging jobs");
-    rc = tx_begin(j);
-    if (rc != JOURNAL_OK)
-        goto out;
-
-    sqlite3_stmt *s = stmt(j, ST_PURGE_SELECT);
-    sqlite3_bind_int64(s, 1, older_than_ms);
-    sqlite3_bind_int64(s, 2, (int64_t)max_batch);
-    for (;;) {
-        int step = sqlite3_step(s);
-        if (step == SQLITE_DONE)
-            break;
-        if (step != SQLITE_ROW) {
-            rc = fail_sqlite(j, "select jobs to purge");
-            break;
-        }
-        const unsigned char *id = sqlite3_column_text(s, 0);
-        if (id != NULL && job_id_valid((const char *)id) && got < max_batch)
-            memcpy(ids[got++], id, JOB_ID_SIZE);
-    }
-    done(s);
-    for (size_t i = 0; rc == JOURNAL_OK && i < got; i++) {
-        sqlite3_stmt *d = stmt(j, ST_PURGE_DELETE);
-        sqlite3_bind_text(d, 1, ids[i], -1, SQLITE_TRANSIENT);
-        rc = exec_stmt(j, d, "purge job");
-    }
-    if (rc != JOURNAL_OK) {
-        tx_rollback(j);
-        goto out;
-    }
-    rc = tx_commit(j);
-    if (rc != JOURNAL_OK)
-        goto out;
-    /* after the commit: a crash before the callbacks leaves orphan result files, never a record
-     * pointing to a result that was removed while the record stayed */
-    for (size_t i = 0; i < got; i++) {
-        if (cb != NULL)
-            cb(ids[i], ctx);
-    }
-    if (purged != NULL)
-        *purged = got;
-out:
-    free(ids);
-    return rc;
-}

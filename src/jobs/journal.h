@@ -19,6 +19,12 @@
  * or fails it when attempts >= max_attempts ("vramd stopped while it ran, 3 attempts used").
  * journal_requeue can give an attempt back (refund) when it never reached a worker.
  *
+ * Order: every job gets a sequence number when it is inserted (job_record_t.seq: unique, and
+ * larger than the number of every job in the journal at that moment). "Age" is that number,
+ * never created_ms: a burst of submits shares one millisecond, and a wall clock can step
+ * back. Listing is newest first (seq desc) and running is priority desc, then seq asc (FIFO
+ * within a priority).
+ *
  * Threads: a journal_t is used by one thread at a time (it keeps prepared statements and a
  * last-error buffer). Calls are blocking (a commit costs an fsync, typically 1-10 ms); the
  * caller decides whether that happens on the loop thread or a worker thread.
@@ -43,7 +49,7 @@
 #include "jobs/job_id.h"
 #include "jobs/job_state.h"
 
-#define JOURNAL_SCHEMA_VERSION 1
+#define JOURNAL_SCHEMA_VERSION 2
 #define JOURNAL_ERR_MAX 512
 #define JOURNAL_LIST_MAX 10000 /* upper bound for a list/next-queued limit; larger is clamped */
 
@@ -72,7 +78,8 @@ typedef struct job_record {
     int priority;                /* (in) 0..9 */
     int64_t deadline_wall_ms;    /* (in) absolute unix ms; 0 = none */
     int max_attempts;            /* (in) 1..100 (jobs.max_attempts) */
-    int64_t created_ms;          /* (in) unix ms when accepted */
+    int64_t created_ms;          /* (in) unix ms when accepted (shown; not used for order) */
+    int64_t seq;                 /* journal sequence number (order of insertion, > 0) */
     enum job_state state;        /* insert always stores JOB_QUEUED */
     int attempts;                /* attempts started so far */
     int64_t started_ms;          /* last mark_running; 0 = never / requeued */
@@ -105,12 +112,12 @@ typedef struct journal_filter {
     const char *model;           /* NULL = any */
 } journal_filter_t;
 
-/* Paging position for journal_list (newest first: created_ms desc, then id desc).
- * Text form (for an HTTP "cursor" parameter): "<created_ms>-<id>". */
+/* Paging position for journal_list (newest first: seq desc): the seq of the last job given.
+ * Text form (for an HTTP "cursor" parameter): that number in decimal, without sign or
+ * leading zeros, 1..INT64_MAX. */
 typedef struct journal_cursor {
     bool valid;                  /* false = start at the newest */
-    int64_t created_ms;
-    char id[JOB_ID_SIZE];
+    int64_t seq;                 /* list the jobs with a smaller seq */
 } journal_cursor_t;
 #define JOURNAL_CURSOR_TEXT_MAX 64
 
@@ -177,18 +184,19 @@ typedef int (*journal_record_cb)(const job_record_t *rec, void *ctx);
  * receives the number of records given to cb. */
 int journal_list(journal_t *j, const journal_filter_t *filter, const journal_cursor_t *cursor,
                  size_t limit, journal_record_cb cb, void *ctx, journal_cursor_t *next, size_t *n);
-/* "<created_ms>-<id>" into out (JOURNAL_CURSOR_TEXT_MAX); parse: 0 ok, -1 malformed. */
+/* "<seq>" into out (JOURNAL_CURSOR_TEXT_MAX; "" for an invalid cursor). Parse: 0 ok, -1 when
+ * text is not exactly what format writes for a valid cursor (so parse and format round-trip). */
 void journal_cursor_format(const journal_cursor_t *c, char *out, size_t outlen);
 int journal_cursor_parse(const char *text, journal_cursor_t *out);
 
 /* Up to limit queued jobs of model (NULL = all models) in run order: priority desc, then
- * created_ms asc, then id. Their ids go to ids[0..*n). Used by the runner, which skips the
+ * seq asc (first come, first served). Their ids go to ids[0..*n). Used by the runner, which skips the
  * ones it already has in flight (ask for in_flight + wanted). */
 int journal_next_queued(journal_t *j, const char *model, size_t limit, char (*ids)[JOB_ID_SIZE],
                         size_t *n);
 
 /* Up to limit queued jobs whose deadline (start deadline, wall ms) is at or before now_ms,
- * earliest first (a partial index keeps this cheap). */
+ * earliest first, then by seq (a partial index keeps this cheap). */
 int journal_overdue(journal_t *j, int64_t now_ms, size_t limit, char (*ids)[JOB_ID_SIZE], size_t *n);
 
 /* Number of jobs in each state (one GROUP BY over the state index). */
@@ -203,8 +211,8 @@ int journal_count_by_model(journal_t *j, enum job_state state, journal_model_cou
 int journal_mark_result_removed(journal_t *j, const char *id);
 
 /* Delete final jobs whose finished_ms < older_than_ms, at most max_batch (clamped to
- * 1..JOURNAL_LIST_MAX) per call, oldest first. For each one, cb(id, ctx) is called first
- * (may be NULL), so the caller can remove its result file. *purged (may be NULL) receives
+ * 1..JOURNAL_LIST_MAX) per call, the earliest finished first. For each one, cb(id, ctx) is
+ * called first (may be NULL), so the caller can remove its result file. *purged (may be NULL) receives
  * the count; call again while it equals max_batch. */
 typedef void (*journal_id_cb)(const char *id, void *ctx);
 int journal_purge(journal_t *j, int64_t older_than_ms, size_t max_batch, journal_id_cb cb, void *ctx,

@@ -1,6 +1,8 @@
 /*
- * http1: strict, pure, incremental HTTP/1.1 head parser and chunked body decoder.
+ * http1: strict, pure, incremental HTTP/1.1 head parser, and the helpers over a parsed head.
  * The contract (what is refused, return convention) is in http1.h; this comment says how.
+ * The chunked body decoder is in http1_chunked.c; the byte classes both use are in
+ * http1_internal.h.
  *
  * Heads are parsed in two phases over buf[0..len):
  *
@@ -33,59 +35,17 @@
  *     "chunked" at most once and only last; not chunked-last means read until close;
  *     Transfer-Encoding in any HTTP/1.0 message is refused;
  *   - Content-Length may not exceed 2^53 (HTTP1_MAX_CONTENT_LENGTH itself is allowed);
- *   - "Expect: 100-continue" only counts in HTTP/1.1 requests (RFC 9110 10.1.1);
- *   - the chunk extension may hold any VCHAR/SP/HTAB/obs-text (its grammar is not
- *     checked), and counts against max_ext; the trailer section counts every byte,
- *     its final CRLF included, against max_trailer.
- *
- * The chunked decoder is a byte-level state machine (enum chunk_state). Payload bytes are
- * handed to the callback as spans of the caller's input, never copied. Once it fails, the
- * state remembers the error code (CHUNK_FAILED + code) and every later feed fails the same
- * way.
+ *   - "Expect: 100-continue" only counts in HTTP/1.1 requests (RFC 9110 10.1.1).
  */
-#include "net/http1.h"
+#include "net/http1_internal.h"
 
 #include <string.h>
 
-#define CHUNK_DEFAULT_MAX_EXT 4096
-#define CHUNK_DEFAULT_MAX_TRAILER 16384
-/* 2^53 needs 14 hex digits; a few leading zeros are allowed, an endless run of them is not. */
-#define CHUNK_MAX_SIZE_DIGITS 16
-
-/* ------------------------------------------------------------------ character classes */
-
-static bool is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return true;
-    switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
-    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
-        return true;
-    default:
-        return false;
-    }
-}
-
-static bool is_ows(unsigned char c) { return c == ' ' || c == '\t'; }
-
-/* VCHAR, SP, HTAB and obs-text: every byte but the CTLs other than HTAB, and DEL. */
-static bool is_field_char(unsigned char c) { return c == '\t' || (c >= 0x20 && c != 0x7f); }
+/* ------------------------------------------------------------------ small helpers */
 
 static unsigned char ascii_lower(unsigned char c)
 {
     return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
-}
-
-static int hex_value(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 static bool mem_ieq(const char *a, const char *b, size_t n)
@@ -100,16 +60,6 @@ static http1_span_t make_span(size_t off, size_t len)
 {
     http1_span_t s = {(uint32_t)off, (uint32_t)len};
     return s;
-}
-
-static int fail(http1_error_t *err, http1_errcode_t code, size_t pos, const char *what)
-{
-    if (err) {
-        err->code = code;
-        err->pos = pos;
-        err->what = what;
-    }
-    return HTTP1_ERROR;
 }
 
 /* ------------------------------------------------------------------ line syntax */
@@ -565,189 +515,6 @@ int http1_parse_response(const char *buf, size_t len, const http1_limits_t *limi
                          size_t *scan_from, http1_error_t *err)
 {
     return parse_message(buf, len, limits, false, request_was_head, msg, hdrs, scan_from, err);
-}
-
-/* ------------------------------------------------------------------ chunked bodies */
-
-enum chunk_state {
-    CHUNK_SIZE_START = 0, /* first hex digit of a chunk size (zero so a zeroed struct works) */
-    CHUNK_SIZE,           /* more hex digits, ';' or CR */
-    CHUNK_EXT,            /* chunk extension up to CR */
-    CHUNK_SIZE_LF,        /* LF ending the size line */
-    CHUNK_DATA,           /* payload */
-    CHUNK_DATA_CR,        /* CR after the payload */
-    CHUNK_DATA_LF,        /* LF after the payload */
-    CHUNK_TRAILER_START,  /* start of a trailer line, or CR of the final empty line */
-    CHUNK_TRAILER_NAME,   /* trailer field name up to ':' */
-    CHUNK_TRAILER_VALUE,  /* trailer field value up to CR */
-    CHUNK_TRAILER_LF,     /* LF ending a trailer line */
-    CHUNK_FINAL_LF,       /* LF of the final empty line */
-    CHUNK_DONE,           /* body complete */
-    CHUNK_FAILED = 100,   /* CHUNK_FAILED + errcode: failed earlier */
-};
-
-void http1_chunked_init(http1_chunked_t *d, size_t max_trailer)
-{
-    memset(d, 0, sizeof *d);
-    d->state = CHUNK_SIZE_START;
-    d->max_ext = CHUNK_DEFAULT_MAX_EXT;
-    d->max_trailer = max_trailer ? max_trailer : CHUNK_DEFAULT_MAX_TRAILER;
-}
-
-static int chunk_fail(http1_chunked_t *d, http1_errcode_t code, size_t pos, const char *what,
-                      size_t *consumed, http1_error_t *err)
-{
-    d->state = CHUNK_FAILED + (int)code;
-    *consumed = pos;
-    return fail(err, code, pos, what);
-}
-
-int http1_chunked_feed(http1_chunked_t *d, const char *in, size_t len, size_t *consumed,
-                       http1_data_cb on_data, void *ctx, http1_error_t *err)
-{
-    size_t max_ext = d->max_ext ? d->max_ext : CHUNK_DEFAULT_MAX_EXT;
-    size_t max_trailer = d->max_trailer ? d->max_trailer : CHUNK_DEFAULT_MAX_TRAILER;
-    size_t i = 0;
-
-    if (d->state == CHUNK_DONE) {
-        *consumed = 0;
-        return HTTP1_OK;
-    }
-    if (d->state >= CHUNK_FAILED) {
-        *consumed = 0;
-        return fail(err, (http1_errcode_t)(d->state - CHUNK_FAILED), 0,
-                    "chunked body already failed");
-    }
-    while (i < len) {
-        unsigned char c = (unsigned char)in[i];
-        if (d->state >= CHUNK_TRAILER_START && d->state <= CHUNK_FINAL_LF &&
-            ++d->trailer_len > max_trailer)
-            return chunk_fail(d, HTTP1_E_TRAILER_TOO_LARGE, i, "trailer section too large",
-                              consumed, err);
-        switch (d->state) {
-        case CHUNK_SIZE_START: {
-            int h = hex_value(c);
-            if (h < 0)
-                return chunk_fail(d, HTTP1_E_BAD_CHUNK_SIZE, i,
-                                  "chunk size does not start with a hex digit", consumed, err);
-            d->remaining = (uint64_t)h;
-            d->size_digits = 1;
-            d->ext_len = 0;
-            d->state = CHUNK_SIZE;
-            break;
-        }
-        case CHUNK_SIZE: {
-            int h = hex_value(c);
-            if (h >= 0) {
-                if (d->size_digits >= CHUNK_MAX_SIZE_DIGITS ||
-                    d->remaining > (HTTP1_MAX_CONTENT_LENGTH - (uint64_t)h) / 16)
-                    return chunk_fail(d, HTTP1_E_BAD_CHUNK_SIZE, i, "chunk size too large",
-                                      consumed, err);
-                d->remaining = d->remaining * 16 + (uint64_t)h;
-                d->size_digits++;
-            } else if (c == ';') {
-                d->state = CHUNK_EXT;
-            } else if (c == '\r') {
-                d->state = CHUNK_SIZE_LF;
-            } else {
-                return chunk_fail(d, HTTP1_E_BAD_CHUNK_SIZE, i,
-                                  "chunk size followed by something other than ';' or CRLF",
-                                  consumed, err);
-            }
-            break;
-        }
-        case CHUNK_EXT:
-            if (c == '\r') {
-                d->state = CHUNK_SIZE_LF;
-            } else if (!is_field_char(c)) {
-                return chunk_fail(d, HTTP1_E_BAD_CHUNK_EXT, i, "control byte in chunk extension",
-                                  consumed, err);
-            } else if (++d->ext_len > max_ext) {
-                return chunk_fail(d, HTTP1_E_BAD_CHUNK_EXT, i, "chunk extension too long",
-                                  consumed, err);
-            }
-            break;
-        case CHUNK_SIZE_LF:
-            if (c != '\n')
-                return chunk_fail(d, HTTP1_E_BAD_CHUNK_SIZE, i, "CR without LF after chunk size",
-                                  consumed, err);
-            if (d->remaining == 0) {
-                d->trailer_len = 0;
-                d->state = CHUNK_TRAILER_START;
-            } else {
-                d->state = CHUNK_DATA;
-            }
-            break;
-        case CHUNK_DATA: {
-            size_t avail = len - i;
-            size_t n = d->remaining < avail ? (size_t)d->remaining : avail;
-            if (on_data)
-                on_data(ctx, in + i, n);
-            d->remaining -= n;
-            d->total += n;
-            i += n;
-            if (d->remaining == 0)
-                d->state = CHUNK_DATA_CR;
-            continue; /* i already advanced */
-        }
-        case CHUNK_DATA_CR:
-            if (c != '\r')
-                return chunk_fail(d, HTTP1_E_BAD_CHUNK_END, i, "chunk data not followed by CRLF",
-                                  consumed, err);
-            d->state = CHUNK_DATA_LF;
-            break;
-        case CHUNK_DATA_LF:
-            if (c != '\n')
-                return chunk_fail(d, HTTP1_E_BAD_CHUNK_END, i, "chunk data not followed by CRLF",
-                                  consumed, err);
-            d->state = CHUNK_SIZE_START;
-            break;
-        case CHUNK_TRAILER_START:
-            if (c == '\r')
-                d->state = CHUNK_FINAL_LF;
-            else if (is_tchar(c))
-                d->state = CHUNK_TRAILER_NAME;
-            else
-                return chunk_fail(d, HTTP1_E_BAD_TRAILER, i,
-                                  is_ows(c) ? "line folding (obs-fold) in trailer"
-                                            : "trailer line does not start with a field name",
-                                  consumed, err);
-            break;
-        case CHUNK_TRAILER_NAME:
-            if (c == ':')
-                d->state = CHUNK_TRAILER_VALUE;
-            else if (!is_tchar(c))
-                return chunk_fail(d, HTTP1_E_BAD_TRAILER, i, "trailer field name is not a token",
-                                  consumed, err);
-            break;
-        case CHUNK_TRAILER_VALUE:
-            if (c == '\r')
-                d->state = CHUNK_TRAILER_LF;
-            else if (!is_field_char(c))
-                return chunk_fail(d, HTTP1_E_BAD_TRAILER, i, "control byte in a trailer value",
-                                  consumed, err);
-            break;
-        case CHUNK_TRAILER_LF:
-            if (c != '\n')
-                return chunk_fail(d, HTTP1_E_BAD_TRAILER, i, "CR without LF in trailer",
-                                  consumed, err);
-            d->state = CHUNK_TRAILER_START;
-            break;
-        case CHUNK_FINAL_LF:
-            if (c != '\n')
-                return chunk_fail(d, HTTP1_E_BAD_TRAILER, i, "CR without LF ending the body",
-                                  consumed, err);
-            d->state = CHUNK_DONE;
-            *consumed = i + 1;
-            return HTTP1_OK;
-        default:
-            return chunk_fail(d, HTTP1_E_BAD_CHUNK_SIZE, i, "corrupt chunked decoder state",
-                              consumed, err);
-        }
-        i++;
-    }
-    *consumed = len;
-    return HTTP1_NEED_MORE;
 }
 
 /* ------------------------------------------------------------------ helpers */

@@ -1,120 +1,22 @@
 /*
- * test_journal: the SQLite job journal (src/jobs/journal.c), on real database files in a
- * mkdtemp directory.
+ * test_journal: the SQLite job journal (src/jobs/journal*.c), on real database files in a
+ * mkdtemp directory: what it stores and the order it gives. Durability, disk full and the
+ * schema versions are in test_journal_store.c.
  *
  * Covers: insert/get round trip with a binary body (NULs, high bytes), optional fields and
- * argument checks; WAL mode and synchronous=FULL in effect on the journal's own connection;
- * run order of next_queued (priority desc, created asc) per model and for all; the state
- * rules (mark_running, set_gpu, mark_finished, cancel from every state, requeue with and
- * without refund); recovery at start (running -> queued, and -> failed when attempts are
+ * argument checks; WAL mode and synchronous=FULL in effect on the journal's own connection,
+ * and index-only plans (no sort) for its run-order and list statements; run order of
+ * next_queued (priority desc, then order of insertion, whatever created_ms says) per model and
+ * for all, also for a burst inserted within one millisecond (and the same for list paging);
+ * the state rules (mark_running, set_gpu, mark_finished, cancel from every state, requeue with
+ * and without refund); recovery at start (running -> queued, and -> failed when attempts are
  * used up, with the reason); counts and per-model counts; list filters, paging with cursors
- * and the cursor text form; purge in bounded batches; result bookkeeping; disk full mapped to
- * JOURNAL_FULL (a page cap, and a real 512 KiB tmpfs that fills up: skipped with a message
- * when tmpfs cannot be mounted); reopen keeps everything; a child SIGKILLed right after
- * insert returned leaves the job readable; schema versioning (a newer version and a foreign
- * database are refused).
- * The journal's .c is included so the test can query pragmas on its connection.
+ * and the cursor text form; purge in bounded batches; result bookkeeping.
  * Run: make build/tests/test_journal && build/tests/test_journal (and with make SAN=1).
  */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
+#include "journal_fixture.h"
 
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <errno.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "../../src/jobs/journal.c"
-
-typedef struct fixture {
-    char dir[64];
-    char path[128];
-    journal_t *j;
-} fixture_t;
-
-static int setup(void **state)
-{
-    fixture_t *f = calloc(1, sizeof *f);
-    char err[JOURNAL_ERR_MAX];
-    snprintf(f->dir, sizeof f->dir, "/tmp/test_journal.XXXXXX");
-    if (mkdtemp(f->dir) == NULL) {
-        free(f);
-        return -1;
-    }
-    snprintf(f->path, sizeof f->path, "%s/jobs.db", f->dir);
-    f->j = journal_open(f->path, err, sizeof err);
-    if (f->j == NULL) {
-        fprintf(stderr, "journal_open: %s\n", err);
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    char cmd[160];
-    journal_close(f->j);
-    snprintf(cmd, sizeof cmd, "%s/tiny", f->dir);
-    umount2(cmd, MNT_DETACH); /* a failed tmpfs test must not leave its mount behind */
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", f->dir);
-    free(f);
-    return 0;
-}
-
-/* A queued job with a fresh id; strings are literals (the journal copies them). */
-static void make_job(job_record_t *r, const char *model, int priority, int64_t created)
-{
-    job_record_init(r);
-    assert_int_equal(job_id_generate(r->id), 0);
-    r->model = (char *)model;
-    r->method = (char *)"POST";
-    r->path = (char *)"/generate";
-    r->priority = priority;
-    r->max_attempts = 3;
-    r->created_ms = created;
-}
-
-static void insert_job(journal_t *j, char id_out[JOB_ID_SIZE], const char *model, int priority, int64_t created)
-{
-    job_record_t r;
-    make_job(&r, model, priority, created);
-    int rc = journal_insert(j, &r);
-    if (rc != JOURNAL_OK)
-        fail_msg("insert: %d %s", rc, journal_errmsg(j));
-    memcpy(id_out, r.id, JOB_ID_SIZE);
-}
-
-static enum job_state state_of(journal_t *j, const char *id)
-{
-    enum job_state st = JOB_STATE_COUNT;
-    assert_int_equal(journal_peek(j, id, &st, NULL), JOURNAL_OK);
-    return st;
-}
-
-static void finish(journal_t *j, const char *id, enum job_state st, int64_t now)
-{
-    job_outcome_t o = {.state = st, .http_status = st == JOB_SUCCEEDED ? 200 : 502, .gpu = -1};
-    if (st == JOB_FAILED) {
-        o.error_code = "worker_failed";
-        o.error_message = "boom";
-    }
-    int rc = journal_mark_finished(j, id, &o, now);
-    if (rc != JOURNAL_OK)
-        fail_msg("finish: %d %s", rc, journal_errmsg(j));
-}
 
 /* ------------------------------------------------------------------------------------ */
 
@@ -204,6 +106,7 @@ static void test_insert_get_roundtrip(void **state)
     assert_int_equal(journal_peek(f->j, other, NULL, NULL), JOURNAL_NOT_FOUND);
 }
 
+
 static void test_pragmas_in_effect(void **state)
 {
     fixture_t *f = *state;
@@ -217,24 +120,13 @@ static void test_pragmas_in_effect(void **state)
     struct stat st;
     assert_int_equal(stat(f->path, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600); /* job bodies may be private */
-    /* the run-order query uses an index, not a scan plus sort of the whole table */
-    sqlite3_stmt *s;
-    assert_int_equal(sqlite3_prepare_v2(f->j->db,
-                                        "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE state = 'queued' AND "
-                                        "model = 'a' ORDER BY priority DESC, created_ms, id LIMIT 5",
-                                        -1, &s, NULL),
-                     SQLITE_OK);
-    bool uses_index = false, sorts = false;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        const char *detail = (const char *)sqlite3_column_text(s, 3);
-        if (strstr(detail, "jobs_queue") != NULL)
-            uses_index = true;
-        if (strstr(detail, "TEMP B-TREE") != NULL)
-            sorts = true;
-    }
-    sqlite3_finalize(s);
-    assert_true(uses_index);
-    assert_false(sorts);
+    /* the run-order and list queries use an index (or the table's rowid order), never a
+     * scan plus sort of the whole table */
+    assert_plan(f->j->db, ST_NEXT_MODEL, "jobs_queue");
+    assert_plan(f->j->db, ST_NEXT_ALL, "jobs_run");
+    assert_plan(f->j->db, ST_LIST_ALL, "INTEGER PRIMARY KEY");
+    assert_plan(f->j->db, ST_LIST_STATE, "jobs_state");
+    assert_plan(f->j->db, ST_LIST_MODEL, "jobs_model");
 }
 
 static void test_next_queued_order(void **state)
@@ -245,12 +137,14 @@ static void test_next_queued_order(void **state)
     char ids[10][JOB_ID_SIZE];
     size_t n = 99;
 
-    insert_job(f->j, a_low_old, "a", 1, 100);
-    insert_job(f->j, a_high_new, "a", 9, 300);
-    insert_job(f->j, a_high_old, "a", 9, 200);
-    insert_job(f->j, a_mid, "a", 5, 50);
-    insert_job(f->j, b_top, "b", 9, 10);
-    insert_job(f->j, a_running, "a", 9, 1);
+    /* age is the order of insertion; created_ms goes down on purpose (a wall clock that
+     * stepped back must not let a later job overtake) */
+    insert_job(f->j, b_top, "b", 9, 600);
+    insert_job(f->j, a_low_old, "a", 1, 500);
+    insert_job(f->j, a_high_old, "a", 9, 400);
+    insert_job(f->j, a_mid, "a", 5, 300);
+    insert_job(f->j, a_high_new, "a", 9, 200);
+    insert_job(f->j, a_running, "a", 9, 100);
     assert_int_equal(journal_mark_running(f->j, a_running, 1000, 0), JOURNAL_OK);
 
     assert_int_equal(journal_next_queued(f->j, "a", 10, ids, &n), JOURNAL_OK);
@@ -572,23 +466,6 @@ static void test_counts(void **state)
     assert_string_equal(text, "a=1;b=3;");
 }
 
-typedef struct collected {
-    char ids[64][JOB_ID_SIZE];
-    int64_t created[64];
-    size_t n;
-    size_t stop_after; /* 0 = never stop */
-} collected_t;
-
-static int collect_cb(const job_record_t *rec, void *ctx)
-{
-    collected_t *c = ctx;
-    assert_true(c->n < 64);
-    assert_null(rec->body);
-    memcpy(c->ids[c->n], rec->id, JOB_ID_SIZE);
-    c->created[c->n] = rec->created_ms;
-    c->n++;
-    return c->stop_after != 0 && c->n >= c->stop_after;
-}
 
 static void test_list_filters_and_paging(void **state)
 {
@@ -599,7 +476,7 @@ static void test_list_filters_and_paging(void **state)
     size_t n;
 
     for (int i = 0; i < 25; i++) {
-        /* created in pairs so the id breaks ties in the order */
+        /* created in pairs: the order is still the order of insertion */
         insert_job(f->j, ids[i], i % 2 ? "b" : "a", 1, 1000 + i / 2);
         if (i % 3 == 0) {
             assert_int_equal(journal_mark_running(f->j, ids[i], 2000, 0), JOURNAL_OK);
@@ -618,15 +495,9 @@ static void test_list_filters_and_paging(void **state)
     } while (next.valid && pages < 10);
     assert_int_equal(pages, 3);
     assert_int_equal(got.n, 25);
-    for (size_t i = 1; i < got.n; i++) {
-        assert_true(got.created[i - 1] > got.created[i] ||
-                    (got.created[i - 1] == got.created[i] && strcmp(got.ids[i - 1], got.ids[i]) > 0));
-    }
-    for (int i = 0; i < 25; i++) {
-        int seen = 0;
-        for (size_t k = 0; k < got.n; k++)
-            seen += strcmp(got.ids[k], ids[i]) == 0;
-        assert_int_equal(seen, 1);
+    for (size_t i = 0; i < got.n; i++) {
+        assert_string_equal(got.ids[i], ids[24 - i]);
+        assert_true(i == 0 || got.seq[i - 1] > got.seq[i]);
     }
     /* exactly a page: no cursor after it */
     memset(&got, 0, sizeof got);
@@ -667,27 +538,117 @@ static void test_list_filters_and_paging(void **state)
     memset(&got, 0, sizeof got);
     assert_int_equal(journal_list(f->j, NULL, NULL, 5, collect_cb, &got, NULL, NULL), JOURNAL_OK);
     assert_string_equal(got.ids[4], first_of_next);
+}
 
-    /* cursor text */
+
+/* The cursor's text form: what format writes, parse reads back, and nothing else. */
+static void test_cursor_text(void **state)
+{
     char text[JOURNAL_CURSOR_TEXT_MAX];
-    journal_cursor_t parsed;
+    journal_cursor_t parsed, next = {.valid = true, .seq = 4711};
+
     journal_cursor_format(&next, text, sizeof text);
+    assert_string_equal(text, "4711");
     assert_int_equal(journal_cursor_parse(text, &parsed), 0);
     assert_true(parsed.valid);
-    assert_int_equal(parsed.created_ms, next.created_ms);
-    assert_string_equal(parsed.id, next.id);
+    assert_int_equal(parsed.seq, next.seq);
     journal_cursor_t invalid = {.valid = false};
     journal_cursor_format(&invalid, text, sizeof text);
     assert_string_equal(text, "");
-    const char *bad_cursors[] = {"", "-", "12", "12-", "x-0123456789abcdef0123456789abcdef",
-                                 "-1-0123456789abcdef0123456789abcdef", "12-0123456789ABCDEF0123456789abcdef",
-                                 "12-0123456789abcdef0123456789abcde", "12-0123456789abcdef0123456789abcdef0",
-                                 "99999999999999999999-0123456789abcdef0123456789abcdef", "12-../../etc/passwd"};
+    assert_int_equal(journal_cursor_parse("9223372036854775807", &parsed), 0);
+    assert_int_equal(parsed.seq, INT64_MAX);
+    journal_cursor_format(&parsed, text, sizeof text);
+    assert_string_equal(text, "9223372036854775807");
+    /* not what format writes: refused (the old "<created_ms>-<id>" form included) */
+    const char *bad_cursors[] = {"", "-", "0", "012", "-1", "+1", " 1", "1 ", "1x", "x", "12-",
+                                 "9223372036854775808", "99999999999999999999",
+                                 "1764000000123-0123456789abcdef0123456789abcdef", "12-../../etc/passwd"};
     for (size_t i = 0; i < sizeof bad_cursors / sizeof bad_cursors[0]; i++) {
         if (journal_cursor_parse(bad_cursors[i], &parsed) != -1)
             fail_msg("cursor \"%s\" accepted", bad_cursors[i]);
     }
     assert_int_equal(journal_cursor_parse(NULL, &parsed), -1);
+}
+
+static void insert_burst(journal_t *j, const int *priorities)
+{
+    for (int i = 0; i < 6; i++) {
+        job_record_t r;
+        make_job(&r, i % 2 ? "b" : "a", priorities[i], 1764000000123);
+        memcpy(r.id, burst_ids[i], JOB_ID_SIZE);
+        int rc = journal_insert(j, &r);
+        if (rc != JOURNAL_OK)
+            fail_msg("insert %d: %d %s", i, rc, journal_errmsg(j));
+    }
+}
+
+static void test_same_millisecond_list_order(void **state)
+{
+    fixture_t *f = *state;
+    const int same[6] = {1, 1, 1, 1, 1, 1};
+    collected_t got;
+    journal_cursor_t cur, next;
+    char text[JOURNAL_CURSOR_TEXT_MAX];
+    size_t n;
+
+    insert_burst(f->j, same);
+    /* newest first, in pages of 2, each cursor through its text form (as a client has it) */
+    memset(&got, 0, sizeof got);
+    memset(&cur, 0, sizeof cur);
+    int pages = 0;
+    do {
+        assert_int_equal(journal_list(f->j, NULL, &cur, 2, collect_cb, &got, &next, &n), JOURNAL_OK);
+        assert_int_equal(n, 2);
+        pages++;
+        journal_cursor_format(&next, text, sizeof text);
+        if (next.valid)
+            assert_int_equal(journal_cursor_parse(text, &cur), 0);
+    } while (next.valid && pages < 10);
+    assert_int_equal(pages, 3);
+    assert_int_equal(got.n, 6);
+    for (int i = 0; i < 6; i++)
+        assert_string_equal(got.ids[i], burst_ids[5 - i]);
+
+    /* filtered by model: the same order within the model */
+    journal_filter_t by_model = {.state = -1, .model = "b"};
+    memset(&got, 0, sizeof got);
+    assert_int_equal(journal_list(f->j, &by_model, NULL, 1, collect_cb, &got, &next, &n), JOURNAL_OK);
+    assert_string_equal(got.ids[0], burst_ids[5]);
+    assert_int_equal(journal_list(f->j, &by_model, &next, 10, collect_cb, &got, NULL, &n), JOURNAL_OK);
+    assert_int_equal(got.n, 3);
+    assert_string_equal(got.ids[1], burst_ids[3]);
+    assert_string_equal(got.ids[2], burst_ids[1]);
+
+    /* the sequence numbers a get shows go up with insertion */
+    int64_t last = 0;
+    for (int i = 0; i < 6; i++) {
+        job_record_t r;
+        assert_int_equal(journal_get(f->j, burst_ids[i], false, &r), JOURNAL_OK);
+        assert_true(r.seq > last);
+        last = r.seq;
+        job_record_clear(&r);
+    }
+}
+
+static void test_same_millisecond_run_order(void **state)
+{
+    fixture_t *f = *state;
+    const int prio[6] = {1, 5, 1, 5, 1, 5};
+    char ids[10][JOB_ID_SIZE];
+    size_t n;
+
+    insert_burst(f->j, prio);
+    /* priority first, then first come first served */
+    assert_int_equal(journal_next_queued(f->j, NULL, 10, ids, &n), JOURNAL_OK);
+    assert_int_equal(n, 6);
+    const int want[6] = {1, 3, 5, 0, 2, 4};
+    for (int i = 0; i < 6; i++)
+        assert_string_equal(ids[i], burst_ids[want[i]]);
+    /* per model ("a" has 0, 2, 4 at priority 1) */
+    assert_int_equal(journal_next_queued(f->j, "a", 10, ids, &n), JOURNAL_OK);
+    assert_int_equal(n, 3);
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(ids[i], burst_ids[2 * i]);
 }
 
 typedef struct purged {
@@ -744,190 +705,6 @@ static void test_purge(void **state)
     assert_int_equal(state_of(f->j, running), JOB_RUNNING);
 }
 
-static void test_disk_full(void **state)
-{
-    fixture_t *f = *state;
-    job_record_t r;
-    size_t big = 1 << 20;
-    unsigned char *body = calloc(1, big);
-
-    /* cap the database at its current size: the next large write fails with SQLITE_FULL */
-    assert_int_equal(sqlite3_exec(f->j->db, "PRAGMA max_page_count = 20", NULL, NULL, NULL), SQLITE_OK);
-    make_job(&r, "a", 1, 1);
-    r.body = body;
-    r.body_len = big;
-    assert_int_equal(journal_insert(f->j, &r), JOURNAL_FULL);
-    assert_non_null(strstr(journal_errmsg(f->j), "disk full"));
-    assert_int_equal(journal_peek(f->j, r.id, NULL, NULL), JOURNAL_NOT_FOUND);
-    assert_true(sqlite3_get_autocommit(f->j->db));
-    /* small jobs still fit, and the journal goes on working */
-    r.body_len = 10;
-    assert_int_equal(journal_insert(f->j, &r), JOURNAL_OK);
-    free(body);
-}
-
-/* A real full filesystem: a 512 KiB tmpfs. Inserts fail with JOURNAL_FULL (never a crash or a
- * half-written job), the jobs already accepted stay readable, and the journal keeps working. */
-static void test_disk_full_tmpfs(void **state)
-{
-    fixture_t *f = *state;
-    char mnt[128], path[160], err[JOURNAL_ERR_MAX], first[JOB_ID_SIZE] = "";
-    size_t big = 64 * 1024, accepted = 0;
-    unsigned char *body = malloc(big);
-    job_record_t r, got;
-    int rc = JOURNAL_OK;
-
-    snprintf(mnt, sizeof mnt, "%s/tiny", f->dir);
-    assert_int_equal(mkdir(mnt, 0700), 0);
-    if (mount("tmpfs", mnt, "tmpfs", 0, "size=512k") != 0) {
-        free(body);
-        print_message("SKIPPED test_disk_full_tmpfs: cannot mount a tmpfs (%s); needs root\n", strerror(errno));
-        skip();
-    }
-    snprintf(path, sizeof path, "%s/jobs.db", mnt);
-    journal_t *j = journal_open(path, err, sizeof err);
-    assert_non_null(j);
-    memset(body, 0x5a, big);
-    for (int i = 0; i < 64 && rc == JOURNAL_OK; i++) {
-        make_job(&r, "a", 1, i);
-        r.body = body;
-        r.body_len = big;
-        rc = journal_insert(j, &r);
-        if (rc == JOURNAL_OK) {
-            if (accepted++ == 0)
-                memcpy(first, r.id, JOB_ID_SIZE);
-        }
-    }
-    assert_int_equal(rc, JOURNAL_FULL);
-    assert_non_null(strstr(journal_errmsg(j), "disk full"));
-    assert_true(accepted >= 1);
-    assert_int_equal(journal_peek(j, r.id, NULL, NULL), JOURNAL_NOT_FOUND);
-    uint64_t counts[JOB_STATE_COUNT];
-    assert_int_equal(journal_counts(j, counts), JOURNAL_OK);
-    assert_int_equal(counts[JOB_QUEUED], accepted);
-    assert_int_equal(journal_get(j, first, true, &got), JOURNAL_OK);
-    assert_int_equal(got.body_len, big);
-    job_record_clear(&got);
-    journal_close(j);
-    /* everything accepted is still there after a reopen */
-    j = journal_open(path, err, sizeof err);
-    assert_non_null(j);
-    assert_int_equal(journal_counts(j, counts), JOURNAL_OK);
-    assert_int_equal(counts[JOB_QUEUED], accepted);
-    journal_close(j);
-    free(body);
-    assert_int_equal(umount(mnt), 0);
-}
-
-static void test_reopen_keeps_everything(void **state)
-{
-    fixture_t *f = *state;
-    char a[JOB_ID_SIZE], b[JOB_ID_SIZE], err[JOURNAL_ERR_MAX];
-    job_record_t got;
-
-    insert_job(f->j, a, "a", 3, 1);
-    insert_job(f->j, b, "b", 4, 2);
-    assert_int_equal(journal_mark_running(f->j, b, 10, 1), JOURNAL_OK);
-    journal_close(f->j);
-    f->j = journal_open(f->path, err, sizeof err);
-    assert_non_null(f->j);
-    assert_int_equal(journal_get(f->j, a, false, &got), JOURNAL_OK);
-    assert_int_equal(got.priority, 3);
-    assert_int_equal(got.state, JOB_QUEUED);
-    job_record_clear(&got);
-    assert_int_equal(journal_get(f->j, b, false, &got), JOURNAL_OK);
-    assert_int_equal(got.state, JOB_RUNNING);
-    assert_int_equal(got.gpu, 1);
-    job_record_clear(&got);
-}
-
-static void test_survives_sigkill_after_insert(void **state)
-{
-    fixture_t *f = *state;
-    int pipefd[2];
-    char id[JOB_ID_SIZE] = "", err[JOURNAL_ERR_MAX];
-    unsigned char body[100];
-
-    memset(body, 0xab, sizeof body);
-    assert_int_equal(pipe(pipefd), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        /* the child opens its own connection, inserts, tells the id, and dies at once */
-        close(pipefd[0]);
-        journal_t *cj = journal_open(f->path, err, sizeof err);
-        job_record_t r;
-        if (cj == NULL)
-            _exit(2);
-        make_job(&r, "killed", 2, 77);
-        r.body = body;
-        r.body_len = sizeof body;
-        if (journal_insert(cj, &r) != JOURNAL_OK)
-            _exit(3);
-        if (write(pipefd[1], r.id, JOB_ID_LEN) != JOB_ID_LEN)
-            _exit(4);
-        raise(SIGKILL);
-        _exit(5);
-    }
-    close(pipefd[1]);
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFSIGNALED(status));
-    assert_int_equal(WTERMSIG(status), SIGKILL);
-    assert_int_equal(read(pipefd[0], id, JOB_ID_LEN), JOB_ID_LEN);
-    close(pipefd[0]);
-    id[JOB_ID_LEN] = '\0';
-
-    /* a fresh connection (the fixture's may have cached pages) sees the job */
-    journal_close(f->j);
-    f->j = journal_open(f->path, err, sizeof err);
-    assert_non_null(f->j);
-    job_record_t got;
-    assert_int_equal(journal_get(f->j, id, true, &got), JOURNAL_OK);
-    assert_string_equal(got.model, "killed");
-    assert_int_equal(got.state, JOB_QUEUED);
-    assert_int_equal(got.body_len, sizeof body);
-    assert_memory_equal(got.body, body, sizeof body);
-    job_record_clear(&got);
-}
-
-static void test_schema_versions(void **state)
-{
-    fixture_t *f = *state;
-    char err[JOURNAL_ERR_MAX], path[160];
-    sqlite3 *db;
-
-    /* a newer schema is refused with a clear error */
-    journal_close(f->j);
-    f->j = NULL;
-    assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 2", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
-    assert_null(journal_open(f->path, err, sizeof err));
-    assert_non_null(strstr(err, "schema version 2 is newer than this vramd understands (1)"));
-
-    /* a database that is not a journal is refused, not modified */
-    snprintf(path, sizeof path, "%s/other.db", f->dir);
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "CREATE TABLE t (x)", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
-    assert_null(journal_open(path, err, sizeof err));
-    assert_non_null(strstr(err, "not a vramd job journal"));
-
-    /* a directory that does not exist */
-    snprintf(path, sizeof path, "%s/missing/jobs.db", f->dir);
-    assert_null(journal_open(path, err, sizeof err));
-    assert_non_null(strstr(err, "missing/jobs.db"));
-    assert_null(journal_open("", err, sizeof err));
-
-    /* reopen the real one at version 1 for teardown */
-    assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 1", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
-    f->j = journal_open(f->path, err, sizeof err);
-    assert_non_null(f->j);
-}
-
 static void test_state_names(void **state)
 {
     for (int s = 0; s < JOB_STATE_COUNT; s++)
@@ -955,12 +732,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_recover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_filters_and_paging, setup, teardown),
+        cmocka_unit_test(test_cursor_text),
+        cmocka_unit_test_setup_teardown(test_same_millisecond_list_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_millisecond_run_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_disk_full, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_disk_full_tmpfs, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_survives_sigkill_after_insert, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
         cmocka_unit_test(test_state_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
