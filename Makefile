@@ -137,6 +137,9 @@ $(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libvramd.a $(BUILD)/libsimgp
 # Unit tests that #include a vramctl source (the CLI is not in libvramd.a) rebuild with it.
 $(BUILD)/tests/test_cli_render: src/cli/cli_render.c src/cli/cli_render.h
 $(BUILD)/tests/test_cli_http: src/cli/cli_http.c src/cli/cli_http.h src/cli/cli.h
+# Unit tests that #include a shared test header rebuild with it.
+$(BUILD)/tests/test_request_path $(BUILD)/tests/test_request_path_queue: tests/unit/path_fixture.h \
+	tests/unit/path_upstream.h
 
 $(BUILD)/tests/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(BUILD)/libvramd.a
 	@mkdir -p $(dir $@)
