@@ -70,7 +70,7 @@ def assert_no_sanitizer_report(text, what):
 def gpu_vramd(tmp_path_factory, request):
     """A vramd on one simulated 24 GiB GPU with models `gen` (6 GiB + 2 GiB per request,
     pinned: loaded at start) and `val` (2 GiB + 1 GiB, loaded on demand) and an admin token.
-    Yields the schedkit Vramd with .url and .token_file added."""
+    Yields the vramdkit Vramd with .url and .token_file added."""
     check_binaries()
     tmp = tmp_path_factory.mktemp("cli")
     h = Harness(tmp)
