@@ -20,10 +20,15 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+if os.path.join(REPO, "tests", "lib") not in sys.path:
+    sys.path.insert(0, os.path.join(REPO, "tests", "lib"))  # the tests' kit (vramdkit)
+
+from vramdkit import children_of, free_port  # noqa: E402,F401  (free_port: bl.free_port())
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -38,14 +43,6 @@ def exit_cleanly_on_sigterm():
     def handler(signum, frame):
         raise KeyboardInterrupt("signal %d" % signum)
     signal.signal(signal.SIGTERM, handler)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def wait_port(port, timeout=15.0, proc=None):
@@ -164,21 +161,6 @@ def wait_quiet(pids, max_foreign=0.10, max_wait=600.0, probe=1.0):
             told = True
 
 
-def children_of(pid):
-    kids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == pid:
-            kids.append(int(entry))
-    return kids
-
-
 def rss_kib(pid):
     """VmRSS of a process in KiB, from /proc/PID/status."""
     with open("/proc/%d/status" % pid) as f:
@@ -287,7 +269,7 @@ http {
 
 
 def nginx_worker_pids(master):
-    return children_of(master.pid)
+    return [pid for pid, _ in children_of(master.pid)]
 
 
 # ---- HAProxy ---------------------------------------------------------------------------

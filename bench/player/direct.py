@@ -24,7 +24,6 @@ import http.server
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,15 +31,12 @@ import time
 
 import yaml
 
+_LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib")
+if _LIB not in sys.path:
+    sys.path.insert(0, _LIB)  # the tests' kit (vramdkit)
+from vramdkit import free_port  # noqa: E402
+
 HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def start_workers(cfg, fix, lock_file, log):

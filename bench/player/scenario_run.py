@@ -21,7 +21,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,14 +29,9 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY = "/usr/bin/python3"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+if os.path.join(ROOT, "tests", "lib") not in sys.path:
+    sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))  # the tests' kit (vramdkit)
+from vramdkit import free_port  # noqa: E402
 
 
 def wait_http(url, timeout):

@@ -30,7 +30,7 @@ import subprocess
 
 import pytest
 
-from scheduling.schedkit import GiB, MiB, REPO_ROOT, request, sim_s, wait_for
+from vramdkit import GiB, MiB, REPO_ROOT, request, sim_s, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 JS_DIR = REPO_ROOT / "tests" / "js"

@@ -1,3 +1,3 @@
 """tests/cli is a package so that its conftest.py is imported as cli.conftest and never takes
-the plain name "conftest", which tests/e2e's modules import from (pytest runs every test
+the plain name "conftest", which tests/e2e's conftest.py takes (pytest runs every test
 directory in one session)."""

@@ -1,19 +1,18 @@
 """conftest: fixtures for the tests of vramctl, vramd's command-line client.
 
 The tests run the real vramctl binary ($VRAMD_BUILD/bin/vramctl) against real vramd daemons:
-  - `gpu_vramd` (one per module): a vramd on a simulated 24 GiB GPU (scheduling/schedkit.py's
-    Harness: simgpu + libnvidia-ml-sim + simworker) with two models and an admin token;
+  - `gpu_vramd` (one per module): a vramd on a simulated 24 GiB GPU (vramdkit's Harness:
+    simgpu + libnvidia-ml-sim + simworker) with two models and an admin token;
     at the end of the module it must pass the harness's checks (ledger back to resident
     reservations, clean exit 0, no sanitizer report, no worker left);
-  - `vramd` (one per test): tests/e2e's factory, for daemons a test stops or breaks (drain,
-    reload with a bad config). Loaded from tests/e2e/conftest.py by file path, under its own
-    module name, so that tests/e2e keeps the plain name "conftest" for itself;
+  - `vramd` (one per test): the e2e factory (vramdkit.factory), for daemons a test stops or
+    breaks (drain, reload with a bad config);
   - vramctl(*args): runs the binary, returns the CompletedProcess (text, 60 s bound); a
     sanitizer report on its stderr fails the test.
 
+A failing test's report gets the tail of its daemons' logs (vramdkit.report).
 Every wait is a poll with a deadline; every process started here is stopped at teardown.
 """
-import importlib.util
 import os
 import subprocess
 import sys
@@ -21,26 +20,21 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.schedkit import Harness, check_binaries, sim_s
+_LIB = str(Path(__file__).resolve().parents[1] / "lib")  # tests/lib: the vramdkit package
+if _LIB not in sys.path:
+    sys.path.insert(0, _LIB)
 
-_E2E = Path(__file__).resolve().parents[1] / "e2e" / "conftest.py"
-_spec = importlib.util.spec_from_file_location("vramctl_e2e_helpers", _E2E)
-e2e = importlib.util.module_from_spec(_spec)
-sys.modules["vramctl_e2e_helpers"] = e2e
-_spec.loader.exec_module(e2e)
+from vramdkit import REPO_ROOT, binary, check_binaries, sanitizer_reports, sim_s  # noqa: E402
+from vramdkit.factory import vramd  # noqa: E402,F401  (fixture)
+from vramdkit.harness import Harness  # noqa: E402
+from vramdkit.report import pytest_runtest_makereport, track  # noqa: E402,F401  (hook)
 
-REPO_ROOT = e2e.REPO_ROOT
 TOKEN = "cli-test-token-0123456789"
 RUN_TIMEOUT = 60
 
 
-def build_dir():
-    path = Path(os.environ.get("VRAMD_BUILD", "build"))
-    return path if path.is_absolute() else REPO_ROOT / path
-
-
 def vramctl_binary():
-    return build_dir() / "bin" / "vramctl"
+    return binary("vramctl")
 
 
 def clean_env(**extra):
@@ -68,18 +62,19 @@ def vramctl(*args, env=None, input=None, timeout=RUN_TIMEOUT, url=None):
 
 def assert_no_sanitizer_report(text, what):
     """Under ASan+UBSan a report may come with the very exit code a test expects (1)."""
-    found = [m for m in e2e.SANITIZER_MARKERS if m in text]
+    found = sanitizer_reports(text)
     assert not found, f"sanitizer report from {what}:\n{text[-4000:]}"
 
 
 @pytest.fixture(scope="module")
-def gpu_vramd(tmp_path_factory):
+def gpu_vramd(tmp_path_factory, request):
     """A vramd on one simulated 24 GiB GPU with models `gen` (6 GiB + 2 GiB per request,
     pinned: loaded at start) and `val` (2 GiB + 1 GiB, loaded on demand) and an admin token.
-    Yields the schedkit Vramd with .url and .token_file added."""
+    Yields the vramdkit Vramd with .url and .token_file added."""
     check_binaries()
     tmp = tmp_path_factory.mktemp("cli")
     h = Harness(tmp)
+    track(request.node, h.daemons)
     token_file = tmp / "token"
     token_file.write_text(TOKEN + "\n")
     gpu = h.gpu_set("24GiB")
@@ -100,15 +95,3 @@ def gpu_vramd(tmp_path_factory):
     finally:
         h.close()
 
-
-@pytest.fixture
-def vramd(tmp_path, request):
-    """tests/e2e's factory: vramd.start(models={...}) -> a running e2e Vramd (testworker
-    models); stopped and checked for leaked workers at teardown."""
-    if not e2e.vramd_binary().exists():
-        pytest.fail(f"{e2e.vramd_binary()} not found: build vramd first")
-    factory = e2e.VramdFactory(tmp_path, request.node)
-    yield factory
-    problems = factory.cleanup()
-    if problems:
-        pytest.fail("; ".join(problems))

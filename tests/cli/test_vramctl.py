@@ -16,7 +16,9 @@ import time
 
 import pytest
 
-from .conftest import TOKEN, assert_no_sanitizer_report, clean_env, e2e, vramctl, vramctl_binary
+from vramdkit import free_port, vramd_binary
+
+from .conftest import TOKEN, assert_no_sanitizer_report, clean_env, vramctl, vramctl_binary
 
 ESC = "\x1b"
 
@@ -288,7 +290,7 @@ def test_check_config_good_and_bad(tmp_path):
     p = vramctl("check-config", bad)
     assert p.returncode == 1, p
     assert "models.a.memory.per_request" in p.stderr and "12 gigs" in p.stderr, p.stderr
-    ref = subprocess.run([str(e2e.vramd_binary()), "--check-config", str(bad)], capture_output=True,
+    ref = subprocess.run([str(vramd_binary()), "--check-config", str(bad)], capture_output=True,
                          text=True, timeout=30)
     assert ref.returncode == 1 and ref.stderr == p.stderr, (ref.stderr, p.stderr)
 
@@ -306,7 +308,7 @@ def test_check_config_good_and_bad(tmp_path):
 # --- not running, timeouts, usage ----------------------------------------------------------------
 
 def test_not_running_says_so_and_exits_3():
-    port = e2e.free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     p = vramctl("status", url=url)
     assert p.returncode == 3, p

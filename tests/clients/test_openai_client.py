@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from scheduling.schedkit import GiB, MiB, REPO_ROOT
+from vramdkit import GiB, MiB, REPO_ROOT
 
 SCRIPT = REPO_ROOT / "tests" / "js" / "openai_chat.mjs"
 NODE_MODULES = REPO_ROOT / "tests" / "js" / "node_modules"

@@ -3,7 +3,7 @@
 import re
 import subprocess
 
-from conftest import REPO_ROOT, free_port, http_request, pid_alive, vramd_binary, wait_for
+from vramdkit import REPO_ROOT, free_port, http_request, pid_alive, vramd_binary, wait_for
 
 
 def test_version():
@@ -149,5 +149,5 @@ def test_admin_token(vramd):
     pid = r.json()["pid"]
     r = vd.post("/v1/models/a/unload", headers=good, timeout=60)
     assert r.status == 200, r
-    assert vd.model_status("a")["state"] == "stopped"
+    assert vd.model("a")["state"] == "stopped"
     wait_for(lambda: not pid_alive(pid), timeout=10, what="the unloaded worker to exit")

@@ -5,7 +5,7 @@ import json
 import threading
 import time
 
-from conftest import build_request, readable
+from vramdkit import build_request, readable
 
 
 def echo_model(vramd, **kw):

@@ -5,7 +5,7 @@ import copy
 import signal
 import threading
 
-from conftest import PeerClosed, pid_alive, wait_for
+from vramdkit import PeerClosed, pid_alive, wait_for
 
 
 def model_ids(vd):
@@ -36,7 +36,7 @@ def test_sigterm_drains(vramd):
     assert r.status == 200
     pid = r.json()["pid"]
     busy = background_get(vd, "/w/slow?ms=2000")
-    wait_for(lambda: vd.model_status("w")["in_flight"] == 1, timeout=15, what="in flight")
+    wait_for(lambda: vd.model("w")["in_flight"] == 1, timeout=15, what="in flight")
     vd.signal(signal.SIGTERM)
 
     def draining_seen():
@@ -77,7 +77,7 @@ def test_sighup_reload_adds_model_without_disturbing_work(vramd):
     assert r.status == 200
     pid_a = r.json()["pid"]
     busy = background_get(vd, "/a/slow?ms=1500")
-    wait_for(lambda: vd.model_status("a")["in_flight"] == 1, timeout=15, what="in flight")
+    wait_for(lambda: vd.model("a")["in_flight"] == 1, timeout=15, what="in flight")
     cfg = copy.deepcopy(vd.config)
     cfg["models"]["b"] = vramd.worker("b", aliases=["b-1"])
     vd.write_config(cfg)

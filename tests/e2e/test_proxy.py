@@ -4,7 +4,7 @@ environment, worker output in vramd's log and pid files."""
 import json
 import os
 
-from conftest import wait_for
+from vramdkit import wait_for
 
 
 def two_models(vramd):

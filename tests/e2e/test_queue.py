@@ -3,7 +3,7 @@
 import threading
 import time
 
-from conftest import RawConn, build_request, http_request, run_threads, wait_for
+from vramdkit import RawConn, build_request, http_request, run_threads, wait_for
 
 
 def one_slot(vramd, **kw):
@@ -33,12 +33,12 @@ def in_background(fn):
 
 
 def wait_in_flight(vd, n, timeout=15):
-    return wait_for(lambda: vd.model_status("w")["in_flight"] == n, timeout=timeout,
+    return wait_for(lambda: vd.model("w")["in_flight"] == n, timeout=timeout,
                     what=f"in_flight == {n}")
 
 
 def wait_depth(vd, n, timeout=15):
-    return wait_for(lambda: vd.model_status("w")["queue"]["depth"] == n, timeout=timeout,
+    return wait_for(lambda: vd.model("w")["queue"]["depth"] == n, timeout=timeout,
                     what=f"queue depth == {n}")
 
 
@@ -116,7 +116,7 @@ def test_priority_high_runs_before_low(vramd):
     high = in_background(lambda: vd.get("/w/echo?tag=high",
                                         headers={"X-Vramd-Priority": "9"}))
     wait_depth(vd, 2)
-    q = vd.model_status("w")["queue"]
+    q = vd.model("w")["queue"]
     assert q["by_priority"][1] == 1 and q["by_priority"][9] == 1, q
     for job in (busy, low, high):
         job["thread"].join(30)

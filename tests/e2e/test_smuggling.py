@@ -5,7 +5,7 @@ close the connection, and the worker must never see the smuggled request.
 One daemon serves every probe of this module (started once, checked after each probe)."""
 import pytest
 
-from conftest import VramdFactory
+from vramdkit.factory import VramdFactory
 
 SMUGGLED = b"GET /w/smuggled-%s HTTP/1.1\r\nHost: x\r\n\r\n"
 

@@ -3,7 +3,7 @@ start failures with backoff and the failed state, admin load/unload, keep_alive 
 stop_timeout escalation to SIGKILL, and external (url:) servers."""
 from datetime import datetime
 
-from conftest import build_request, pid_alive, wait_for
+from vramdkit import build_request, pid_alive, wait_for
 
 
 def parse_ts(ts):
@@ -15,7 +15,7 @@ def wait_not_ready(vd, model, pid):
     `ready` in /v1/status)."""
     wait_for(lambda: not pid_alive(pid) and
              all(i.get("pid") != pid or i.get("state") != "ready"
-                 for i in vd.model_status(model).get("instances", [])),
+                 for i in vd.model(model).get("instances", [])),
              timeout=10, what=f"vramd to notice that worker {pid} exited")
 
 
@@ -82,7 +82,7 @@ def test_start_failure_backoff_then_failed_then_load_after_fix(vramd):
         return r if r.error_code() == "model_failed" else None
     r = wait_for(failed_answer, timeout=90, interval=0.5, what="503 model_failed")
     assert r.status == 503
-    assert vd.model_status("w")["state"] == "failed"
+    assert vd.model("w")["state"] == "failed"
 
     starts = [parse_ts(e["ts"]) for e in vd.events("worker_output", model="w")
               if "failing start on purpose" in (e.get("line") or "")]
@@ -106,7 +106,7 @@ def test_load_unload_admin(vramd):
     """POST /v1/models/NAME/load starts the worker (200 once ready) and unload stops it
     (200 once stopped, process gone); unknown names get 404."""
     vd = vramd.start(models={"w": vramd.worker("w")})
-    assert vd.model_status("w")["state"] == "stopped"
+    assert vd.model("w")["state"] == "stopped"
     r = vd.post("/v1/models/w/load", timeout=30)
     assert r.status == 200, r
     assert r.json()["state"] == "ready"
@@ -114,7 +114,7 @@ def test_load_unload_admin(vramd):
     assert len(pids) == 1 and pid_alive(pids[0])
     r = vd.post("/v1/models/w/unload", timeout=60)
     assert r.status == 200, r
-    assert vd.model_status("w")["state"] == "stopped"
+    assert vd.model("w")["state"] == "stopped"
     wait_for(lambda: not pid_alive(pids[0]), timeout=10, what="the worker to exit")
     r = vd.post("/v1/models/nope/load")
     assert r.status == 404, r
@@ -172,7 +172,7 @@ def test_external_worker_proxied_health_checked_and_recovers(vramd):
     vd.wait_model_state("ext", "ready", timeout=10)
     ext.kill()
     # the health checks alone (no request) notice that the server is gone
-    wait_for(lambda: vd.model_status("ext")["state"] != "ready", timeout=15,
+    wait_for(lambda: vd.model("ext")["state"] != "ready", timeout=15,
              what="health checks to mark the dead external server not ready")
 
     def refused():

@@ -1,11 +1,12 @@
 """faultkit: helpers for the fault tests of vramd's resilience features (issue 5).
 
 The tests run the real binaries (vramd, simgpu, libnvidia-ml-sim.so, simworker) from
-$VRAMD_BUILD (default "build") through the scheduling tests' harness (scheduling.schedkit,
-imported by its package path: pytest puts tests/ on sys.path for both packages), and add
-what a fault test needs on top of it:
+$VRAMD_BUILD (default "build") through the shared kit's harness (tests/lib/vramdkit:
+harness.Harness; /proc readers in proc.py; open_stream() in net.py reads a chunked response
+chunk by chunk, so a test can act between two SSE events and see a stream cut short), and
+add what a fault test needs on top of it:
 
-  - FaultHarness (the `faults` fixture): schedkit.Harness plus
+  - FaultHarness (the `faults` fixture): Harness plus
       * faultworker_model(): a model served by tests/faults/faultworker.py (empty 200s,
         {"score": 0} answers: things simworker never does);
       * baseline(vd) / check_clean(vd, base): the end-of-case checks every case runs: the
@@ -15,104 +16,28 @@ what a fault test needs on top of it:
         descends from one (no leaked worker or validator process), and vramd's descriptor
         count, less what its live workers explain (2 pipes per worker, 1 per idle pooled
         connection), is back to its baseline within FD_TOLERANCE;
-      * finish(): schedkit's finish (clean SIGTERM exit, no sanitizer report, no worker
+      * finish(): the harness's finish (clean SIGTERM exit, no sanitizer report, no worker
         left) plus no log line with a log_format_error field.
-  - /proc helpers: proc_state, pid_alive, children_of, zombie_children, fd_count.
-  - StreamClient: a raw-socket HTTP/1.1 client that reads a chunked response chunk by
-    chunk, so a test can act between two SSE events and see a stream cut short.
+  - wait_gone(pids), instance_pid(), wait_worker_running(), resilience().
 
 Invariants: every wait is a poll with a deadline (a slow, loaded 2-core box, ASan builds);
 nothing here sleeps a fixed time where a condition can be polled; every process a test
-starts is killed at teardown (schedkit.Harness.close, which also kills any process whose
-command line holds the test's tag).
+starts is killed at teardown (Harness.close, which also kills any process whose command line
+holds the test's tag).
 """
-import json
 import os
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from scheduling.schedkit import (REQUEST_TIMEOUT, Harness, binary, pids_with_cmdline, request, sim_s,
-                            wait_for)
+from vramdkit import (PYTHON, children_of, descends_from, fd_count, pid_alive, pids_with_cmdline,
+                      proc_cmdline, request, wait_for, zombie_children)
+from vramdkit.harness import Harness, harness_fixture
 
-# what the test modules take from here (schedkit's helpers included, re-exported)
-__all__ = ["PYTHON", "FAULTWORKER", "FD_TOLERANCE", "Baseline", "FaultHarness", "PeerClosed",
-           "StreamClient", "binary", "children_of", "descends_from", "error_code", "fd_count",
-           "instance_pid", "pid_alive", "pids_with_cmdline", "proc_cmdline", "proc_state",
-           "request", "resilience", "sim_s", "wait_for", "wait_gone", "wait_worker_running",
-           "zombie_children"]
-
-PYTHON = "/usr/bin/python3"
 FAULTWORKER = str(Path(__file__).resolve().parent / "faultworker.py")
 FD_TOLERANCE = 2          # descriptors vramd may hold beyond its baseline (connections closing)
 CLEAN_TIMEOUT = 15.0      # how long the end-of-case checks poll before failing
-
-
-# --- /proc ------------------------------------------------------------------------------
-
-def proc_stat(pid):
-    """(state, ppid) of a process from /proc/PID/stat, or None when it does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return fields[0].decode(), int(fields[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def proc_state(pid):
-    st = proc_stat(pid)
-    return st[0] if st else None
-
-
-def pid_alive(pid):
-    """The process exists and is not a zombie."""
-    state = proc_state(pid)
-    return state is not None and state not in ("Z", "X")
-
-
-def proc_cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-
-
-def children_of(ppid):
-    """[(pid, state)] of every process whose parent is ppid."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        st = proc_stat(entry)
-        if st and st[1] == ppid:
-            out.append((int(entry), st[0]))
-    return out
-
-
-def descends_from(pid, ancestors):
-    """pid is one of ancestors or a descendant of one (walking parent pids up to init)."""
-    seen = 0
-    while pid and pid > 1 and seen < 64:
-        if pid in ancestors:
-            return True
-        st = proc_stat(pid)
-        if not st:
-            return False
-        pid = st[1]
-        seen += 1
-    return False
-
-
-def zombie_children(ppid):
-    return [pid for pid, state in children_of(ppid) if state == "Z"]
-
-
-def fd_count(pid):
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def wait_gone(pids, timeout=10.0, what="processes to exit"):
@@ -120,83 +45,6 @@ def wait_gone(pids, timeout=10.0, what="processes to exit"):
     pids = list(pids)
     return wait_for(lambda: not any(pid_alive(p) for p in pids), timeout=timeout,
                     what=f"{what} (pids {pids})")
-
-
-# --- raw streaming client -------------------------------------------------------------------
-
-class PeerClosed(Exception):
-    """The connection ended before the response did."""
-
-
-class StreamClient:
-    """One request on a raw socket; the response head, then its chunked body chunk by chunk."""
-
-    def __init__(self, port, method, path, body=None, headers=None, timeout=REQUEST_TIMEOUT):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.timeout = timeout
-        self.buf = b""
-        data = json.dumps(body).encode() if isinstance(body, (dict, list)) else (body or b"")
-        hdrs = {"Host": "vramd.test", "Content-Type": "application/json",
-                "Content-Length": str(len(data))}
-        hdrs.update(headers or {})
-        head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items())
-        self.sock.sendall(head.encode("latin-1") + b"\r\n" + data)
-        self.status = None
-        self.headers = {}
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def _fill(self, deadline):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("timed out reading from vramd")
-        self.sock.settimeout(left)
-        try:
-            data = self.sock.recv(65536)
-        except socket.timeout:
-            raise TimeoutError("timed out reading from vramd") from None
-        except (ConnectionResetError, ConnectionAbortedError):
-            data = b""
-        if not data:
-            raise PeerClosed(f"connection closed (unread: {self.buf[:200]!r})")
-        self.buf += data
-
-    def _line(self, deadline):
-        while b"\r\n" not in self.buf:
-            self._fill(deadline)
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def read_head(self):
-        deadline = time.monotonic() + self.timeout
-        while b"\r\n\r\n" not in self.buf:
-            self._fill(deadline)
-        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
-        lines = head.decode("latin-1").split("\r\n")
-        self.status = int(lines[0].split(" ", 2)[1])
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            self.headers[name.strip().lower()] = value.strip()
-        return self.status
-
-    def read_chunk(self):
-        """The next chunk's data; None after the last (zero-size) chunk. PeerClosed when the
-        connection ends before that."""
-        deadline = time.monotonic() + self.timeout
-        size_line = self._line(deadline)
-        n = int(size_line.split(b";")[0].strip(), 16)
-        if n == 0:
-            while self._line(deadline) != b"":
-                pass  # trailers
-            return None
-        while len(self.buf) < n + 2:
-            self._fill(deadline)
-        data, self.buf = self.buf[:n], self.buf[n + 2:]
-        return data
 
 
 # --- the harness ------------------------------------------------------------------------------
@@ -214,7 +62,7 @@ class Baseline:
 
 
 class FaultHarness(Harness):
-    """schedkit.Harness with the fault suite's end-of-case checks (see the module docstring)."""
+    """Harness with the fault suite's end-of-case checks (see the module docstring)."""
 
     def faultworker_model(self, name, **overrides):
         """A model served by faultworker.py (uses no GPU memory: no memory section)."""
@@ -328,21 +176,20 @@ class FaultHarness(Harness):
         return last["fds"]
 
     def finish(self):
-        """schedkit's finish, then: no log line of any daemon has a log_format_error field."""
+        """Harness.finish, then: no log line of any daemon has a log_format_error field."""
         super().finish()
         for vd in self.daemons:
-            bad = [e for e in vd.events() if "log_format_error" in e]
+            bad = vd.format_errors()
             assert not bad, f"{vd.name}: log lines with log_format_error: {bad[:3]}"
+
+
+faults = harness_fixture(FaultHarness)
 
 
 # --- small readers ------------------------------------------------------------------------------
 
 def resilience(vd, model):
     return vd.model(model)["resilience"]
-
-
-def error_code(reply):
-    return reply.error_body().get("code")
 
 
 def instance_pid(vd, model, timeout=30.0):

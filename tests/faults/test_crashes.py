@@ -11,8 +11,9 @@ import json
 import os
 import signal
 
-from .faultkit import (PeerClosed, StreamClient, error_code, instance_pid, pid_alive,
-                       resilience, sim_s, wait_gone, wait_worker_running)
+from vramdkit import PeerClosed, open_stream, pid_alive, sim_s
+
+from .faultkit import instance_pid, resilience, wait_gone, wait_worker_running
 
 WORKER = ["--resident", "1GiB", "--per-request", "512MiB", "--run-time", sim_s(1),
           "--time-scale", "steps:1:1"]
@@ -38,7 +39,7 @@ def test_sigkill_before_response_is_502_and_next_request_runs_on_a_new_worker(fa
     os.kill(pid, signal.SIGKILL)
     r = running.result()
     assert r.status == 502, r
-    assert error_code(r) == "worker_failed", r
+    assert r.error_code() == "worker_failed", r
     assert r.error_body().get("model") == "crashy", r
 
     exited = vd.wait_event("worker_exit", model="crashy", pid=pid)[0]
@@ -71,9 +72,9 @@ def test_sigkill_mid_stream_cuts_the_client_stream(faults):
 
     body = {"messages": [{"role": "user", "content": "tell me"}], "stream": True,
             "max_tokens": 64, "steps": 100}    # 5 s real; the stream starts at 30 %
-    s = StreamClient(vd.port, "POST", "/chat/v1/chat/completions", body)
+    s = open_stream(vd.port, "POST", "/chat/v1/chat/completions", body, timeout=60.0)
     try:
-        assert s.read_head() == 200, s.headers
+        assert s.read_head()[0] == 200, s.headers
         assert s.headers.get("content-type", "").startswith("text/event-stream"), s.headers
         assert "chunked" in s.headers.get("transfer-encoding", ""), s.headers
         got = b""
@@ -130,7 +131,7 @@ def test_sigstop_hang_is_504_and_the_instance_is_replaced(faults):
         except ProcessLookupError:
             pass
     assert r.status == 504, r
-    assert error_code(r) == "worker_hang", r
+    assert r.error_code() == "worker_hang", r
     hang = vd.wait_event("worker_hang", model="hangy")[0]
     assert hang["pid"] == pid and hang["hang_timeout_ms"] == 2000, hang
     kill = vd.wait_event("worker_kill", model="hangy", pid=pid)[0]
@@ -164,7 +165,7 @@ def test_crash_loop_backs_off_then_fails_then_admin_load_recovers(faults):
     queued = vd.later("loop", timeout=90)
     vd.wait_event("model_state", timeout=60, model="loop", to="failed")
     r = queued.result()
-    assert r.status == 503 and error_code(r) == "model_failed", r
+    assert r.status == 503 and r.error_code() == "model_failed", r
     failures = vd.events("worker_failure", model="loop")
     assert len(failures) == 5, [f["backoff_ms"] for f in failures]
     delays = [f["backoff_ms"] for f in failures[:4]]
@@ -173,7 +174,7 @@ def test_crash_loop_backs_off_then_fails_then_admin_load_recovers(faults):
     assert [f["consecutive"] for f in failures] == [1, 2, 3, 4, 5], failures
     assert vd.model("loop")["state"] == "failed"
     r = vd.generate("loop")
-    assert r.status == 503 and error_code(r) == "model_failed", r
+    assert r.status == 503 and r.error_code() == "model_failed", r
 
     # fix the cause: the same model with a good command line
     cfg = json.loads(vd.config_path.read_text())

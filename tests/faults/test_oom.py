@@ -11,7 +11,9 @@ the OOM from the worker's answer. --cache release: what an OOM'd attempt allocat
 back to the GPU at once, so each attempt starts from the same free memory.
 Every case ends with faults.check_clean and faults.finish (see test_crashes.py).
 """
-from .faultkit import error_code, instance_pid, resilience, sim_s, wait_for
+from vramdkit import sim_s, wait_for
+
+from .faultkit import instance_pid, resilience
 
 # levels are cumulative (docs/config.md): level 2 = the client's body + level 1's set + level 2's
 LADDER = [{"set": {"resolution": 720, "quality": "medium"}}, {"set": {"resolution": 512}}]
@@ -87,7 +89,7 @@ def test_oom_at_every_level_is_503_out_of_memory_with_the_attempts(faults):
 
     r = vd.generate("deg", {"resolution": 1024})
     assert r.status == 503, r
-    assert error_code(r) == "out_of_memory", r
+    assert r.error_code() == "out_of_memory", r
     msg = r.error_body()["message"]
     assert "3 attempts" in msg, msg
     assert [e["level"] for e in vd.events("oom", model="deg")] == [0, 1, 2]
@@ -95,7 +97,7 @@ def test_oom_at_every_level_is_503_out_of_memory_with_the_attempts(faults):
     assert rs["oom_total"] == 3 and rs["degraded_total"] == 2, rs
 
     r = vd.generate("deg", {"resolution": 1024})
-    assert r.status == 503 and error_code(r) == "out_of_memory", r
+    assert r.status == 503 and r.error_code() == "out_of_memory", r
     assert resilience(vd, "deg")["oom_total"] == 6
     assert not vd.events("worker_recycle", model="deg"), vd.events("worker_recycle")
     assert [i["failed_in_row"] for i in vd.instances("deg")] == [0], vd.instances("deg")

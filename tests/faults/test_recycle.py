@@ -6,7 +6,9 @@ Every case ends with faults.check_clean and faults.finish (see test_crashes.py).
 """
 import re
 
-from .faultkit import instance_pid, request, resilience, sim_s, wait_for
+from vramdkit import request, sim_s, wait_for
+
+from .faultkit import instance_pid, resilience
 
 WORKER = ["--resident", "1GiB", "--per-request", "512MiB", "--run-time", sim_s(1)]
 

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from .faultkit import (binary, children_of, instance_pid, pid_alive, pids_with_cmdline,
-                       proc_cmdline, proc_state, request, sim_s, wait_for, wait_gone,
-                       zombie_children)
+from vramdkit import (binary, children_of, pid_alive, pids_with_cmdline, proc_cmdline, proc_state,
+                      request, sim_s, wait_for, zombie_children)
+
+from .faultkit import instance_pid, wait_gone
 
 WORKER = ["--resident", "256MiB", "--per-request", "256MiB", "--run-time", sim_s(0.5)]
 
@@ -21,7 +22,7 @@ def kill_vramd(vd):
     vd.proc.kill()
     vd.proc.wait(30)
     vd.returncode = vd.proc.returncode
-    vd._log_file.close()
+    vd._close_files()
     vd.stopped = True
 
 

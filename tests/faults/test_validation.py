@@ -11,7 +11,9 @@ magic, empty; png: truncated, bad CRC, bad signature, empty; json: truncated, no
 empty) and logs each as "corrupt_output" (which vramd's log carries as worker_output).
 Every case ends with faults.check_clean and faults.finish (see test_crashes.py).
 """
-from .faultkit import error_code, resilience, sim_s, wait_for
+from vramdkit import sim_s, wait_for
+
+from .faultkit import resilience
 
 # kind -> (number of broken variants simworker cycles through, magic at the start of a good body)
 KINDS = {"glb": (6, b"glTF"), "ply": (4, b"ply\n"), "png": (4, b"\x89PNG\r\n\x1a\n"),
@@ -46,7 +48,7 @@ def test_every_output_corrupt_is_retried_once_then_502_invalid_output(faults):
         for i in range(requests):
             r = vd.generate(kind)
             assert r.status == 502, (kind, i, r)
-            assert error_code(r) == "invalid_output", (kind, r)
+            assert r.error_code() == "invalid_output", (kind, r)
             assert "2 attempts" in r.error_body()["message"], r
             if base is None:
                 base = faults.baseline(vd)
@@ -118,14 +120,14 @@ def test_empty_200_and_score_zero_are_invalid(faults):
     base = faults.baseline(vd)
 
     r = vd.post("/skip/empty", {})
-    assert r.status == 502 and error_code(r) == "invalid_output", r
+    assert r.status == 502 and r.error_code() == "invalid_output", r
     assert "2 attempts" in r.error_body()["message"], r
     inv = vd.events("invalid_output", model="skip")
     assert len(inv) == 2 and all(e["bytes"] == 0 for e in inv), inv
     assert "0 bytes" in inv[0]["reason"], inv
 
     r = vd.post("/scored/score", {"score": 0})
-    assert r.status == 502 and error_code(r) == "invalid_output", r
+    assert r.status == 502 and r.error_code() == "invalid_output", r
     assert "2 attempts" in r.error_body()["message"], r
     inv = vd.events("invalid_output", model="scored")
     assert len(inv) == 2 and "/score" in inv[0]["reason"], inv
@@ -165,7 +167,7 @@ def test_external_validator_commands(faults):
     base = faults.baseline(vd)
 
     r = vd.generate("slow")
-    assert r.status == 502 and error_code(r) == "invalid_output", r
+    assert r.status == 502 and r.error_code() == "invalid_output", r
     assert "2 attempts" in r.error_body()["message"], r
     inv = vd.events("invalid_output", model="slow")
     assert [e["reason"] for e in inv] == ["validator timed out after 500 ms"] * 2, inv
@@ -176,7 +178,7 @@ def test_external_validator_commands(faults):
     assert r.headers.get("x-vramd-attempts") == "1", r.headers
 
     r = vd.generate("bad")
-    assert r.status == 502 and error_code(r) == "invalid_output", r
+    assert r.status == 502 and r.error_code() == "invalid_output", r
     inv = vd.events("invalid_output", model="bad")
     assert [e["reason"] for e in inv] == ["validator exited with status 1"] * 2, inv
 

@@ -9,8 +9,8 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -19,7 +19,10 @@ import urllib.request
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.path.join(ROOT, os.environ.get("VRAMD_BUILD", "build"))
+if os.path.join(ROOT, "tests", "lib") not in sys.path:
+    sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))  # the vramdkit package
+
+from vramdkit import free_port, vramd_binary  # noqa: E402
 
 
 def torch_python():
@@ -66,14 +69,6 @@ PY = torch_python() if gpu_present() else None
 pytestmark = pytest.mark.skipif(PY is None, reason="no NVIDIA GPU with NVML and PyTorch+CUDA on this machine")
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def get(url):
     with urllib.request.urlopen(url, timeout=30) as r:
         return json.loads(r.read())
@@ -116,7 +111,7 @@ models:
     log = open(os.path.join(tmp, "vramd.log"), "wb")
     env = dict(os.environ)
     env.pop("VRAMD_NVML_LIBRARY", None)
-    p = subprocess.Popen([os.path.join(BUILD, "bin", "vramd"), "--config", path], stderr=log, env=env)
+    p = subprocess.Popen([str(vramd_binary()), "--config", path], stderr=log, env=env)
     base = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:

@@ -1,8 +1,8 @@
 """conftest: fixtures and helpers for vramd's durable-job tests (SPEC 3.2, docs/jobs.md).
 
-vramd: the end-to-end daemon factory of tests/e2e/conftest.py (imported from there, with its
-report hook, so a failing test shows the daemon's log tail and teardown checks exit 0 on
-SIGTERM, no sanitizer report, no log_format_error).
+vramd: the end-to-end daemon factory (tests/lib/vramdkit/factory.py, the one tests/e2e uses),
+with the kit's report hook, so a failing test shows the daemon's log tail and teardown checks
+exit 0 on SIGTERM, no sanitizer report, no log_format_error.
 
 Helpers:
   - job_model(factory, log, **overrides): a supervised tests/jobs/jobworker.py model whose
@@ -21,12 +21,16 @@ Run: /usr/bin/python3 -m pytest tests/jobs                        (after `make`)
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
-import pytest  # noqa: F401
+_LIB = str(Path(__file__).resolve().parents[1] / "lib")  # tests/lib: the vramdkit package
+if _LIB not in sys.path:
+    sys.path.insert(0, _LIB)
 
-from e2e.conftest import (PYTHON, RawConn, http_request, pytest_runtest_makereport,  # noqa: F401
-                          vramd, wait_for)
+from vramdkit import PYTHON, http_request, wait_for  # noqa: E402
+from vramdkit.factory import vramd  # noqa: E402,F401  (fixture)
+from vramdkit.report import pytest_runtest_makereport  # noqa: E402,F401  (hook)
 
 JOBWORKER = str(Path(__file__).resolve().parent / "jobworker.py")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.conftest import RawConn, http_request, wait_for
+from vramdkit import RawConn, http_request, wait_for
 from jobs.conftest import job, job_model, restart_killed, submit, wait_job, worker_events
 from jobs.jobworker import pattern  # the bytes the worker answers for a token
 
@@ -141,22 +141,22 @@ def test_cancel_queued_and_running(vramd, tmp_path):
     r1 = submit(vd, work("run1", ms=20000)).json()["id"]
     r2 = submit(vd, work("wait2", ms=10)).json()["id"]
     wait_job(vd, r1, "running")
-    wait_for(lambda: ("start", "run1") in worker_events(log), what="worker saw run1")
+    wait_for(lambda: ("start", "run1") in worker_events(log), what="worker saw run1", timeout=15.0)
     assert job(vd, r2)["state"] == "queued"
 
     r = http_request(vd.port, "DELETE", f"/v1/jobs/{r2}")
     assert r.status == 200 and r.json()["state"] == "cancelled" and r.json()["was"] == "queued"
     r = http_request(vd.port, "DELETE", f"/v1/jobs/{r1}")
     assert r.status == 200 and r.json()["was"] == "running"
-    wait_for(lambda: ("closed", "run1") in worker_events(log), what="worker saw run1 closed")
+    wait_for(lambda: ("closed", "run1") in worker_events(log), what="worker saw run1 closed", timeout=15.0)
     assert job(vd, r1)["state"] == "cancelled" and job(vd, r2)["state"] == "cancelled"
 
     def released():
-        m = vd.model_status("w")
+        m = vd.model("w")
         return m["in_flight"] == 0 and m["queue"]["depth"] == 0 and \
             all(i.get("in_flight", 0) == 0 for i in m.get("instances", []))
     # the model uses no GPU memory here, so "no reservation left" is: nothing in flight or queued
-    wait_for(released, what="no request of the cancelled jobs left in vramd")
+    wait_for(released, what="no request of the cancelled jobs left in vramd", timeout=15.0)
 
     r = result(vd, r1)
     assert r.status == 409 and r.error_code() == "job_cancelled"
@@ -475,7 +475,7 @@ def test_orphan_results_swept_at_start(vramd, tmp_path):
     orphan = results / ("ab" * 16)
     orphan.write_bytes(b"left behind by a crash")
     restart_killed(vd)
-    wait_for(lambda: not orphan.exists(), what="the orphan result removed at start")
+    wait_for(lambda: not orphan.exists(), what="the orphan result removed at start", timeout=15.0)
     assert result(vd, jid).json() == {"token": "kept", "result": "R-kept"}
 
 

@@ -14,7 +14,7 @@ import random
 import secrets
 import time
 
-from e2e.conftest import http_request, wait_for
+from vramdkit import http_request, wait_for
 from jobs.conftest import job, job_model, restart_killed, submit, worker_events
 from jobs.jobworker import pattern  # the bytes the worker answers for a token
 

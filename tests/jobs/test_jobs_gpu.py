@@ -7,21 +7,11 @@ memory ledger is real.
     its result is the worker's GLB with its content type, and GET shows the GPU;
   - cancelling a running job closes its upstream request and leaves no reservation: the
     ledger goes back to resident reservations only.
-The harness (tests/scheduling/schedkit.py) checks at the end: ledger resident-only, no OOM,
+The harness (tests/lib/vramdkit/harness.py) checks at the end: ledger resident-only, no OOM,
 clean exit 0, no sanitizer report, no simworker left.
 """
-import pytest
-
-from scheduling.schedkit import Harness, check_binaries, sim_s, wait_for
-
-
-@pytest.fixture
-def sched(tmp_path, request):
-    check_binaries()
-    h = Harness(tmp_path)
-    request.node._sched_harness = h
-    yield h
-    h.close()
+from vramdkit import sim_s, wait_for
+from vramdkit.harness import sched  # noqa: F401  (fixture)
 
 
 def job_state(vd, jid):

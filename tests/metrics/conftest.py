@@ -4,12 +4,22 @@ metricsd: one vramd on a simulated 8 GiB GPU with one simworker model, "gen", sh
 tests of a module (starting it costs seconds). The model's worker OOMs on large requests
 (a degradation ladder rescues them) and runs for a time the request chooses (`steps`), so a
 test can make requests end in each outcome on purpose. After the module's tests the
-scheduling end checks run (schedkit.Harness.finish: ledger clean, clean exit, no sanitizer
-report, no worker left); then the daemon, its worker and the GPU set are removed.
+scheduling end checks run (vramdkit's Harness.finish: ledger clean, clean exit, no sanitizer
+report, no worker left); then the daemon, its worker and the GPU set are removed. A failing
+test's report gets the tail of the daemon's log (vramdkit.report).
 """
+import sys
+from pathlib import Path
+
 import pytest
 
-from scheduling.schedkit import Harness, check_binaries, sim_s
+_LIB = str(Path(__file__).resolve().parents[1] / "lib")  # tests/lib: the vramdkit package
+if _LIB not in sys.path:
+    sys.path.insert(0, _LIB)
+
+from vramdkit import check_binaries, sim_s  # noqa: E402
+from vramdkit.harness import Harness  # noqa: E402
+from vramdkit.report import pytest_runtest_makereport, track  # noqa: E402,F401  (hook)
 
 # Levels are cumulative; a request {"resolution": 1024} OOMs at levels 0 and 1 (16 and 7.9
 # GiB on a card with 6.7 GiB left for requests) and fits at level 2 (4 GiB).
@@ -17,9 +27,10 @@ LADDER = [{"set": {"resolution": 720}}, {"set": {"resolution": 512}}]
 
 
 @pytest.fixture(scope="module")
-def metricsd(tmp_path_factory):
+def metricsd(tmp_path_factory, request):
     check_binaries()
     h = Harness(tmp_path_factory.mktemp("metrics"))
+    track(request.node, h.daemons)
     try:
         gpu = h.gpu_set("8GiB")
         worker = ["--resident", "1GiB", "--per-request", "16GiB", "--mem-scale", "resolution:1024:2",

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from scheduling.schedkit import free_port, wait_for
+from vramdkit import free_port, wait_for
 
 from .expo import ExpoError, parse
 

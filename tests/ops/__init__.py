@@ -1,3 +1,3 @@
-"""tests/ops is a package so that its conftest.py is imported as ops.conftest and never takes
-the plain name "conftest", which tests/e2e's modules import from (pytest runs both directories
-in one session)."""
+"""tests/ops is a package so that its conftest.py is imported as ops.conftest, never under a
+plain name that another test directory's conftest.py could also take (pytest runs several
+directories in one session)."""

@@ -1,8 +1,8 @@
 """conftest: fixtures for vramd's operations tests (systemd notification, the unit file).
 
-vramd: the end-to-end daemon factory of tests/e2e/conftest.py (imported from there, with its
-report hook, so a failing test shows the daemon's log tail and teardown checks exit 0 on
-SIGTERM, no sanitizer report, no log_format_error, no worker left alive).
+vramd: the end-to-end daemon factory (tests/lib/vramdkit/factory.py, the one tests/e2e uses),
+with the kit's report hook, so a failing test shows the daemon's log tail and teardown checks exit 0 on
+SIGTERM, no sanitizer report, no log_format_error, no worker left alive.
 
 notify_socket: a NotifyListener, an AF_UNIX datagram socket standing in for systemd's
 NOTIFY_SOCKET: it records every message vramd sends (time received, the KEY=VALUE fields)
@@ -14,13 +14,21 @@ Run: /usr/bin/python3 -m pytest tests/ops                        (after `make`)
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from e2e.conftest import pytest_runtest_makereport, vramd, wait_for  # noqa: F401  (fixture, hook)
+_LIB = str(Path(__file__).resolve().parents[1] / "lib")  # tests/lib: the vramdkit package
+if _LIB not in sys.path:
+    sys.path.insert(0, _LIB)
+
+from vramdkit import wait_for  # noqa: E402
+from vramdkit.factory import vramd  # noqa: E402,F401  (fixture)
+from vramdkit.report import pytest_runtest_makereport  # noqa: E402,F401  (hook)
 
 
 class NotifyMessage:

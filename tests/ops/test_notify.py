@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from e2e.conftest import http_request, wait_for
+from vramdkit import http_request, wait_for
 
 WATCHDOG_USEC = 400000  # pings expected every 200 ms
 
@@ -42,7 +42,7 @@ def test_ready_watchdog_reload_stopping(vramd, notify_env):
     assert r.status == 200, r
     assert ready.fields.get("MAINPID") == str(vd.proc.pid), ready
     assert "0/1 models ready" in ready.fields.get("STATUS", ""), ready
-    ev = vd.wait_event("systemd_notify")[0]
+    ev = vd.wait_event("systemd_notify", timeout=15.0)[0]
     assert ev["watchdog_ms"] == WATCHDOG_USEC // 1000 and ev["ping_ms"] == WATCHDOG_USEC // 2000, ev
 
     # watchdog pings from the loop's timer, every half interval. Not faster than that: six
@@ -74,7 +74,7 @@ def test_ready_watchdog_reload_stopping(vramd, notify_env):
     assert abs(int(reloading.fields["MONOTONIC_USEC"]) - now_usec) < 60e6, reloading
     done = notify.wait("READY", "1", after=reloading)
     assert "refused" not in done.fields.get("STATUS", ""), done
-    vd.wait_event("config_reloaded")
+    vd.wait_event("config_reloaded", timeout=15.0)
 
     # a refused reload ends with READY=1 too: the old config keeps running
     good_config = vd.config_path.read_text()
@@ -124,7 +124,7 @@ def test_without_notify_socket_nothing_changes(vramd, monkeypatch):
     monkeypatch.setenv("WATCHDOG_USEC", str(WATCHDOG_USEC))  # no socket: nothing to ping
     vd = vramd.start(models={"echo": vramd.worker("echo")})
     vd.signal(signal.SIGHUP)
-    vd.wait_event("config_reloaded")
+    vd.wait_event("config_reloaded", timeout=15.0)
     assert vd.get("/healthz").status == 200
     assert vd.stop() == 0
     assert not vd.events("systemd_notify") and not vd.events("systemd_notify_failed")
@@ -135,9 +135,9 @@ def test_dead_notify_socket_is_logged_once(vramd, monkeypatch, tmp_path):
     monkeypatch.setenv("WATCHDOG_USEC", "200000")
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
     vd = vramd.start(models={"echo": vramd.worker("echo")})
-    vd.wait_event("systemd_notify_failed")
+    vd.wait_event("systemd_notify_failed", timeout=15.0)
     vd.signal(signal.SIGHUP)
-    vd.wait_event("config_reloaded")
+    vd.wait_event("config_reloaded", timeout=15.0)
     assert vd.get("/healthz").status == 200
     assert vd.stop() == 0
     assert len(vd.events("systemd_notify_failed")) == 1, vd.events("systemd_notify_failed")
@@ -149,7 +149,7 @@ def test_watchdog_pid_of_another_process_disables_the_watchdog(vramd, notify_env
     notify = notify_env
     vd = vramd.start(models={"echo": vramd.worker("echo")})
     ready = notify.wait("READY", "1")
-    ev = vd.wait_event("systemd_notify")[0]
+    ev = vd.wait_event("systemd_notify", timeout=15.0)[0]
     assert ev["watchdog_ms"] == 0, ev
     time.sleep(0.6)  # three ping periods
     assert not notify.find("WATCHDOG"), notify.snapshot()

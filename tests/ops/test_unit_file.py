@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from e2e.conftest import REPO_ROOT, vramd_binary
+from vramdkit import REPO_ROOT, vramd_binary
 
 UNIT = REPO_ROOT / "contrib" / "vramd.service"
 CONFIG = REPO_ROOT / "contrib" / "vramd.yaml"

@@ -1,30 +1,17 @@
-"""conftest: the `sched` fixture for vramd's memory-aware scheduling tests (helpers in
-schedkit.py).
+"""conftest: the `sched` fixture for vramd's memory-aware scheduling tests (the shared kit's
+harness, tests/lib/vramdkit/harness.py; what these tests add is in schedkit.py).
 
-sched: a schedkit.Harness for one test. The test ends with sched.finish() (ledger back to
+sched: a vramdkit Harness for one test. The test ends with sched.finish() (ledger back to
 resident reservations only, no OOM, clean exit, no sanitizer report, no worker left); at
 teardown everything it started is killed and every GPU set it made is removed. A failing
-test's report gets the tail of each of its daemons' logs.
+test's report gets the tail of each of its daemons' logs (vramdkit.report).
 """
-import pytest
+import sys
+from pathlib import Path
 
-from .schedkit import Harness, check_binaries
+_LIB = str(Path(__file__).resolve().parents[1] / "lib")  # tests/lib: the vramdkit package
+if _LIB not in sys.path:
+    sys.path.insert(0, _LIB)
 
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    harness = getattr(item, "_sched_harness", None)
-    if report.failed and harness is not None:
-        for vd in harness.daemons:
-            report.sections.append((f"{vd.name} log ({vd.log_path}), last lines", vd.log_tail(80)))
-
-
-@pytest.fixture
-def sched(tmp_path, request):
-    check_binaries()
-    h = Harness(tmp_path)
-    request.node._sched_harness = h
-    yield h
-    h.close()
+from vramdkit.harness import sched  # noqa: E402,F401  (fixture)
+from vramdkit.report import pytest_runtest_makereport  # noqa: E402,F401  (hook)

@@ -7,7 +7,7 @@ the queue, and neither leaves anything in the ledger.
 """
 import time
 
-from .schedkit import sim_s
+from vramdkit import sim_s
 
 RUN_S = 20  # simulated seconds: 1 s real
 

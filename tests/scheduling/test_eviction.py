@@ -5,7 +5,9 @@ request; on a 16 GiB card (15.875 GiB after headroom) two fit with room for a re
 do not. SPEC 4: evict idle instances (nothing running or queued, not pinned), lowest priority
 first, then least recently used; never one with a request in flight; never a pinned one.
 """
-from .schedkit import Watch, after, order, sim_s
+from vramdkit import sim_s
+
+from .schedkit import Watch, after, order
 
 
 def six_gib(sched, name, run_s=2, **extra):

@@ -4,7 +4,9 @@ vramd measures it through NVML (used minus what its own workers hold), subtracts
 capacity it admits requests against, and gives the memory back to its own requests once the
 foreign process is gone.
 """
-from .schedkit import GiB, HEADROOM, Watch, parallel, sim_s, wait_for
+from vramdkit import GiB, HEADROOM, run_threads, sim_s, wait_for
+
+from .schedkit import Watch
 
 TOTAL = 24 * GiB
 FOREIGN = 10 * GiB
@@ -12,7 +14,7 @@ FOREIGN = 10 * GiB
 
 def burst(vd, n=6):
     with Watch(vd) as watch:
-        replies = parallel([lambda: vd.generate("m") for _ in range(n)])
+        replies = run_threads([lambda: vd.generate("m") for _ in range(n)])
     assert [r.status for r in replies] == [200] * n, replies
     assert not watch.problems, watch.problems[:5]
     return watch

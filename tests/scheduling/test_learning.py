@@ -5,7 +5,7 @@ reserves a high quantile of the measured peaks plus a margin (scheduler.h: p95 o
 samples + 10 %). A declared start that is too low converges up to the truth, one that is too
 high converges down, both to within ~15 % above the true peak.
 """
-from .schedkit import GiB, MiB, sim_s
+from vramdkit import GiB, MiB, sim_s
 
 TRUE_PEAK = 2 * GiB  # simworker --per-request
 

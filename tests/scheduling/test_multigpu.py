@@ -4,7 +4,9 @@ A supervised worker gets CUDA_VISIBLE_DEVICES set to the GPU vramd placed it on 
 allocates on the first GPU of that list, so `simgpu show` sees it there). Two models that each
 need most of a card land on different GPUs and run at the same time.
 """
-from .schedkit import Watch, parallel, sim_s
+from vramdkit import run_threads, sim_s
+
+from .schedkit import Watch
 
 
 def pids_on(show, index):
@@ -64,7 +66,7 @@ def test_two_large_models_land_on_different_gpus_and_run_together(sched):
 
     vd = sched.start_vramd(gpu, {"big_a": big("big_a"), "big_b": big("big_b")})
     with Watch(vd) as watch:
-        replies = parallel([lambda: vd.generate("big_a"), lambda: vd.generate("big_b")])
+        replies = run_threads([lambda: vd.generate("big_a"), lambda: vd.generate("big_b")])
     assert [r.status for r in replies] == [200, 200], replies
     assert not watch.problems, watch.problems[:5]
     a = vd.first("worker_started", model="big_a")

@@ -5,7 +5,9 @@ the usage stops falling short of that (bounded by stop_timeout plus a grace peri
 does not come back, a supervised worker is killed, and only once NVML shows the dead
 process's memory returned does the next model load; an external server is marked failed.
 """
-from .schedkit import GiB, Watch, after, order, sim_s, wait_for
+from vramdkit import GiB, sim_s, wait_for
+
+from .schedkit import Watch, after, order
 
 
 def test_unload_residue_supervised_worker_is_killed_before_next_load(sched):

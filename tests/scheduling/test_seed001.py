@@ -6,7 +6,9 @@ external validator was unloaded through its hook and NVML showed the memory back
 validator is reloaded through its hook after the generator was stopped and its memory came
 back. Nobody runs out of memory.
 """
-from .schedkit import GiB, after, order, sim_s
+from vramdkit import GiB, sim_s
+
+from .schedkit import after, order
 
 
 def test_seed001_generator_and_validator_take_turns(sched):

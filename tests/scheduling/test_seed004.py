@@ -5,7 +5,9 @@ lock. Behind vramd the memory ledger admits a request only when its reservation 
 the small card the requests run one at a time and none dies, while on a big card the same
 configuration runs them side by side.
 """
-from .schedkit import GiB, MiB, Watch, parallel, sim_s
+from vramdkit import GiB, MiB, run_threads, sim_s
+
+from .schedkit import Watch
 
 RUN_S = 6  # simulated seconds per request (0.3 s real at the 0.05 time scale)
 VLM_FLAGS = ["--resident", "2.7GiB", "--per-request", "2.1GiB", "--run-time", sim_s(RUN_S)]
@@ -24,7 +26,7 @@ def test_seed004_five_concurrent_requests_through_vramd_all_succeed(sched):
     gpu = sched.gpu_set("5.6GiB")
     vd = sched.start_vramd(gpu, {"vlm": vlm_model(sched)})
     with Watch(vd) as watch:
-        replies = parallel([lambda: vd.generate("vlm") for _ in range(5)])
+        replies = run_threads([lambda: vd.generate("vlm") for _ in range(5)])
     assert [r.status for r in replies] == [200] * 5, replies
     assert not watch.problems, watch.problems[:5]
     assert watch.samples > 0
@@ -42,7 +44,7 @@ def test_seed004_same_requests_straight_to_the_worker_oom(sched):
     previous test's success is vramd's doing."""
     gpu = sched.gpu_set("5.6GiB")
     worker = sched.external(gpu, "vlm-direct", VLM_FLAGS)
-    replies = parallel([lambda: worker.generate() for _ in range(5)])
+    replies = run_threads([lambda: worker.generate() for _ in range(5)])
     statuses = [r.status for r in replies]
     ooms = [r for r in replies if r.status == 500 and b"out of memory" in r.body.lower()]
     assert ooms, f"expected at least one OOM without vramd, got {statuses}"
@@ -57,7 +59,7 @@ def test_seed004_big_card_runs_requests_concurrently(sched):
     gpu = sched.gpu_set("24GiB")
     vd = sched.start_vramd(gpu, {"vlm": vlm_model(sched)})
     with Watch(vd) as watch:
-        replies = parallel([lambda: vd.generate("vlm") for _ in range(5)])
+        replies = run_threads([lambda: vd.generate("vlm") for _ in range(5)])
     assert [r.status for r in replies] == [200] * 5, replies
     assert not watch.problems, watch.problems[:5]
     assert watch.max_requests_model.get("vlm", 0) >= 2, watch.max_requests_model

@@ -8,7 +8,8 @@ memory it needs (memory_claimed).
 import threading
 import time
 
-from .schedkit import REQUEST_TIMEOUT, sim_s
+from vramdkit import sim_s
+from vramdkit.harness import REQUEST_TIMEOUT
 
 STREAM_CLIENTS = 12  # more than small's concurrency (8): its queue never runs dry
 

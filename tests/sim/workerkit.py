@@ -21,18 +21,19 @@ import time
 import pytest
 import requests
 
-from .simkit import build_dir, wait_for
+from vramdkit import binary, sanitizer_reports
+
+from .simkit import wait_for
 
 TIMESCALE = "0.01"
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 HTTP_TIMEOUT = 30.0
 START_TIMEOUT = 30.0
-SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
 def simworker_bin():
-    return str(build_dir() / "bin" / "simworker")
+    return str(binary("simworker"))
 
 
 class Worker:
@@ -149,7 +150,7 @@ class Workers:
                 pass
             w.session.close()
             text = w.log()
-            if any(marker in text for marker in SANITIZER_MARKERS):
+            if sanitizer_reports(text):
                 reports.append(f"simworker {w.pid}:\n{text[-4000:]}")
         return reports
 
