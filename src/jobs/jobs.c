@@ -85,14 +85,14 @@ static void on_request_dispatched(void *ctx, enum core_event ev, void *subject)
         return;
     int gpu = r->instance ? r->instance->gpu : -1;
     run->gpu = gpu;
-    if (run->dispatched) {
+    if (run->state != RUN_SENT) {
         /* vramd retried it (degradation ladder, invalid output): the same attempt */
         journal_set_gpu(J->journal, run->id, gpu);
         return;
     }
     int rc = journal_mark_running(J->journal, run->id, jobs_wall_ms(), gpu);
     if (rc == JOURNAL_OK) {
-        run->dispatched = true;
+        job_run_set_state(run, RUN_RUNNING);
         log_event(LOG_INFO, "job_running", "job_id=%s model=%s attempt=%d gpu=%d", run->id, run->model,
                   run->attempts + 1, gpu);
     } else {
@@ -107,8 +107,8 @@ void jobs_cancel_attempt(jobs_t *J, const char *id)
         return;
     run->cancelled = true;
     log_event(LOG_INFO, "job_attempt_cancelled", "job_id=%s model=%s committing=%s", run->id, run->model,
-              run->committing ? "true" : "false");
-    if (run->committing)
+              run->state == RUN_COMMITTING ? "true" : "false");
+    if (run->state == RUN_COMMITTING)
         return; /* after_commit finds the job cancelled and removes the result */
     job_client_cancel(run->client);
     run->client = NULL;
@@ -275,7 +275,7 @@ void jobs_shutdown(core_t *d)
     uv_timer_stop(&J->housekeep);
     list_foreach_safe(it, tmp, &J->runs) {
         job_run_t *run = list_entry(it, job_run_t, link);
-        if (run->committing)
+        if (run->state == RUN_COMMITTING)
             continue; /* its after_commit still runs while the loop closes its handles */
         if (run->client || run->writer)
             log_event(LOG_WARN, "job_attempt_abandoned", "job_id=%s reason=%s", run->id, "vramd stopping");

@@ -75,14 +75,14 @@ static void job_fail(job_run_t *run, int status, const char *code, const char *m
     if (rc != JOURNAL_OK)
         jobs_journal_trouble(J, run->id, "mark_failed");
     log_event(LOG_WARN, "job_failed", "job_id=%s model=%s status=%d code=%s message=%s attempts=%d", run->id,
-              run->model, status, code, message, run->attempts + (run->dispatched ? 1 : 0));
+              run->model, status, code, message, run->attempts + (run->state != RUN_SENT ? 1 : 0));
 }
 
 /* Back to queued without using an attempt (vramd was busy, draining, or not reachable). */
 static void job_retry_later(job_run_t *run, const char *code, const char *message)
 {
     jobs_t *J = run->J;
-    if (run->dispatched && journal_requeue(J->journal, run->id, true, code, message) != JOURNAL_OK)
+    if (run->state != RUN_SENT && journal_requeue(J->journal, run->id, true, code, message) != JOURNAL_OK)
         jobs_journal_trouble(J, run->id, "requeue");
     jobs_backoff_model(J, run->model);
     log_event(LOG_INFO, "job_retry_later", "job_id=%s model=%s code=%s message=%s", run->id, run->model, code,
@@ -93,7 +93,7 @@ static void job_retry_later(job_run_t *run, const char *code, const char *messag
 static void job_attempt_failed(job_run_t *run, int status, const char *code, const char *message)
 {
     jobs_t *J = run->J;
-    if (!run->dispatched) {
+    if (run->state == RUN_SENT) {
         job_retry_later(run, code, message);
         return;
     }
@@ -116,7 +116,6 @@ static void after_commit(uv_work_t *w, int status)
     job_run_t *run = w->data;
     jobs_t *J = run->J;
     J->n_committing--;
-    run->committing = false;
     bool ok = status == 0 && run->commit_rc == 0;
     char err[JOBS_MESSAGE_MAX];
     snprintf(err, sizeof err, "%s", ok ? "" : result_writer_error(run->writer));
@@ -199,7 +198,7 @@ static void judge_answer(job_run_t *run)
         snprintf(code, sizeof code, "http_%d", st);
     if (code_is(code, "queue_full") || code_is(code, "draining") || code_is(code, "gpu_unavailable") ||
         code_is(code, "model_failed") || code_is(code, "client_limit") || code_is(code, "not_ready")) {
-        if (run->dispatched)
+        if (run->state != RUN_SENT)
             job_attempt_failed(run, st, code, msg);
         else
             job_retry_later(run, code, msg);
@@ -208,7 +207,7 @@ static void judge_answer(job_run_t *run)
     if (code_is(code, "deadline_unmeetable") || code_is(code, "deadline_exceeded")) {
         if (run->deadline_wall_ms)
             job_fail(run, st, code, msg); /* the job's own deadline cannot be met */
-        else if (run->dispatched)
+        else if (run->state != RUN_SENT)
             job_attempt_failed(run, st, code, msg);
         else
             job_retry_later(run, code, msg);
@@ -238,7 +237,7 @@ static void on_client_end(void *ctx, enum job_client_end how, const char *error)
         }
     }
     if (how == JOB_CLIENT_COMPLETE && ok2xx) {
-        run->committing = true;
+        job_run_set_state(run, RUN_COMMITTING);
         J->n_committing++;
         run->work.data = run;
         if (uv_queue_work(J->core->loop, &run->work, do_commit, after_commit) != 0) {
@@ -266,7 +265,7 @@ static void on_client_end(void *ctx, enum job_client_end how, const char *error)
     default: {
         char msg[JOBS_MESSAGE_MAX];
         snprintf(msg, sizeof msg, "the answer broke off: %s", error ? error : "connection closed");
-        if (J->core->draining && !run->dispatched)
+        if (J->core->draining && run->state == RUN_SENT)
             job_retry_later(run, "draining", msg);
         else
             job_attempt_failed(run, 502, "connection_dropped", msg);

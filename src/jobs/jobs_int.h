@@ -47,6 +47,20 @@ struct jobs {
     bool closing;
 };
 
+/* One attempt of a job (the journal keeps the job's own state, job_state.h):
+ *   SENT       the loopback request is on its way (queued in vramd, or refused there)
+ *   RUNNING    it reached a worker: the journal says running, attempts + 1
+ *   COMMITTING a 2xx answer is complete and its result file is being committed
+ * SENT -> RUNNING -> COMMITTING; SENT -> COMMITTING only for a 2xx that no worker gave
+ * (vramd never gives one for a model's route). An attempt ends in any state (the run is
+ * freed by jobs_run_finish); cancelled is a flag beside the state. */
+enum job_run_state { RUN_SENT = 0, RUN_RUNNING, RUN_COMMITTING };
+
+#define job_run_set_state(run, s) job_run_set_state_at((run), (s), __LINE__)
+struct job_run;
+void job_run_set_state_at(struct job_run *run, enum job_run_state s, int line);
+const char *job_run_state_name(enum job_run_state s);
+
 typedef struct job_run {
     list_t link; /* jobs->runs */
     jobs_t *J;
@@ -56,9 +70,8 @@ typedef struct job_run {
     int64_t deadline_wall_ms;
     int max_attempts;
     int attempts;      /* attempts started before this one */
-    bool dispatched;   /* reached a worker: the journal says running, attempts + 1 */
-    bool cancelled;
-    bool committing;
+    enum job_run_state state; /* job_run_set_state: SENT -> RUNNING -> COMMITTING */
+    bool cancelled;    /* DELETE /v1/jobs/{id} while this attempt ran (any state) */
     bool from_worker;  /* the answer came from a worker (X-Vramd-Attempts), not from vramd */
     job_client_t *client;
     result_writer_t *writer;

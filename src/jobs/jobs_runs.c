@@ -16,6 +16,7 @@
 
 #include "common/buf.h"
 #include "common/list.h"
+#include "common/check.h"
 #include "common/log.h"
 #include "core/core.h"
 #include "jobs/jobs.h"
@@ -103,4 +104,20 @@ void jobs_on_result_removed(const char *id, void *ctx)
     if (journal_mark_result_removed(J->journal, id) != JOURNAL_OK)
         log_event(LOG_WARN, "job_journal_error", "job_id=%s op=%s error=%s", id, "mark_result_removed",
                   journal_errmsg(J->journal));
+}
+
+const char *job_run_state_name(enum job_run_state s)
+{
+    static const char *n[] = {"sent", "running", "committing"};
+    return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
+}
+
+void job_run_set_state_at(job_run_t *run, enum job_run_state s, int line)
+{
+    if (run->state == s)
+        return;
+    CHECK_IF(s < run->state); /* attempts only move forward */
+    log_event(LOG_DEBUG, "job_attempt_state", "job_id=%s model=%s from=%s to=%s line=%d", run->id, run->model,
+              job_run_state_name(run->state), job_run_state_name(s), line);
+    run->state = s;
 }

@@ -38,6 +38,39 @@ static http1_header_t g_up_hdrs[UP_MAX_HEADERS];
 static void up_close(upstream_t *up);
 static void up_read_start(upstream_t *up);
 
+/* ---- state ------------------------------------------------------------------------ */
+
+#define UBIT(s) (1u << (s))
+
+/* allowed[from]: the states an upstream in `from` may change to (CLOSED is terminal) */
+static const unsigned up_allowed[] = {
+    [UP_CONNECTING] = UBIT(UP_SENDING) | UBIT(UP_CLOSED),
+    [UP_SENDING] = UBIT(UP_HEAD) | UBIT(UP_BODY) | UBIT(UP_CLOSED), /* the answer may beat the write's callback */
+    [UP_HEAD] = UBIT(UP_BODY) | UBIT(UP_CLOSED),
+    [UP_BODY] = UBIT(UP_IDLE) | UBIT(UP_CLOSED),
+    [UP_IDLE] = UBIT(UP_SENDING) | UBIT(UP_CLOSED),
+    [UP_CLOSED] = 0,
+};
+
+static const char *up_state_name(enum up_state s)
+{
+    static const char *n[] = {"connecting", "sending", "head", "body", "idle", "closed"};
+    return n[s];
+}
+
+#define up_set_state(up, s) up_set_state_at((up), (s), __LINE__)
+static void up_set_state_at(upstream_t *up, enum up_state s, int line)
+{
+    if (up->state == s)
+        return;
+    CHECK_IF(!(up_allowed[up->state] & UBIT(s)));
+    if (log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "upstream_state", "model=%s instance=%u request_id=%s from=%s to=%s line=%d",
+                  up->inst->model->name, up->inst->id, up->req ? up->req->id : NULL, up_state_name(up->state),
+                  up_state_name(s), line);
+    up->state = s;
+}
+
 /* ---- lifetime ---------------------------------------------------------------------- */
 
 static void on_up_closed(uv_handle_t *h)
@@ -57,7 +90,7 @@ static void up_close(upstream_t *up)
         list_remove(&up->link);
         up->inst->pool_size--;
     }
-    up->state = UP_CLOSED;
+    up_set_state(up, UP_CLOSED);
     up->req = NULL;
     uv_timer_stop(&up->timer);
     up->handles_open = 2;
@@ -118,7 +151,7 @@ static void finish_ok(upstream_t *up)
                     up->in.len == 0 && inst->state == INST_READY && !inst->stop_requested &&
                     inst->pool_size < PROXY_POOL_MAX;
     if (reusable) {
-        up->state = UP_IDLE;
+        up_set_state(up, UP_IDLE);
         up->got_bytes = false;
         up->scan_from = 0;
         list_insert_head(&inst->pool, &up->link);
@@ -313,7 +346,9 @@ static void process_upstream_input(upstream_t *up)
         }
         buf_consume(&up->in, msg.head_len);
         up->scan_from = 0;
-        up->state = UP_BODY;
+        if (up->state == UP_CLOSED)
+            return;
+        up_set_state(up, UP_BODY);
     }
     if (!up->req || up->state != UP_BODY)
         return;
@@ -437,7 +472,7 @@ static void on_up_written(uv_write_t *w, int status)
         return;
     }
     if (up->state == UP_SENDING)
-        up->state = UP_HEAD;
+        up_set_state(up, UP_HEAD);
 }
 
 static void send_request(upstream_t *up)
@@ -452,7 +487,7 @@ static void send_request(upstream_t *up)
         return;
     }
 
-    up->state = UP_SENDING;
+    up_set_state(up, UP_SENDING);
     request_set_state(r, REQ_WAITING);
     arm_hang_timer(up);
     /* try the whole request at once first (see conn_write_now); queue what remains */
@@ -462,7 +497,7 @@ static void send_request(upstream_t *up)
     size_t total = hl + r->body.len;
     if (sent == (int)total) {
         buf_free(&h);
-        up->state = UP_HEAD;
+        up_set_state(up, UP_HEAD);
         if (up->paused)
             up_read_start(up);
         return;
@@ -567,7 +602,7 @@ static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_poo
     up->tcp.data = up;
     up->timer.data = up;
     up->connect_req.data = up;
-    up->state = UP_CONNECTING;
+    up->state = UP_CONNECTING; /* its first state (the object is new) */
     req->up = up;
     request_set_state(req, REQ_CONNECTING);
     struct sockaddr_storage addr;
@@ -582,7 +617,6 @@ static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_poo
     if (rc != 0) {
         char why[128];
         snprintf(why, sizeof why, "connect: %s", uv_strerror(rc));
-        up->state = UP_CONNECTING;
         fail_request(up, why);
         return;
     }

@@ -67,7 +67,7 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
             instance_set_state(inst, INST_READY, "unload hook failed");
             model_set_failed(m, reason);
         } else {
-            inst->state = INST_READY;
+            instance_set_state(inst, INST_READY, "unload hook failed");
             instance_stop(inst, "unload hook failed");
         }
         return;

@@ -320,8 +320,7 @@ void instance_start(model_t *m, size_t gpu_pos)
     sched_place_instance(inst, gpu_pos);
     snprintf(inst->host, sizeof inst->host, "127.0.0.1");
     inst->port = pick_free_port();
-    inst->started_ms = core_now();
-    inst->state = INST_STARTING;
+    inst->started_ms = core_now(); /* STARTING since instance_new */
     char **argv = calloc(mc->n_cmd + 1, sizeof *argv);
     size_t n_env = mc->n_env + 3;
     config_kv_t *env = calloc(n_env, sizeof *env);
@@ -371,7 +370,7 @@ void instance_start(model_t *m, size_t gpu_pos)
         snprintf(why, sizeof why, "start failed: %s", err);
         inst->proc = NULL;
         model_record_failure(m, RESTART_START_FAILED, why);
-        inst->state = INST_STOPPING;
+        instance_set_state(inst, INST_STOPPING, why);
         ledger_release(sched_ledger(), &inst->mem);
         instance_maybe_free(inst);
         return;
@@ -386,7 +385,9 @@ void instance_start(model_t *m, size_t gpu_pos)
 
 void model_ensure_external(model_t *m)
 {
-    if (!list_empty(&m->instances))
+    /* a removed model, or one stopping with vramd, gets no new instance: its old one may
+     * be off the list and still closing, and a new one would be stopped again at once */
+    if (!list_empty(&m->instances) || m->removed || m->core->stopping)
         return;
     instance_t *inst = instance_new(m);
     if (!inst)
@@ -395,7 +396,7 @@ void model_ensure_external(model_t *m)
     snprintf(inst->host, sizeof inst->host, "%s", m->cfg->url_host);
     inst->port = m->cfg->url_port;
     inst->started_ms = inst->ready_ms = core_now();
-    inst->state = INST_READY; /* optimistic until health checks say otherwise */
+    instance_set_state(inst, INST_READY, "external server (until health checks say otherwise)");
     if (sched_model_uses_gpu(m->cfg) && sched_gpu_ok()) {
         /* an external server is already loaded somewhere: book it on its allowed GPU with
          * the most room (its measured usage replaces the guess at the next snapshot) */
@@ -413,8 +414,6 @@ void model_ensure_external(model_t *m)
         }
         sched_place_instance(inst, pos);
     }
-    log_event(LOG_INFO, "instance_state", "model=%s instance=%u from=%s to=%s reason=%s", m->name, inst->id, "none",
-              "ready", "external server");
     uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
 }
 
@@ -534,7 +533,7 @@ void model_stop_all(model_t *m, const char *reason)
                 http_call_cancel(in->health_call);
                 in->health_call = NULL;
             }
-            in->state = INST_STOPPING;
+            instance_set_state(in, INST_STOPPING, reason);
             in->stop_requested = true;
             instance_maybe_free(in);
         } else {

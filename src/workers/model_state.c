@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/log.h"
 #include "core/core.h"
 #include "workers/supervisor.h"
@@ -102,23 +103,50 @@ enum model_state model_state(const model_t *m)
     return MODEL_STOPPED;
 }
 
-void instance_set_state(instance_t *inst, enum instance_state s, const char *why)
+#define BIT(s) (1u << (s))
+
+/* allowed[from]: the states an instance in `from` may change to (STOPPING is its last
+ * state: the instance is freed once its process is gone and its handles closed) */
+static const unsigned allowed[] = {
+    [INST_STARTING] = BIT(INST_READY) | BIT(INST_STOPPING),
+    [INST_READY] = BIT(INST_DOWN) | BIT(INST_STOPPING) | BIT(INST_UNLOADING),
+    [INST_DOWN] = BIT(INST_READY) | BIT(INST_STOPPING),
+    [INST_STOPPING] = 0,
+    [INST_UNLOADING] = BIT(INST_READY) | BIT(INST_UNLOADED) | BIT(INST_STOPPING),
+    [INST_UNLOADED] = BIT(INST_RELOADING) | BIT(INST_STARTING) | BIT(INST_STOPPING),
+    [INST_RELOADING] = BIT(INST_STARTING) | BIT(INST_UNLOADED) | BIT(INST_STOPPING),
+};
+
+bool instance_transition_ok(enum instance_state from, enum instance_state to)
+{
+    if ((unsigned)from >= sizeof allowed / sizeof allowed[0])
+        return false;
+    return from == to || (allowed[from] & BIT(to)) != 0;
+}
+
+void model_note_state(model_t *m, enum model_state before, const char *why)
+{
+    enum model_state after = model_state(m);
+    if (before == after)
+        return;
+    log_event(after == MODEL_FAILED ? LOG_ERROR : LOG_INFO, "model_state", "model=%s from=%s to=%s reason=%s", m->name,
+              model_state_name(before), model_state_name(after), why);
+    core_note_event(m->core, "model %s: %s -> %s (%s)", m->name, model_state_name(before), model_state_name(after),
+                    why);
+}
+
+void instance_set_state_at(instance_t *inst, enum instance_state s, const char *why, int line, const char *file)
 {
     model_t *m = inst->model;
     enum model_state before = model_state(m);
     if (inst->state != s) {
-        log_event(LOG_INFO, "instance_state", "model=%s instance=%u pid=%d from=%s to=%s reason=%s",
-                  m->name, inst->id, (int)inst->pid, instance_state_name(inst->state),
-                  instance_state_name(s), why);
+        CHECK_IF(!instance_transition_ok(inst->state, s));
+        log_event(LOG_INFO, "instance_state", "model=%s instance=%u pid=%d from=%s to=%s reason=%s file=%s line=%d",
+                  m->name, inst->id, (int)inst->pid, instance_state_name(inst->state), instance_state_name(s), why,
+                  file, line);
         inst->state = s;
     }
-    enum model_state after = model_state(m);
-    if (before != after) {
-        log_event(LOG_INFO, "model_state", "model=%s from=%s to=%s reason=%s", m->name,
-                  model_state_name(before), model_state_name(after), why);
-        core_note_event(m->core, "model %s: %s -> %s (%s)", m->name, model_state_name(before),
-                         model_state_name(after), why);
-    }
+    model_note_state(m, before, why);
     core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
 }
 
@@ -130,9 +158,7 @@ void model_set_failed(model_t *m, const char *reason)
     enum model_state before = model_state(m);
     m->failed = true;
     snprintf(m->failed_reason, sizeof m->failed_reason, "%s", reason);
-    log_event(LOG_ERROR, "model_state", "model=%s from=%s to=%s reason=%s", m->name,
-              model_state_name(before), "failed", reason);
-    core_note_event(m->core, "model %s failed: %s", m->name, reason);
+    model_note_state(m, before, reason);
     uv_timer_stop(&m->backoff_timer);
     model_schedule_pump(m); /* the dispatcher answers its queue 503 model_failed */
     core_emit(m->core, CORE_EV_MODEL_CHANGED, m);

@@ -64,8 +64,7 @@ void model_load(model_t *m)
     if (m->failed) {
         m->failed = false;
         m->failed_reason[0] = '\0';
-        log_event(LOG_INFO, "model_state", "model=%s from=%s to=%s reason=%s", m->name, "failed",
-                  model_state_name(model_state(m)), "admin load");
+        model_note_state(m, MODEL_FAILED, "admin load");
     }
     m->consecutive_failures = 0;
     memset(m->failure_times, 0, sizeof m->failure_times);

@@ -21,7 +21,15 @@
 /* ---- model_state.c ---- */
 /* The one place an instance's state changes: logged old -> new, the derived model state
  * change noted, CORE_EV_MODEL_CHANGED emitted. */
-void instance_set_state(instance_t *inst, enum instance_state s, const char *why);
+/* The one way an instance changes state: checks the table of legal changes (model_state.c),
+ * logs old -> new with the caller's line, logs the derived model state when it changed,
+ * and emits CORE_EV_MODEL_CHANGED. */
+#define instance_set_state(inst, s, why) instance_set_state_at((inst), (s), (why), __LINE__, __FILE__)
+void instance_set_state_at(instance_t *inst, enum instance_state s, const char *why, int line, const char *file);
+bool instance_transition_ok(enum instance_state from, enum instance_state to);
+/* Log the model's derived state when it differs from `before` (every model state log line
+ * comes from here). */
+void model_note_state(model_t *m, enum model_state before, const char *why);
 /* Mark the model FAILED (until an admin load): its queue is answered 503 model_failed. */
 void model_set_failed(model_t *m, const char *reason);
 /* Count a failed start or crash: backoff for the next start; FAILED after too many. */
