@@ -4,6 +4,10 @@
  */
 #include "core/request.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "common/check.h"
 #include "common/log.h"
 #include "core/model.h"
@@ -66,4 +70,45 @@ void request_vramd_headers(const request_t *r, buf_t *b, uint64_t run_ms)
         http_out_header(b, "X-Vramd-Gpu", "%d", r->gpu);
     if (r->level > 0)
         http_out_header(b, "X-Vramd-Degrade-Level", "%u", r->level);
+}
+
+void request_make_id(request_t *r, const char *given, size_t given_len)
+{
+    static uint64_t state;
+    if (given && given_len > 0 && given_len < sizeof r->id) {
+        bool ok = true;
+        for (size_t i = 0; i < given_len; i++)
+            if ((unsigned char)given[i] < 0x21 || (unsigned char)given[i] > 0x7e || given[i] == '"' ||
+                given[i] == '\\')
+                ok = false;
+        if (ok) {
+            memcpy(r->id, given, given_len);
+            r->id[given_len] = '\0';
+            return;
+        }
+    }
+    if (!state) {
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(&state, sizeof state, 1, f) != 1)
+            state = (uint64_t)uv_hrtime() ^ 0x9e3779b97f4a7c15ULL;
+        if (f)
+            fclose(f);
+        state |= 1;
+    }
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    snprintf(r->id, sizeof r->id, "%016llx", (unsigned long long)state);
+}
+
+void request_free(core_defer_t *d)
+{
+    request_t *r = list_entry(d, request_t, free_later);
+    buf_free(&r->orig_body);
+    buf_free(&r->resp_head);
+    buf_free(&r->resp_body);
+    free(r->head);
+    free(r->hdrs);
+    buf_free(&r->body);
+    free(r);
 }

@@ -116,6 +116,12 @@ uint64_t request_queue_ms(const request_t *r);
  * -Gpu (the GPU it ran on) and -Degrade-Level (when not 0). Streamed and held answers
  * both use this, so they carry the same set. */
 void request_vramd_headers(const request_t *r, buf_t *b, uint64_t run_ms);
+/* The request's id: the client's X-Request-Id when it is 1..71 printable characters
+ * without quotes or backslashes, else 16 random hex digits. */
+void request_make_id(request_t *r, const char *given, size_t given_len);
+/* Free a request and its buffers: the function of its free_later item, run by the core at
+ * the safe point (or at once for a request that never reached anyone). */
+void request_free(core_defer_t *d);
 /* Give the request's answer to a new owner (NULL: the conn alone). */
 void request_set_ops(request_t *r, const request_ops_t *ops);
 

@@ -279,17 +279,6 @@ static void on_handle_closed(uv_handle_t *h)
     free(c);
 }
 
-static void request_free_now(core_defer_t *d)
-{
-    request_t *r = list_entry(d, request_t, free_later);
-    buf_free(&r->orig_body);
-    buf_free(&r->resp_head);
-    buf_free(&r->resp_body);
-    free(r->head);
-    free(r->hdrs);
-    buf_free(&r->body);
-    free(r);
-}
 
 /* The request ended (answered, or cancelled because its client left): tell the listeners
  * (metrics, the ledger's safety net, the retry budget, drain), detach it from its conn and
@@ -484,34 +473,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     process_input(c);
 }
 
-static void make_request_id(request_t *r, const char *given, size_t given_len)
-{
-    static uint64_t state;
-    if (given && given_len > 0 && given_len < sizeof r->id) {
-        bool ok = true;
-        for (size_t i = 0; i < given_len; i++)
-            if ((unsigned char)given[i] < 0x21 || (unsigned char)given[i] > 0x7e || given[i] == '"' ||
-                given[i] == '\\')
-                ok = false;
-        if (ok) {
-            memcpy(r->id, given, given_len);
-            r->id[given_len] = '\0';
-            return;
-        }
-    }
-    if (!state) {
-        FILE *f = fopen("/dev/urandom", "rb");
-        if (!f || fread(&state, sizeof state, 1, f) != 1)
-            state = (uint64_t)uv_hrtime() ^ 0x9e3779b97f4a7c15ULL;
-        if (f)
-            fclose(f);
-        state |= 1;
-    }
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    snprintf(r->id, sizeof r->id, "%016llx", (unsigned long long)state);
-}
 
 static int http1_error_status(const http1_error_t *e)
 {
@@ -579,7 +540,7 @@ static request_t *request_new(conn_t *c, const http1_msg_t *msg)
         return NULL;
     r->conn = c;
     r->gpu = -1;
-    core_defer_init(&r->free_later, request_free_now);
+    core_defer_init(&r->free_later, request_free);
     list_init(&r->wait_link);
     queue_entry_init(&r->qe);
     ledger_entry_init(&r->mem);
@@ -590,7 +551,7 @@ static request_t *request_new(conn_t *c, const http1_msg_t *msg)
     r->head = malloc(msg->head_len + 1);
     r->hdrs = malloc((msg->n_headers ? msg->n_headers : 1) * sizeof *r->hdrs);
     if (!r->head || !r->hdrs) {
-        request_free_now(&r->free_later);
+        request_free(&r->free_later);
         return NULL;
     }
     memcpy(r->head, c->in.data, msg->head_len);
@@ -602,7 +563,7 @@ static request_t *request_new(conn_t *c, const http1_msg_t *msg)
     r->t_arrival = core_now();
     r->head_method = http1_span_eq(r->head, msg->method, "HEAD");
     const http1_header_t *rid = http1_find_header(r->head, &r->msg, "X-Request-Id");
-    make_request_id(r, rid ? r->head + rid->value.off : NULL, rid ? rid->value.len : 0);
+    request_make_id(r, rid ? r->head + rid->value.off : NULL, rid ? rid->value.len : 0);
     return r;
 }
 
