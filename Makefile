@@ -6,7 +6,7 @@
 #   make test       deps, strict build, every test; then again under ASan+UBSan
 #   make demo       deps, build, run the main scenario on a simulated GPU
 #   make fuzz       libFuzzer binaries (clang) into build-fuzz/
-#   make lint       cppcheck over src/ and sim/; function length (mk/lint_funclen.py);
+#   make lint       cppcheck over src/ and sim/; function and file length, layering (mk/); function length (mk/lint_funclen.py);
 #                   cycles and layering of src/ (mk/lint_layers.py, ranks in mk/layers.txt)
 #
 # Every .c file under src/ except the binaries' mains goes into build/libvramd.a; binaries,
@@ -205,9 +205,11 @@ lint:
 	@echo "  LINT src sim (cppcheck)"
 	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim
-	@echo "  LINT src sim (function length, layers; universal-ctags)"
+	@echo "  LINT src sim (function and file length, layers; universal-ctags)"
 	$(Q)rc=0; /usr/bin/python3 mk/lint_funclen.py || rc=1; \
-	  /usr/bin/python3 mk/lint_layers.py || rc=1; exit $$rc
+	  /usr/bin/python3 mk/lint_layers.py || rc=1; \
+	  /usr/bin/python3 mk/test_lint_layers.py >/dev/null 2>&1 || { echo "lint: the checkers' self-test failed (mk/test_lint_layers.py -v)"; rc=1; }; \
+	  exit $$rc
 
 clean:
 	rm -rf build build-san build-fuzz

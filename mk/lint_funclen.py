@@ -1,11 +1,12 @@
-# Function length lint: measures every C function in src/ and sim/ with universal-ctags
-# (tag line .. end line, inclusive), prints one line per function over the warning limit
-# (80 lines) and fails when a function in src/ is over the hard limit (120 lines).
+# Length lint: measures every C function in src/ and sim/ with universal-ctags (tag line ..
+# end line, inclusive), prints one line per function over the warning limit (80 lines) and
+# fails when a function in src/ is over the hard limit (120 lines), or when a .c or .h file
+# in src/ is over --file-max lines (800: a file that long is two rooms).
 # sim/ is measured and reported the same way but never fails the run.
 #
-#   /usr/bin/python3 mk/lint_funclen.py [--root DIR] [--warn N] [--fail N]
+#   /usr/bin/python3 mk/lint_funclen.py [--root DIR] [--warn N] [--fail N] [--file-max N]
 #
-# Exit status: 0 pass, 1 a function in src/ over --fail lines, 2 the tool could not run.
+# Exit status: 0 pass, 1 a function or file in src/ over its limit, 2 the tool could not run.
 # "over 80" in the summary counts every function longer than --warn, including those also
 # longer than --fail. Python standard library only; ctags is $CTAGS or `ctags` on PATH.
 import argparse
@@ -95,20 +96,45 @@ def measure(root, tree, warn, fail, failing):
     return summary, (over_fail if failing else 0)
 
 
+def long_files(root, tree, limit):
+    """Prints every .c/.h file of root/tree over `limit` lines; returns how many."""
+    n = 0
+    biggest = (0, None)
+    for dirpath, _, files in sorted(os.walk(os.path.join(root, tree))):
+        for f in sorted(files):
+            if not f.endswith((".c", ".h")):
+                continue
+            path = os.path.join(dirpath, f)
+            with open(path, errors="replace") as fh:
+                lines = sum(1 for _ in fh)
+            rel = os.path.relpath(path, root)
+            if lines > biggest[0]:
+                biggest = (lines, rel)
+            if lines > limit:
+                print("funclen: FAIL %s is %d lines (over %d)" % (rel, lines, limit))
+                n += 1
+    if biggest[1]:
+        print("funclen: %s: largest file %s, %d lines" % (tree, biggest[1], biggest[0]))
+    return n
+
+
 def main():
     ap = argparse.ArgumentParser(description="Function length lint (universal-ctags).")
     ap.add_argument("--root", default=".", help="repository root (default: .)")
     ap.add_argument("--warn", type=int, default=80, help="warn above this many lines (80)")
     ap.add_argument("--fail", type=int, default=120, help="fail above this many lines (120)")
+    ap.add_argument("--file-max", type=int, default=800, help="fail a src/ file above this many lines (800)")
     a = ap.parse_args()
     s_src, failed = measure(a.root, "src", a.warn, a.fail, True)
     s_sim, _ = measure(a.root, "sim", a.warn, a.fail, False)
     print(s_src)
     print(s_sim)
-    if failed:
-        print("funclen: FAIL: %d function(s) in src/ over %d lines" % (failed, a.fail))
+    big = long_files(a.root, "src", a.file_max)
+    if failed or big:
+        print("funclen: FAIL: %d function(s) in src/ over %d lines, %d file(s) over %d lines"
+              % (failed, a.fail, big, a.file_max))
         return 1
-    print("funclen: OK: no function in src/ over %d lines" % a.fail)
+    print("funclen: OK: no function in src/ over %d lines, no file over %d lines" % (a.fail, a.file_max))
     return 0
 
 
