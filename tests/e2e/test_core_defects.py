@@ -29,8 +29,9 @@ import time
 
 import pytest
 
-from conftest import (PeerClosed, RawConn, Resp, free_port, http_request, vramd_binary,
-                      wait_for)
+from vramdkit.net import PeerClosed, RawConn, Reply as Resp, free_port, http_request
+from vramdkit.paths import vramd_binary
+from vramdkit.waits import wait_for
 
 BUILD_DIR = vramd_binary().parent.parent
 SIMGPU = BUILD_DIR / "bin" / "simgpu"
@@ -522,7 +523,7 @@ def test_client_reset_during_chunked_answer_with_terminator_in_same_read(vramd, 
         client.sendall(b"GET /big/answer HTTP/1.1\r\nHost: x\r\nX-Request-Id: "
                        + b"r" * 64 + b"\r\n\r\n")
         assert up.arrived.wait(15), "the request never reached the upstream"
-        wait_for(lambda: vd.model_status("big")["in_flight"] == 1, timeout=10, what="in flight")
+        wait_for(lambda: vd.model("big")["in_flight"] == 1, timeout=10, what="in flight")
         # pipelined bytes past limits.max_header (8 KiB): vramd pauses reading this client
         client.sendall(b"GET /big/next HTTP/1.1\r\nX-Pad: " + b"p" * 16384 + b"\r\n\r\n")
         # a round trip on another connection: the event loop has taken those bytes by now
@@ -542,7 +543,7 @@ def test_client_reset_during_chunked_answer_with_terminator_in_same_read(vramd, 
     def settled():
         if vd.proc.poll() is not None:
             return True
-        m = vd.model_status("big")
+        m = vd.model("big")
         return m["in_flight"] == 0 and m["queue"]["depth"] == 0
     wait_for(settled, timeout=15, what="nothing in flight for model big")
     assert_alive(vd, "after the client reset during a chunked answer")
