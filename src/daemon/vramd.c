@@ -2,14 +2,12 @@
  * vramd: the composition root and the daemon's lifecycle: start, wiring, listen, signals,
  * reload, drain, stop. See vramd.h.
  *
- * Wiring, written once here:
+ * Wiring: wiring_connect (daemon/wiring.c) connects the layers; here, the rest:
  *   conn_accept(.., api_on_request)            a complete request goes to the services
- *   core.requeue = dispatch_requeue            retries from the proxy and the verdict
  *   model_create(.., dispatch_pump)            a model's deferred pump is the dispatcher's
- *   sched_init(.., {instance_evict, instance_recycle, instance_reclaimed})
- *   api_init(.., {vramd_drain, vramd_reload})
- *   listeners: dispatch (REQUEST_ENDED), proxy (INSTANCE_DOWN), api (MODEL_CHANGED),
- *              jobs (REQUEST_DISPATCHED), notify and the drain check (below).
+ *   api admin ops = {vramd_drain, vramd_reload}
+ *   listeners: the drain check (REQUEST_ENDED, INSTANCE_GONE); jobs listens to
+ *              REQUEST_DISPATCHED from jobs_init.
  */
 #include "daemon/vramd.h"
 
@@ -23,10 +21,10 @@
 
 #include "common/log.h"
 #include "daemon/notify.h"
+#include "daemon/wiring.h"
 #include "jobs/jobs.h"
 #include "net/api.h"
 #include "net/conn.h"
-#include "net/proxy.h"
 #include "sched/dispatch.h"
 #include "sched/scheduler.h"
 #include "workers/process.h"
@@ -280,14 +278,8 @@ static int admin_reload(void *ctx, char *err, size_t errlen) { return vramd_relo
 static void wire(vramd_t *d)
 {
     core_t *core = &d->core;
-    core->requeue = dispatch_requeue;
-    dispatch_init(core);
-    proxy_init(core);
-    static const sched_actions_t actions = {
-        .evict = instance_evict, .recycle = instance_recycle, .reclaimed = instance_reclaimed};
-    sched_init(core, &actions);
     api_admin_ops_t admin = {.drain = admin_drain, .reload = admin_reload, .ctx = d};
-    api_init(core, &admin);
+    wiring_connect(core, &admin);
     core_listen(core, CORE_EV_REQUEST_ENDED, on_progress, d);
     core_listen(core, CORE_EV_INSTANCE_GONE, on_progress, d);
 }

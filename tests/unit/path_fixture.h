@@ -38,6 +38,7 @@
 #include "common/log.h"
 #include "config/config.h"
 #include "core/core.h"
+#include "daemon/wiring.h"
 #include "core/model.h"
 #include "net/api.h"
 #include "net/conn.h"
@@ -324,17 +325,11 @@ static inline int stub_reload(void *ctx, char *err, size_t errlen)
     return -1;
 }
 
-/* daemon/vramd.c's wire(), less the drain listeners of the composition root. */
+/* The daemon's own wiring (daemon/wiring.c), with stub admin ops and a test listener. */
 static inline void path_wire(core_t *core)
 {
-    core->requeue = dispatch_requeue;
-    dispatch_init(core);
-    proxy_init(core);
-    static const sched_actions_t actions = {
-        .evict = instance_evict, .recycle = instance_recycle, .reclaimed = instance_reclaimed};
-    sched_init(core, &actions);
     api_admin_ops_t admin = {.drain = stub_drain, .reload = stub_reload, .ctx = NULL};
-    api_init(core, &admin);
+    wiring_connect(core, &admin);
     core_listen(core, CORE_EV_REQUEST_ENDED, on_ended, NULL);
 }
 

@@ -1,0 +1,18 @@
+/* wiring: the layers connected once, by function pointers and listeners. See wiring.h. */
+#include "daemon/wiring.h"
+
+#include "net/proxy.h"
+#include "sched/dispatch.h"
+#include "sched/scheduler.h"
+#include "workers/supervisor.h"
+
+void wiring_connect(core_t *core, const api_admin_ops_t *admin)
+{
+    core->requeue = dispatch_requeue;
+    dispatch_init(core);
+    proxy_init(core);
+    static const sched_actions_t actions = {
+        .evict = instance_evict, .recycle = instance_recycle, .reclaimed = instance_reclaimed};
+    sched_init(core, &actions);
+    api_init(core, admin);
+}
