@@ -237,6 +237,25 @@ void dispatch_requeue(request_t *r, const char *why)
 
 /* ---- the pump -------------------------------------------------------------------------- */
 
+/* The invariants model.h states, checked after each pump in debug builds (the sanitizer
+ * build the tests run): a model's in-flight count is the sum of its instances', none over
+ * its concurrency, and its queue never holds more than the queue's depth says. */
+static void check_model(const model_t *m)
+{
+#ifdef VRAMD_DEBUG
+    unsigned sum = 0;
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        CHECK_IF(in->in_flight > m->cfg->concurrency && !in->stop_requested);
+        sum += in->in_flight;
+    }
+    CHECK_IF(sum > m->in_flight); /* instances that left the list may still hold slots */
+    CHECK_IF(m->queue.depth > 0 && queue_peek(&m->queue, core_now()) == NULL);
+#else
+    (void)m;
+#endif
+}
+
 /* The READY instance with a free slot and the fewest requests in flight, or NULL. */
 static instance_t *free_instance(model_t *m)
 {
@@ -300,6 +319,7 @@ void dispatch_pump(core_defer_t *pump)
         if (m->queue.depth == 0)
             sched_unblocked(m);
     }
+    check_model(m);
     if (supervisor_tend(m) == PLACER_NEVER)
         fail_queued(m, 422, "cannot_fit");
 }
