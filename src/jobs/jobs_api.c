@@ -43,25 +43,8 @@ static void respond_json(conn_t *c, int status, cJSON *doc, const char *extra)
         conn_respond_error(c, 500, "internal", NULL, -1, false, "out of memory");
         return;
     }
-    size_t n = strlen(text);
-    if (n < 32 * 1024) {
-        conn_respond(c, status, "application/json", text, n, extra);
-        free(text);
-        return;
-    }
-    /* conn_respond holds at most 64 KiB; a long list goes out as head + body */
-    request_t *r = c->req;
-    char head[1024];
-    int hn = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                                         "X-Request-Id: %s\r\n%s%s\r\n",
-                      status, http1_reason(status), n, r->id, extra ? extra : "",
-                      c->keep_alive ? "" : "Connection: close\r\n");
-    r->status = status;
-    conn_write(c, head, (size_t)hn);
-    if (!r->head_method)
-        conn_write(c, text, n);
+    conn_respond(c, status, "application/json", text, strlen(text), extra); /* any size */
     free(text);
-    conn_request_done(c);
 }
 
 static void add_time(cJSON *o, const char *key, int64_t ms)
