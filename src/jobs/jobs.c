@@ -29,7 +29,6 @@
 #include "common/list.h"
 #include "common/log.h"
 #include "core/core.h"
-#include "jobs/job_client.h"
 #include "core/model.h"
 #include "jobs/jobs_int.h"
 #include "jobs/journal.h"
@@ -110,7 +109,7 @@ void jobs_cancel_attempt(jobs_t *J, const char *id)
               run->state == RUN_COMMITTING ? "true" : "false");
     if (run->state == RUN_COMMITTING)
         return; /* after_commit finds the job cancelled and removes the result */
-    job_client_cancel(run->client);
+    http_client_cancel(run->client);
     run->client = NULL;
     if (run->writer) {
         result_writer_close(J->results, run->writer);
@@ -279,7 +278,7 @@ void jobs_shutdown(core_t *d)
             continue; /* its after_commit still runs while the loop closes its handles */
         if (run->client || run->writer)
             log_event(LOG_WARN, "job_attempt_abandoned", "job_id=%s reason=%s", run->id, "vramd stopping");
-        job_client_cancel(run->client);
+        http_client_cancel(run->client);
         run->client = NULL;
         if (run->writer)
             result_writer_close(J->results, run->writer);

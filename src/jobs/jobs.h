@@ -1,7 +1,8 @@
 /*
  * jobs: the durable job runner. Jobs live in the journal (jobs/journal.h); results in the
  * result store (jobs/result_store.h); this module moves jobs from one to the other by
- * running each attempt through vramd's own front door (jobs/job_client.h), so that a job
+ * running each attempt through vramd's own front door (jobs/job_client.h builds the request,
+ * net/http_client.h sends it), so that a job
  * gets exactly the routing, queues, priorities, deadlines, ladder, validation and retries
  * of a synchronous request.
  *

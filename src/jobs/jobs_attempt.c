@@ -220,13 +220,15 @@ static void judge_answer(job_run_t *run)
     job_fail(run, st, code, msg);
 }
 
-static void on_client_end(void *ctx, enum job_client_end how, const char *error)
+static void on_client_end(void *ctx, const http_client_result_t *r)
 {
     job_run_t *run = ctx;
+    http_client_end_t how = r->how;
+    const char *error = r->error;
     jobs_t *J = run->J;
     run->client = NULL;
     bool ok2xx = run->status >= 200 && run->status < 300;
-    if (how == JOB_CLIENT_COMPLETE && ok2xx && !run->writer) {
+    if (how == HTTP_CLIENT_COMPLETE && ok2xx && !run->writer) {
         /* a 2xx without a body (HEAD, 204): an empty result */
         char err[RESULT_STORE_ERR_MAX];
         run->writer = result_writer_open(J->results, run->id, J->core->cfg->jobs.results_max_bytes, err, sizeof err);
@@ -236,7 +238,7 @@ static void on_client_end(void *ctx, enum job_client_end how, const char *error)
             return;
         }
     }
-    if (how == JOB_CLIENT_COMPLETE && ok2xx) {
+    if (how == HTTP_CLIENT_COMPLETE && ok2xx) {
         job_run_set_state(run, RUN_COMMITTING);
         J->n_committing++;
         run->work.data = run;
@@ -251,17 +253,17 @@ static void on_client_end(void *ctx, enum job_client_end how, const char *error)
         run->writer = NULL;
     }
     switch (how) {
-    case JOB_CLIENT_COMPLETE:
+    case HTTP_CLIENT_COMPLETE:
         judge_answer(run);
         break;
-    case JOB_CLIENT_CONNECT_FAILED:
+    case HTTP_CLIENT_CONNECT_FAILED:
         job_retry_later(run, "vramd_unreachable", error);
         break;
-    case JOB_CLIENT_SINK_FAILED:
+    case HTTP_CLIENT_SINK_FAILED:
         job_fail(run, run->status, run->sink_code[0] ? run->sink_code : "result_write_failed",
                  run->sink_msg[0] ? run->sink_msg : error);
         break;
-    case JOB_CLIENT_DROPPED:
+    case HTTP_CLIENT_DROPPED:
     default: {
         char msg[JOBS_MESSAGE_MAX];
         snprintf(msg, sizeof msg, "the answer broke off: %s", error ? error : "connection closed");
@@ -355,12 +357,6 @@ static int on_client_body(void *ctx, const char *data, size_t len)
     return -1;
 }
 
-static const job_client_ops_t client_ops = {
-    .on_head = on_client_head,
-    .on_body = on_client_body,
-    .on_end = on_client_end,
-};
-
 /* 1 when an attempt was started; 0 when the job was not started (not queued any more,
  * deadline passed: failed now, vramd unreachable). */
 static int start_attempt(jobs_t *J, const char *id)
@@ -406,8 +402,9 @@ static int start_attempt(jobs_t *J, const char *id)
         goto out;
     }
     char err[256];
-    if (job_client_start(J->core->loop, (const struct sockaddr *)&J->addr, req, req_len, &client_ops, run, &run->client,
-                         err, sizeof err) != 0) {
+    http_client_opts_t opts = {.on_head = on_client_head, .on_body = on_client_body, .on_end = on_client_end, .ctx = run};
+    if (http_client_start(J->core->loop, (const struct sockaddr *)&J->addr, req, req_len, &opts, &run->client, err,
+                          sizeof err) != 0) {
         log_event(LOG_WARN, "job_start_failed", "job_id=%s error=%s", rec.id, err);
         jobs_backoff_model(J, run->model);
         jobs_run_free(run);

@@ -15,11 +15,11 @@
 
 #include "common/buf.h"
 #include "common/list.h"
-#include "jobs/job_client.h"
 #include "jobs/job_id.h"
 #include "jobs/jobs.h"
 #include "jobs/journal.h"
 #include "jobs/result_store.h"
+#include "net/http_client.h"
 
 #define JOBS_MESSAGE_MAX 400
 #define JOBS_BACKOFF_MODELS 256
@@ -73,7 +73,7 @@ typedef struct job_run {
     enum job_run_state state; /* job_run_set_state: SENT -> RUNNING -> COMMITTING */
     bool cancelled;    /* DELETE /v1/jobs/{id} while this attempt ran (any state) */
     bool from_worker;  /* the answer came from a worker (X-Vramd-Attempts), not from vramd */
-    job_client_t *client;
+    http_client_t *client;
     result_writer_t *writer;
     int status;
     char content_type[200];

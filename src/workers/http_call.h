@@ -1,7 +1,7 @@
 /*
- * http_call: a small asynchronous HTTP/1.1 client on libuv, for vramd's own calls to
- * workers: health checks, unload/reload/clear_cache hooks. (Proxied client traffic does
- * not go through here; see net/proxy.c.)
+ * http_call: vramd's own calls to workers (health checks, unload/reload/clear_cache hooks):
+ * one request built from method, path and an optional body, the answer buffered up to
+ * max_response, a timeout. A thin layer over net/http_client.h, which does the exchange.
  *
  * One call = one fresh TCP connection to host:port, "Connection: close", the request,
  * the whole response read (bounded by max_response) and parsed with http1, then the
@@ -10,8 +10,9 @@
  * The callback runs exactly once, unless http_call_cancel() was called first: then never.
  * status is the HTTP status, or -1 when there was no valid response (error says why:
  * "connect: connection refused", "timeout after 2000 ms", "malformed response: ...").
- * body is valid only during the callback. The handle is freed by the module after the
- * callback returns (or after cancel); do not use it afterwards.
+ * A body longer than max_response still counts as an answer: the status and its first
+ * max_response bytes, error NULL. body is valid only during the callback. The handle is
+ * freed by the module after the callback returns (or at cancel); do not use it afterwards.
  * Return convention: 0 ok (callback will follow), -1 error (err filled, no callback).
  */
 #ifndef VRAMD_WORKERS_HTTP_CALL_H

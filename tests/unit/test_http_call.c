@@ -615,6 +615,32 @@ static void test_new_call_from_callback(void **state)
     assert_non_null(strstr(f->srv.request, "GET /again HTTP/1.1\r\n"));
 }
 
+typedef struct self_cancel {
+    result_t res;
+    http_call_t *handle;
+} self_cancel_t;
+
+static void on_result_then_cancel(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    self_cancel_t *sc = ctx;
+    on_result(&sc->res, status, body, len, error);
+    http_call_cancel(sc->handle); /* a no-op now: the handle is freed after this returns */
+}
+
+static void test_cancel_inside_callback_is_noop(void **state)
+{
+    fixture_t *f = *state;
+    server_respond_with(&f->srv, true, 1, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1");
+    self_cancel_t sc = {0};
+    http_call_req_t req = req_to(f, "GET", "/");
+    char err[256];
+    assert_int_equal(http_call_start(&f->loop, &req, on_result_then_cancel, &sc, &sc.handle, err, sizeof err), 0);
+    assert_true(run_until_int(&f->loop, &sc.res.calls, 1));
+    run_for(&f->loop, 50);
+    assert_int_equal(sc.res.calls, 1);
+    assert_int_equal(sc.res.status, 200);
+}
+
 static void test_bad_arguments_fail_synchronously(void **state)
 {
     fixture_t *f = *state;
@@ -695,6 +721,7 @@ int main(void)
         T(test_cancel_before_connect),
         T(test_cancel_while_waiting_for_response),
         T(test_new_call_from_callback),
+        T(test_cancel_inside_callback_is_noop),
         T(test_bad_arguments_fail_synchronously),
         T(test_ipv6_loopback),
     };

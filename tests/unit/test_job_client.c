@@ -1,7 +1,8 @@
 /*
- * test_job_client: src/jobs/job_client.c (the loopback client of job attempts) against a
- * tiny HTTP server in the same uv loop that reads one request and answers with canned byte
- * pieces sent 10 ms apart, so the client sees answers split across reads.
+ * test_job_client: a job attempt's exchange as the runner makes it, the request of
+ * src/jobs/job_client.c sent with net/http_client.c and its answer streamed to a sink,
+ * against a tiny HTTP server in the same uv loop that reads one request and answers with
+ * canned byte pieces sent 10 ms apart, so the client sees answers split across reads.
  *
  * Covers: the request bytes (job_client_build_request); Content-Length, chunked (split in
  * the middle of a size line and of data) and until-close bodies streamed to the sink; a
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "jobs/job_client.h"
+#include "net/http_client.h"
 
 #define MAX_PIECES 4
 
@@ -153,7 +155,7 @@ static void server_stop(server_t *s)
 typedef struct sink {
     int heads, ends;
     int status;
-    enum job_client_end how;
+    http_client_end_t how;
     char error[256];
     char body[8192];
     size_t body_len;
@@ -180,17 +182,15 @@ static int on_body(void *ctx, const char *data, size_t len)
     return k->refuse_after && (int)k->body_len >= k->refuse_after ? -1 : 0;
 }
 
-static void on_end(void *ctx, enum job_client_end how, const char *error)
+static void on_end(void *ctx, const http_client_result_t *r)
 {
     sink_t *k = ctx;
     k->ends++;
-    k->how = how;
-    snprintf(k->error, sizeof k->error, "%s", error ? error : "");
+    k->how = r->how;
+    snprintf(k->error, sizeof k->error, "%s", r->error ? r->error : "");
 }
 
-static const job_client_ops_t ops = {on_head, on_body, on_end};
-
-static void start_client(uv_loop_t *loop, int port, sink_t *k, job_client_t **out)
+static void start_client(uv_loop_t *loop, int port, sink_t *k, http_client_t **out)
 {
     char *req = NULL;
     size_t len = 0;
@@ -200,7 +200,8 @@ static void start_client(uv_loop_t *loop, int port, sink_t *k, job_client_t **ou
     struct sockaddr_in addr;
     uv_ip4_addr("127.0.0.1", port, &addr);
     char err[256];
-    assert_int_equal(job_client_start(loop, (struct sockaddr *)&addr, req, len, &ops, k, out, err, sizeof err), 0);
+    http_client_opts_t o = {.on_head = on_head, .on_body = on_body, .on_end = on_end, .ctx = k};
+    assert_int_equal(http_client_start(loop, (struct sockaddr *)&addr, req, len, &o, out, err, sizeof err), 0);
 }
 
 static void run_until_end(uv_loop_t *loop, const sink_t *k)
@@ -266,7 +267,7 @@ static void test_content_length_in_pieces(void **state)
     sink_t k = {0};
     server_t s;
     run_case(&k, &s, 3, "HTTP/1.1 200 OK\r\nContent-Le", "ngth: 11\r\nContent-Type: text/plain\r\n\r\nhello", " world");
-    assert_int_equal(k.how, JOB_CLIENT_COMPLETE);
+    assert_int_equal(k.how, HTTP_CLIENT_COMPLETE);
     assert_int_equal(k.heads, 1);
     assert_int_equal(k.status, 200);
     assert_int_equal(k.body_len, 11);
@@ -282,7 +283,7 @@ static void test_chunked_split(void **state)
     server_t s;
     run_case(&k, &s, 3, "HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
              "lo\r\n", "6\r\n world\r\n0\r\n\r\n");
-    assert_int_equal(k.how, JOB_CLIENT_COMPLETE);
+    assert_int_equal(k.how, HTTP_CLIENT_COMPLETE);
     assert_int_equal(k.status, 201);
     assert_int_equal(k.body_len, 11);
     assert_memory_equal(k.body, "hello world", 11);
@@ -294,7 +295,7 @@ static void test_until_close_and_interim(void **state)
     sink_t k = {0};
     server_t s;
     run_case(&k, &s, 2, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\n\r\nab", "cd", NULL);
-    assert_int_equal(k.how, JOB_CLIENT_COMPLETE);
+    assert_int_equal(k.how, HTTP_CLIENT_COMPLETE);
     assert_int_equal(k.heads, 1);
     assert_int_equal(k.status, 200);
     assert_int_equal(k.body_len, 4);
@@ -307,29 +308,29 @@ static void test_dropped_mid_body(void **state)
     sink_t k = {0};
     server_t s;
     run_case(&k, &s, 1, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten..", NULL, NULL);
-    assert_int_equal(k.how, JOB_CLIENT_DROPPED);
+    assert_int_equal(k.how, HTTP_CLIENT_DROPPED);
     assert_int_equal(k.body_len, 10);
     assert_non_null(strstr(k.error, "middle of the response body"));
 
     sink_t k2 = {0};
     run_case(&k2, &s, 1, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", NULL, NULL);
-    assert_int_equal(k2.how, JOB_CLIENT_DROPPED);
+    assert_int_equal(k2.how, HTTP_CLIENT_DROPPED);
     assert_non_null(strstr(k2.error, "chunked"));
 
     sink_t k3 = {0};
     run_case(&k3, &s, 1, "NOT HTTP\r\n\r\n", NULL, NULL);
-    assert_int_equal(k3.how, JOB_CLIENT_DROPPED);
+    assert_int_equal(k3.how, HTTP_CLIENT_DROPPED);
     assert_int_equal(k3.heads, 0);
 
     sink_t k4 = {0};
     run_case(&k4, &s, 1, "", NULL, NULL); /* an empty piece, then close: no head at all */
-    assert_int_equal(k4.how, JOB_CLIENT_DROPPED);
+    assert_int_equal(k4.how, HTTP_CLIENT_DROPPED);
 }
 
 static void test_head_too_large(void **state)
 {
     (void)state;
-    size_t n = JOB_CLIENT_MAX_HEAD + 1000;
+    size_t n = HTTP_CLIENT_MAX_HEAD + 1000;
     char *big = malloc(n + 64);
     assert_non_null(big);
     int off = snprintf(big, n + 64, "HTTP/1.1 200 OK\r\nX-Big: ");
@@ -338,7 +339,7 @@ static void test_head_too_large(void **state)
     sink_t k = {0};
     server_t s;
     run_case(&k, &s, 1, big, NULL, NULL);
-    assert_int_equal(k.how, JOB_CLIENT_DROPPED);
+    assert_int_equal(k.how, HTTP_CLIENT_DROPPED);
     assert_int_equal(k.heads, 0);
     free(big);
 }
@@ -349,7 +350,7 @@ static void test_sink_refuses(void **state)
     sink_t k = {.refuse_after = 3};
     server_t s;
     run_case(&k, &s, 2, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nabcd", "efgh", NULL);
-    assert_int_equal(k.how, JOB_CLIENT_SINK_FAILED);
+    assert_int_equal(k.how, HTTP_CLIENT_SINK_FAILED);
 }
 
 static void test_connect_refused(void **state)
@@ -365,7 +366,7 @@ static void test_connect_refused(void **state)
     sink_t k = {0};
     start_client(&loop, port, &k, NULL);
     run_until_end(&loop, &k);
-    assert_int_equal(k.how, JOB_CLIENT_CONNECT_FAILED);
+    assert_int_equal(k.how, HTTP_CLIENT_CONNECT_FAILED);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
@@ -378,12 +379,12 @@ static void test_cancel(void **state)
     server_t s;
     server_start(&s, &loop, 0); /* never answers */
     sink_t k = {0};
-    job_client_t *c = NULL;
+    http_client_t *c = NULL;
     start_client(&loop, s.port, &k, &c);
     for (int i = 0; i < 2000 && !s.have_conn; i++)
         uv_run(&loop, UV_RUN_ONCE);
     assert_true(s.have_conn);
-    job_client_cancel(c);
+    http_client_cancel(c);
     for (int i = 0; i < 2000 && s.client_closed == 0; i++)
         uv_run(&loop, UV_RUN_ONCE);
     assert_int_equal(s.client_closed, 1);
