@@ -474,13 +474,27 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
 }
 
 
-static int http1_error_status(const http1_error_t *e)
+/* The status and error code for a request the parser refused. */
+static int http1_error_status(const http1_error_t *e, const char **code)
 {
-    if (e->code == HTTP1_E_HEAD_TOO_LARGE || e->code == HTTP1_E_TOO_MANY_HEADERS)
+    switch (e->code) {
+    case HTTP1_E_HEAD_TOO_LARGE:
+    case HTTP1_E_TOO_MANY_HEADERS:
+        *code = "header_too_large";
         return 431;
-    if (e->code == HTTP1_E_VERSION)
+    case HTTP1_E_REQUEST_LINE_TOO_LONG:
+        *code = "uri_too_long";
+        return 414;
+    case HTTP1_E_UNKNOWN_TRANSFER_CODING:
+        *code = "not_implemented";
+        return 501;
+    case HTTP1_E_VERSION:
+        *code = "bad_request";
         return 505;
-    return 400;
+    default:
+        *code = "bad_request";
+        return 400;
+    }
 }
 
 static void on_chunk_data(void *ctx, const char *data, size_t len)
@@ -523,8 +537,9 @@ static int parse_head(conn_t *c, http1_msg_t *msg)
         return -1;
     }
     if (rc == HTTP1_ERROR) {
-        int st = http1_error_status(&err);
-        conn_respond_error(c, st, st == 431 ? "header_too_large" : "bad_request", NULL, -1, true,
+        const char *code;
+        int st = http1_error_status(&err, &code);
+        conn_respond_error(c, st, code, NULL, -1, true,
                            "malformed request at byte %zu: %s", err.pos, err.what ? err.what : http1_errcode_name(err.code));
         return -1;
     }
