@@ -592,7 +592,7 @@ static void start_request(conn_t *c)
         return;
     }
     c->req = r;
-    c->keep_alive = msg.keep_alive;
+    c->keep_alive = msg.keep_alive && !c->reserve; /* a reserve connection serves one answer */
     buf_consume(&c->in, msg.head_len);
     c->scan_from = 0;
     core_count_request(d);
@@ -761,11 +761,17 @@ void conn_accept(core_t *d, uv_stream_t *listener, conn_request_fn on_request)
     c->keep_alive = true;
     conn_peer_name(&c->tcp, c->peer, sizeof c->peer);
     uv_tcp_nodelay(&c->tcp, 1);
-    if (d->n_conns > d->cfg->limits.max_connections) {
-        log_event(LOG_WARN, "connection_refused", "peer=%s reason=%s limit=%u", c->peer,
-                  "max_connections", d->cfg->limits.max_connections);
+    unsigned cap = d->cfg->limits.max_connections, reserved = d->cfg->limits.reserved_connections;
+    if (d->n_conns > cap + reserved) {
+        log_event(LOG_WARN, "connection_refused", "peer=%s reason=%s limit=%u reserved=%u", c->peer,
+                  "max_connections", cap, reserved);
         conn_close(c);
         return;
+    }
+    if (d->n_conns > cap) {
+        /* past the cap: for operators (health, status, metrics, admin: net/api.c), one answer */
+        c->reserve = true;
+        log_event(LOG_WARN, "connection_reserved", "peer=%s limit=%u reserved=%u", c->peer, cap, reserved);
     }
     arm_head_timer(c);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);

@@ -24,6 +24,10 @@
  * takes some at least every limits.send_timeout; a client that reads nothing for that long
  * is closed (client_send_timeout) and its request cancelled, releasing its slot.
  *
+ * The reserve: past limits.max_connections, up to reserved_connections more are accepted
+ * with `reserve` set: one answer each, Connection: close, and net/api.c answers only the
+ * operator routes on them (503 overloaded otherwise). Past the reserve: closed at once.
+ *
  * Pipelining: requests are parsed in a loop, never by recursion. A request answered at once
  * (vramd's own routes) returns to the loop, which parses the next one; at most
  * CONN_PIPELINE_BURST requests are parsed per call, and none while the client's unread
@@ -104,6 +108,7 @@ struct conn {
     uv_timer_t watch;       /* send progress and peer-gone checks; armed only while needed */
     conn_send_watch_t send; /* write progress, for limits.send_timeout */
     uint64_t last_read_ms;  /* the last bytes read, for limits.body_timeout */
+    bool reserve;           /* accepted past max_connections: operator routes only, one answer */
 };
 
 void conn_accept(core_t *core, uv_stream_t *listener, conn_request_fn on_request);
