@@ -192,8 +192,28 @@ int cfg_check_names_and_routes(ctx_t *c, config_t *cfg, yaml_node_t **model_node
     return 0;
 }
 
+#define CLIENT_STALL_MAX_MS (60ULL * 60 * 1000) /* send_timeout, body_timeout: at most 1h */
+
+/* limits.send_timeout and body_timeout bound a client's stall: a stall of hours is no bound. */
+static int check_client_stall_limits(ctx_t *c, const config_t *cfg, yaml_node_t *root)
+{
+    static const char *const keys[] = {"send_timeout", "body_timeout"};
+    const uint64_t values[] = {cfg->limits.send_timeout_ms, cfg->limits.body_timeout_ms};
+    for (size_t i = 0; i < 2; i++) {
+        if (values[i] <= CLIENT_STALL_MAX_MS)
+            continue;
+        yaml_node_t *limits = ydoc_find_value(c, root, "limits");
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "limits.%s", keys[i]);
+        return ydoc_fail(c, ydoc_find_value(c, limits, keys[i]), "must be at most 1h (a client stall, not a total)");
+    }
+    return 0;
+}
+
 int cfg_check_top(ctx_t *c, config_t *cfg, yaml_node_t *root)
 {
+    if (check_client_stall_limits(c, cfg, root) != 0)
+        return -1;
     if (load_admin_token(c, cfg, root) != 0)
         return -1;
     if (!listen_is_loopback(cfg->listen_host) && cfg->admin_token == NULL) {

@@ -164,6 +164,12 @@ typedef struct config {
         uint64_t header_timeout_ms; /* default 10s */
         unsigned queue_max;        /* default 1024 */
         uint64_t drain_timeout_ms; /* default 60s: in-flight bound on SIGTERM/drain */
+        uint64_t send_timeout_ms;  /* default 60s: answer bytes pending with no write progress
+                                      this long -> the client is closed (nginx send_timeout) */
+        uint64_t body_timeout_ms;  /* default 60s: no request body bytes this long -> 408
+                                      (nginx client_body_timeout) */
+        unsigned reserved_connections; /* default 16: accepted past max_connections, for
+                                          health, status, metrics and admin routes only */
     } limits;
     struct {
         uint64_t results_max_bytes; /* default 20GiB */

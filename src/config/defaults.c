@@ -114,6 +114,9 @@ config_t *cfg_config_new_builtin(void)
     cfg->limits.header_timeout_ms = 10 * 1000;
     cfg->limits.queue_max = 1024;
     cfg->limits.drain_timeout_ms = 60 * 1000;
+    cfg->limits.send_timeout_ms = 60 * 1000;
+    cfg->limits.body_timeout_ms = 60 * 1000;
+    cfg->limits.reserved_connections = 16;
     cfg->jobs.results_max_bytes = 20ULL << 30;
     cfg->jobs.results_ttl_ms = 24ULL * 3600 * 1000;
     cfg->jobs.min_free_disk = 2ULL << 30;

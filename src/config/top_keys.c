@@ -167,6 +167,9 @@ static const field_spec_t limits_fields[] = {
     {"header_timeout", cfg_fp_duration, offsetof(config_t, limits.header_timeout_ms), 1, 0, NULL},
     {"queue_max", cfg_fp_unsigned, offsetof(config_t, limits.queue_max), 1, 10000000, NULL},
     {"drain_timeout", cfg_fp_duration, offsetof(config_t, limits.drain_timeout_ms), 0, 0, NULL},
+    {"send_timeout", cfg_fp_duration, offsetof(config_t, limits.send_timeout_ms), 1, 0, NULL},
+    {"body_timeout", cfg_fp_duration, offsetof(config_t, limits.body_timeout_ms), 1, 0, NULL},
+    {"reserved_connections", cfg_fp_unsigned, offsetof(config_t, limits.reserved_connections), 0, 10000, NULL},
 };
 
 static const field_spec_t jobs_fields[] = {

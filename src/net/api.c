@@ -270,6 +270,22 @@ static bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
     return true;
 }
 
+/* A connection accepted into the reserve (past limits.max_connections) is for operators:
+ * health, readiness, status, metrics and the admin routes; nothing there reaches a model. */
+static bool reserve_route(const request_t *r, const char *path, size_t len)
+{
+    return path_is(path, len, "/healthz") || path_is(path, len, "/readyz") || path_is(path, len, "/v1/status") ||
+           path_is(path, len, "/metrics") || parse_admin_route(r, path, len).kind != ADMIN_NONE;
+}
+
+static void refuse_reserve(conn_t *c)
+{
+    conn_respond_error(c, 503, "overloaded", NULL, 1, true,
+                       "connection limit (%u) reached: this connection may only reach /healthz, /readyz, "
+                       "/v1/status, /metrics and the admin routes",
+                       c->core->cfg->limits.max_connections);
+}
+
 void api_on_request(conn_t *c, request_t *r)
 {
     const char *path = r->head + r->msg.target.off;
@@ -277,8 +293,16 @@ void api_on_request(conn_t *c, request_t *r)
     size_t qpos = 0;
     while (qpos < plen && path[qpos] != '?')
         qpos++;
+    if (c->reserve && !reserve_route(r, path, qpos)) {
+        refuse_reserve(c);
+        return;
+    }
     if (api_handle(c, r, path, qpos))
         return;
+    if (c->reserve) {
+        refuse_reserve(c); /* e.g. POST /v1/status: never the router */
+        return;
+    }
     router_route(c, r);
 }
 

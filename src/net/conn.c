@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "core/model.h"
+#include "net/conn_int.h"
 #include "net/http_out.h"
 
 #define READ_CHUNK (64 * 1024)
@@ -41,6 +42,7 @@ static void process_input(conn_t *c);
 static void conn_close_after_flush(conn_t *c);
 static int conn_write_now(conn_t *c, const void *data, size_t len);
 static void schedule_resume(conn_t *c);
+static void watch_arm(conn_t *c);
 
 static const char *conn_state_name(enum conn_state s)
 {
@@ -164,6 +166,7 @@ static int conn_write_now(conn_t *c, const void *data, size_t len)
     w->len = len;
     memcpy(w->data, data, len);
     uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
+    conn_send_queued(&c->send, &c->tcp, len, core_now());
     if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
         free(w);
         conn_close(c);
@@ -171,6 +174,7 @@ static int conn_write_now(conn_t *c, const void *data, size_t len)
     }
     c->writes_pending++;
     c->write_bytes_pending += len;
+    watch_arm(c); /* limits.send_timeout */
     return 0;
 }
 
@@ -215,11 +219,6 @@ int conn_respond(conn_t *c, int status, const char *content_type, const char *bo
     return c->state == CONN_CLOSING ? -1 : 0;
 }
 
-static size_t json_escape_into(char *out, size_t cap, const char *s)
-{
-    return log_json_escape(out, cap, s, strlen(s));
-}
-
 int conn_respond_error(conn_t *c, int status, const char *code, const char *model, int retry_after_s,
                        bool close_after, const char *fmt, ...)
 {
@@ -228,20 +227,8 @@ int conn_respond_error(conn_t *c, int status, const char *code, const char *mode
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    char emsg[1200], emodel[300];
-    emsg[json_escape_into(emsg, sizeof emsg, msg)] = '\0';
     char body[2048];
-    int n;
-    if (model) {
-        emodel[json_escape_into(emodel, sizeof emodel, model)] = '\0';
-        n = snprintf(body, sizeof body, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\",\"model\":\"%s\"",
-                     code, emsg, emodel);
-    } else {
-        n = snprintf(body, sizeof body, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"", code, emsg);
-    }
-    if (retry_after_s >= 0)
-        n += snprintf(body + n, sizeof body - (size_t)n, ",\"retry_after_s\":%d", retry_after_s);
-    n += snprintf(body + n, sizeof body - (size_t)n, "}}");
+    int n = conn_error_body(body, sizeof body, code, model, retry_after_s, msg);
     char extra[64] = "";
     if (retry_after_s >= 0)
         snprintf(extra, sizeof extra, "Retry-After: %d\r\n", retry_after_s);
@@ -322,9 +309,10 @@ static void conn_close(conn_t *c)
     uv_timer_stop(&c->timer);
     c->corked = 0;
     buf_reset(&c->out);
-    c->handles_open = 2;
+    c->handles_open = 3;
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&c->watch, on_handle_closed);
 }
 
 void conn_abort(conn_t *c)
@@ -394,12 +382,78 @@ static void on_head_timeout(uv_timer_t *t)
         conn_close(c);
         return;
     }
-    if (c->state == CONN_HEAD || c->state == CONN_BODY) {
+    if (c->state == CONN_HEAD) {
         request_cancel(c);
         conn_respond_error(c, 408, "request_timeout", NULL, -1, true,
-                           "request not received within %llu ms",
+                           "request head not received within %llu ms",
                            (unsigned long long)c->core->cfg->limits.header_timeout_ms);
     }
+}
+
+/* limits.body_timeout: an idle timeout. The timer is not moved for each read: when it fires
+ * it looks at the last read and sleeps again for what is left. */
+static void on_body_timeout(uv_timer_t *t)
+{
+    conn_t *c = t->data;
+    if (c->state != CONN_BODY)
+        return;
+    uint64_t limit = c->core->cfg->limits.body_timeout_ms, idle = core_now() - c->last_read_ms;
+    if (idle < limit) {
+        uv_timer_start(&c->timer, on_body_timeout, limit - idle, 0);
+        return;
+    }
+    request_cancel(c);
+    conn_respond_error(c, 408, "request_timeout", NULL, -1, true, "request body stalled: no bytes for %llu ms",
+                       (unsigned long long)limit);
+}
+
+static void arm_body_timer(conn_t *c)
+{
+    c->last_read_ms = core_now();
+    uv_timer_start(&c->timer, on_body_timeout, c->core->cfg->limits.body_timeout_ms, 0);
+}
+
+/* The watch timer: while answer bytes wait for the client, limits.send_timeout (checked a
+ * few times per period, so it fires within a quarter of it late); while reading is paused,
+ * whether the client left (every CONN_PAUSED_CHECK_MS: its FIN or RST cannot be read behind the
+ * bytes vramd is not reading). Armed only while one of them applies. */
+static void on_watch(uv_timer_t *t)
+{
+    conn_t *c = t->data;
+    if (c->state == CONN_CLOSING)
+        return;
+    uint64_t now = core_now(), limit = c->core->cfg->limits.send_timeout_ms;
+    if (c->read_paused && conn_peer_closed(&c->tcp)) {
+        log_event(LOG_INFO, "client_gone", "peer=%s request_id=%s while=%s", c->peer, c->req ? c->req->id : NULL,
+                  "reading paused");
+        c->eof = true;
+        conn_close(c); /* FIN or RST: client gone, as when a read sees EOF */
+        return;
+    }
+    uint64_t stalled = conn_send_stalled_ms(&c->send, &c->tcp, now);
+    if (stalled >= limit) {
+        log_event(LOG_WARN, "client_send_timeout", "peer=%s request_id=%s waiting_bytes=%zu stalled_ms=%llu limit_ms=%llu",
+                  c->peer, c->req ? c->req->id : NULL, conn_send_waiting(&c->tcp), (unsigned long long)stalled,
+                  (unsigned long long)limit);
+        conn_close(c); /* cancels the request: its slot and reservation are released */
+        return;
+    }
+    uint64_t next = conn_watch_next_ms(c, now);
+    if (next != UINT64_MAX)
+        uv_timer_start(&c->watch, on_watch, next, 0);
+}
+
+/* Arm the watch timer, or bring it forward (reading paused while a long send check waits). */
+static void watch_arm(conn_t *c)
+{
+    if (c->state == CONN_CLOSING)
+        return;
+    uint64_t next = conn_watch_next_ms(c, core_now());
+    if (next == UINT64_MAX)
+        return;
+    if (uv_is_active((uv_handle_t *)&c->watch) && uv_timer_get_due_in(&c->watch) <= next)
+        return;
+    uv_timer_start(&c->watch, on_watch, next, 0);
 }
 
 static void arm_head_timer(conn_t *c)
@@ -454,6 +508,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     }
     if (nread == 0)
         return;
+    c->last_read_ms = core_now(); /* limits.body_timeout */
     if (!c->keep_alive && c->state == CONN_ACTIVE && !c->req) {
         return; /* lingering: discard */
     }
@@ -463,6 +518,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
             c->in.len > c->core->cfg->limits.max_header) {
             uv_read_stop(s);
             c->read_paused = true;
+            watch_arm(c); /* the client may still leave: see on_watch */
         }
         return;
     }
@@ -473,15 +529,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     process_input(c);
 }
 
-
-static int http1_error_status(const http1_error_t *e)
-{
-    if (e->code == HTTP1_E_HEAD_TOO_LARGE || e->code == HTTP1_E_TOO_MANY_HEADERS)
-        return 431;
-    if (e->code == HTTP1_E_VERSION)
-        return 505;
-    return 400;
-}
 
 static void on_chunk_data(void *ctx, const char *data, size_t len)
 {
@@ -523,48 +570,13 @@ static int parse_head(conn_t *c, http1_msg_t *msg)
         return -1;
     }
     if (rc == HTTP1_ERROR) {
-        int st = http1_error_status(&err);
-        conn_respond_error(c, st, st == 431 ? "header_too_large" : "bad_request", NULL, -1, true,
+        const char *code;
+        int st = conn_refusal_status(&err, &code);
+        conn_respond_error(c, st, code, NULL, -1, true,
                            "malformed request at byte %zu: %s", err.pos, err.what ? err.what : http1_errcode_name(err.code));
         return -1;
     }
     return 1;
-}
-
-/* A request object for a parsed head (its bytes copied out of c->in); NULL when out of memory. */
-static request_t *request_new(conn_t *c, const http1_msg_t *msg)
-{
-    const config_t *cfg = c->core->cfg;
-    request_t *r = calloc(1, sizeof *r);
-    if (!r)
-        return NULL;
-    r->conn = c;
-    r->gpu = -1;
-    core_defer_init(&r->free_later, request_free);
-    list_init(&r->wait_link);
-    queue_entry_init(&r->qe);
-    ledger_entry_init(&r->mem);
-    buf_init(&r->body, cfg->limits.max_body);
-    buf_init(&r->orig_body, cfg->limits.max_body);
-    buf_init(&r->resp_head, 64 * 1024);
-    buf_init(&r->resp_body, cfg->limits.max_body);
-    r->head = malloc(msg->head_len + 1);
-    r->hdrs = malloc((msg->n_headers ? msg->n_headers : 1) * sizeof *r->hdrs);
-    if (!r->head || !r->hdrs) {
-        request_free(&r->free_later);
-        return NULL;
-    }
-    memcpy(r->head, c->in.data, msg->head_len);
-    r->head[msg->head_len] = '\0';
-    r->head_len = msg->head_len;
-    memcpy(r->hdrs, g_hdr_scratch, msg->n_headers * sizeof *r->hdrs);
-    r->msg = *msg;
-    r->msg.headers = r->hdrs;
-    r->t_arrival = core_now();
-    r->head_method = http1_span_eq(r->head, msg->method, "HEAD");
-    const http1_header_t *rid = http1_find_header(r->head, &r->msg, "X-Request-Id");
-    request_make_id(r, rid ? r->head + rid->value.off : NULL, rid ? rid->value.len : 0);
-    return r;
 }
 
 static void start_request(conn_t *c)
@@ -574,13 +586,13 @@ static void start_request(conn_t *c)
     http1_msg_t msg;
     if (parse_head(c, &msg) <= 0)
         return;
-    request_t *r = request_new(c, &msg);
+    request_t *r = conn_request_new(c, &msg, g_hdr_scratch);
     if (!r) {
         conn_close(c);
         return;
     }
     c->req = r;
-    c->keep_alive = msg.keep_alive;
+    c->keep_alive = msg.keep_alive && !c->reserve; /* a reserve connection serves one answer */
     buf_consume(&c->in, msg.head_len);
     c->scan_from = 0;
     core_count_request(d);
@@ -609,6 +621,7 @@ static void start_request(conn_t *c)
     else
         c->body_left = msg.content_length;
     conn_set_state(c, CONN_BODY);
+    arm_body_timer(c); /* the head's deadline ends here: the body has its own, idle one */
 }
 
 static void read_body(conn_t *c)
@@ -739,29 +752,26 @@ void conn_accept(core_t *d, uv_stream_t *listener, conn_request_fn on_request)
     }
     uv_timer_init(d->loop, &c->timer);
     c->timer.data = c;
+    uv_timer_init(d->loop, &c->watch);
+    c->watch.data = c;
     buf_init(&c->in, d->cfg->limits.max_header + d->cfg->limits.max_body + READ_CHUNK);
     buf_init(&c->out, CORK_MAX);
     list_init(&c->link);
     core_conn_added(d, &c->link);
     c->keep_alive = true;
-    struct sockaddr_storage ss;
-    int len = sizeof ss;
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-        char ip[48] = "";
-        if (ss.ss_family == AF_INET) {
-            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip);
-            snprintf(c->peer, sizeof c->peer, "%s:%d", ip, ntohs(((struct sockaddr_in *)&ss)->sin_port));
-        } else if (ss.ss_family == AF_INET6) {
-            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip);
-            snprintf(c->peer, sizeof c->peer, "[%s]:%d", ip, ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
-        }
-    }
+    conn_peer_name(&c->tcp, c->peer, sizeof c->peer);
     uv_tcp_nodelay(&c->tcp, 1);
-    if (d->n_conns > d->cfg->limits.max_connections) {
-        log_event(LOG_WARN, "connection_refused", "peer=%s reason=%s limit=%u", c->peer,
-                  "max_connections", d->cfg->limits.max_connections);
+    unsigned cap = d->cfg->limits.max_connections, reserved = d->cfg->limits.reserved_connections;
+    if (d->n_conns > cap + reserved) {
+        log_event(LOG_WARN, "connection_refused", "peer=%s reason=%s limit=%u reserved=%u", c->peer,
+                  "max_connections", cap, reserved);
         conn_close(c);
         return;
+    }
+    if (d->n_conns > cap) {
+        /* past the cap: for operators (health, status, metrics, admin: net/api.c), one answer */
+        c->reserve = true;
+        log_event(LOG_WARN, "connection_reserved", "peer=%s limit=%u reserved=%u", c->peer, cap, reserved);
     }
     arm_head_timer(c);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);

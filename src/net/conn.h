@@ -8,19 +8,36 @@
  *   HEAD     reading a request head; one deadline (limits.header_timeout) for the whole
  *            head, armed when its first byte arrives (or at accept), so slowloris cannot
  *            extend it -> 408.
- *   BODY     reading the request body (Content-Length or chunked) under the same deadline,
- *            counted from the head's start; the whole body is buffered, up to max_body (413).
+ *   BODY     reading the request body (Content-Length or chunked) under an idle timeout
+ *            (limits.body_timeout): it may take as long as bytes keep coming; none for that
+ *            long -> 408. The whole body is buffered, up to max_body (413).
  *   ACTIVE   a complete request is being served: queued, running upstream, or answered by
  *            vramd itself. The socket is still read, to notice a client that leaves, but
- *            pipelined bytes only accumulate (up to max_header) until the answer is done.
+ *            pipelined bytes only accumulate (up to max_header) until the answer is done;
+ *            past that reading pauses, and the watch timer asks the kernel every 250 ms
+ *            whether the client sent FIN or RST meanwhile (TCP_INFO), which closes the
+ *            connection as a read of EOF would.
  *   CLOSING  uv_close issued; freed in the close callback, never earlier.
  *   HEAD|BODY -> ACTIVE -> HEAD (keep-alive) ; any -> CLOSING (terminal).
+ *
+ * Sending: while answer bytes wait for the client, the watch timer checks that the kernel
+ * takes some at least every limits.send_timeout; a client that reads nothing for that long
+ * is closed (client_send_timeout) and its request cancelled, releasing its slot.
+ *
+ * The reserve: past limits.max_connections, up to reserved_connections more are accepted
+ * with `reserve` set: one answer each, Connection: close, and net/api.c answers only the
+ * operator routes on them (503 overloaded otherwise). Past the reserve: closed at once.
  *
  * Pipelining: requests are parsed in a loop, never by recursion. A request answered at once
  * (vramd's own routes) returns to the loop, which parses the next one; at most
  * CONN_PIPELINE_BURST requests are parsed per call, and none while the client's unread
  * answers pass CONN_BACKLOG_MAX: the rest waits for the next loop turn or for the client to
  * read (backpressure), so no client can make vramd recurse or buffer without bound.
+ *
+ * Half-close: a client's FIN means the client is gone, whether a read sees it (EOF) or the
+ * watch timer does while reading is paused: the current request is cancelled, even if it
+ * was complete (HAProxy without `option abortonclose` would serve it; vramd frees the GPU
+ * slot instead, since an HTTP/1.1 client that wants the answer keeps its side open).
  *
  * Ownership: a request belongs to its conn. When the client leaves, the conn calls the
  * request's ops->cancel (out of the queue, upstream closed, validator stopped: the slot is
@@ -51,6 +68,14 @@ enum conn_state { CONN_HEAD = 0, CONN_BODY, CONN_ACTIVE, CONN_CLOSING };
 
 typedef void (*conn_request_fn)(conn_t *c, request_t *r);
 
+/* Write progress of one connection (net/conn_watch.c): a stall is measured from the last
+ * time the kernel took answer bytes, or from when bytes started waiting. */
+typedef struct conn_send_watch {
+    uint64_t queued_total;  /* bytes ever queued with uv_write */
+    uint64_t flushed_seen;  /* of those, taken by the kernel at the last progress */
+    uint64_t progress_ms;   /* the last progress, or when bytes started waiting */
+} conn_send_watch_t;
+
 struct conn {
     list_t link; /* core->conns */
     core_t *core;
@@ -79,6 +104,11 @@ struct conn {
     buf_t out;
     int handles_open;
     char peer[64];
+    /* reliability (conn_watch.c) */
+    uv_timer_t watch;       /* send progress and peer-gone checks; armed only while needed */
+    conn_send_watch_t send; /* write progress, for limits.send_timeout */
+    uint64_t last_read_ms;  /* the last bytes read, for limits.body_timeout */
+    bool reserve;           /* accepted past max_connections: operator routes only, one answer */
 };
 
 void conn_accept(core_t *core, uv_stream_t *listener, conn_request_fn on_request);

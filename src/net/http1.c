@@ -236,6 +236,8 @@ static int scan_head(const char *buf, size_t limit, size_t max, bool is_request,
         i++; /* the LF */
     }
     *scan_from = i;
+    if (limit >= max && is_request && !memchr(buf, '\n', limit))
+        return fail(err, HTTP1_E_REQUEST_LINE_TOO_LONG, max, "request line longer than max_header_bytes");
     if (limit >= max)
         return fail(err, HTTP1_E_HEAD_TOO_LARGE, max, "head larger than max_header_bytes");
     return HTTP1_NEED_MORE;
@@ -248,6 +250,7 @@ typedef struct head_facts {
     bool has_content_length;
     bool has_transfer_encoding;
     bool chunked_is_final; /* the last transfer coding seen is "chunked" */
+    bool te_unknown;       /* request: a well-formed coding list other than "chunked" (501) */
     bool has_host;
     bool connection_close;
     bool connection_keep_alive;
@@ -325,6 +328,23 @@ static bool note_transfer_coding(const char *buf, http1_span_t element, void *ar
     return true;
 }
 
+/* Request Transfer-Encoding elements: non-empty tokens, "chunked" at most once. */
+typedef struct request_coding_walk {
+    unsigned chunked;
+    bool bad;
+} request_coding_walk_t;
+
+static bool note_request_coding(const char *buf, http1_span_t element, void *arg)
+{
+    request_coding_walk_t *walk = arg;
+    walk->bad = element.len == 0;
+    for (uint32_t k = 0; k < element.len && !walk->bad; k++)
+        walk->bad = !is_tchar((unsigned char)buf[element.off + k]);
+    if (!walk->bad && span_is(buf, element, "chunked"))
+        walk->bad = ++walk->chunked > 1;
+    return !walk->bad;
+}
+
 static bool parse_decimal(const char *p, size_t n, uint64_t *out)
 {
     uint64_t v = 0;
@@ -362,9 +382,14 @@ static int note_header(const char *buf, const http1_header_t *h, size_t line_sta
             if (facts->has_transfer_encoding)
                 return fail(err, HTTP1_E_BAD_TRANSFER_ENCODING, line_start,
                             "more than one Transfer-Encoding header");
-            if (!span_is(buf, h->value, "chunked"))
-                return fail(err, HTTP1_E_BAD_TRANSFER_ENCODING, h->value.off,
-                            "request Transfer-Encoding other than \"chunked\"");
+            if (!span_is(buf, h->value, "chunked")) {
+                request_coding_walk_t walk = {0, false};
+                for_each_element(buf, h->value, note_request_coding, &walk);
+                if (walk.bad)
+                    return fail(err, HTTP1_E_BAD_TRANSFER_ENCODING, h->value.off,
+                                "request Transfer-Encoding is not a list of codings with chunked at most once");
+                facts->te_unknown = true; /* reported after the other checks (501) */
+            }
             facts->chunked_is_final = true;
         } else {
             coding_walk_t walk = {facts->chunked_is_final, false};
@@ -448,6 +473,9 @@ static int parse_head(const char *buf, size_t head_len, const http1_limits_t *li
     }
     if (is_request && msg->version_minor == 1 && !facts.has_host)
         return fail(err, HTTP1_E_MISSING_HOST, head_len - 2, "HTTP/1.1 request without Host");
+    if (facts.te_unknown)
+        return fail(err, HTTP1_E_UNKNOWN_TRANSFER_CODING, facts.transfer_encoding_pos,
+                    "request Transfer-Encoding other than \"chunked\" is not implemented");
 
     msg->head_len = head_len;
     if (is_request) {
@@ -619,6 +647,8 @@ const char *http1_errcode_name(http1_errcode_t code)
     case HTTP1_E_BAD_CHUNK_END: return "bad_chunk_end";
     case HTTP1_E_TRAILER_TOO_LARGE: return "trailer_too_large";
     case HTTP1_E_BAD_TRAILER: return "bad_trailer";
+    case HTTP1_E_REQUEST_LINE_TOO_LONG: return "request_line_too_long";
+    case HTTP1_E_UNKNOWN_TRANSFER_CODING: return "unknown_transfer_coding";
     }
     return "unknown";
 }

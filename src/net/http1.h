@@ -11,7 +11,9 @@
  *                    updated so the next call with more bytes resumes the search for the
  *                    end of the head instead of rescanning (callers reset it to 0 for each
  *                    new message). If len already exceeds limits->max_header_bytes the
- *                    result is HTTP1_ERROR with HTTP1_E_HEAD_TOO_LARGE instead.
+ *                    result is HTTP1_ERROR with HTTP1_E_HEAD_TOO_LARGE instead (for a
+ *                    request whose request line alone does not end within the limit:
+ *                    HTTP1_E_REQUEST_LINE_TOO_LONG, answered 414 like nginx).
  *   HTTP1_OK         msg is filled in; msg->head_len bytes of buf were the head. Spans in
  *                    msg point into buf by offset, so they survive a realloc of buf.
  *   HTTP1_ERROR      err says what and where. The connection must not be reused.
@@ -27,7 +29,11 @@
  *   - more than limits->max_headers headers -> HTTP1_E_TOO_MANY_HEADERS;
  *   - Content-Length: 1*DIGIT, no sign, no overflow of 2^53, at most one such header;
  *   - Transfer-Encoding in a request: exactly "chunked" (case-insensitive), at most one such
- *     header, only with HTTP/1.1; together with Content-Length -> HTTP1_E_CL_AND_TE;
+ *     header, only with HTTP/1.1; together with Content-Length -> HTTP1_E_CL_AND_TE; a
+ *     well-formed list of codings other than exactly "chunked" ("identity", "gzip, chunked",
+ *     "chunked, identity") -> HTTP1_E_UNKNOWN_TRANSFER_CODING (RFC 9112 6.1: 501), reported
+ *     after every other head error (so CL+TE stays a 400); an empty element, a non-token or
+ *     "chunked" twice -> HTTP1_E_BAD_TRANSFER_ENCODING;
  *   - HTTP/1.1 requests need exactly one Host header.
  *
  * Bodies. The head decides the body framing (msg->body). Content-Length bodies are counted
@@ -117,6 +123,8 @@ typedef enum http1_errcode {
     HTTP1_E_BAD_CHUNK_END,
     HTTP1_E_TRAILER_TOO_LARGE,
     HTTP1_E_BAD_TRAILER,
+    HTTP1_E_REQUEST_LINE_TOO_LONG,    /* 414: the request line does not end within the limit */
+    HTTP1_E_UNKNOWN_TRANSFER_CODING,  /* 501: a request coding vramd does not implement */
 } http1_errcode_t;
 
 typedef struct http1_error {

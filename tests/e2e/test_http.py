@@ -174,8 +174,9 @@ def test_slowloris_gets_408_while_others_are_served(vramd):
 
 
 def test_slow_body_gets_408(vramd):
-    """A request whose body stops arriving gets 408 request_timeout."""
-    vd = vramd.start(models=echo_model(vramd))
+    """A request whose body stops arriving gets 408 request_timeout (after
+    limits.body_timeout, an idle timeout of its own)."""
+    vd = vramd.start(models=echo_model(vramd), limits={"body_timeout": "2s"})
     with vd.conn() as c:
         c.send(b"POST /w/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
         r = c.read_response(timeout=20)

@@ -288,6 +288,32 @@ static void test_jobs_section(void **state)
                  "test.yaml:2:3: jobs.max_attempt: unknown key \"max_attempt\"");
 }
 
+/* limits.send_timeout, body_timeout (idle bounds of a client, at most 1h) and
+ * reserved_connections (0..10000). */
+static void test_client_limits(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("models: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->limits.send_timeout_ms, 60000);
+    assert_int_equal(c->limits.body_timeout_ms, 60000);
+    assert_int_equal(c->limits.reserved_connections, 16);
+    config_unref(c);
+    c = parse_ok("limits: {send_timeout: 1h, body_timeout: 250ms, reserved_connections: 0}\n"
+                 "models: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->limits.send_timeout_ms, 3600000);
+    assert_int_equal(c->limits.body_timeout_ms, 250);
+    assert_int_equal(c->limits.reserved_connections, 0);
+    config_unref(c);
+    expect_error("limits:\n  send_timeout: 61m\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:17: limits.send_timeout: must be at most 1h (a client stall, not a total)");
+    expect_error("limits:\n  body_timeout: 2h\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:17: limits.body_timeout: must be at most 1h (a client stall, not a total)");
+    expect_error("limits:\n  body_timeout: 0s\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:17: limits.body_timeout: must be at least 1ms, got \"0s\"");
+    expect_error("limits:\n  reserved_connections: 10001\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:25: limits.reserved_connections: expected an integer from 0 to 10000, got \"10001\"");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -299,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_gpus_and_devices),
         cmocka_unit_test(test_nvml_env_override),
         cmocka_unit_test(test_jobs_section),
+        cmocka_unit_test(test_client_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -161,14 +161,31 @@ static const reject_case_t reject_requests[] = {
      0, HTTP1_E_BAD_CONTENT_LENGTH, "1844", 0},
     {"CL exponent", "POST / HTTP/1.1\r\n" HOST "Content-Length: 1e3\r\n\r\n", 0,
      HTTP1_E_BAD_CONTENT_LENGTH, "1e3", 0},
+    /* unknown (well-formed) codings: 501, at the Transfer-Encoding line */
     {"TE gzip", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: gzip\r\n\r\n", 0,
-     HTTP1_E_BAD_TRANSFER_ENCODING, "gzip", 0},
+     HTTP1_E_UNKNOWN_TRANSFER_CODING, "Transfer-Encoding", 0},
     {"TE gzip, chunked", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: gzip, chunked\r\n\r\n",
-     0, HTTP1_E_BAD_TRANSFER_ENCODING, "gzip", 0},
+     0, HTTP1_E_UNKNOWN_TRANSFER_CODING, "Transfer-Encoding", 0},
+    {"TE identity", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: identity\r\n\r\n", 0,
+     HTTP1_E_UNKNOWN_TRANSFER_CODING, "Transfer-Encoding", 0},
+    {"TE chunked, identity", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked, identity\r\n\r\n",
+     0, HTTP1_E_UNKNOWN_TRANSFER_CODING, "Transfer-Encoding", 0},
+    {"TE xchunked", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: xchunked\r\n\r\n", 0,
+     HTTP1_E_UNKNOWN_TRANSFER_CODING, "Transfer-Encoding", 0},
+    /* ... but every other head error comes first: CL+TE stays a framing error (400) */
+    {"TE identity with CL", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: identity\r\nContent-Length: 5\r\n\r\n",
+     0, HTTP1_E_CL_AND_TE, "Content-Length", 0},
+    {"TE identity without Host", "POST / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n", 0,
+     HTTP1_E_MISSING_HOST, "\r\n\r\n", 2},
+    /* malformed coding lists: 400 */
     {"TE chunked, chunked", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked, chunked\r\n\r\n",
      0, HTTP1_E_BAD_TRANSFER_ENCODING, "chunked, chunked", 0},
-    {"TE xchunked", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: xchunked\r\n\r\n", 0,
-     HTTP1_E_BAD_TRANSFER_ENCODING, "xchunked", 0},
+    {"TE empty element", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: gzip,,chunked\r\n\r\n", 0,
+     HTTP1_E_BAD_TRANSFER_ENCODING, "gzip", 0},
+    {"TE coding with parameter", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: gzip;q=1\r\n\r\n", 0,
+     HTTP1_E_BAD_TRANSFER_ENCODING, "gzip", 0},
+    {"TE identity twice", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n\r\n",
+     0, HTTP1_E_BAD_TRANSFER_ENCODING, "Transfer-Encoding: chunked", 0},
     {"TE empty", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding:\r\n\r\n", 0,
      HTTP1_E_BAD_TRANSFER_ENCODING, "\r\n\r\n", 0},
     {"TE twice", "POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -542,18 +559,55 @@ static void test_head_too_large(void **state)
     assert_int_equal(p.err.pos, 64);
     check_every_split("head of max + 1", text, strlen(text), true, false, &small);
 
-    /* An unterminated head errors as soon as max bytes have arrived, not before. */
+    /* An unterminated head errors as soon as max bytes have arrived, not before (its
+     * request line has not ended: the request-line error, see test_request_line_too_long). */
     memset(text, 'a', sizeof text);
     memcpy(text, "GET /", 5);
     assert_int_equal(parse(text, 63, true, false, &small, &p), HTTP1_NEED_MORE);
     assert_int_equal(p.scan_from, 63);
     assert_int_equal(parse(text, 64, true, false, &small, &p), HTTP1_ERROR);
-    assert_int_equal(p.err.code, HTTP1_E_HEAD_TOO_LARGE);
+    assert_int_equal(p.err.code, HTTP1_E_REQUEST_LINE_TOO_LONG);
     assert_int_equal(parse(text, sizeof text, true, false, &small, &p), HTTP1_ERROR);
-    assert_int_equal(p.err.code, HTTP1_E_HEAD_TOO_LARGE);
+    assert_int_equal(p.err.code, HTTP1_E_REQUEST_LINE_TOO_LONG);
     /* responses too */
     assert_int_equal(parse(text, sizeof text, false, false, &small, &p), HTTP1_ERROR);
     assert_int_equal(p.err.code, HTTP1_E_HEAD_TOO_LARGE);
+    /* with its request line ended: the head is too large */
+    memcpy(text + 5, " HTTP/1.1\r\nX-A: ", 16);
+    assert_int_equal(parse(text, 63, true, false, &small, &p), HTTP1_NEED_MORE);
+    assert_int_equal(parse(text, 64, true, false, &small, &p), HTTP1_ERROR);
+    assert_int_equal(p.err.code, HTTP1_E_HEAD_TOO_LARGE);
+}
+
+/* A request line that does not end within max_header_bytes is its own error (414); a head
+ * whose request line ended is HEAD_TOO_LARGE (431) however long its target. */
+static void test_request_line_too_long(void **state)
+{
+    (void)state;
+    const http1_limits_t small = {64, 8};
+    char text[256];
+    parsed_t p;
+
+    memset(text, 'a', sizeof text);
+    memcpy(text, "GET /", 5);
+    memcpy(text + 100, " HTTP/1.1\r\nHost: x\r\n\r\n", 22);
+    assert_int_equal(parse(text, 63, true, false, &small, &p), HTTP1_NEED_MORE);
+    assert_int_equal(parse(text, 64, true, false, &small, &p), HTTP1_ERROR);
+    assert_int_equal(p.err.code, HTTP1_E_REQUEST_LINE_TOO_LONG);
+    assert_int_equal(p.err.pos, 64);
+    assert_int_equal(parse(text, 122, true, false, &small, &p), HTTP1_ERROR);
+    assert_int_equal(p.err.code, HTTP1_E_REQUEST_LINE_TOO_LONG);
+    check_every_split("long request line", text, 122, true, false, &small);
+    /* a status line is not a request line */
+    assert_int_equal(parse(text, 122, false, false, &small, &p), HTTP1_ERROR);
+    assert_int_equal(p.err.code, HTTP1_E_HEAD_TOO_LARGE);
+
+    /* a 40-byte target whose line ends in time, then headers past the limit: 431 */
+    snprintf(text, sizeof text, "GET /%s HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n",
+             "0123456789012345678901234567890123456789", "0123456789");
+    assert_int_equal(parse(text, strlen(text), true, false, &small, &p), HTTP1_ERROR);
+    assert_int_equal(p.err.code, HTTP1_E_HEAD_TOO_LARGE);
+    check_every_split("long target, line ended", text, strlen(text), true, false, &small);
 }
 
 static void test_too_many_headers(void **state)
@@ -730,6 +784,7 @@ int main(void)
         cmocka_unit_test(test_request_fields),
         cmocka_unit_test(test_response_fields),
         cmocka_unit_test(test_head_too_large),
+        cmocka_unit_test(test_request_line_too_long),
         cmocka_unit_test(test_too_many_headers),
         cmocka_unit_test(test_need_more_and_resume),
         cmocka_unit_test(test_pipelined),

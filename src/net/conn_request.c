@@ -1,0 +1,97 @@
+/* conn_request: a request object from a parsed head, and how a refusal reads (see
+ * conn_int.h). */
+#include "net/conn_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "core/core.h"
+
+request_t *conn_request_new(conn_t *c, const http1_msg_t *msg, const http1_header_t *hdrs)
+{
+    const config_t *cfg = c->core->cfg;
+    request_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->conn = c;
+    r->gpu = -1;
+    core_defer_init(&r->free_later, request_free);
+    list_init(&r->wait_link);
+    queue_entry_init(&r->qe);
+    ledger_entry_init(&r->mem);
+    buf_init(&r->body, cfg->limits.max_body);
+    buf_init(&r->orig_body, cfg->limits.max_body);
+    buf_init(&r->resp_head, 64 * 1024);
+    buf_init(&r->resp_body, cfg->limits.max_body);
+    r->head = malloc(msg->head_len + 1);
+    r->hdrs = malloc((msg->n_headers ? msg->n_headers : 1) * sizeof *r->hdrs);
+    if (!r->head || !r->hdrs) {
+        request_free(&r->free_later);
+        return NULL;
+    }
+    memcpy(r->head, c->in.data, msg->head_len);
+    r->head[msg->head_len] = '\0';
+    r->head_len = msg->head_len;
+    memcpy(r->hdrs, hdrs, msg->n_headers * sizeof *r->hdrs);
+    r->msg = *msg;
+    r->msg.headers = r->hdrs;
+    r->t_arrival = core_now();
+    r->head_method = http1_span_eq(r->head, msg->method, "HEAD");
+    const http1_header_t *rid = http1_find_header(r->head, &r->msg, "X-Request-Id");
+    request_make_id(r, rid ? r->head + rid->value.off : NULL, rid ? rid->value.len : 0);
+    return r;
+}
+
+int conn_refusal_status(const http1_error_t *e, const char **code)
+{
+    switch (e->code) {
+    case HTTP1_E_HEAD_TOO_LARGE:
+    case HTTP1_E_TOO_MANY_HEADERS:
+        *code = "header_too_large";
+        return 431;
+    case HTTP1_E_REQUEST_LINE_TOO_LONG:
+        *code = "uri_too_long"; /* nginx: a request line over its buffer is 414 */
+        return 414;
+    case HTTP1_E_UNKNOWN_TRANSFER_CODING:
+        *code = "not_implemented"; /* RFC 9112 6.1 */
+        return 501;
+    case HTTP1_E_VERSION:
+        *code = "bad_request";
+        return 505;
+    default:
+        *code = "bad_request";
+        return 400;
+    }
+}
+
+static size_t json_escape_into(char *out, size_t cap, const char *s)
+{
+    return log_json_escape(out, cap, s, strlen(s));
+}
+
+int conn_error_body(char *out, size_t cap, const char *code, const char *model, int retry_after_s,
+                    const char *msg)
+{
+    char emsg[1200], emodel[300];
+    emsg[json_escape_into(emsg, sizeof emsg, msg)] = '\0';
+    int n;
+    if (model) {
+        emodel[json_escape_into(emodel, sizeof emodel, model)] = '\0';
+        n = snprintf(out, cap, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\",\"model\":\"%s\"", code, emsg,
+                     emodel);
+    } else {
+        n = snprintf(out, cap, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"", code, emsg);
+    }
+    if (n < 0 || (size_t)n >= cap)
+        n = cap ? (int)cap - 1 : 0;
+    if (retry_after_s >= 0 && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, ",\"retry_after_s\":%d", retry_after_s);
+    if ((size_t)n >= cap)
+        n = cap ? (int)cap - 1 : 0;
+    n += snprintf(out + n, cap - (size_t)n, "}}");
+    if ((size_t)n >= cap)
+        n = cap ? (int)cap - 1 : 0;
+    return n;
+}
