@@ -6,7 +6,10 @@
  *   vramd --version
  *
  * Exit codes: 0 after a drain or a clean stop, 1 when the config is bad or vramd cannot
- * start (the reason is printed on stderr), 2 for a usage error.
+ * start, 2 for a usage error. A failed start writes exactly one line on stderr: the
+ * vramd_start_failed log event (JSON, or text when the config was read and says
+ * log.format: text), where the logs go, so that journald keeps one structured record and a
+ * person at a terminal reads the reason once. (--check-config prints the plain message.)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +72,6 @@ int main(int argc, char **argv)
     static vramd_t d;
     char err[CONFIG_ERR_MAX];
     if (vramd_init(&d, &loop, config, err, sizeof err) != 0) {
-        fprintf(stderr, "vramd: %s\n", err);
         log_event(LOG_ERROR, "vramd_start_failed", "error=%s", err);
         notify_start_failed(err);
         return 1;
