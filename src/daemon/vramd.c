@@ -11,6 +11,7 @@
  */
 #include "daemon/vramd.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -77,6 +78,8 @@ static int start_listening(vramd_t *d, char *err, size_t errlen)
         snprintf(err, errlen, "cannot listen on %s:%d: %s", c->listen_host, c->listen_port, uv_strerror(rc));
         return -1;
     }
+    snprintf(d->bound_host, sizeof d->bound_host, "%s", c->listen_host);
+    d->bound_port = c->listen_port;
     d->core.listening = true;
     return 0;
 }
@@ -109,6 +112,41 @@ static void apply_config(vramd_t *d, config_t *cfg)
 
 static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && b && strcmp(a, b) == 0); }
 
+static bool host_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    return strcmp(host, "localhost") == 0;
+}
+
+/* The listener is bound once, at start, and a reload never re-binds it: a reload whose
+ * listen differs from the address actually bound is refused (accepting it would leave the
+ * socket where it is while the token rule was checked against the new address: a reload
+ * to 127.0.0.1 without a token would open the admin routes on 0.0.0.0). And the token
+ * rule holds for the bound address: bound off loopback, admin_token_file stays required. */
+static int check_listen(const vramd_t *d, const config_t *cfg, char *err, size_t errlen)
+{
+    if (strcmp(cfg->listen_host, d->bound_host) != 0 || cfg->listen_port != d->bound_port) {
+        snprintf(err, errlen,
+                 "%s: listen: changed from %s:%d to %s:%d; the listener is bound only at start "
+                 "(restart vramd to change it)",
+                 cfg->path, d->bound_host, d->bound_port, cfg->listen_host, cfg->listen_port);
+        return -1;
+    }
+    if (!host_is_loopback(d->bound_host) && cfg->admin_token == NULL) {
+        snprintf(err, errlen,
+                 "%s: admin_token_file: required while vramd listens on %s:%d, which is not a loopback "
+                 "address (admin routes would be open to the network)",
+                 cfg->path, d->bound_host, d->bound_port);
+        return -1;
+    }
+    return 0;
+}
+
 /* GPU settings take effect at start only (the NVML library is loaded and the devices and
  * poll timer set up once): a reload that changes one is refused, naming the key. */
 static int check_start_only(const config_t *old, const config_t *cfg, char *err, size_t errlen)
@@ -138,7 +176,7 @@ int vramd_reload(vramd_t *d, char *err, size_t errlen)
     core_t *core = &d->core;
     notify_reloading();
     config_t *cfg = config_load(d->config_path, err, errlen);
-    if (cfg && check_start_only(core->cfg, cfg, err, errlen) != 0) {
+    if (cfg && (check_listen(d, cfg, err, errlen) != 0 || check_start_only(core->cfg, cfg, err, errlen) != 0)) {
         config_unref(cfg);
         cfg = NULL;
     }
@@ -148,8 +186,6 @@ int vramd_reload(vramd_t *d, char *err, size_t errlen)
         notify_reload_done(core, false);
         return -1;
     }
-    if (strcmp(cfg->listen_host, core->cfg->listen_host) != 0 || cfg->listen_port != core->cfg->listen_port)
-        log_event(LOG_WARN, "config_listen_unchanged", "reason=%s", "a new listen address takes effect at the next start");
     core_set_config(core, cfg);
     apply_config(d, cfg);
     config_unref(cfg); /* the core holds its own reference */
