@@ -335,9 +335,25 @@ static void start_signals(vramd_t *d)
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* The guard kills this run's workers (whole groups, wrappers' children included) when this
+ * process ends, however it ends (workers/process_guard.c). Started before the listener, the
+ * journal and any worker or thread, so it holds none of them. Without it (fork failed)
+ * vramd runs on: PR_SET_PDEATHSIG still takes each worker's leader. */
+static void start_guard(vramd_t *d, const char *pids)
+{
+    char gerr[256];
+    pid_t gpid = 0;
+    d->guard_fd = process_guard_start(pids, &gpid, gerr, sizeof gerr);
+    if (d->guard_fd < 0)
+        log_event(LOG_ERROR, "guard_unavailable", "error=%s", gerr);
+    else
+        log_event(LOG_INFO, "guard_started", "pid=%d", (int)gpid);
+}
+
 int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, size_t errlen)
 {
     memset(d, 0, sizeof *d);
+    d->guard_fd = -1;
     d->config_path = strdup(config_path);
     config_t *cfg = config_load(config_path, err, errlen);
     if (!cfg)
@@ -355,6 +371,7 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     int killed = process_kill_stale(pids);
     if (killed > 0)
         log_event(LOG_WARN, "stale_workers_killed", "count=%d dir=%s", killed, pids);
+    start_guard(d, pids);
     if (start_listening(d, err, errlen) != 0)
         return -1;
     start_signals(d);

@@ -33,6 +33,7 @@ struct vramd {
     int exit_code;
     char bound_host[64];     /* the listener's address as bound at start (reloads never re-bind) */
     int bound_port;
+    int guard_fd;            /* write end of the guard's pipe: closed only by this process's end */
 };
 
 int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, size_t errlen);
