@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -171,6 +172,43 @@ static int check_start_only(const config_t *old, const config_t *cfg, char *err,
     return -1;
 }
 
+/* Descriptors vramd may need at once: every client connection, per instance its upstream
+ * connections (concurrency) and a few more (stdout and stderr pipes, a health check, a
+ * hook), job attempts' loopback client sides, and a fixed part (listener, loop, signals,
+ * journal with its WAL and index, result files, NVML, the guard's pipe, stdio). */
+static uint64_t fd_need(const config_t *cfg)
+{
+    uint64_t need = cfg->limits.max_connections + cfg->jobs.max_active + 128;
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        const model_config_t *mc = &cfg->models[i];
+        need += (uint64_t)(mc->url ? 1 : mc->instances) * (mc->concurrency + 4);
+    }
+    return need;
+}
+
+/* Raise the soft RLIMIT_NOFILE to the hard one, and warn (once per start or reload) when
+ * even that is below what the config may need. A warning, not a refusal: the defaults
+ * (max_connections 20000) exceed the hard limit of many hosts that never see that many
+ * clients, and running out is survivable: accept fails (accept_failed), and a health check
+ * that cannot open a socket is not counted against the worker (local_resource_exhausted). */
+static void fit_fd_limit(const config_t *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < rl.rlim_max) {
+        struct rlimit up = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl = up;
+    }
+    uint64_t need = fd_need(cfg);
+    if (rl.rlim_cur == RLIM_INFINITY || need <= (uint64_t)rl.rlim_cur)
+        return;
+    log_event(LOG_WARN, "fd_limit_low", "need=%llu limit=%llu max_connections=%u hint=%s",
+              (unsigned long long)need, (unsigned long long)rl.rlim_cur, cfg->limits.max_connections,
+              "raise LimitNOFILE (the hard RLIMIT_NOFILE) or lower limits.max_connections");
+}
+
 int vramd_reload(vramd_t *d, char *err, size_t errlen)
 {
     core_t *core = &d->core;
@@ -188,6 +226,7 @@ int vramd_reload(vramd_t *d, char *err, size_t errlen)
     }
     core_set_config(core, cfg);
     apply_config(d, cfg);
+    fit_fd_limit(cfg);
     config_unref(cfg); /* the core holds its own reference */
     log_event(LOG_INFO, "config_reloaded", "path=%s models=%zu", d->config_path, cfg->n_models);
     core_note_event(core, "config reloaded (%zu models)", cfg->n_models);
@@ -362,6 +401,7 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     config_unref(cfg); /* the core holds its own reference */
     core_t *core = &d->core;
     log_configure((enum log_format)cfg->log_format, (enum log_level)cfg->log_level, 2);
+    fit_fd_limit(cfg);
     char pids[4096];
     snprintf(pids, sizeof pids, "%s/pids", cfg->state_dir);
     if (mkdir_p(pids) != 0) {
