@@ -32,6 +32,13 @@ static void usage(FILE *f)
             "only when its memory fits, supervises workers and shows what the GPU is doing.\n");
 }
 
+static void close_handle(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
 int main(int argc, char **argv)
 {
     const char *config = "vramd.yaml";
@@ -74,6 +81,9 @@ int main(int argc, char **argv)
     if (vramd_init(&d, &loop, config, err, sizeof err) != 0) {
         log_event(LOG_ERROR, "vramd_start_failed", "error=%s", err);
         notify_start_failed(err);
+        uv_walk(&loop, close_handle, NULL); /* a listener that could not bind, say */
+        uv_run(&loop, UV_RUN_DEFAULT);
+        uv_loop_close(&loop);
         return 1;
     }
     notify_ready(&d.core);
