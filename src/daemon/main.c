@@ -6,7 +6,10 @@
  *   vramd --version
  *
  * Exit codes: 0 after a drain or a clean stop, 1 when the config is bad or vramd cannot
- * start (the reason is printed on stderr), 2 for a usage error.
+ * start, 2 for a usage error. A failed start writes exactly one line on stderr: the
+ * vramd_start_failed log event (JSON, or text when the config was read and says
+ * log.format: text), where the logs go, so that journald keeps one structured record and a
+ * person at a terminal reads the reason once. (--check-config prints the plain message.)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,13 @@ static void usage(FILE *f)
             "\n"
             "vramd is a GPU-memory gatekeeper for model servers: it queues requests, admits each\n"
             "only when its memory fits, supervises workers and shows what the GPU is doing.\n");
+}
+
+static void close_handle(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
 }
 
 int main(int argc, char **argv)
@@ -69,9 +79,11 @@ int main(int argc, char **argv)
     static vramd_t d;
     char err[CONFIG_ERR_MAX];
     if (vramd_init(&d, &loop, config, err, sizeof err) != 0) {
-        fprintf(stderr, "vramd: %s\n", err);
         log_event(LOG_ERROR, "vramd_start_failed", "error=%s", err);
         notify_start_failed(err);
+        uv_walk(&loop, close_handle, NULL); /* a listener that could not bind, say */
+        uv_run(&loop, UV_RUN_DEFAULT);
+        uv_loop_close(&loop);
         return 1;
     }
     notify_ready(&d.core);

@@ -11,11 +11,13 @@
  */
 #include "daemon/vramd.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -77,6 +79,8 @@ static int start_listening(vramd_t *d, char *err, size_t errlen)
         snprintf(err, errlen, "cannot listen on %s:%d: %s", c->listen_host, c->listen_port, uv_strerror(rc));
         return -1;
     }
+    snprintf(d->bound_host, sizeof d->bound_host, "%s", c->listen_host);
+    d->bound_port = c->listen_port;
     d->core.listening = true;
     return 0;
 }
@@ -109,6 +113,41 @@ static void apply_config(vramd_t *d, config_t *cfg)
 
 static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && b && strcmp(a, b) == 0); }
 
+static bool host_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    return strcmp(host, "localhost") == 0;
+}
+
+/* The listener is bound once, at start, and a reload never re-binds it: a reload whose
+ * listen differs from the address actually bound is refused (accepting it would leave the
+ * socket where it is while the token rule was checked against the new address: a reload
+ * to 127.0.0.1 without a token would open the admin routes on 0.0.0.0). And the token
+ * rule holds for the bound address: bound off loopback, admin_token_file stays required. */
+static int check_listen(const vramd_t *d, const config_t *cfg, char *err, size_t errlen)
+{
+    if (strcmp(cfg->listen_host, d->bound_host) != 0 || cfg->listen_port != d->bound_port) {
+        snprintf(err, errlen,
+                 "%s: listen: changed from %s:%d to %s:%d; the listener is bound only at start "
+                 "(restart vramd to change it)",
+                 cfg->path, d->bound_host, d->bound_port, cfg->listen_host, cfg->listen_port);
+        return -1;
+    }
+    if (!host_is_loopback(d->bound_host) && cfg->admin_token == NULL) {
+        snprintf(err, errlen,
+                 "%s: admin_token_file: required while vramd listens on %s:%d, which is not a loopback "
+                 "address (admin routes would be open to the network)",
+                 cfg->path, d->bound_host, d->bound_port);
+        return -1;
+    }
+    return 0;
+}
+
 /* GPU settings take effect at start only (the NVML library is loaded and the devices and
  * poll timer set up once): a reload that changes one is refused, naming the key. */
 static int check_start_only(const config_t *old, const config_t *cfg, char *err, size_t errlen)
@@ -133,12 +172,49 @@ static int check_start_only(const config_t *old, const config_t *cfg, char *err,
     return -1;
 }
 
+/* Descriptors vramd may need at once: every client connection, per instance its upstream
+ * connections (concurrency) and a few more (stdout and stderr pipes, a health check, a
+ * hook), job attempts' loopback client sides, and a fixed part (listener, loop, signals,
+ * journal with its WAL and index, result files, NVML, the guard's pipe, stdio). */
+static uint64_t fd_need(const config_t *cfg)
+{
+    uint64_t need = cfg->limits.max_connections + cfg->jobs.max_active + 128;
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        const model_config_t *mc = &cfg->models[i];
+        need += (uint64_t)(mc->url ? 1 : mc->instances) * (mc->concurrency + 4);
+    }
+    return need;
+}
+
+/* Raise the soft RLIMIT_NOFILE to the hard one, and warn (once per start or reload) when
+ * even that is below what the config may need. A warning, not a refusal: the defaults
+ * (max_connections 20000) exceed the hard limit of many hosts that never see that many
+ * clients, and running out is survivable: accept fails (accept_failed), and a health check
+ * that cannot open a socket is not counted against the worker (local_resource_exhausted). */
+static void fit_fd_limit(const config_t *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < rl.rlim_max) {
+        struct rlimit up = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl = up;
+    }
+    uint64_t need = fd_need(cfg);
+    if (rl.rlim_cur == RLIM_INFINITY || need <= (uint64_t)rl.rlim_cur)
+        return;
+    log_event(LOG_WARN, "fd_limit_low", "need=%llu limit=%llu max_connections=%u hint=%s",
+              (unsigned long long)need, (unsigned long long)rl.rlim_cur, cfg->limits.max_connections,
+              "raise LimitNOFILE (the hard RLIMIT_NOFILE) or lower limits.max_connections");
+}
+
 int vramd_reload(vramd_t *d, char *err, size_t errlen)
 {
     core_t *core = &d->core;
     notify_reloading();
     config_t *cfg = config_load(d->config_path, err, errlen);
-    if (cfg && check_start_only(core->cfg, cfg, err, errlen) != 0) {
+    if (cfg && (check_listen(d, cfg, err, errlen) != 0 || check_start_only(core->cfg, cfg, err, errlen) != 0)) {
         config_unref(cfg);
         cfg = NULL;
     }
@@ -148,10 +224,9 @@ int vramd_reload(vramd_t *d, char *err, size_t errlen)
         notify_reload_done(core, false);
         return -1;
     }
-    if (strcmp(cfg->listen_host, core->cfg->listen_host) != 0 || cfg->listen_port != core->cfg->listen_port)
-        log_event(LOG_WARN, "config_listen_unchanged", "reason=%s", "a new listen address takes effect at the next start");
     core_set_config(core, cfg);
     apply_config(d, cfg);
+    fit_fd_limit(cfg);
     config_unref(cfg); /* the core holds its own reference */
     log_event(LOG_INFO, "config_reloaded", "path=%s models=%zu", d->config_path, cfg->n_models);
     core_note_event(core, "config reloaded (%zu models)", cfg->n_models);
@@ -299,9 +374,25 @@ static void start_signals(vramd_t *d)
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* The guard kills this run's workers (whole groups, wrappers' children included) when this
+ * process ends, however it ends (workers/process_guard.c). Started before the listener, the
+ * journal and any worker or thread, so it holds none of them. Without it (fork failed)
+ * vramd runs on: PR_SET_PDEATHSIG still takes each worker's leader. */
+static void start_guard(vramd_t *d, const char *pids)
+{
+    char gerr[256];
+    pid_t gpid = 0;
+    d->guard_fd = process_guard_start(pids, &gpid, gerr, sizeof gerr);
+    if (d->guard_fd < 0)
+        log_event(LOG_ERROR, "guard_unavailable", "error=%s", gerr);
+    else
+        log_event(LOG_INFO, "guard_started", "pid=%d", (int)gpid);
+}
+
 int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, size_t errlen)
 {
     memset(d, 0, sizeof *d);
+    d->guard_fd = -1;
     d->config_path = strdup(config_path);
     config_t *cfg = config_load(config_path, err, errlen);
     if (!cfg)
@@ -310,6 +401,7 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     config_unref(cfg); /* the core holds its own reference */
     core_t *core = &d->core;
     log_configure((enum log_format)cfg->log_format, (enum log_level)cfg->log_level, 2);
+    fit_fd_limit(cfg);
     char pids[4096];
     snprintf(pids, sizeof pids, "%s/pids", cfg->state_dir);
     if (mkdir_p(pids) != 0) {
@@ -319,6 +411,7 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     int killed = process_kill_stale(pids);
     if (killed > 0)
         log_event(LOG_WARN, "stale_workers_killed", "count=%d dir=%s", killed, pids);
+    start_guard(d, pids);
     if (start_listening(d, err, errlen) != 0)
         return -1;
     start_signals(d);

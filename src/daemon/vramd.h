@@ -9,7 +9,8 @@
  * (loop) -> drain (SIGTERM, SIGINT or POST /v1/admin/drain: stop admitting, finish queued
  * and in-flight requests within limits.drain_timeout, stop workers) -> loop ends -> exit 0.
  * Reload (SIGHUP or POST /v1/admin/reload) parses a new config and swaps it in only when it
- * is valid and changes nothing that only a restart applies (listen, state_dir, gpu.*);
+ * is valid and changes nothing that only a restart applies (listen and gpu.* are refused,
+ * and admin_token_file stays required while the bound address is not loopback);
  * models keep their runtime (queue, instances) across a reload by name.
  * Invariant: core.cfg is always a fully validated config.
  */
@@ -30,6 +31,9 @@ struct vramd {
     uv_timer_t drain_timer;
     bool stopped;            /* every worker gone, uv_stop called (once) */
     int exit_code;
+    char bound_host[64];     /* the listener's address as bound at start (reloads never re-bind) */
+    int bound_port;
+    int guard_fd;            /* write end of the guard's pipe: closed only by this process's end */
 };
 
 int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, size_t errlen);

@@ -121,13 +121,27 @@ static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
     request_set_ops(r, &waiter_ops);
 }
 
+/* vramd-wide readiness: 503 while starting or draining, when NVML fails and a model needs
+ * it, and when every configured model has failed (nothing could be served); else 200. */
 static void respond_readyz(conn_t *c)
 {
     core_t *d = c->core;
     bool gpu_needed = false;
-    list_foreach(it, &d->models) if (sched_model_uses_gpu(list_entry(it, model_t, link)->cfg)) gpu_needed = true;
+    unsigned n_models = 0, n_failed = 0;
+    list_foreach(it, &d->models) {
+        model_t *m = list_entry(it, model_t, link);
+        if (m->removed)
+            continue;
+        n_models++;
+        n_failed += m->failed ? 1 : 0;
+        if (sched_model_uses_gpu(m->cfg))
+            gpu_needed = true;
+    }
     if (d->ready && !d->draining && gpu_needed && !sched_gpu_ok()) {
         conn_respond_error(c, 503, "gpu_unavailable", NULL, 5, false, "%s", sched_gpu_error());
+    } else if (d->ready && !d->draining && n_models > 0 && n_failed == n_models) {
+        conn_respond_error(c, 503, "all_models_failed", NULL, 30, false,
+                           "every model (%u) has failed; POST /v1/models/NAME/load to retry one", n_models);
     } else if (d->ready && !d->draining) {
         static const char ok[] = "{\"ready\":true}";
         conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
@@ -135,6 +149,44 @@ static void respond_readyz(conn_t *c)
         conn_respond_error(c, 503, d->draining ? "draining" : "not_ready", NULL, 1, false, "%s",
                            d->draining ? "vramd is draining" : "vramd is starting");
     }
+}
+
+/* GET /v1/models/NAME/ready: 200 when NAME can admit work now (vramd ready and not
+ * draining, the model not failed, NVML answering if it needs a GPU), 503 with the reason's
+ * code otherwise, 404 for an unknown name. A stopped model is ready: it loads on demand. */
+static void respond_model_ready(conn_t *c, const char *name, size_t len)
+{
+    core_t *d = c->core;
+    model_t *m = model_by_name(d, name, len);
+    if (!m || m->removed) {
+        conn_respond_error(c, 404, "unknown_model", NULL, -1, false, "no model named \"%.*s\"",
+                           (int)(len > 100 ? 100 : len), name);
+    } else if (!d->ready || d->draining) {
+        conn_respond_error(c, 503, d->draining ? "draining" : "not_ready", m->name, 1, false, "%s",
+                           d->draining ? "vramd is draining" : "vramd is starting");
+    } else if (m->failed) {
+        conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s", m->name,
+                           m->failed_reason);
+    } else if (sched_model_uses_gpu(m->cfg) && !sched_gpu_ok()) {
+        conn_respond_error(c, 503, "gpu_unavailable", m->name, 5, false, "%s", sched_gpu_error());
+    } else {
+        char body[384];
+        snprintf(body, sizeof body, "{\"ready\":true,\"model\":\"%s\",\"state\":\"%s\"}", m->name,
+                 model_state_name(model_state(m)));
+        conn_respond(c, 200, "application/json", body, strlen(body), NULL);
+    }
+}
+
+/* "/v1/models/NAME/ready": NAME's span, or false. */
+static bool model_ready_path(const char *path, size_t len, const char **name, size_t *name_len)
+{
+    static const char pre[] = "/v1/models/", suf[] = "/ready";
+    size_t pl = sizeof pre - 1, sl = sizeof suf - 1;
+    if (len <= pl + sl || memcmp(path, pre, pl) != 0 || memcmp(path + len - sl, suf, sl) != 0)
+        return false;
+    *name = path + pl;
+    *name_len = len - pl - sl;
+    return memchr(*name, '/', *name_len) == NULL;
 }
 
 static void respond_metrics(conn_t *c)
@@ -154,14 +206,17 @@ static bool public_route(conn_t *c, request_t *r, const char *path, size_t len)
 {
     bool get = http1_span_eq(r->head, r->msg.method, "GET") || http1_span_eq(r->head, r->msg.method, "HEAD");
     static const char ok[] = "{\"status\":\"ok\"}";
-    size_t page_len;
-    const char *page;
+    size_t page_len, name_len;
+    const char *page, *name;
     if (path_is(path, len, "/healthz")) {
         request_set_state(r, REQ_LOCAL);
         conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
     } else if (path_is(path, len, "/readyz")) {
         request_set_state(r, REQ_LOCAL);
         respond_readyz(c);
+    } else if (get && model_ready_path(path, len, &name, &name_len)) {
+        request_set_state(r, REQ_LOCAL);
+        respond_model_ready(c, name, name_len);
     } else if (path_is(path, len, "/v1/status") && get) {
         request_set_state(r, REQ_LOCAL);
         respond_json(c, 200, status_render(c->core));

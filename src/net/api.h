@@ -2,7 +2,11 @@
  * api: vramd's own HTTP routes.
  *
  *   GET  /healthz                    200 while the loop runs
- *   GET  /readyz                     200 when the config is loaded (and, later, NVML answers)
+ *   GET  /readyz                     200 when vramd can serve: 503 not_ready (starting), draining,
+ *                                    gpu_unavailable (NVML fails, a model needs it), or
+ *                                    all_models_failed (every configured model is failed)
+ *   GET  /v1/models/{name}/ready     200 when that model can admit work; 503 draining, not_ready,
+ *                                    model_failed, gpu_unavailable; 404 unknown_model
  *   GET  /v1/status                  JSON status (obs/status.c)
  *   GET  /v1/models                  OpenAI-style model list (names and aliases)
  *   POST /v1/models/{name}/load      admin: load; answers when READY (200) or FAILED (503)

@@ -186,6 +186,20 @@ static bool health_failed(instance_t *inst, int status, const char *error)
     return true;
 }
 
+/* The call failed because vramd itself could not open a socket or get memory (EMFILE,
+ * ENFILE, ENOBUFS, ENOMEM: the client reports uv_strerror's text), not because of the
+ * worker. Classified by the error text, the one thing every HTTP client here reports. */
+static bool local_resource_error(int status, const char *error)
+{
+    static const int codes[] = {UV_EMFILE, UV_ENFILE, UV_ENOBUFS, UV_ENOMEM};
+    if (status >= 0 || !error)
+        return false;
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (strstr(error, uv_strerror(codes[i])))
+            return true;
+    return strstr(error, "out of memory") != NULL;
+}
+
 static void on_health_answer(void *ctx, int status, const char *body, size_t body_len, const char *error)
 {
     (void)body;
@@ -197,6 +211,13 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
     bool ok = status == 200;
     if (inst->state == INST_STOPPING) {
         instance_maybe_free(inst);
+        return;
+    }
+    if (!ok && local_resource_error(status, error)) {
+        /* vramd's own shortage (descriptors, memory): not the worker's failure; try later */
+        log_event(LOG_WARN, "local_resource_exhausted", "model=%s instance=%u pid=%d call=%s error=%s", m->name,
+                  inst->id, (int)inst->pid, "health", error);
+        uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
         return;
     }
     if (inst->state == INST_STARTING) {

@@ -1,16 +1,21 @@
 /*
  * pidfile: pid files of workers, and killing what a previous vramd left behind.
  *
- * A pid file holds "<pid> <pgid> <starttime>\n" (the worker leads its own group, so pgid ==
- * pid; starttime is field 22 of /proc/PID/stat). It is written through "<path>.tmp" and a
- * rename, so a reader never sees half a line; process.c writes it at spawn and removes it
- * at exit.
+ * A pid file holds "<pid> <pgid> <starttime> <owner>\n" (the worker leads its own group, so
+ * pgid == pid; starttime is field 22 of /proc/PID/stat; owner is the pid of the vramd that
+ * started it). It is written through "<path>.tmp" and a rename, so a reader never sees half
+ * a line; process.c writes it at spawn and removes it at exit. (Files of older vramds have
+ * no owner field: the stale kill reads the first three fields only.)
  *
  * process_kill_stale(dir) creates dir if needed, then for each "*.pid" file in it: when
  * the named process still has the recorded starttime it SIGKILLs the whole group (a pid
  * reused by another process is never hit, nor vramd's own pid or group); when the leader
  * is gone it kills only members of the group that are its orphans (see
  * kill_orphaned_group). Every pid file it reads is removed.
+ *
+ * process_kill_owned(dir, owner) does the same kills for the files whose owner field is
+ * owner, and removes none: the guard (process_guard.c) calls it when its vramd has died,
+ * and must never touch the workers of a vramd started after it (they have another owner).
  */
 #include "workers/process.h"
 #include "workers/process_int.h"
@@ -71,7 +76,7 @@ int pidfile_write(const char *path, pid_t pid, unsigned long long starttime)
         errno = ENAMETOOLONG;
         return -1;
     }
-    int len = snprintf(line, sizeof line, "%d %d %llu\n", (int)pid, (int)pid, starttime);
+    int len = snprintf(line, sizeof line, "%d %d %llu %d\n", (int)pid, (int)pid, starttime, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return -1;
@@ -124,7 +129,7 @@ static bool ends_with(const char *s, const char *suffix)
  * process with pid == pgid is a new group that reused the number), and whose parent is
  * outside the group (orphans are re-parented to init or a subreaper). Returns 1 when
  * something was killed. */
-static int kill_orphaned_group(int pgid, unsigned long long leader_start, const char *path)
+static int kill_orphaned_group(int pgid, unsigned long long leader_start, const char *path, const char *event)
 {
     DIR *proc = opendir("/proc");
     if (!proc)
@@ -159,7 +164,7 @@ static int kill_orphaned_group(int pgid, unsigned long long leader_start, const 
             continue;
         kill(-pgid, SIGKILL);
         kill(pid, SIGKILL);
-        log_event(LOG_WARN, "stale_worker_killed", "pid=%d pgid=%d pidfile=%s reason=%s", pid, pgid, path,
+        log_event(LOG_WARN, event, "pid=%d pgid=%d pidfile=%s reason=%s", pid, pgid, path,
                   "leader gone, group member left");
         killed = 1;
     }
@@ -167,8 +172,15 @@ static int kill_orphaned_group(int pgid, unsigned long long leader_start, const 
     return killed;
 }
 
+/* Which pid files a sweep acts on, and how it reports a kill. */
+typedef struct sweep {
+    pid_t owner;       /* 0: every file; else only files whose owner field is this pid */
+    bool unlink_files; /* remove each file read */
+    const char *event; /* log event of a kill */
+} sweep_t;
+
 /* Kill the process a pid file names if it is still the same process; 1 if killed. */
-static int kill_if_same(const char *path)
+static int kill_if_same(const char *path, const sweep_t *sw)
 {
     char data[128];
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -179,26 +191,25 @@ static int kill_if_same(const char *path)
     if (n <= 0)
         return 0;
     data[n] = '\0';
-    int pid = 0, pgid = 0;
+    int pid = 0, pgid = 0, owner = 0;
     unsigned long long starttime = 0, now = 0;
-    if (sscanf(data, "%d %d %llu", &pid, &pgid, &starttime) != 3 || pid <= 1 || pgid <= 1)
+    int fields = sscanf(data, "%d %d %llu %d", &pid, &pgid, &starttime, &owner);
+    if (fields < 3 || pid <= 1 || pgid <= 1)
         return 0;
+    if (sw->owner > 0 && (fields < 4 || owner != (int)sw->owner))
+        return 0; /* another vramd's worker */
     if (pid == getpid() || pgid == getpgrp())
         return 0; /* never ourselves */
     if (pidfile_read_starttime(pid, &now) != 0 || now != starttime)
-        return kill_orphaned_group(pgid, starttime, path); /* the leader is gone: its group may not be */
+        return kill_orphaned_group(pgid, starttime, path, sw->event); /* the leader is gone: its group may not be */
     kill(-pgid, SIGKILL);
     kill(pid, SIGKILL);
-    log_event(LOG_WARN, "stale_worker_killed", "pid=%d pgid=%d pidfile=%s", pid, pgid, path);
+    log_event(LOG_WARN, sw->event, "pid=%d pgid=%d pidfile=%s", pid, pgid, path);
     return 1;
 }
 
-int process_kill_stale(const char *pid_dir)
+static int sweep_dir(const char *pid_dir, const sweep_t *sw)
 {
-    if (mkdir_p(pid_dir) != 0) {
-        log_event(LOG_WARN, "pid_dir_error", "dir=%s error=%s", pid_dir, strerror(errno));
-        return -1;
-    }
     DIR *d = opendir(pid_dir);
     if (!d) {
         log_event(LOG_WARN, "pid_dir_error", "dir=%s error=%s", pid_dir, strerror(errno));
@@ -212,9 +223,26 @@ int process_kill_stale(const char *pid_dir)
         char path[4096];
         if (snprintf(path, sizeof path, "%s/%s", pid_dir, de->d_name) >= (int)sizeof path)
             continue;
-        killed += kill_if_same(path);
-        unlink(path);
+        killed += kill_if_same(path, sw);
+        if (sw->unlink_files)
+            unlink(path);
     }
     closedir(d);
     return killed;
+}
+
+int process_kill_stale(const char *pid_dir)
+{
+    if (mkdir_p(pid_dir) != 0) {
+        log_event(LOG_WARN, "pid_dir_error", "dir=%s error=%s", pid_dir, strerror(errno));
+        return -1;
+    }
+    sweep_t sw = {.owner = 0, .unlink_files = true, .event = "stale_worker_killed"};
+    return sweep_dir(pid_dir, &sw);
+}
+
+int process_kill_owned(const char *pid_dir, pid_t owner)
+{
+    sweep_t sw = {.owner = owner, .unlink_files = false, .event = "guard_killed_worker"};
+    return owner > 0 ? sweep_dir(pid_dir, &sw) : -1;
 }

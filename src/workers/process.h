@@ -11,10 +11,15 @@
  * there are never zombies. vramd spawns children only through this module (never uv_spawn),
  * so the loop may reap any pid.
  *
- * Pid files: when spec->pidfile is set, "<pid> <pgid> <starttime>\n" is written there at
- * spawn and removed at exit. process_kill_stale(dir) kills (SIGKILL, whole group) every
- * process named by a pid file in dir whose /proc starttime still matches (so a reused pid
- * is never hit) and removes the files: workers left by a previous vramd that died.
+ * Pid files: when spec->pidfile is set, "<pid> <pgid> <starttime> <vramd pid>\n" is written
+ * there at spawn and removed at exit. process_kill_stale(dir) kills (SIGKILL, whole group)
+ * every process named by a pid file in dir whose /proc starttime still matches (so a reused
+ * pid is never hit) and removes the files: workers left by a previous vramd that died.
+ *
+ * The guard (process_guard.c): a process outside vramd's tree that, when vramd's process
+ * ends however it ends, SIGKILLs the groups of the workers that vramd's pid files name, so
+ * that what a wrapper (sh -c, start.sh) started dies with vramd too, not only the wrapper
+ * that PR_SET_PDEATHSIG reaches.
  *
  * Ownership: a process_t belongs to this module. The exit callback is the last callback
  * for it; it runs after the process has exited AND its output pipes reached EOF (so no log
@@ -61,6 +66,13 @@ const char *process_stdout(const process_t *p, size_t *len);
 int process_stdout_truncated(const process_t *p);
 /* Kill workers left behind by an earlier run; returns how many were killed. */
 int process_kill_stale(const char *pid_dir);
+/* Kill the workers (whole groups) that pid files in pid_dir name with owner as their vramd;
+ * the files stay. Returns how many were killed, or -1. */
+int process_kill_owned(const char *pid_dir, pid_t owner);
+/* Start the guard for pid_dir (call once, early, before any thread, listener or worker).
+ * Returns the write end of its pipe, to keep open for the life of the process (CLOEXEC);
+ * *guard_pid gets the guard's pid. -1 with err when it could not be started. */
+int process_guard_start(const char *pid_dir, pid_t *guard_pid, char *err, size_t errlen);
 /* Number of live children (for tests and status). */
 size_t process_count(void);
 

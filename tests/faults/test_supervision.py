@@ -88,7 +88,8 @@ def test_worker_behind_a_shell_wrapper_is_killed_by_the_next_vramd(faults):
     """A worker started through a shell wrapper (cmd: [/bin/sh, -c, "simworker ...; exit
     $?"], as `cmd: [bash, start.sh]` does): the shell is vramd's child, simworker its
     child, both in the worker's process group. vramd is SIGKILLed: PR_SET_PDEATHSIG kills
-    the shell only, and simworker is left running. Expected (SPEC 5: "on start, vramd kills
+    the shell only, and simworker is left running (its guard is killed first: the guard
+    would otherwise kill it at once). Expected (SPEC 5: "on start, vramd kills
     workers left behind by a previous run (pid files in state_dir)"): a new vramd with the
     same state_dir kills it (its process group) at start, so no process of the old run is
     alive once the new vramd answers /healthz, and the model serves requests again. (The
@@ -106,6 +107,12 @@ def test_worker_behind_a_shell_wrapper_is_killed_by_the_next_vramd(faults):
     inner = [p for p, _ in children_of(shell)]
     assert len(inner) == 1 and "simworker" in proc_cmdline(inner[0]), inner
 
+    # the guard (process_guard.c) would kill simworker within a second of vramd's death
+    # (tests/e2e/test_reliability_daemon.py): kill it first, so this tests the next
+    # vramd's stale kill, the safety net for when the guard died too
+    guard = vd.wait_event("guard_started", timeout=5)[0]["pid"]
+    os.kill(guard, signal.SIGKILL)
+    wait_gone([guard], timeout=5, what="the guard")
     kill_vramd(vd)
     wait_gone([shell], timeout=10, what="the wrapper shell after vramd was SIGKILLed")
     # the orphaned simworker is what this case is about: it is still there

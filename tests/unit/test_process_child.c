@@ -166,11 +166,12 @@ static void test_pidfile_written_and_removed(void **state)
     process_spec_t spec = {.argv = argv, .pidfile = path};
     process_t *p = spawn_or_fail(loop, &spec, rec);
     char *content = read_whole(path, NULL);
-    int pid = 0, pgid = 0;
+    int pid = 0, pgid = 0, owner = 0;
     unsigned long long start = 0;
     char nl = 0;
-    assert_int_equal(sscanf(content, "%d %d %llu%c", &pid, &pgid, &start, &nl), 4);
+    assert_int_equal(sscanf(content, "%d %d %llu %d%c", &pid, &pgid, &start, &owner, &nl), 5);
     assert_int_equal(nl, '\n');
+    assert_int_equal(owner, getpid()); /* the owner field: the vramd that started it */
     assert_int_equal(pid, process_pid(p));
     assert_int_equal(pgid, process_pid(p));
     proc_stat_t st;
@@ -279,6 +280,49 @@ static void test_kill_stale(void **state)
     rmdir(dir);
 }
 
+/* process_kill_owned (the guard's sweep): only the groups whose pid file names the given
+ * vramd as owner are killed; another vramd's worker and an old file without an owner
+ * field are spared; no file is removed. */
+static void test_kill_owned(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_process_owned_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    pid_t mine = fork_pauser(0), member = fork_pauser(mine), other = fork_pauser(0), old = fork_pauser(0);
+    proc_stat_t st;
+    int tries = 0;
+    while (!(read_proc_stat(member, &st) && st.pgrp == mine) && tries++ < 1000)
+        sleep_ms(5);
+    proc_stat_t ms, os, olds;
+    assert_true(read_proc_stat(mine, &ms) && read_proc_stat(other, &os) && read_proc_stat(old, &olds));
+    char path[256];
+    snprintf(path, sizeof path, "%s/a.1.pid", dir);
+    write_text(path, "%d %d %llu %d\n", (int)mine, (int)mine, ms.starttime, 4242);
+    snprintf(path, sizeof path, "%s/b.1.pid", dir);
+    write_text(path, "%d %d %llu %d\n", (int)other, (int)other, os.starttime, 4243);
+    snprintf(path, sizeof path, "%s/c.1.pid", dir);
+    write_text(path, "%d %d %llu\n", (int)old, (int)old, olds.starttime);
+
+    assert_int_equal(process_kill_owned(dir, 4242), 1);
+    int status = 0;
+    assert_int_equal(waitpid(mine, &status, 0), mine);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    assert_int_equal(waitpid(member, &status, 0), member);
+    assert_int_equal(waitpid(other, &status, WNOHANG), 0);
+    assert_int_equal(waitpid(old, &status, WNOHANG), 0);
+    kill(other, SIGKILL);
+    kill(old, SIGKILL);
+    waitpid(other, &status, 0);
+    waitpid(old, &status, 0);
+    const char *names[] = {"a.1.pid", "b.1.pid", "c.1.pid"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        assert_int_equal(access(path, F_OK), 0); /* files stay for the next start */
+        unlink(path);
+    }
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* The child inherits fds 0, 1 and 2 only, even an fd the parent forgot to mark CLOEXEC. */
 static void test_child_inherits_only_stdio(void **state)
 {
@@ -360,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_env_unset_and_private),
         cmocka_unit_test(test_pidfile_written_and_removed),
         cmocka_unit_test(test_kill_stale),
+        cmocka_unit_test(test_kill_owned),
         cmocka_unit_test(test_child_inherits_only_stdio),
         cmocka_unit_test(test_pdeathsig_kills_orphan),
     };
