@@ -5,6 +5,7 @@
 
 #include "common/units.h"
 #include "core/core.h"
+#include "sched/dispatch_clients.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
@@ -97,6 +98,20 @@ char *status_model_brief(model_t *m)
     return s;
 }
 
+/* limits.per_client's table: on, tracked, busy, max, refused, evicted */
+static void clients_json(cJSON *o, const config_t *cfg)
+{
+    dispatch_clients_stats_t st;
+    dispatch_clients_stats(cfg, &st);
+    cJSON *c = cJSON_AddObjectToObject(o, "clients");
+    cJSON_AddBoolToObject(c, "on", st.on);
+    cJSON_AddNumberToObject(c, "tracked", st.tracked);
+    cJSON_AddNumberToObject(c, "busy", st.busy);
+    cJSON_AddNumberToObject(c, "max", st.max_clients);
+    cJSON_AddNumberToObject(c, "refused", (double)st.refused);
+    cJSON_AddNumberToObject(c, "evicted", (double)st.evicted);
+}
+
 char *status_render(core_t *d)
 {
     uint64_t now = core_now();
@@ -114,6 +129,7 @@ char *status_render(core_t *d)
     cJSON_AddNumberToObject(q, "max", d->cfg->limits.queue_max);
     cJSON_AddNumberToObject(q, "in_flight", core_in_flight_total(d));
     cJSON_AddNumberToObject(o, "requests_total", (double)d->requests_total);
+    clients_json(o, d->cfg);
     cJSON *gpu = cJSON_AddObjectToObject(o, "nvml");
     cJSON_AddBoolToObject(gpu, "ok", sched_gpu_ok());
     if (!sched_gpu_ok())
