@@ -5,6 +5,7 @@
 
 #include "common/units.h"
 #include "core/core.h"
+#include "core/mem_budget.h"
 #include "sched/dispatch_clients.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
@@ -112,6 +113,18 @@ static void clients_json(cJSON *o, const config_t *cfg)
     cJSON_AddNumberToObject(c, "evicted", (double)st.evicted);
 }
 
+/* limits.memory_budget: limit, used, peak, refused, source */
+static void mem_budget_json(cJSON *o)
+{
+    const buf_budget_t *bb = mem_budget();
+    cJSON *m = cJSON_AddObjectToObject(o, "memory_budget");
+    cJSON_AddNumberToObject(m, "limit", (double)bb->limit);
+    cJSON_AddNumberToObject(m, "used", (double)bb->used);
+    cJSON_AddNumberToObject(m, "peak", (double)bb->peak);
+    cJSON_AddNumberToObject(m, "refused", (double)bb->refused);
+    cJSON_AddStringToObject(m, "source", mem_budget_source());
+}
+
 char *status_render(core_t *d)
 {
     uint64_t now = core_now();
@@ -130,6 +143,7 @@ char *status_render(core_t *d)
     cJSON_AddNumberToObject(q, "in_flight", core_in_flight_total(d));
     cJSON_AddNumberToObject(o, "requests_total", (double)d->requests_total);
     clients_json(o, d->cfg);
+    mem_budget_json(o);
     cJSON *gpu = cJSON_AddObjectToObject(o, "nvml");
     cJSON_AddBoolToObject(gpu, "ok", sched_gpu_ok());
     if (!sched_gpu_ok())

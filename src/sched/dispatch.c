@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "common/units.h"
+#include "core/mem_budget.h"
 #include "core/model.h"
 #include "core/request.h"
 #include "net/conn.h"
@@ -381,7 +382,17 @@ static void on_request_ended(void *ctx, enum core_event ev, void *subject)
         core_retry_end(core);
 }
 
+/* A reload may change limits.memory_budget. */
+static void on_reloaded(void *ctx, enum core_event ev, void *subject)
+{
+    (void)ctx;
+    (void)ev;
+    mem_budget_configure(subject);
+}
+
 void dispatch_init(core_t *core)
 {
     core_listen(core, CORE_EV_REQUEST_ENDED, on_request_ended, core);
+    core_listen(core, CORE_EV_RELOADED, on_reloaded, core);
+    mem_budget_configure(core->cfg); /* the host-memory budget for request buffers, logged */
 }
