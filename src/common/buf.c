@@ -13,24 +13,75 @@ void buf_init(buf_t *b, size_t max)
     b->cap = 0;
     b->max = max;
     b->failed = 0;
+    b->budget = NULL;
 }
+
+/* ---- budget ---------------------------------------------------------------------------- */
+
+static void give(buf_t *b, size_t n)
+{
+    if (!b->budget || n == 0)
+        return;
+    b->budget->used = b->budget->used > n ? b->budget->used - n : 0;
+}
+
+static void charge(buf_budget_t *bb, uint64_t n)
+{
+    bb->used += n;
+    if (bb->used > bb->peak)
+        bb->peak = bb->used;
+}
+
+int buf_budget_fits(const buf_budget_t *bb, uint64_t n)
+{
+    return !bb || !bb->limit || (bb->used <= bb->limit && n <= bb->limit - bb->used);
+}
+
+/* Take n more bytes of the buffer's budget; 0, or -1 when they would pass its limit. */
+static int take(buf_t *b, size_t n)
+{
+    if (!b->budget)
+        return 0;
+    if (!buf_budget_fits(b->budget, n)) {
+        b->budget->refused++;
+        return -1;
+    }
+    charge(b->budget, n);
+    return 0;
+}
+
+void buf_set_budget(buf_t *b, buf_budget_t *budget)
+{
+    give(b, b->cap);
+    b->budget = budget;
+    if (budget)
+        charge(budget, b->cap);
+}
+
+int buf_over_budget(const buf_t *b) { return b->failed == BUF_FAILED_BUDGET; }
+
+/* ---- the buffer ------------------------------------------------------------------------ */
 
 void buf_free(buf_t *b)
 {
+    give(b, b->cap);
     free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
     b->failed = 0;
 }
 
-static int fail(buf_t *b)
+static int fail_as(buf_t *b, int why)
 {
+    give(b, b->cap);
     free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
-    b->failed = 1;
+    b->failed = why;
     return -1;
 }
+
+static int fail(buf_t *b) { return fail_as(b, 1); }
 
 int buf_failed(const buf_t *b) { return b->failed; }
 
@@ -38,14 +89,32 @@ size_t buf_room(const buf_t *b) { return b->failed || b->len >= b->max ? 0 : b->
 
 void buf_adopt(buf_t *b, char *p, size_t len, size_t cap)
 {
+    give(b, b->cap);
     free(b->data);
     b->data = p;
     b->len = len;
     b->cap = cap;
     b->failed = 0;
+    if (b->budget)
+        charge(b->budget, cap); /* those bytes exist already: charged even past the limit */
 }
 
-int buf_reserve(buf_t *b, size_t extra)
+/* Grow to cap bytes (more than now), charging the budget first. */
+static int grow(buf_t *b, size_t cap)
+{
+    if (take(b, cap - b->cap) != 0)
+        return fail_as(b, BUF_FAILED_BUDGET);
+    char *p = realloc(b->data, cap);
+    if (!p) {
+        give(b, cap - b->cap);
+        return fail(b);
+    }
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int reserve(buf_t *b, size_t extra, int exact)
 {
     if (b->failed)
         return -1;
@@ -54,20 +123,19 @@ int buf_reserve(buf_t *b, size_t extra)
     size_t need = b->len + extra + 1; /* room for the trailing NUL */
     if (need <= b->cap)
         return 0;
-    size_t cap = b->cap ? b->cap : 256;
+    size_t cap = exact ? need : (b->cap ? b->cap : 256);
     while (cap < need)
         cap = cap > ((size_t)-1) / 2 ? need : cap * 2;
     if (cap > b->max + 1)
         cap = b->max + 1;
     if (cap < need)
         cap = need;
-    char *p = realloc(b->data, cap);
-    if (!p)
-        return fail(b);
-    b->data = p;
-    b->cap = cap;
-    return 0;
+    return grow(b, cap);
 }
+
+int buf_reserve(buf_t *b, size_t extra) { return reserve(b, extra, 0); }
+
+int buf_reserve_exact(buf_t *b, size_t extra) { return reserve(b, extra, 1); }
 
 int buf_append(buf_t *b, const void *p, size_t n)
 {
@@ -143,6 +211,7 @@ void buf_reset(buf_t *b)
 
 char *buf_steal(buf_t *b, size_t *len)
 {
+    give(b, b->cap); /* the bytes are the caller's now */
     char *p = b->data;
     if (len)
         *len = b->len;

@@ -13,24 +13,52 @@
  * only buf.c writes them.
  * Return convention: 0 on success, -1 when the maximum would be exceeded or memory ran out
  * (the buffer is then failed). buf_room tells beforehand whether n more bytes fit.
+ *
+ * Budgets: a buffer may be charged to a byte budget (buf_budget_t, shared by many buffers:
+ * core/mem_budget.c's for what vramd holds on behalf of requests). Its allocated capacity is
+ * what is charged: a growth that would pass the budget's limit fails the buffer like any
+ * other (buf_over_budget tells it apart), and freeing, failing or stealing the bytes gives
+ * them back. Invariant: a budget's `used` is the sum of the capacities of the buffers
+ * charged to it (buf_adopt charges even past the limit: those bytes exist already).
  */
 #ifndef VRAMD_COMMON_BUF_H
 #define VRAMD_COMMON_BUF_H
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+
+typedef struct buf_budget {
+    uint64_t limit;   /* 0 = no limit */
+    uint64_t used;    /* bytes charged now */
+    uint64_t peak;
+    uint64_t refused; /* growths refused */
+} buf_budget_t;
 
 typedef struct buf {
     char *data;
     size_t len;
     size_t cap;
     size_t max;
-    int failed; /* an append failed: empty, and appends fail until buf_reset / buf_free */
+    int failed; /* an append failed: empty, and appends fail until buf_reset / buf_free;
+                   BUF_FAILED_BUDGET when it was the budget's limit */
+    buf_budget_t *budget; /* charged with cap, or NULL */
 } buf_t;
 
+#define BUF_FAILED_BUDGET 2
+
 void buf_init(buf_t *b, size_t max);
+/* Charge the buffer (and its present capacity) to a budget from now on (NULL: none). */
+void buf_set_budget(buf_t *b, buf_budget_t *budget);
+/* Did the last failure come from the budget's limit? */
+int buf_over_budget(const buf_t *b);
+/* Would n more bytes of budget be available now? */
+int buf_budget_fits(const buf_budget_t *bb, uint64_t n);
 void buf_free(buf_t *b);
 int buf_reserve(buf_t *b, size_t extra);
+/* The same, allocating exactly len + extra (+ the NUL) when it must grow (a body whose
+ * length is known: the budget is charged what it needs, not the next power of two). */
+int buf_reserve_exact(buf_t *b, size_t extra);
 int buf_append(buf_t *b, const void *p, size_t n);
 int buf_append_str(buf_t *b, const char *s);
 int buf_printf(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

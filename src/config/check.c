@@ -237,6 +237,14 @@ int cfg_check_top(ctx_t *c, config_t *cfg, yaml_node_t *root)
         free(cfg->gpu.nvml_library);
         cfg->gpu.nvml_library = copy;
     }
+    if (cfg->memory_budget && cfg->memory_budget < cfg->limits.max_body) {
+        yaml_node_t *node = ydoc_find_value(c, ydoc_find_value(c, root, "limits"), "memory_budget");
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "limits.memory_budget");
+        return ydoc_fail(c, node ? node : root,
+                         "%llu bytes is less than limits.max_body (%llu): a body of the largest size could never be read",
+                         (unsigned long long)cfg->memory_budget, (unsigned long long)cfg->limits.max_body);
+    }
     return 0;
 }
 

@@ -183,6 +183,20 @@ typedef struct config {
     } jobs;
     model_config_t *models;
     size_t n_models;
+    /* limits.per_client (absent or null: off): caps per client and a fair order between
+     * clients (sched/client_limit.h, sched/dispatch.c) */
+    struct {
+        bool on;
+        int key;                /* 0 address (default), 1 token, 2 header (enum client_key_kind) */
+        char *header;           /* key: header:NAME */
+        unsigned max_queued;    /* default 32 (1..1000000): requests waiting in queues */
+        unsigned max_in_flight; /* default 8 (1..1000000): requests on workers */
+        unsigned max_clients;   /* default 4096 (16..1000000): clients tracked (start-only) */
+    } per_client;
+    /* limits.memory_budget: bytes vramd may hold for requests (bodies, the ladder's copy,
+     * held answers); 0 = auto (core/mem_budget.c: a quarter of what the host or cgroup has
+     * available at start, at least limits.max_body) */
+    uint64_t memory_budget;
 } config_t;
 
 /* Parse and validate. On failure returns NULL and writes "file:line:col: key.path: message"

@@ -89,6 +89,7 @@ void cfg_config_free(config_t *cfg)
     free(cfg->gpu.nvml_library);
     free(cfg->gpu.devices);
     cfg_free_argv(cfg->gpu.device_uuids, cfg->gpu.n_device_uuids);
+    free(cfg->per_client.header);
     free(cfg);
 }
 
@@ -123,6 +124,9 @@ config_t *cfg_config_new_builtin(void)
     cfg->jobs.max_attempts = 3;
     cfg->jobs.max_active = 64;
     cfg->jobs.records_ttl_ms = 7ULL * 24 * 3600 * 1000;
+    cfg->per_client.max_queued = 32;
+    cfg->per_client.max_in_flight = 8;
+    cfg->per_client.max_clients = 4096;
     if (cfg->listen_host == NULL || cfg->state_dir == NULL || cfg->gpu.nvml_library == NULL) {
         cfg_config_free(cfg);
         return NULL;

@@ -159,6 +159,58 @@ static const field_spec_t gpu_fields[] = {
     {"foreign_usage", fp_foreign_usage, offsetof(config_t, gpu.foreign_measure), 0, 0, NULL},
 };
 
+/* limits.per_client.key: address | token | header:NAME */
+static int fp_client_key(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    config_t *cfg = field;
+    char d[DESCRIBE_MAX];
+    if (ydoc_need_scalar(c, v, "address, token or header:NAME") != 0)
+        return -1;
+    const char *s = ydoc_scalar_text(v);
+    if (strcmp(s, "address") == 0 || strcmp(s, "token") == 0) {
+        cfg->per_client.key = s[0] == 'a' ? 0 : 1;
+        return 0;
+    }
+    const char *name = strncmp(s, "header:", 7) == 0 ? s + 7 : NULL;
+    if (name == NULL || name[0] == '\0' || strlen(name) > 64 ||
+        !cfg_all_chars_in(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"))
+        return ydoc_fail(c, v, "expected address, token or header:NAME (a header name like X-Client-Id), got %s",
+                         ydoc_describe(v, d, sizeof d));
+    char *copy = ydoc_dup_or_fail(c, v, name);
+    if (copy == NULL)
+        return -1;
+    free(cfg->per_client.header);
+    cfg->per_client.header = copy;
+    cfg->per_client.key = 2;
+    return 0;
+}
+
+static const field_spec_t per_client_fields[] = {
+    {"key", fp_client_key, 0, 0, 0, NULL},
+    {"max_queued", cfg_fp_unsigned, offsetof(config_t, per_client.max_queued), 1, 1000000, NULL},
+    {"max_in_flight", cfg_fp_unsigned, offsetof(config_t, per_client.max_in_flight), 1, 1000000, NULL},
+    {"max_clients", cfg_fp_unsigned, offsetof(config_t, per_client.max_clients), 16, 1000000, NULL},
+};
+static const section_t per_client_section = SECTION(per_client_fields);
+
+/* limits.per_client: a mapping turns the limits on (null: off) */
+static int fp_per_client(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    config_t *cfg = field;
+    cfg->per_client.on = !ydoc_is_null(v);
+    return cfg_apply_mapping(c, v, &per_client_section, cfg);
+}
+
+/* limits.memory_budget: auto or a size (at least 1MiB) */
+static int fp_memory_budget(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    if (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "auto") == 0) {
+        *(uint64_t *)field = 0;
+        return 0;
+    }
+    return cfg_parse_size(c, v, 1ULL << 20, field);
+}
+
 static const field_spec_t limits_fields[] = {
     {"max_body", cfg_fp_size, offsetof(config_t, limits.max_body), 1, 0, NULL},
     {"max_header", cfg_fp_size, offsetof(config_t, limits.max_header), 1024, 0, NULL},
@@ -170,6 +222,8 @@ static const field_spec_t limits_fields[] = {
     {"send_timeout", cfg_fp_duration, offsetof(config_t, limits.send_timeout_ms), 1, 0, NULL},
     {"body_timeout", cfg_fp_duration, offsetof(config_t, limits.body_timeout_ms), 1, 0, NULL},
     {"reserved_connections", cfg_fp_unsigned, offsetof(config_t, limits.reserved_connections), 0, 10000, NULL},
+    {"per_client", fp_per_client, 0, 0, 0, NULL},
+    {"memory_budget", fp_memory_budget, offsetof(config_t, memory_budget), 0, 0, NULL},
 };
 
 static const field_spec_t jobs_fields[] = {

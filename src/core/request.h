@@ -103,6 +103,10 @@ struct request {
     bool is_retry;            /* this attempt is a retry (counts against the retry budget) */
     struct process *validator; /* a validate.cmd run (or pool work) judging resp_body */
     bool validating_in_pool;   /* validator points at a thread-pool validation */
+    /* limits.per_client (sched/dispatch_clients.c) */
+    struct client_rec *client; /* its client's record once admitted there, else NULL */
+    bool client_queued;        /* counted in client->queued */
+    bool client_in_flight;     /* counted in client->in_flight */
 };
 
 #define request_set_state(r, s) request_set_state_at((r), (s), __LINE__, __FILE__)

@@ -18,6 +18,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "core/core.h"
+#include "core/mem_budget.h"
 #include "core/model.h"
 #include "net/conn_int.h"
 #include "net/http_out.h"
@@ -534,7 +535,7 @@ static void on_chunk_data(void *ctx, const char *data, size_t len)
 {
     request_t *r = ctx;
     if (buf_append(&r->body, data, len) != 0)
-        r->status = 413; /* noted; checked after the feed */
+        r->status = buf_over_budget(&r->body) ? 503 : 413; /* noted; checked after the feed */
 }
 
 static void request_complete(conn_t *c)
@@ -608,6 +609,14 @@ static void start_request(conn_t *c)
                            (unsigned long long)cfg->limits.max_body);
         return;
     }
+    if (msg.body == HTTP1_BODY_LENGTH && mem_budget_reserve_body(r, msg.content_length) != 0) {
+        const buf_budget_t *bb = mem_budget();
+        conn_respond_error(c, 503, "memory_budget", NULL, 2, true,
+                           "a body of %llu bytes would pass limits.memory_budget (%llu of %llu bytes held)",
+                           (unsigned long long)msg.content_length, (unsigned long long)bb->used,
+                           (unsigned long long)bb->limit);
+        return;
+    }
     if (msg.body == HTTP1_BODY_NONE || (msg.body == HTTP1_BODY_LENGTH && msg.content_length == 0)) {
         request_complete(c);
         return;
@@ -642,6 +651,11 @@ static void read_body(conn_t *c)
     size_t used = 0;
     http1_error_t err;
     int rc = http1_chunked_feed(&c->chunked, c->in.data, c->in.len, &used, on_chunk_data, r, &err);
+    if (r->status == 503) {
+        r->status = 0;
+        conn_respond_error(c, 503, "memory_budget", NULL, 2, true, "chunked body cut: it would pass limits.memory_budget");
+        return;
+    }
     if (r->status == 413) {
         r->status = 0;
         conn_respond_error(c, 413, "body_too_large", NULL, -1, true, "chunked body over %llu bytes",

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "core/core.h"
+#include "core/mem_budget.h"
 
 request_t *conn_request_new(conn_t *c, const http1_msg_t *msg, const http1_header_t *hdrs)
 {
@@ -25,6 +26,7 @@ request_t *conn_request_new(conn_t *c, const http1_msg_t *msg, const http1_heade
     buf_init(&r->orig_body, cfg->limits.max_body);
     buf_init(&r->resp_head, 64 * 1024);
     buf_init(&r->resp_body, cfg->limits.max_body);
+    mem_budget_attach(r); /* body, ladder copy, held answer: limits.memory_budget */
     r->head = malloc(msg->head_len + 1);
     r->hdrs = malloc((msg->n_headers ? msg->n_headers : 1) * sizeof *r->hdrs);
     if (!r->head || !r->hdrs) {

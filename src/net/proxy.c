@@ -190,7 +190,13 @@ static void fail_unsent(request_t *r, instance_t *inst, const char *why, bool ha
 {
     conn_t *c = r->conn;
     model_t *m = inst->model;
-    release_slot(r, true);
+    bool over_budget = buf_over_budget(&r->resp_body); /* not the worker's fault */
+    release_slot(r, !over_budget);
+    if (over_budget) { /* the held answer would pass limits.memory_budget */
+        conn_respond_error(c, 503, "memory_budget", m->name, 2, false,
+                           "model %s: holding the answer would pass limits.memory_budget", m->name);
+        return;
+    }
     if (m->cfg->retry_safe && r->crash_retries < 1 && !hang) {
         r->crash_retries++;
         core_requeue(m->core, r, why);

@@ -5,6 +5,8 @@
 
 #include "common/units.h"
 #include "core/core.h"
+#include "core/mem_budget.h"
+#include "sched/dispatch_clients.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
@@ -97,6 +99,32 @@ char *status_model_brief(model_t *m)
     return s;
 }
 
+/* limits.per_client's table: on, tracked, busy, max, refused, evicted */
+static void clients_json(cJSON *o, const config_t *cfg)
+{
+    dispatch_clients_stats_t st;
+    dispatch_clients_stats(cfg, &st);
+    cJSON *c = cJSON_AddObjectToObject(o, "clients");
+    cJSON_AddBoolToObject(c, "on", st.on);
+    cJSON_AddNumberToObject(c, "tracked", st.tracked);
+    cJSON_AddNumberToObject(c, "busy", st.busy);
+    cJSON_AddNumberToObject(c, "max", st.max_clients);
+    cJSON_AddNumberToObject(c, "refused", (double)st.refused);
+    cJSON_AddNumberToObject(c, "evicted", (double)st.evicted);
+}
+
+/* limits.memory_budget: limit, used, peak, refused, source */
+static void mem_budget_json(cJSON *o)
+{
+    const buf_budget_t *bb = mem_budget();
+    cJSON *m = cJSON_AddObjectToObject(o, "memory_budget");
+    cJSON_AddNumberToObject(m, "limit", (double)bb->limit);
+    cJSON_AddNumberToObject(m, "used", (double)bb->used);
+    cJSON_AddNumberToObject(m, "peak", (double)bb->peak);
+    cJSON_AddNumberToObject(m, "refused", (double)bb->refused);
+    cJSON_AddStringToObject(m, "source", mem_budget_source());
+}
+
 char *status_render(core_t *d)
 {
     uint64_t now = core_now();
@@ -114,6 +142,8 @@ char *status_render(core_t *d)
     cJSON_AddNumberToObject(q, "max", d->cfg->limits.queue_max);
     cJSON_AddNumberToObject(q, "in_flight", core_in_flight_total(d));
     cJSON_AddNumberToObject(o, "requests_total", (double)d->requests_total);
+    clients_json(o, d->cfg);
+    mem_budget_json(o);
     cJSON *gpu = cJSON_AddObjectToObject(o, "nvml");
     cJSON_AddBoolToObject(gpu, "ok", sched_gpu_ok());
     if (!sched_gpu_ok())

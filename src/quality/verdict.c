@@ -75,9 +75,9 @@ int verdict_prepare_level(request_t *r, unsigned level, char *why, size_t whylen
         return -1;
     }
     if (!r->orig_body.data && r->body.len) {
-        buf_init(&r->orig_body, r->body.max);
+        /* orig_body was made with the request (same max, charged to limits.memory_budget) */
         if (buf_append(&r->orig_body, r->body.data, r->body.len) != 0) {
-            snprintf(why, whylen, "out of memory");
+            snprintf(why, whylen, buf_over_budget(&r->orig_body) ? "over limits.memory_budget" : "out of memory");
             return -1;
         }
     }

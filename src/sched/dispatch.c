@@ -11,11 +11,13 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "common/units.h"
+#include "core/mem_budget.h"
 #include "core/model.h"
 #include "core/request.h"
 #include "net/conn.h"
 #include "net/proxy.h"
 #include "quality/verdict.h"
+#include "sched/dispatch_clients.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
@@ -185,7 +187,7 @@ void dispatch_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
     }
     uint64_t deadline;
     if (!read_request_headers(c, r, m, &deadline) || !check_gpu_fit(c, r, m) ||
-        !check_predicted_start(c, r, m, deadline))
+        !check_predicted_start(c, r, m, deadline) || !dispatch_clients_admit(c, r, m))
         return;
     if (m->queue.depth >= mc->queue_max) {
         conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false,
@@ -206,6 +208,7 @@ void dispatch_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
         return;
     }
     m->requests_total++;
+    dispatch_clients_queued(r);
     enqueued(r, deadline);
     dispatch_pump(&m->pump);
 }
@@ -231,6 +234,7 @@ void dispatch_requeue(request_t *r, const char *why)
               r->level, r->attempts);
     r->t_dispatched = 0;
     queue_push_again(&m->queue, &r->qe, r->priority, r->t_queued);
+    dispatch_clients_requeued(r);
     enqueued(r, r->deadline_ms > now ? r->deadline_ms - now : 1);
     model_schedule_pump(m);
 }
@@ -289,6 +293,7 @@ static void dispatch_to(request_t *r, instance_t *inst)
     uv_timer_stop(&inst->idle_timer);
     r->instance = inst;
     r->gpu = inst->gpu;
+    dispatch_clients_dispatched(r);
     request_set_ops(r, NULL); /* the proxy sets its own */
     core_emit(m->core, CORE_EV_REQUEST_DISPATCHED, r);
     proxy_start(r, inst);
@@ -307,13 +312,16 @@ void dispatch_pump(core_defer_t *pump)
             instance_t *inst = free_instance(m);
             if (!inst)
                 break;
-            queue_entry_t *e = queue_peek(&m->queue, now);
+            /* the next request whose client is under its in-flight cap (per_client) */
+            queue_entry_t *e = queue_peek_if(&m->queue, now, dispatch_clients_may_run, NULL);
+            if (!e)
+                break; /* the rest wait for their clients' requests to end */
             request_t *r = request_of(e);
             if (!sched_admit(r, inst)) {
                 sched_blocked(m, r, inst);
                 break;
             }
-            queue_remove(&m->queue, e);
+            queue_take(&m->queue, e);
             dispatch_to(r, inst);
         }
         if (m->queue.depth == 0)
@@ -366,6 +374,7 @@ static void on_request_ended(void *ctx, enum core_event ev, void *subject)
         return;
     account(r);
     CHECK_IF(queue_contains(&r->qe));
+    dispatch_clients_ended(r);
     CHECK_IF(r->instance != NULL);
     /* every exit path released the reservation already; this is the last safety net */
     ledger_release(sched_ledger(), &r->mem);
@@ -373,7 +382,17 @@ static void on_request_ended(void *ctx, enum core_event ev, void *subject)
         core_retry_end(core);
 }
 
+/* A reload may change limits.memory_budget. */
+static void on_reloaded(void *ctx, enum core_event ev, void *subject)
+{
+    (void)ctx;
+    (void)ev;
+    mem_budget_configure(subject);
+}
+
 void dispatch_init(core_t *core)
 {
     core_listen(core, CORE_EV_REQUEST_ENDED, on_request_ended, core);
+    core_listen(core, CORE_EV_RELOADED, on_reloaded, core);
+    mem_budget_configure(core->cfg); /* the host-memory budget for request buffers, logged */
 }

@@ -1,0 +1,191 @@
+"""e2e: reliability and fairness limits.
+
+Per-client limits (limits.per_client, SPEC 4 "Fairness between clients", RELIABILITY case
+33): one client's burst is capped (429 client_limit with Retry-After) and clients of one
+priority take turns, so another client's requests are not stuck behind the whole burst;
+a client at max_in_flight waits while others run.
+
+The host-memory budget (limits.memory_budget, RELIABILITY case 18): bodies and held answers
+are charged to a byte budget; an upload that would pass it gets 503 memory_budget before
+its body is read, and the budget's use is back to 0 afterwards (/v1/status)."""
+import threading
+import time
+
+from vramdkit import RawConn, run_threads, wait_for
+
+RUN_MS = 250
+
+
+def fair_limits(**kw):
+    pc = {"key": "header:X-Client-Id", "max_queued": 20, "max_in_flight": 2}
+    pc.update(kw)
+    return {"per_client": pc}
+
+
+def slow(vd, client, ms=RUN_MS):
+    def call():
+        r = vd.get(f"/w/slow?ms={ms}", headers={"X-Client-Id": client}, timeout=60)
+        r.done_at = time.monotonic()
+        return r
+    return call
+
+
+def test_client_burst_capped_and_others_take_turns(vramd):
+    """Client A sends 40 at once to a one-slot model, B then sends 5: A gets 429
+    client_limit past max_queued (20); all of B's are admitted and served while most of
+    A's backlog still waits (round-robin between clients, not behind A's 20)."""
+    vd = vramd.start(models={"w": vramd.worker("w", route="/w/", concurrency=1, queue_max=64)},
+                     limits=fair_limits())
+    assert vd.get("/w/echo?warm=1").status == 200
+    a_out = {}
+
+    def burst():
+        a_out["r"] = run_threads([slow(vd, "a")] * 40, timeout=60)
+    ta = threading.Thread(target=burst, daemon=True)
+    ta.start()
+    wait_for(lambda: vd.model("w")["queue"]["depth"] >= 19, timeout=10, what="A's burst queued")
+    b = run_threads([slow(vd, "b")] * 5, timeout=60)
+    ta.join(60)
+    a = a_out["r"]
+    assert all(not isinstance(r, Exception) and r is not None for r in a + b), (a, b)
+    assert [r.status for r in b] == [200] * 5, [r.status for r in b]
+    refused = [r for r in a if r.status == 429]
+    served = [r for r in a if r.status == 200]
+    assert len(served) + len(refused) == 40, sorted(r.status for r in a)
+    assert 19 <= len(refused) <= 20 and len(served) in (20, 21), (len(served), len(refused))
+    for r in refused:
+        assert r.error_code() == "client_limit", r
+        assert int(r.headers["retry-after"]) >= 1
+    # fairness: B's last answer came while A still had a good part of its backlog waiting
+    # (first come, first served would leave none of A's after B's last)
+    b_last = max(r.done_at for r in b)
+    a_after = sum(1 for r in served if r.done_at > b_last)
+    assert a_after >= 8, f"only {a_after} of A's requests finished after B's last"
+    st = vd.status()
+    assert st["clients"]["refused"] >= 19, st["clients"]
+    wait_for(lambda: vd.status()["clients"]["busy"] == 0, timeout=10, what="client counts released")
+    assert vd.model("w")["queue"]["depth"] == 0
+
+
+def test_client_at_max_in_flight_waits_while_others_run(vramd):
+    """concurrency 3, max_in_flight 1: client A's three requests run one at a time while
+    client B's request runs beside them at once."""
+    vd = vramd.start(models={"w": vramd.worker("w", route="/w/", concurrency=3, queue_max=16)},
+                     limits=fair_limits(max_in_flight=1))
+    assert vd.get("/w/echo?warm=1").status == 200
+    out = {}
+
+    def a_burst():
+        out["a"] = run_threads([slow(vd, "a", 600)] * 3, timeout=60)
+    t0 = time.monotonic()
+    ta = threading.Thread(target=a_burst, daemon=True)
+    ta.start()
+    wait_for(lambda: vd.model("w")["queue"]["depth"] == 2, timeout=10, what="A: one running, two queued")
+    assert vd.model("w")["in_flight"] == 1
+    rb = slow(vd, "b", 300)()
+    ta.join(60)
+    assert rb.status == 200, rb
+    assert rb.done_at - rb.t_start < 1.5, "B waited behind A"
+    assert [r.status for r in out["a"]] == [200] * 3
+    assert max(r.done_at for r in out["a"]) - t0 >= 1.7, "A's requests ran together"
+    wait_for(lambda: vd.status()["clients"]["busy"] == 0, timeout=10, what="client counts released")
+
+
+def test_client_limit_off_by_default(vramd):
+    """Without limits.per_client nothing is refused 429 and /v1/status says the limits are off."""
+    vd = vramd.start(models={"w": vramd.worker("w", route="/w/", concurrency=1, queue_max=64)})
+    rs = run_threads([slow(vd, "a", 50)] * 10, timeout=60)
+    assert [r.status for r in rs] == [200] * 10
+    assert vd.status()["clients"]["on"] is False
+
+
+# --- the host-memory budget -------------------------------------------------------------------
+
+MiB = 1 << 20
+BUDGET = {"memory_budget": "8MiB", "max_body": "4MiB"}
+
+
+def upload(vd, ms=2500, size=3 * MiB):
+    def call():
+        return vd.post(f"/w/slow?ms={ms}", body=b"x" * size,
+                       headers={"Content-Type": "application/octet-stream"}, timeout=60)
+    return call
+
+
+def budget(vd):
+    return vd.status()["memory_budget"]
+
+
+def hold_two_uploads(vd):
+    """Two 3 MiB uploads held (one running, one queued) on a slow one-slot model."""
+    held = [threading.Thread(target=lambda i=i: out.__setitem__(i, upload(vd)()), daemon=True)
+            for i in range(2)]
+    out = {}
+    for t in held:
+        t.start()
+    wait_for(lambda: budget(vd)["used"] >= 6 * MiB, timeout=10, what="two bodies charged")
+    return held, out
+
+
+def test_memory_budget_refuses_upload_before_reading_it(vramd):
+    """memory_budget 8MiB, max_body 4MiB, three concurrent 3 MiB uploads to a slow model:
+    the third gets 503 memory_budget with Retry-After (the first two hold 6 MiB), the first
+    two are served, and /v1/status shows the budget back at 0 afterwards."""
+    vd = vramd.start(models={"w": vramd.worker("w", route="/w/", concurrency=1)}, limits=BUDGET)
+    b = budget(vd)
+    assert b["limit"] == 8 * MiB and b["source"] == "config" and b["used"] == 0, b
+    held, out = hold_two_uploads(vd)
+    third = upload(vd)()
+    assert third.status == 503, third
+    assert third.error_code() == "memory_budget", third
+    assert int(third.headers["retry-after"]) >= 1
+    for t in held:
+        t.join(30)
+    assert [out[i].status for i in range(2)] == [200, 200], out
+    assert all(out[i].json()["slept_ms"] == 2500 for i in range(2))
+    wait_for(lambda: budget(vd)["used"] == 0, timeout=10, what="budget released")
+    b = budget(vd)
+    assert b["refused"] >= 1 and b["peak"] >= 6 * MiB, b
+    # with the room back, the same upload is served
+    assert upload(vd, ms=10)().status == 200
+    wait_for(lambda: budget(vd)["used"] == 0, timeout=10, what="budget released again")
+
+
+def test_memory_budget_cuts_a_chunked_body(vramd):
+    """A chunked upload (no Content-Length to judge beforehand) is cut with 503
+    memory_budget once it would pass the budget."""
+    vd = vramd.start(models={"w": vramd.worker("w", route="/w/", concurrency=1)}, limits=BUDGET)
+    held, out = hold_two_uploads(vd)
+    with RawConn(vd.port, timeout=20) as c:
+        c.send(b"POST /w/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        piece = b"y" * (256 * 1024)
+        try:
+            for _ in range(12):  # 3 MiB
+                c.send(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            c.send(b"0\r\n\r\n")
+        except OSError:
+            pass  # vramd answered and closed while we were still sending
+        r = c.read_response("POST", 20)
+    assert r.status == 503 and r.error_code() == "memory_budget", r
+    for t in held:
+        t.join(30)
+    assert [out[i].status for i in range(2)] == [200, 200], out
+    wait_for(lambda: budget(vd)["used"] == 0, timeout=10, what="budget released")
+
+
+def test_memory_budget_fails_a_held_answer(vramd):
+    """A validated model's answer is held whole before the client sees it: one that would
+    pass the budget fails that request with 503 memory_budget (not 502: the worker is fine),
+    and the next request is served."""
+    models = {"w": vramd.worker("w", route="/w/", concurrency=3, validate={"min_bytes": 1})}
+    vd = vramd.start(models=models, limits=BUDGET)
+    held, out = hold_two_uploads(vd)
+    r = vd.get(f"/w/big?bytes={3 * MiB}", timeout=30)
+    assert r.status == 503 and r.error_code() == "memory_budget", r
+    for t in held:
+        t.join(30)
+    assert [out[i].status for i in range(2)] == [200, 200], out
+    wait_for(lambda: budget(vd)["used"] == 0, timeout=10, what="budget released")
+    r = vd.get(f"/w/big?bytes={2 * MiB}", timeout=30)
+    assert r.status == 200 and len(r.body) == 2 * MiB, r
+    wait_for(lambda: budget(vd)["used"] == 0, timeout=10, what="budget released after a held answer")
