@@ -63,8 +63,13 @@ int supervisor_tend(model_t *m);
 
 /* Admin load: clear FAILED and backoff, start an instance if none. */
 void model_load(model_t *m);
-/* Admin unload: stop every instance once idle (in-flight ones finish first). */
+/* Admin unload: stop every instance once idle (in-flight ones finish first). An external
+ * server (url:) is never stopped: its unload hook is called once it is idle (a model
+ * without one: nothing happens; the admin route answers 409 no_unload_hook). */
 void model_unload(model_t *m, const char *reason);
+/* An admin unload of an external server is still under way (hook not called or answered,
+ * memory not back yet). */
+bool model_unload_pending(const model_t *m);
 /* Start pinned (keep_alive: forever) models and external health checks at startup. */
 void model_start_pinned(model_t *m);
 /* Drain: stop every instance (after in-flight), no restarts. */
