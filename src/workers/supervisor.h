@@ -102,7 +102,7 @@ bool instance_usable(const instance_t *inst, uint64_t now);
 /* Make room: the unload hook when the model has one, else stop the process. */
 void instance_evict(instance_t *inst, const char *why);
 /* Replace the instance: stop it once its in-flight requests are done (recycling: after
- * N requests, memory growth, 5 failed requests in a row, OOM with recycle.on_oom). */
+ * N requests, memory growth, OOM with recycle.on_oom). */
 void instance_recycle(instance_t *inst, const char *why);
 /* A request's worker went silent (response_timeout, recycle.hang_timeout): a supervised
  * worker gets SIGABRT (a core dump for the operator), then SIGKILL after stop_timeout; its
