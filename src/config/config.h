@@ -103,6 +103,11 @@ typedef struct config_validate {
     cJSON *json_equals;
 } config_validate_t;
 
+typedef struct config_retry_budget {
+    unsigned percent; /* of the requests queued or running (all models) that may be retries; default 20 */
+    unsigned min;     /* retries always allowed at once, whatever the percentage gives; default 3 */
+} config_retry_budget_t;
+
 typedef struct model_config {
     char *name;
     char *route; /* path prefix, normalised to start and end with '/'; NULL = no route */
@@ -134,6 +139,8 @@ typedef struct model_config {
     config_degrade_t degrade;
     config_validate_t validate;
     bool retry_safe; /* retry: safe */
+    uint64_t response_timeout_ms; /* request sent -> the worker's answer head; default 10m; 0 = never */
+    config_retry_budget_t retry_budget; /* retries of this model's requests (OOM ladder, invalid output) */
 } model_config_t;
 
 typedef struct config {

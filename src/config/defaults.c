@@ -44,6 +44,9 @@ int cfg_model_init_builtin(model_config_t *m)
     m->validate.kind = VALIDATE_NONE;
     m->validate.timeout_ms = 30000;
     m->retry_safe = false;
+    m->response_timeout_ms = 10 * 60 * 1000; /* seconds-to-minutes GPU work; docs/config.md */
+    m->retry_budget.percent = 20;
+    m->retry_budget.min = 3;
     bool ok = m->health.path && m->unload.method && m->reload.method && m->clear_cache.method;
     return ok ? 0 : -1;
 }

@@ -429,7 +429,13 @@ static const field_spec_t recycle_fields[] = {
     {"on_oom", cfg_fp_bool, offsetof(config_recycle_t, on_oom), 0, 0, NULL},
 };
 
+static const field_spec_t retry_budget_fields[] = {
+    {"percent", cfg_fp_unsigned, offsetof(config_retry_budget_t, percent), 0, 100, NULL},
+    {"min", cfg_fp_unsigned, offsetof(config_retry_budget_t, min), 0, 100000, NULL},
+};
+
 static const section_t health_section = SECTION(health_fields);
+static const section_t retry_budget_section = SECTION(retry_budget_fields);
 static const section_t memory_section = SECTION(memory_fields);
 static const section_t recycle_section = SECTION(recycle_fields);
 
@@ -459,6 +465,8 @@ static const field_spec_t model_fields[] = {
     {"degrade", cfg_fp_degrade, offsetof(model_config_t, degrade), 0, 0, NULL},
     {"validate", cfg_fp_validate, offsetof(model_config_t, validate), 0, 0, NULL},
     {"retry", cfg_fp_retry, offsetof(model_config_t, retry_safe), 0, 0, NULL},
+    {"response_timeout", cfg_fp_duration, offsetof(model_config_t, response_timeout_ms), 0, 0, NULL},
+    {"retry_budget", cfg_fp_section, offsetof(model_config_t, retry_budget), 0, 0, &retry_budget_section},
 };
 static const section_t model_section = SECTION(model_fields);
 

@@ -122,7 +122,7 @@ struct instance {
     unsigned failed_in_row;  /* consecutive requests that ended in a worker failure or 5xx */
     uint64_t started_ms, ready_ms, last_used_ms;
     bool stop_requested;     /* vramd asked it to stop: its exit is not a crash */
-    bool suspect;            /* its connection broke and its process looks dead: no new requests */
+    bool suspect;            /* its connection broke (or it hung): no new requests until a health check passes */
     const char *stop_reason;
     unsigned health_failures;
     struct http_call *health_call;
@@ -133,6 +133,10 @@ struct instance {
     list_t pool;             /* idle upstream_t connections to this instance */
     unsigned pool_size;
     int closing_handles;     /* uv handles still to close before the instance is freed */
+    /* outlier ejection (workers/instance.c): out of rotation until ejected_until_ms */
+    uint64_t ejected_until_ms;
+    unsigned ejections;      /* times it was ejected; the next ejection lasts 30 s x this */
+    bool hang_killed;        /* SIGABRT sent for a hang; SIGKILL follows after stop_timeout */
 };
 
 struct model {

@@ -14,9 +14,12 @@
  */
 #include "net/proxy.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "common/buf.h"
 #include "common/check.h"
@@ -24,7 +27,6 @@
 #include "core/core.h"
 #include "core/model.h"
 #include "core/request.h"
-#include "gpu/procfs.h"
 #include "net/conn.h"
 #include "net/http1.h"
 #include "net/proxy_int.h"
@@ -37,6 +39,7 @@ static http1_header_t g_up_hdrs[UP_MAX_HEADERS];
 
 static void up_close(upstream_t *up);
 static void up_read_start(upstream_t *up);
+static void up_quickack(upstream_t *up);
 
 /* ---- state ------------------------------------------------------------------------ */
 
@@ -116,8 +119,12 @@ static void release_slot(request_t *r, bool worker_broken)
     instance_t *inst = r->instance;
     if (!inst)
         return;
-    /* a 5xx from the worker counts as a failure for ejection, except 503/504 (busy, slow) */
-    if (r->status >= 500 && r->status != 503 && r->status != 504)
+    /* A well-formed answer is the worker's answer, whatever its status (a 500 is a server's
+     * normal answer to input it rejects, and clients could drive it): only 502 and 504
+     * count toward ejection (the worker is itself a gateway whose back end failed). 503 is
+     * a busy worker. Broken exchanges (resets, timeouts, malformed answers) come in as
+     * worker_broken. */
+    if (r->status == 502 || r->status == 504)
         worker_broken = true;
     r->instance = NULL;
     bool ok = !worker_broken && r->status > 0 && r->status < 500;
@@ -203,16 +210,17 @@ static void fail_unsent(request_t *r, instance_t *inst, const char *why, bool ha
         return;
     }
     if (hang)
-        conn_respond_error(c, 504, "worker_hang", m->name, -1, false, "model %s: request still running after %llu ms",
-                           m->name, (unsigned long long)m->cfg->recycle.hang_timeout_ms);
+        conn_respond_error(c, 504, "worker_hang", m->name, -1, false, "model %s: %s", m->name, why);
     else
         conn_respond_error(c, 502, "worker_failed", m->name, -1, false, "model %s: worker failed: %s", m->name, why);
 }
 
 /* Something went wrong with the worker. Before the response head reached the client the
  * client gets 502 worker_failed (or a fresh connection is tried once, for a pooled one that
- * died while idle); after it, the client's response is cut short. */
-static void fail_request(upstream_t *up, const char *why)
+ * died while idle); after it, the client's response is cut short. conn_broke: the
+ * connection itself failed (refused, reset, closed early, timed out): the instance is
+ * suspect at once, before a dying worker's exit is reaped, so that a retry goes elsewhere. */
+static void fail_request(upstream_t *up, const char *why, bool conn_broke)
 {
     request_t *r = up->req;
     if (!r) {
@@ -232,8 +240,8 @@ static void fail_request(upstream_t *up, const char *why)
         proxy_start_attempt(r, inst, false);
         return;
     }
-    if (inst->pid > 0 && !inst->external && procfs_is_dead(inst->pid))
-        inst->suspect = true; /* dead already; its exit is reaped in a moment */
+    if (conn_broke)
+        instance_mark_suspect(inst, why);
     log_event(LOG_WARN, "upstream_failed", "request_id=%s model=%s instance=%u pid=%d reason=%s streamed=%B",
               r->id, inst->model->name, inst->id, (int)inst->pid, why, r->state == REQ_STREAMING);
     bool streamed = r->state == REQ_STREAMING && !r->buffering;
@@ -246,39 +254,81 @@ static void fail_request(upstream_t *up, const char *why)
     }
 }
 
-static void on_hang_timeout(uv_timer_t *t)
+/* ---- the worker's silence ---------------------------------------------------------- */
+
+static void on_worker_silent(uv_timer_t *t);
+
+/* When the worker will have been silent too long: recycle.hang_timeout after its last
+ * bytes (or after vramd resumed reading it), and, until the answer's head is complete,
+ * response_timeout after the request was sent. *head_wait: the second comes first. */
+static uint64_t silence_deadline(const upstream_t *up, bool *head_wait)
+{
+    const model_config_t *mc = up->inst->model->cfg;
+    uint64_t at = UINT64_MAX;
+    *head_wait = false;
+    if (mc->recycle.hang_timeout_ms)
+        at = up->t_heard + mc->recycle.hang_timeout_ms;
+    if (mc->response_timeout_ms && up->state != UP_BODY && up->t_sent + mc->response_timeout_ms <= at) {
+        at = up->t_sent + mc->response_timeout_ms;
+        *head_wait = true;
+    }
+    return at;
+}
+
+/* Armed while vramd reads the worker for a request; never while reading is paused for
+ * backpressure (proxy_throttle stops it: a slow client is not a silent worker). */
+static void arm_silence_timer(upstream_t *up)
+{
+    bool head_wait;
+    if (!up->req || up->paused || (up->state != UP_SENDING && up->state != UP_HEAD && up->state != UP_BODY))
+        return;
+    uint64_t at = silence_deadline(up, &head_wait);
+    if (at == UINT64_MAX) {
+        uv_timer_stop(&up->timer);
+        return;
+    }
+    uint64_t now = core_now();
+    uv_timer_start(&up->timer, on_worker_silent, at > now ? at - now : 1, 0);
+}
+
+/* The worker said nothing for too long: 504 worker_hang (or a cut stream), and the
+ * instance is replaced (supervised: SIGABRT, then SIGKILL) or marked down (external). */
+static void on_worker_silent(uv_timer_t *t)
 {
     upstream_t *up = t->data;
     request_t *r = up->req;
-    if (!r || up->state == UP_CLOSED || up->state == UP_IDLE)
+    if (!r || up->paused || (up->state != UP_SENDING && up->state != UP_HEAD && up->state != UP_BODY))
         return;
+    bool head_wait;
+    if (silence_deadline(up, &head_wait) > core_now()) {
+        arm_silence_timer(up);
+        return;
+    }
     instance_t *inst = up->inst;
+    const model_config_t *mc = inst->model->cfg;
     conn_t *c = r->conn;
-    log_event(LOG_WARN, "worker_hang", "request_id=%s model=%s instance=%u pid=%d hang_timeout_ms=%llu", r->id,
-              inst->model->name, inst->id, (int)inst->pid, (unsigned long long)inst->model->cfg->recycle.hang_timeout_ms);
+    uint64_t ms = head_wait ? mc->response_timeout_ms : mc->recycle.hang_timeout_ms;
+    char why[160];
+    snprintf(why, sizeof why, head_wait ? "no answer from the worker within response_timeout %llu ms"
+                                        : "worker silent for recycle.hang_timeout %llu ms",
+             (unsigned long long)ms);
+    log_event(LOG_WARN, "worker_hang",
+              "request_id=%s model=%s instance=%u pid=%d timeout=%s timeout_ms=%llu hang_timeout_ms=%llu", r->id,
+              inst->model->name, inst->id, (int)inst->pid, head_wait ? "response_timeout" : "hang_timeout",
+              (unsigned long long)ms, (unsigned long long)mc->recycle.hang_timeout_ms);
     bool streamed = r->state == REQ_STREAMING && !r->buffering;
     r->up = NULL;
     up->req = NULL;
     request_set_ops(r, NULL);
     up_close(up);
-    instance_kill_hung(inst);
+    instance_kill_hung(inst, why);
     if (streamed) {
         release_slot(r, true);
         r->outcome = "worker_hang"; /* metrics: the answer broke halfway */
         conn_abort(c);
     } else {
-        fail_unsent(r, inst, "hang", true);
+        fail_unsent(r, inst, why, true);
     }
-}
-
-static void arm_hang_timer(upstream_t *up)
-{
-    request_t *r = up->req;
-    uint64_t hang = up->inst->model->cfg->recycle.hang_timeout_ms;
-    if (!hang || !r)
-        return;
-    uint64_t spent = core_now() - r->t_dispatched;
-    uv_timer_start(&up->timer, on_hang_timeout, hang > spent ? hang - spent : 1, 0);
 }
 
 /* The client left (request ops): the upstream is closed, never pooled, and the slot
@@ -307,6 +357,26 @@ static void proxy_drained(request_t *r)
 
 static const request_ops_t proxy_ops = {.cancel = proxy_cancel, .drained = proxy_drained};
 
+static void ignore_chunk(void *ctx, const char *data, size_t len)
+{
+    (void)ctx;
+    (void)data;
+    (void)len;
+}
+
+/* A chunked answer whose first body bytes came in the head's read: their framing is checked
+ * before the head goes out, so a malformed one is still a clean 502 (nothing forwarded). */
+static bool chunked_prefix_ok(const upstream_t *up, size_t head_len)
+{
+    if (up->framing != HTTP1_BODY_CHUNKED || up->in.len <= head_len)
+        return true;
+    http1_chunked_t probe = up->chunked;
+    size_t used = 0;
+    http1_error_t err;
+    return http1_chunked_feed(&probe, up->in.data + head_len, up->in.len - head_len, &used, ignore_chunk, NULL,
+                              &err) != HTTP1_ERROR;
+}
+
 static void process_upstream_input(upstream_t *up)
 {
     while (up->req && (up->state == UP_HEAD || up->state == UP_SENDING)) {
@@ -321,12 +391,12 @@ static void process_upstream_input(upstream_t *up)
             char why[160];
             snprintf(why, sizeof why, "malformed response at byte %zu: %s", err.pos,
                      err.what ? err.what : http1_errcode_name(err.code));
-            fail_request(up, why);
+            fail_request(up, why, false);
             return;
         }
         if (msg.status >= 100 && msg.status < 200) {
             if (msg.status == 101) {
-                fail_request(up, "worker switched protocols");
+                fail_request(up, "worker switched protocols", false);
                 return;
             }
             buf_consume(&up->in, msg.head_len); /* interim response: skip */
@@ -338,6 +408,10 @@ static void process_upstream_input(upstream_t *up)
         up->upstream_keep_alive = msg.keep_alive;
         if (msg.body == HTTP1_BODY_CHUNKED)
             http1_chunked_init(&up->chunked, 16 * 1024);
+        if (!chunked_prefix_ok(up, msg.head_len)) {
+            fail_request(up, "malformed response body", false); /* nothing forwarded yet: 502 */
+            return;
+        }
         request_set_state(up->req, REQ_STREAMING);
         if (verdict_wants_buffer(up->req)) {
             proxy_hold_response_head(up, up->in.data, &msg);
@@ -346,7 +420,7 @@ static void process_upstream_input(upstream_t *up)
             if (sent == -1)
                 return; /* the client is gone: the request was cancelled, the upstream closed */
             if (sent == -2) {
-                fail_request(up, "response head too large");
+                fail_request(up, "response head too large", false);
                 return;
             }
         }
@@ -364,7 +438,7 @@ static void process_upstream_input(upstream_t *up)
         return; /* the request was cancelled and the upstream closed with it */
     buf_consume(&up->in, used);
     if (rc < 0) {
-        fail_request(up, rc == -2 ? "answer larger than limits.max_body" : "malformed response body");
+        fail_request(up, rc == -2 ? "answer larger than limits.max_body" : "malformed response body", false);
         return;
     }
     if (rc == 1) {
@@ -394,7 +468,12 @@ static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     conn_t *c = up->req ? up->req->conn : NULL;
     if (c)
         conn_cork(c);
+    if (nread > 0) {
+        up->t_heard = core_now();
+        up_quickack(up);
+    }
     on_up_read_body(up, nread, b);
+    arm_silence_timer(up); /* no-op once the request ended or reading paused */
     if (c)
         conn_uncork(c);
 }
@@ -414,7 +493,7 @@ static void on_up_read_body(upstream_t *up, ssize_t nread, const uv_buf_t *b)
             finish_ok(up);
             return;
         }
-        fail_request(up, nread == UV_EOF ? "worker closed the connection" : uv_strerror((int)nread));
+        fail_request(up, nread == UV_EOF ? "worker closed the connection" : uv_strerror((int)nread), true);
         return;
     }
     if (nread == 0)
@@ -427,7 +506,7 @@ static void on_up_read_body(upstream_t *up, ssize_t nread, const uv_buf_t *b)
         if (rc == FWD_CLIENT_GONE)
             return; /* the request was cancelled and the upstream closed with it */
         if (rc < 0) {
-            fail_request(up, rc == -2 ? "answer larger than limits.max_body" : "malformed response body");
+            fail_request(up, rc == -2 ? "answer larger than limits.max_body" : "malformed response body", false);
             return;
         }
         if (rc == 1) {
@@ -437,7 +516,7 @@ static void on_up_read_body(upstream_t *up, ssize_t nread, const uv_buf_t *b)
             return;
         }
         if (used < (size_t)nread && buf_append(&up->in, b->base + used, (size_t)nread - used) != 0) {
-            fail_request(up, "response buffer overflow");
+            fail_request(up, "response buffer overflow", false);
             return;
         }
         if (up->req)
@@ -445,16 +524,31 @@ static void on_up_read_body(upstream_t *up, ssize_t nread, const uv_buf_t *b)
         return;
     }
     if (buf_append(&up->in, b->base, (size_t)nread) != 0) {
-        fail_request(up, "response head too large");
+        fail_request(up, "response head too large", false);
         return;
     }
     process_upstream_input(up);
 }
 
+/* Read the worker (again): its silence counts from now. */
 static void up_read_start(upstream_t *up)
 {
     up->paused = false;
+    up->t_heard = core_now();
     uv_read_start((uv_stream_t *)&up->tcp, on_up_alloc, on_up_read);
+    arm_silence_timer(up);
+}
+
+/* Answer a worker's segment at once: one that writes head and body in two sends (Python's
+ * http.server family) holds the second until the first is ACKed (Nagle), and on a pooled
+ * connection Linux delays that ACK (~40 ms). TCP_QUICKACK is not sticky: re-armed after
+ * every read. */
+static void up_quickack(upstream_t *up)
+{
+    uv_os_fd_t fd;
+    int one = 1;
+    if (uv_fileno((const uv_handle_t *)&up->tcp, &fd) == 0)
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
 }
 
 /* ---- request ----------------------------------------------------------------------- */
@@ -474,7 +568,7 @@ static void on_up_written(uv_write_t *w, int status)
     if (up->state == UP_CLOSED || !up->req)
         return;
     if (status < 0) {
-        fail_request(up, uv_strerror(status));
+        fail_request(up, uv_strerror(status), true);
         return;
     }
     if (up->state == UP_SENDING)
@@ -489,13 +583,14 @@ static void send_request(upstream_t *up)
     proxy_request_head(r, &h);
     if (buf_failed(&h)) {
         buf_free(&h);
-        fail_request(up, "request head too large");
+        fail_request(up, "request head too large", false);
         return;
     }
 
     up_set_state(up, UP_SENDING);
     request_set_state(r, REQ_WAITING);
-    arm_hang_timer(up);
+    up->t_sent = up->t_heard = core_now();
+    arm_silence_timer(up);
     /* try the whole request at once first (see conn_write_now); queue what remains */
     size_t hl = h.len;
     uv_buf_t direct[2] = {uv_buf_init(h.data, (unsigned)hl), uv_buf_init(r->body.data, (unsigned)r->body.len)};
@@ -510,14 +605,14 @@ static void send_request(upstream_t *up)
     }
     if (sent < 0 && sent != UV_EAGAIN && sent != UV_ENOSYS) {
         buf_free(&h);
-        fail_request(up, uv_strerror(sent));
+        fail_request(up, uv_strerror(sent), true);
         return;
     }
     size_t skip = sent > 0 ? (size_t)sent : 0;
     up_write_t *uw = malloc(sizeof *uw);
     if (!uw) {
         buf_free(&h);
-        fail_request(up, "out of memory");
+        fail_request(up, "out of memory", false);
         return;
     }
     uw->up = up;
@@ -533,7 +628,7 @@ static void send_request(upstream_t *up)
     if (uv_write(&uw->req, (uv_stream_t *)&up->tcp, bufs, (unsigned)nbufs, on_up_written) != 0) {
         free(uw->head);
         free(uw);
-        fail_request(up, "write failed");
+        fail_request(up, "write failed", true);
         return;
     }
     if (up->paused)
@@ -544,7 +639,7 @@ static void on_connect_timeout(uv_timer_t *t)
 {
     upstream_t *up = t->data;
     if (up->state == UP_CONNECTING)
-        fail_request(up, "connect timeout");
+        fail_request(up, "connect timeout", true);
 }
 
 static void on_connected(uv_connect_t *cr, int status)
@@ -560,7 +655,7 @@ static void on_connected(uv_connect_t *cr, int status)
     if (status < 0) {
         char why[128];
         snprintf(why, sizeof why, "connect: %s", uv_strerror(status));
-        fail_request(up, why);
+        fail_request(up, why, true);
         return;
     }
     uv_tcp_nodelay(&up->tcp, 1);
@@ -623,7 +718,7 @@ static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_poo
     if (rc != 0) {
         char why[128];
         snprintf(why, sizeof why, "connect: %s", uv_strerror(rc));
-        fail_request(up, why);
+        fail_request(up, why, true);
         return;
     }
     uv_timer_start(&up->timer, on_connect_timeout, PROXY_CONNECT_TIMEOUT_MS, 0);

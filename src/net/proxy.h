@@ -14,6 +14,13 @@
  * pool) or closed. A pooled connection that fails before any response byte is retried once
  * on a fresh connection (the worker may have closed it while idle).
  *
+ * Silence: while vramd reads the worker (never while paused for backpressure), one timer
+ * bounds the wait for the answer head (response_timeout, from the send) and the worker's
+ * silence (recycle.hang_timeout, from its last bytes): 504 worker_hang or a cut stream, and
+ * instance_kill_hung. A connection that breaks without an answer makes its instance suspect
+ * (instance_mark_suspect); broken exchanges (not well-formed answers, except 502/504) count
+ * toward the instance's ejection. TCP_QUICKACK is re-armed after every upstream read.
+ *
  * Outcomes: the request always ends through exactly one of: conn_request_done (response
  * complete), an error answer 502 worker_failed (nothing sent yet), a retry from the queue
  * (core_requeue), the verdict (a held answer), or conn_abort (the stream broke after the

@@ -28,6 +28,7 @@ void proxy_throttle(upstream_t *up)
     conn_t *c = up->req->conn;
     if (conn_write_backlog(c) > CONN_BACKLOG_MAX && !up->paused) {
         uv_read_stop((uv_stream_t *)&up->tcp);
+        uv_timer_stop(&up->timer);
         up->paused = true;
         conn_want_drained(c);
     }

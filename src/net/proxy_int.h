@@ -31,7 +31,9 @@ struct upstream {
     enum up_state state;
     uv_tcp_t tcp;
     uv_connect_t connect_req;
-    uv_timer_t timer;
+    uv_timer_t timer;   /* connect timeout, then the worker-silence timer (proxy.c) */
+    uint64_t t_sent;    /* the request was (being) written: response_timeout runs from here */
+    uint64_t t_heard;   /* the worker's last bytes, or vramd's last resumed reading */
     buf_t in;
     size_t scan_from;
     http1_body_t framing;
@@ -64,7 +66,8 @@ void proxy_hold_response_head(upstream_t *up, const char *buf, const http1_msg_t
  * body, -2 when a held answer outgrew max_body, FWD_CLIENT_GONE when a write to the client
  * failed (the request was cancelled: the caller must not touch it). */
 int proxy_forward_body(upstream_t *up, const char *data, size_t len, size_t *used);
-/* Stop reading the upstream while the client's backlog is over CONN_BACKLOG_MAX. */
+/* Stop reading the upstream while the client's backlog is over CONN_BACKLOG_MAX (the
+ * worker-silence timer stops with it: a slow client is not a silent worker). */
 void proxy_throttle(upstream_t *up);
 
 #endif

@@ -117,17 +117,33 @@ int verdict_prepare_level(request_t *r, unsigned level, char *why, size_t whylen
     return 0;
 }
 
-/* The retry budget: at most 20 % of the requests queued or running (at least 1) may be
- * retries. A request counts once, however many levels it goes down. */
+/* The retry budget (the model's retry_budget): at most `percent` of the requests queued or
+ * running may be retries, and never fewer than `min` at once (Envoy's retry budget and its
+ * min_retry_concurrency: a burst that fails together is not refused its first retries). A
+ * request counts once, however many levels it goes down. */
 static bool retry_allowed(core_t *d, const request_t *r)
 {
     if (r->is_retry)
         return true;
-    unsigned running = core_in_flight_total(d) + core_queued_total(d);
-    unsigned budget = running / 5;
-    if (budget < 1)
-        budget = 1;
+    const config_retry_budget_t *b = &r->model->cfg->retry_budget;
+    uint64_t running = (uint64_t)core_in_flight_total(d) + core_queued_total(d);
+    uint64_t budget = running * b->percent / 100;
+    if (budget < b->min)
+        budget = b->min;
     return d->retries_in_flight < budget;
+}
+
+/* A retry was needed and the budget refused it: its own answer, not the failure's. */
+static void refuse_over_budget(request_t *r, const char *what)
+{
+    model_t *m = r->model;
+    const config_retry_budget_t *b = &m->cfg->retry_budget;
+    uint64_t after = m->run_ms_ewma / 1000 + 1;
+    log_event(LOG_WARN, "retry_budget_exhausted", "request_id=%s model=%s reason=%s retries_in_flight=%u", r->id,
+              m->name, what, m->core->retries_in_flight);
+    conn_respond_error(r->conn, 503, "retry_budget_exhausted", m->name, (int)(after > 60 ? 60 : after), false,
+                       "model %s: %s needed a retry, but %u retries are already running (retry_budget: %u%%, min %u)",
+                       m->name, what, m->core->retries_in_flight, b->percent, b->min);
 }
 
 static void retry(request_t *r, const char *why)
@@ -187,7 +203,11 @@ static void judged_invalid(request_t *r, const char *why)
               m->name, r->resp_status, r->resp_body.len, why, r->invalid_retries);
     m->invalid_total++;
     request_set_ops(r, NULL);
-    if (r->invalid_retries < 1 && retry_allowed(r->conn->core, r)) {
+    if (r->invalid_retries < 1) {
+        if (!retry_allowed(r->conn->core, r)) {
+            refuse_over_budget(r, "an invalid output");
+            return;
+        }
         r->invalid_retries++;
         retry(r, "invalid output");
         return;
@@ -420,7 +440,11 @@ void verdict_judge(request_t *r, bool oom)
         log_event(LOG_WARN, "oom", "request_id=%s model=%s level=%u status=%d next_level=%u of=%zu", r->id, m->name,
                   r->level, r->resp_status, next, mc->degrade.n_ladder);
         core_note_event(m->core, "OOM in %s at level %u", m->name, r->level);
-        if (next <= mc->degrade.n_ladder && retry_allowed(r->conn->core, r)) {
+        if (next <= mc->degrade.n_ladder && !retry_allowed(r->conn->core, r)) {
+            refuse_over_budget(r, "an out-of-memory answer");
+            return;
+        }
+        if (next <= mc->degrade.n_ladder) {
             char why[200];
             if (verdict_prepare_level(r, next, why, sizeof why) == 0) {
                 model_note_degraded(m, next);

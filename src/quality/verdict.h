@@ -12,9 +12,9 @@
  *   anything else                   -> delivered: status, headers, body, plus X-Request-Id,
  *                                      X-Vramd-Queue-Ms/Run-Ms/Attempts/Gpu and, when a level
  *                                      other than 0 was used, X-Vramd-Degrade-Level.
- * Retries are bounded by the ladder, by one invalid-output retry, and by a retry budget: at
- * most 20 % of the requests in flight (at least 1) may be retries; over budget, the answer
- * is final (503 out_of_memory / 502 invalid_output).
+ * Retries are bounded by the ladder, by one invalid-output retry, and by the model's
+ * retry_budget: at most `percent` of the requests queued or running may be retries, never
+ * fewer than `min` at once; over budget, 503 retry_budget_exhausted (Retry-After).
  * A validate.cmd validator runs as a process with the body on stdin (exit 0 = valid) under
  * validate.timeout; a validator that times out or cannot start counts as "invalid".
  * Ownership: the request's slot and reservation are already released when verdict_judge runs;

@@ -264,9 +264,12 @@ static void check_model(const model_t *m)
 static instance_t *free_instance(model_t *m)
 {
     instance_t *best = NULL;
+    uint64_t now = core_now();
     list_foreach(it, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
-        if (in->state != INST_READY || in->stop_requested || in->suspect || in->in_flight >= m->cfg->concurrency)
+        /* not one that is stopping, suspect (its connection just broke: a retry must not
+         * land on a dying worker before its exit is reaped) or ejected */
+        if (!instance_usable(in, now) || in->in_flight >= m->cfg->concurrency)
             continue;
         if (in->baseline_pending && sched_gpu_ok())
             continue; /* one NVML read away: its post-load baseline is being measured */

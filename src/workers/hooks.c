@@ -74,7 +74,25 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
     }
     m->unloads_total++;
     m->unloads_by_reason[inst->unload_reason]++;
+    if (!sched_instance_holds_memory(inst)) {
+        instance_reclaimed(inst, true); /* no GPU memory booked: the hook's 2xx is the answer */
+        return;
+    }
     sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory back */
+}
+
+int instance_unload(instance_t *inst, enum unload_reason reason, const char *why)
+{
+    model_t *m = inst->model;
+    if (!m->cfg->unload.set || inst->state != INST_READY)
+        return -1;
+    uv_timer_stop(&inst->idle_timer);
+    inst->unload_reason = reason;
+    instance_set_state(inst, INST_UNLOADING, why);
+    if (call_hook(inst, &m->cfg->unload, 30000, on_unload_answer) == 0)
+        return 0;
+    instance_set_state(inst, INST_READY, "unload hook could not be called");
+    return -1;
 }
 
 void instance_evict(instance_t *inst, const char *why)
@@ -91,12 +109,8 @@ void instance_evict(instance_t *inst, const char *why)
             process_stop(inst->proc, m->cfg->stop_timeout_ms);
         return;
     }
-    if (m->cfg->unload.set && inst->state == INST_READY) {
-        instance_set_state(inst, INST_UNLOADING, why);
-        if (call_hook(inst, &m->cfg->unload, 30000, on_unload_answer) == 0)
-            return;
-        instance_set_state(inst, INST_READY, "unload hook could not be called");
-    }
+    if (instance_unload(inst, UNLOAD_EVICTED, why) == 0)
+        return;
     if (inst->external) {
         model_set_failed(m, "external server cannot be unloaded");
         return;

@@ -140,11 +140,24 @@ static void health_startup_timeout(instance_t *inst, const char *error)
 }
 
 /* A check passed while READY or DOWN: DOWN comes back READY (an external model's FAILED
- * mark, set by the failing checks, is cleared). */
+ * mark, set by the failing checks, is cleared); a suspect instance takes requests again;
+ * an ejection that ran out ends. */
 static void health_passed(instance_t *inst)
 {
     model_t *m = inst->model;
     inst->health_failures = 0;
+    if (inst->suspect && !inst->hang_killed) {
+        inst->suspect = false;
+        log_event(LOG_INFO, "worker_suspect_cleared", "model=%s instance=%u pid=%d", m->name, inst->id,
+                  (int)inst->pid);
+        model_schedule_pump(m);
+    }
+    if (inst->ejected_until_ms && inst->ejected_until_ms <= core_now()) {
+        inst->ejected_until_ms = 0;
+        log_event(LOG_INFO, "worker_ejection_ended", "model=%s instance=%u pid=%d ejections=%u", m->name, inst->id,
+                  (int)inst->pid, inst->ejections);
+        model_schedule_pump(m);
+    }
     if (inst->state == INST_DOWN) {
         instance_set_state(inst, INST_READY, "health check passed");
         if (m->failed && inst->external) {
@@ -168,7 +181,7 @@ static bool health_failed(instance_t *inst, int status, const char *error)
     if (inst->health_failures < m->cfg->health.failures)
         return true;
     if (inst->external) {
-        if (inst->state != INST_DOWN) {
+        if (inst->state != INST_DOWN || !m->failed) {
             instance_set_state(inst, INST_DOWN, "health checks failing");
             char reason[160];
             snprintf(reason, sizeof reason, "external server %s:%d failing health checks", inst->host,
@@ -489,16 +502,93 @@ void instance_recycle(instance_t *inst, const char *why)
     model_schedule_pump(m);   /* a replacement starts when there is demand */
 }
 
-void instance_kill_hung(instance_t *inst)
+/* The grace after SIGABRT ran out (a stopped or wedged worker does not act on it). */
+static void on_hang_grace(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    if (!inst->proc)
+        return;
+    log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s signal=%d", inst->model->name, inst->id,
+              (int)inst->pid, "request hang", SIGKILL);
+    process_signal(inst->proc, SIGKILL);
+}
+
+void instance_kill_hung(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     m->hangs_total++;
-    if (inst->external || !inst->proc)
+    if (inst->external) {
+        /* never signalled: out of rotation until its health check passes again */
+        if (inst->state == INST_READY)
+            instance_set_state(inst, INST_DOWN, why);
         return;
+    }
+    if (!inst->proc || inst->hang_killed)
+        return;
+    inst->hang_killed = true;
+    inst->suspect = true; /* no new requests while it dies */
     inst->kill_reason = RESTART_HANG;
-    log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s", m->name, inst->id, (int)inst->pid,
-              "request hang");
-    process_signal(inst->proc, SIGKILL); /* the exit is a crash: counted, restarted with backoff */
+    if (inst->health_call) {
+        http_call_cancel(inst->health_call);
+        inst->health_call = NULL;
+    }
+    uint64_t grace = m->cfg->stop_timeout_ms ? m->cfg->stop_timeout_ms : 1;
+    log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s signal=%d grace_ms=%llu", m->name,
+              inst->id, (int)inst->pid, "request hang", SIGABRT, (unsigned long long)grace);
+    /* gunicorn's sequence: SIGABRT (a core dump for the operator), SIGKILL if it is still
+     * there after the grace; the exit is a failure (RESTART_HANG), replaced with backoff */
+    process_signal(inst->proc, SIGABRT);
+    uv_timer_start(&inst->timer, on_hang_grace, grace, 0);
+}
+
+void instance_mark_suspect(instance_t *inst, const char *why)
+{
+    if (inst->suspect || inst->hang_killed || inst->state != INST_READY)
+        return;
+    inst->suspect = true;
+    log_event(LOG_WARN, "worker_suspect", "model=%s instance=%u pid=%d reason=%s", inst->model->name, inst->id,
+              (int)inst->pid, why);
+    if (inst->health_call) {
+        http_call_cancel(inst->health_call);
+        inst->health_call = NULL;
+    }
+    uv_timer_start(&inst->timer, instance_health_tick, 0, 0); /* its next check decides */
+}
+
+bool instance_usable(const instance_t *in, uint64_t now)
+{
+    return in->state == INST_READY && !in->stop_requested && !in->suspect && in->ejected_until_ms <= now;
+}
+
+/* INSTANCE_OUTLIER_IN_ROW broken exchanges in a row: eject the instance for a growing time
+ * (Envoy's outlier detection: base 30 s x ejections, capped), unless no other instance of
+ * the model could take its requests. */
+static void instance_note_outlier(instance_t *inst)
+{
+    model_t *m = inst->model;
+    uint64_t now = core_now();
+    unsigned in_row = inst->failed_in_row;
+    inst->failed_in_row = 0;
+    bool other = false;
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        if (in != inst && instance_usable(in, now))
+            other = true;
+    }
+    if (!other) {
+        log_event(LOG_WARN, "worker_outlier_kept", "model=%s instance=%u pid=%d failed_in_row=%u reason=%s", m->name,
+                  inst->id, (int)inst->pid, in_row, "the model's last healthy instance");
+        return;
+    }
+    inst->ejections++;
+    uint64_t ms = (uint64_t)INSTANCE_EJECT_BASE_MS * inst->ejections;
+    if (ms > INSTANCE_EJECT_MAX_MS)
+        ms = INSTANCE_EJECT_MAX_MS;
+    inst->ejected_until_ms = now + ms;
+    log_event(LOG_WARN, "worker_ejected", "model=%s instance=%u pid=%d failed_in_row=%u ejections=%u ejection_ms=%llu",
+              m->name, inst->id, (int)inst->pid, in_row, inst->ejections, (unsigned long long)ms);
+    core_note_event(m->core, "ejected %s instance %u for %llu s: %u broken exchanges in a row", m->name, inst->id,
+                    (unsigned long long)(ms / 1000), in_row);
 }
 
 void instance_request_done(instance_t *inst, bool worker_broken)
@@ -510,8 +600,8 @@ void instance_request_done(instance_t *inst, bool worker_broken)
         m->in_flight--;
     inst->failed_in_row = worker_broken ? inst->failed_in_row + 1 : 0;
     const config_recycle_t *rc = &m->cfg->recycle;
-    if (inst->failed_in_row >= 5)
-        instance_recycle(inst, "5 failed requests in a row");
+    if (inst->failed_in_row >= INSTANCE_OUTLIER_IN_ROW)
+        instance_note_outlier(inst);
     else if (rc->after_requests && inst->requests_total >= rc->after_requests)
         instance_recycle(inst, "after_requests");
     if (inst->stop_requested && inst->in_flight == 0 && inst->state != INST_STOPPING && !inst->external) {

@@ -21,6 +21,8 @@
 
 #define QUEUE_AGE_STEP_MS 30000
 
+static void unload_external_when_idle(model_t *m);
+
 static void on_backoff_timer(uv_timer_t *t)
 {
     model_schedule_pump(t->data);
@@ -131,6 +133,8 @@ int supervisor_tend(model_t *m)
     }
     if (ready_now)
         m->load_requested = false;
+    if (m->cfg->url && m->unload_requested)
+        unload_external_when_idle(m);
     bool want = (m->queue.depth > 0 || (pinned && m->n_instances == 0) || (m->load_requested && !ready_now)) &&
                 !d->stopping && !m->unload_requested;
     int rc = want ? start_on_demand(m, core_now()) : PLACER_FITS;
@@ -144,10 +148,42 @@ void model_start_pinned(model_t *m)
     model_schedule_pump(m);
 }
 
+/* An admin unload of an external server: its unload hook, once nothing runs on it. An
+ * instance that is not READY (down, already unloaded) has nothing to unload. */
+static void unload_external_when_idle(model_t *m)
+{
+    list_foreach_safe(it, tmp, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        if (in->state == INST_READY && in->in_flight > 0)
+            return; /* again at the pump after its requests end */
+        m->unload_requested = false;
+        if (in->state == INST_READY && instance_unload(in, UNLOAD_ADMIN, "admin unload") != 0)
+            model_set_failed(m, "external server: unload hook could not be called");
+    }
+    m->unload_requested = false;
+}
+
+bool model_unload_pending(const model_t *m)
+{
+    if (m->unload_requested)
+        return true;
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        if (in->state == INST_UNLOADING)
+            return true;
+    }
+    return false;
+}
+
 void model_unload(model_t *m, const char *reason)
 {
-    if (m->cfg->url)
-        return; /* external: unload hooks arrive with the memory ledger */
+    if (m->cfg->url) {
+        /* external: never stopped; its unload hook (callers refuse a model without one) */
+        m->unload_requested = m->cfg->unload.set;
+        if (m->unload_requested)
+            unload_external_when_idle(m);
+        return;
+    }
     m->unload_requested = true;
     list_foreach_safe(it, tmp, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);

@@ -17,6 +17,10 @@
  * starting > draining (admin unload waiting for in-flight) > unloading (instances
  * STOPPING) > stopped.
  *
+ * Outliers (instance_request_done): only exchanges that show a broken worker count, never a
+ * well-formed answer a client could drive (4xx, 500); five in a row eject the instance for
+ * 30 s x its ejections (capped at 5 min); the last healthy instance is never ejected.
+ *
  * Restart policy: every failed start (exit before READY, startup_timeout) and every crash
  * (exit while READY that vramd did not ask for) is a failure. The next start waits
  * 1 s * 2^(consecutive failures - 1), at most 5 min; consecutive failures reset when an
@@ -63,8 +67,13 @@ int supervisor_tend(model_t *m);
 
 /* Admin load: clear FAILED and backoff, start an instance if none. */
 void model_load(model_t *m);
-/* Admin unload: stop every instance once idle (in-flight ones finish first). */
+/* Admin unload: stop every instance once idle (in-flight ones finish first). An external
+ * server (url:) is never stopped: its unload hook is called once it is idle (a model
+ * without one: nothing happens; the admin route answers 409 no_unload_hook). */
 void model_unload(model_t *m, const char *reason);
+/* An admin unload of an external server is still under way (hook not called or answered,
+ * memory not back yet). */
+bool model_unload_pending(const model_t *m);
 /* Start pinned (keep_alive: forever) models and external health checks at startup. */
 void model_start_pinned(model_t *m);
 /* Drain: stop every instance (after in-flight), no restarts. */
@@ -79,15 +88,30 @@ void model_note_outcome(model_t *m, const char *outcome);
 const char *unload_reason_name(enum unload_reason r);
 const char *restart_reason_name(enum restart_reason r);
 
-/* An instance finished one request (slot released by the proxy). */
+/* An instance finished one request (slot released by the proxy). worker_broken: the
+ * exchange showed a broken worker (connection failure, reset, timeout, malformed answer,
+ * 502/504 from it); INSTANCE_OUTLIER_IN_ROW of them in a row eject the instance for
+ * INSTANCE_EJECT_BASE_MS x its ejections (at most INSTANCE_EJECT_MAX_MS), unless it is
+ * the model's last healthy instance. */
+#define INSTANCE_OUTLIER_IN_ROW 5
+#define INSTANCE_EJECT_BASE_MS 30000
+#define INSTANCE_EJECT_MAX_MS 300000
 void instance_request_done(instance_t *inst, bool worker_broken);
+/* May the instance take a new request now (READY, not stopping, suspect nor ejected)? */
+bool instance_usable(const instance_t *inst, uint64_t now);
 /* Make room: the unload hook when the model has one, else stop the process. */
 void instance_evict(instance_t *inst, const char *why);
 /* Replace the instance: stop it once its in-flight requests are done (recycling: after
- * N requests, memory growth, 5 failed requests in a row, OOM with recycle.on_oom). */
+ * N requests, memory growth, OOM with recycle.on_oom). */
 void instance_recycle(instance_t *inst, const char *why);
-/* A request hung (recycle.hang_timeout): kill the worker now; its exit counts as a failure. */
-void instance_kill_hung(instance_t *inst);
+/* A request's worker went silent (response_timeout, recycle.hang_timeout): a supervised
+ * worker gets SIGABRT (a core dump for the operator), then SIGKILL after stop_timeout; its
+ * exit counts as a failure (RESTART_HANG) and a replacement starts on demand. An external
+ * server is marked DOWN (its health check brings it back). */
+void instance_kill_hung(instance_t *inst, const char *why);
+/* The instance's connection broke without an answer: no new requests until its next health
+ * check (started now) passes; a dead worker's exit is reaped meanwhile. */
+void instance_mark_suspect(instance_t *inst, const char *why);
 /* The scheduler saw the instance's memory come back (ok) or gave up waiting (!ok). */
 void instance_reclaimed(instance_t *inst, bool ok);
 

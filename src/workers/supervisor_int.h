@@ -54,5 +54,9 @@ void model_maybe_free(model_t *m);
 /* ---- hooks.c ---- */
 /* An UNLOADED instance is needed again: book its memory back and call the reload hook. */
 void instance_reload(instance_t *inst);
+/* A READY instance's unload hook (eviction, an admin unload of an external server):
+ * UNLOADING, then UNLOADED once its memory is back (at once without GPU memory booked).
+ * -1 when the model has no unload hook or the hook could not be called (still READY). */
+int instance_unload(instance_t *inst, enum unload_reason reason, const char *why);
 
 #endif

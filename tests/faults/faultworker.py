@@ -7,7 +7,20 @@ do both ("skip" answers: 200 with an empty body; a validator's {"score": 0} fals
   GET  /health   200 {"status": "ok"}
   POST /empty    200 with an empty body (Content-Length: 0): a worker that "skipped" the work
   POST /score    200 {"success": true, "score": S}, S = the request body's "score" (default 1)
+  POST /status   the request body's "status" (default 500) with a well-formed JSON body: a
+                 server's normal answer to input it rejects
+  POST /slow     200 after the body's "sleep" seconds (default 1)
+  POST /hang     never answers (the connection stays open; health checks still pass)
+  POST /drop     closes the connection without answering (a broken worker)
+  POST /badchunk a chunked head and a malformed chunk in one write
+  POST /stream   a chunked answer of "chunks" chunks (default 10) of "size" bytes (default
+                 100), one every "every" seconds (default 0.2)
+  POST /big      200 with "bytes" bytes (default 16 MiB) behind a Content-Length
+  POST /unload, POST /reload   hooks: counted, 200
+  GET  /calls    {"unload": N, "reload": N}: the hook calls so far
   anything else  404
+Head and body leave in two writes (end_headers flushes the head): Python's http.server
+family, whose second small write waits for the first one's ACK (Nagle).
 
 Flags: --port P (or env PORT), --name N (appears in the command line, so tests can find the
 process). HTTP/1.1 with keep-alive; every answer has a Content-Length. SIGTERM: exit 0.
@@ -17,10 +30,15 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
+import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_BODY = 1024 * 1024
+CALLS = {"unload": 0, "reload": 0}
+CALLS_LOCK = threading.Lock()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -47,6 +65,9 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         if path == "/health":
             self.answer(200, b'{"status": "ok"}')
+        elif path == "/calls":
+            with CALLS_LOCK:
+                self.answer(200, json.dumps(CALLS).encode())
         else:
             self.answer(404, b'{"detail": "Not Found"}')
 
@@ -57,17 +78,66 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self.answer(400, b'{"detail": "bad body"}')
             return
+        try:
+            doc = json.loads(body or b"{}")
+        except ValueError:
+            doc = {}
+        if not isinstance(doc, dict):
+            doc = {}
+        handler = getattr(self, "post_" + path.strip("/"), None)
         if path == "/empty":
             self.answer(200, b"")
         elif path == "/score":
-            try:
-                doc = json.loads(body or b"{}")
-            except ValueError:
-                doc = {}
-            score = doc.get("score", 1) if isinstance(doc, dict) else 1
-            self.answer(200, json.dumps({"success": True, "score": score}).encode())
+            self.answer(200, json.dumps({"success": True, "score": doc.get("score", 1)}).encode())
+        elif handler is not None:
+            handler(doc)
         else:
             self.answer(404, b'{"detail": "Not Found"}')
+
+    def post_status(self, doc):
+        code = int(doc.get("status", 500))
+        self.answer(code, json.dumps({"error": f"rejected with {code}"}).encode())
+
+    def post_slow(self, doc):
+        time.sleep(float(doc.get("sleep", 1)))
+        self.answer(200, b'{"slept": true}')
+
+    def post_hang(self, doc):
+        time.sleep(3600)
+
+    def post_drop(self, doc):
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
+
+    def post_badchunk(self, doc):
+        self.close_connection = True
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\nZZ-not-hex\r\nhello\r\n")
+
+    def post_stream(self, doc):
+        size, every = int(doc.get("size", 100)), float(doc.get("every", 0.2))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for _ in range(int(doc.get("chunks", 10))):
+            time.sleep(every)
+            self.wfile.write(b"%x\r\n%s\r\n" % (size, b"s" * size))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def post_big(self, doc):
+        self.answer(200, b"b" * int(doc.get("bytes", 16 << 20)), "application/octet-stream")
+
+    def hook(self, name):
+        with CALLS_LOCK:
+            CALLS[name] += 1
+        self.answer(200, b'{"ok": true}')
+
+    def post_unload(self, doc):
+        self.hook("unload")
+
+    def post_reload(self, doc):
+        self.hook("reload")
 
 
 def main():
