@@ -8,6 +8,8 @@ before the response did. Both clients answer with a Reply.
 """
 import http.client
 import json
+import os
+import random
 import select
 import socket
 import time
@@ -15,9 +17,35 @@ import time
 REQUEST_TIMEOUT = 30.0
 
 
+# Ports the tests listen on come from below the kernel's ephemeral range (Linux default
+# 32768-60999), never from bind(0): a port the kernel hands out can be handed out again at
+# once, as a worker's port (vramd picks those with bind(0)) or as an outgoing connection's
+# source port, and vramd then fails to start with "address already in use" (seen in a full
+# run). The pick is random (per process) and checked by binding it.
+_PORT_LOW, _PORT_HIGH = 20000, 32000
+_port_rng = random.Random(os.getpid() * 1_000_003 + time.monotonic_ns())
+
+
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
-    """A free loopback port (bound and released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A loopback port that is free now and outside the ephemeral range."""
+    high = min(_PORT_HIGH, _ephemeral_low())
+    for _ in range(500):
+        port = _port_rng.randrange(_PORT_LOW, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded range: any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
