@@ -468,11 +468,13 @@ static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     conn_t *c = up->req ? up->req->conn : NULL;
     if (c)
         conn_cork(c);
-    if (nread > 0) {
+    if (nread > 0)
         up->t_heard = core_now();
-        up_quickack(up);
-    }
     on_up_read_body(up, nread, b);
+    /* more of this answer to come: ACK what arrived at once (a system call, so not after
+     * the read that completed the answer, which is most of them) */
+    if (nread > 0 && up->req && (up->state == UP_HEAD || up->state == UP_BODY || up->state == UP_SENDING))
+        up_quickack(up);
     arm_silence_timer(up); /* no-op once the request ended or reading paused */
     if (c)
         conn_uncork(c);
@@ -542,7 +544,7 @@ static void up_read_start(upstream_t *up)
 /* Answer a worker's segment at once: one that writes head and body in two sends (Python's
  * http.server family) holds the second until the first is ACKed (Nagle), and on a pooled
  * connection Linux delays that ACK (~40 ms). TCP_QUICKACK is not sticky: re-armed after
- * every read. */
+ * every read that leaves the answer incomplete. */
 static void up_quickack(upstream_t *up)
 {
     uv_os_fd_t fd;
