@@ -64,8 +64,8 @@
         }                                                                                      \
     } while (0)
 
-#define FD_SETTLE_TURNS 20000 /* turns for the daemon to let go of everything */
-#define FD_SETTLE_MS 3000     /* and the wall-clock bound on the same wait */
+#define FD_SETTLE_TURNS 2000 /* turns at once for the daemon to let go of everything */
+#define FD_SETTLE_MS 4000    /* the bound on the same wait: over conn.c's 2 s lingering close */
 
 static inline void fd_dump(void);
 
@@ -344,14 +344,19 @@ static inline void fd_turn(void)
     fu_service();
 }
 
-/* Turn until cond holds, at most turns turns and ms milliseconds; false when it did not. */
+/* Turn until cond holds, for at most ms milliseconds; false when it did not. The first
+ * `turns` turns follow each other at once; later ones are 1 ms apart (a daemon timer, such
+ * as the 2 s lingering close, may be what ends the wait). */
 #define FD_TURN_UNTIL(cond, turns, ms)                                                         \
     ({                                                                                         \
         uint64_t fd_t0_ = fd_mono_ms();                                                        \
         unsigned fd_n_ = 0;                                                                    \
-        while (!(cond) && fd_n_ < (turns) && fd_mono_ms() - fd_t0_ < (ms)) {                   \
+        while (!(cond) && fd_mono_ms() - fd_t0_ < (ms)) {                                      \
             fd_turn();                                                                         \
-            fd_n_++;                                                                           \
+            if (++fd_n_ > (turns)) {                                                           \
+                struct timespec fd_ts_ = {0, 1000000L};                                        \
+                nanosleep(&fd_ts_, NULL);                                                      \
+            }                                                                                  \
         }                                                                                      \
         (bool)(cond);                                                                          \
     })
