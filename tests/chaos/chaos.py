@@ -15,8 +15,9 @@ Traffic (threads, each request one of):
   abort         a raw socket that sends the request and closes after 0-300 ms (while queued
                 or running): the test cut it itself
   slow_reader   a raw socket that waits 0.3-1 s before reading its answer
-Chaos (a thread, every 0.2-0.6 s): SIGKILL a worker (pid from /v1/status), SIGSTOP a worker
-for 0.1-0.5 s then SIGCONT, SIGHUP vramd (reload of the same file).
+Chaos (a thread, every 0.2-0.6 s): SIGKILL a READY worker (pid from /v1/status), SIGSTOP one
+for 0.1-0.5 s then SIGCONT, SIGHUP vramd (reload of the same file); a model the kills pushed
+into `failed` (5 crashes within 10 minutes) is loaded again through the admin route.
 At the end: every answer's status is one of 200, 429, 502, 503, 504; a connection cut is
 allowed only for a request the test cut itself or one that overlapped a worker kill or stop
 (or a hang kill); nothing queued or in flight; the ledger holds exactly the resident
@@ -173,12 +174,20 @@ class Chaos:
 
     # chaos --------------------------------------------------------------------------------
     def pids(self):
+        """Pids of READY workers; a model that the kills pushed into `failed` (5 crashes in
+        10 minutes, case 5) is loaded again by the admin route, as an operator would."""
         try:
             st = self.vd.status()
         except AssertionError:
             return []
+        for m in st["models"]:
+            if m["state"] == "failed":
+                r = request(self.port, "POST", f"/v1/models/{m['name']}/load", timeout=REQUEST_TIMEOUT)
+                self.actions["load_after_failed"] += 1
+                if r.status != 200:
+                    self.bad.append(("chaos", f"admin load of failed model {m['name']}: {r!r}"))
         return [i["pid"] for m in st["models"] for i in m.get("instances", [])
-                if i.get("pid") and i.get("state") in ("ready", "starting")]
+                if i.get("pid") and i.get("state") == "ready"]
 
     def monkey(self):
         rng = random.Random(self.rng.random())
@@ -258,7 +267,14 @@ def run(h, n, seed=1, clients=8, out=print):
     assert not any(t.is_alive() for t in threads), "a client thread did not finish"
     wait_for(lambda: quiet(vd), timeout=60, what="nothing queued or in flight after the traffic")
     vd.assert_ledger_clean(timeout=30)
-    # every model serves again (a killed worker was replaced)
+    # a model that many kills pushed into `failed` (crash-loop backoff, case 5) is loaded
+    # again by the admin route; then every model serves again
+    healed = []
+    for m in ("chat", "mesh", "slow"):
+        if vd.model(m)["state"] == "failed":
+            healed.append(m)
+            r = vd.post(f"/v1/models/{m}/load", timeout=REQUEST_TIMEOUT)
+            assert r.status == 200, r
     for m in ("chat", "mesh", "slow"):
         wait_for(lambda m=m: vd.generate(m, {"prompt": "after", "resolution": 256},
                                          timeout=REQUEST_TIMEOUT).status == 200,
@@ -275,6 +291,7 @@ def run(h, n, seed=1, clients=8, out=print):
         "requests": n, "seconds": round(elapsed, 1), "req_per_s": round(n / elapsed, 1),
         "outcomes": {f"{k}:{o}": c for (k, o), c in sorted(ch.outcomes.items(), key=str)},
         "chaos": dict(ch.actions),
+        "failed_then_loaded": healed,
         "restarts": {m["name"]: m["restarts_total"] for m in st["models"]},
         "oom_total": {m["name"]: m["resilience"]["oom_total"] for m in st["models"]},
         "hangs_total": {m["name"]: m["resilience"]["hangs_total"] for m in st["models"]},

@@ -374,10 +374,22 @@ static inline bool fd_health_settled(void)
 
 /* Parse the config once (the fake upstream's port is in it); models_yaml is everything
  * after `defaults:`'s url and health lines. */
+#define FD_INPUTS_PER_PORT 2000
+
 static inline void fd_once(const char *yaml_rest)
 {
-    if (D.cfg)
+    /* Every FD_INPUTS_PER_PORT inputs the fake upstream moves to a new port (and the config
+     * is parsed again): the daemon's side of each upstream connection it closes first stays
+     * in TIME_WAIT for a minute, and 60,000 of them to one port use up the ephemeral ports. */
+    static unsigned inputs;
+    if (D.cfg && ++inputs % FD_INPUTS_PER_PORT != 0)
         return;
+    if (D.cfg) {
+        config_unref(D.cfg);
+        D.cfg = NULL;
+        close(U.lfd);
+        U.lfd = 0;
+    }
     setenv("VRAMD_NVML_LIBRARY", "/nonexistent/vramd-fuzz/libnvidia-ml.so.1", 1);
     signal(SIGPIPE, SIG_IGN);
     const char *lv = getenv("VRAMD_FUZZ_LOG"); /* debug | info | warn | error (default) */
@@ -478,7 +490,10 @@ static inline void fz_connect(fz_client_t *cl)
     FD_CHECK(fd >= 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)D.port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    FD_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0); /* completed by the backlog */
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) { /* completed by the backlog */
+        fprintf(stderr, "fuzz: connect to the daemon: %s\n", strerror(errno));
+        FD_CHECK(!"connect");
+    }
     int fl = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     int one = 1;
