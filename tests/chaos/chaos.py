@@ -67,10 +67,10 @@ def mesh_model(h, ladder=LADDER):
 
 def models(h):
     chat = h.model("chat", ["--resident", "2GiB", "--per-request", "1GiB", "--run-time", sim_s(0.2)],
-                   "2GiB", "1GiB", concurrency=2, queue_max=32)
+                   "2560MiB", "1GiB", concurrency=2, queue_max=32)  # resident: 2 GiB + the 300 MiB context
     mesh = mesh_model(h)
     slow = h.model("slow", ["--resident", "1GiB", "--per-request", "512MiB", "--run-time", sim_s(1)],
-                   "1GiB", "512MiB", concurrency=1, queue_max=6, recycle={"hang_timeout": "3s"})
+                   "1536MiB", "512MiB", concurrency=1, queue_max=6, recycle={"hang_timeout": "3s"})
     return {"chat": chat, "mesh": mesh, "slow": slow}
 
 
@@ -298,6 +298,12 @@ def run(h, n, seed=1, clients=8, out=print):
         "fds_own": {"before": base, "after": fds["own"]},
         "problems": ch.bad[:20], "n_problems": len(ch.bad),
     }
+    # a worker of chat or slow that ran out of GPU memory (at its start: a daemon defect not
+    # yet explained, docs/reliability.md "Defects found" 2) is reported apart, so that the
+    # other promises are still checked by Harness.finish
+    ooms = {m: len(vd.oom_lines(m)) for m in ("chat", "slow")}
+    summary["worker_oom_lines"] = ooms
+    vd.allow_oom.update(("chat", "slow"))
     out(json.dumps(summary, indent=1))
     assert not ch.bad, f"{len(ch.bad)} broken promises, first: {ch.bad[:5]}"
     h.finish()  # ledger, clean SIGTERM exit 0, no sanitizer report, no worker left
@@ -314,9 +320,12 @@ def main():
     with tempfile.TemporaryDirectory(prefix="vramd-chaos-") as tmp:
         h = Harness(Path(tmp))
         try:
-            run(h, args.requests, args.seed, args.clients)
+            summary = run(h, args.requests, args.seed, args.clients)
         finally:
             h.close()
+    if any(summary["worker_oom_lines"].values()):
+        print(f"FAILED: workers ran out of GPU memory: {summary['worker_oom_lines']}")
+        return 1
     return 0
 
 
