@@ -190,13 +190,19 @@ FUZZ_LIBS_fuzz_validate = -lcjson
 FUZZ_DEPS_fuzz_journal_cursor = src/jobs/journal_cursor.c src/jobs/journal.h
 FUZZ_DEPS_fuzz_job_request = src/jobs/job_request.c src/common/units.c src/jobs/job_request.h src/common/units.h
 FUZZ_LIBS_fuzz_job_request = -lcjson
+# fuzz_conn and fuzz_upstream drive an in-process daemon (tests/fuzz/fuzz_daemon.h) and link
+# the whole library; they are built with VRAMD_DEBUG so a CHECK_IF aborts (a finding).
+FUZZ_CFLAGS_fuzz_conn = -DVRAMD_DEBUG
+FUZZ_CFLAGS_fuzz_upstream = -DVRAMD_DEBUG
+$(FUZZ_BUILD)/fuzz_conn $(FUZZ_BUILD)/fuzz_upstream: tests/fuzz/fuzz_daemon.h
+$(BUILD)/tests/replay_conn $(BUILD)/tests/replay_upstream: tests/fuzz/fuzz_daemon.h
 FUZZ_NAMES := $(FUZZ_SRCS:tests/fuzz/%.c=%)
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -Isim/lib $(PKG_CFLAGS) \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 define FUZZ_RULE
 $(FUZZ_BUILD)/$(1): tests/fuzz/$(1).c $(or $(FUZZ_DEPS_$(1)),$(LIB_SRCS))
 	@mkdir -p $(FUZZ_BUILD)
-	clang $(FUZZ_CFLAGS) -o $$@ $$(filter %.c,$$^) $(if $(FUZZ_DEPS_$(1)),$(FUZZ_LIBS_$(1)),$(PKG_LIBS) -lrt -lm)
+	clang $(FUZZ_CFLAGS) $(FUZZ_CFLAGS_$(1)) -o $$@ $$(filter %.c,$$^) $(if $(FUZZ_DEPS_$(1)),$(FUZZ_LIBS_$(1)),$(PKG_LIBS) -lrt -lm)
 endef
 $(foreach n,$(FUZZ_NAMES),$(eval $(call FUZZ_RULE,$(n))))
 fuzz: $(FUZZ_NAMES:%=$(FUZZ_BUILD)/%)

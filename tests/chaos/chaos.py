@@ -1,0 +1,333 @@
+#!/usr/bin/python3
+"""chaos: N requests of mixed traffic through the real vramd on a simulated GPU while its
+workers are killed, stopped and continued, and its config reloaded; then the books must
+balance.
+
+Three simworker models on one simulated 24 GiB card (SIMGPU_TIMESCALE 0.05):
+  chat   concurrency 2, 0.2 s (simulated) runs, 2 GiB resident + 1 GiB per request
+  mesh   concurrency 1, per-request memory 40 GiB x (resolution/1024)^2: resolution 1024
+         runs out of memory on the worker and goes down its degradation ladder (720, 512)
+  slow   concurrency 1, 1 s runs, queue_max 6, recycle.hang_timeout 3 s
+Traffic (threads, each request one of):
+  normal        POST /<model>/generate, read the answer
+  oom           mesh with resolution 1024 (OOM, degraded retries)
+  deadline      X-Vramd-Deadline: 30ms..150ms
+  abort         a raw socket that sends the request and closes after 0-300 ms (while queued
+                or running): the test cut it itself
+  slow_reader   a raw socket that waits 0.3-1 s before reading its answer
+Chaos (a thread, every 0.2-0.6 s): SIGKILL a READY worker (pid from /v1/status), SIGSTOP one
+for 0.1-0.5 s then SIGCONT, SIGHUP vramd (reload of the same file); a model the kills pushed
+into `failed` (5 crashes within 10 minutes) is loaded again through the admin route.
+At the end: every answer's status is one of 200, 429, 502, 503, 504; a connection cut is
+allowed only for a request the test cut itself or one that overlapped a worker kill or stop
+(or a hang kill); nothing queued or in flight; the ledger holds exactly the resident
+reservations; vramd's own descriptors (less 2 per live worker and 1 per idle pooled upstream
+connection) back to their count before the traffic (+2); after SIGTERM, exit 0, no sanitizer
+report and no worker process left (vramdkit Harness.finish).
+
+  /usr/bin/python3 tests/chaos/chaos.py --requests 10000      by hand (after `make`)
+  tests/chaos/test_chaos.py                                    a short run inside `make test`
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+_LIB = str(Path(__file__).resolve().parents[1] / "lib")
+if _LIB not in sys.path:
+    sys.path.insert(0, _LIB)
+
+from vramdkit import Reply, fd_count, pid_alive, request, sim_s, wait_for  # noqa: E402
+from vramdkit.harness import Harness  # noqa: E402
+
+DOCUMENTED = {200, 429, 502, 503, 504}
+# each level declares its reservation: without it, every OOM raises mesh's per-request
+# estimate by a quarter with no bound, and after about 14 OOMs mesh "needs" more than the
+# card and every request is refused 422 cannot_fit for good (a daemon defect, shown by
+# test_chaos.py::test_ooms_leave_the_model_servable)
+LADDER = [{"set": {"resolution": 720}, "per_request": "20GiB"}, {"set": {"resolution": 512}, "per_request": "10GiB"}]
+FD_TOLERANCE = 2
+REQUEST_TIMEOUT = 60.0
+
+
+def mesh_model(h, ladder=LADDER):
+    m = h.model("mesh", ["--resident", "1GiB", "--per-request", "40GiB", "--mem-scale", "resolution:1024:2",
+                         "--cache", "release", "--run-time", sim_s(0.3)],
+                "1536MiB", "1GiB", concurrency=1, queue_max=32)
+    m["degrade"] = {"detect": {"status": [500], "body_matches": "out of memory"}, "ladder": ladder}
+    return m
+
+
+def models(h):
+    chat = h.model("chat", ["--resident", "2GiB", "--per-request", "1GiB", "--run-time", sim_s(0.2)],
+                   "2560MiB", "1GiB", concurrency=2, queue_max=32)  # resident: 2 GiB + the 300 MiB context
+    mesh = mesh_model(h)
+    slow = h.model("slow", ["--resident", "1GiB", "--per-request", "512MiB", "--run-time", sim_s(1)],
+                   "1536MiB", "512MiB", concurrency=1, queue_max=6, recycle={"hang_timeout": "3s"})
+    return {"chat": chat, "mesh": mesh, "slow": slow}
+
+
+class Chaos:
+    """The run's shared record: answers by kind, cuts, the times workers were disturbed."""
+
+    def __init__(self, vd, n, seed):
+        self.vd = vd
+        self.port = vd.port
+        self.n = n
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.next = 0
+        self.outcomes = Counter()    # (kind, status or "cut" or "self_cut")
+        self.bad = []                # problems: (kind, what)
+        self.disturb = []            # (t_start, t_end) of kills and stops
+        self.actions = Counter()
+        self.stop = threading.Event()
+
+    # traffic ------------------------------------------------------------------------------
+    def take(self):
+        with self.lock:
+            if self.next >= self.n:
+                return None
+            self.next += 1
+            return self.next
+
+    def note(self, kind, outcome):
+        with self.lock:
+            self.outcomes[(kind, outcome)] += 1
+
+    def disturbed(self, t0, t1):
+        with self.lock:
+            return any(a <= t1 + 0.5 and b >= t0 - 0.5 for a, b in self.disturb)
+
+    def judge(self, kind, reply):
+        if reply.status is None or not reply.complete:
+            self.note(kind, "cut")
+            if not self.disturbed(reply.t_start, reply.t_end):
+                self.bad.append((kind, f"connection cut with no worker disturbed: {reply!r}"))
+            return
+        self.note(kind, reply.status)
+        if reply.status not in DOCUMENTED:
+            self.bad.append((kind, f"status {reply.status} not documented: {reply!r}"))
+
+    def raw(self, model, body, hold_before_close=None, read_delay=0.0):
+        data = json.dumps(body).encode()
+        req = (f"POST /{model}/generate HTTP/1.1\r\nHost: chaos\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode() + data
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=REQUEST_TIMEOUT)
+        try:
+            s.sendall(req)
+            if hold_before_close is not None:
+                time.sleep(hold_before_close)
+                return None
+            time.sleep(read_delay)
+            got = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return got
+                got += chunk
+        except OSError:
+            return b"" if hold_before_close is None else None
+        finally:
+            s.close()
+
+    def one(self, rng):
+        kind = rng.choices(["normal", "oom", "deadline", "abort", "slow_reader"], [55, 10, 12, 13, 10])[0]
+        model = rng.choice(["chat", "chat", "mesh", "slow"])
+        body = {"prompt": "chaos", "resolution": rng.choice([256, 512])}
+        if kind == "oom":
+            model, body["resolution"] = "mesh", 1024
+        if kind == "abort":
+            self.raw(model, body, hold_before_close=rng.uniform(0, 0.3))
+            self.note(kind, "self_cut")
+            return
+        if kind == "slow_reader":
+            t0 = time.monotonic()
+            got = self.raw(model, body, read_delay=rng.uniform(0.3, 1.0))
+            t1 = time.monotonic()
+            try:
+                status = int(got.split(b" ", 2)[1]) if got.startswith(b"HTTP/1.1 ") else None
+            except (ValueError, IndexError):
+                status = None
+            head, _, rest = got.partition(b"\r\n\r\n")
+            complete = status is not None and (b"content-length" not in head.lower() or
+                                               len(rest) >= int(head.lower().split(b"content-length:")[1]
+                                                                .split(b"\r\n")[0]))
+            self.judge(kind, Reply(status, "", [], rest, complete, t0, t1))
+            return
+        headers = {}
+        if kind == "deadline":
+            headers["X-Vramd-Deadline"] = f"{rng.randint(30, 150)}ms"
+        self.judge(kind, request(self.port, "POST", f"/{model}/generate", body, headers, timeout=REQUEST_TIMEOUT))
+
+    def client(self, seed):
+        rng = random.Random(seed)
+        while self.take() is not None:
+            self.one(rng)
+
+    # chaos --------------------------------------------------------------------------------
+    def pids(self):
+        """Pids of READY workers; a model that the kills pushed into `failed` (5 crashes in
+        10 minutes, case 5) is loaded again by the admin route, as an operator would."""
+        try:
+            st = self.vd.status()
+        except AssertionError:
+            return []
+        for m in st["models"]:
+            if m["state"] == "failed":
+                r = request(self.port, "POST", f"/v1/models/{m['name']}/load", timeout=REQUEST_TIMEOUT)
+                self.actions["load_after_failed"] += 1
+                if r.status != 200:
+                    self.bad.append(("chaos", f"admin load of failed model {m['name']}: {r!r}"))
+        return [i["pid"] for m in st["models"] for i in m.get("instances", [])
+                if i.get("pid") and i.get("state") == "ready"]
+
+    def monkey(self):
+        rng = random.Random(self.rng.random())
+        while not self.stop.wait(rng.uniform(0.2, 0.6)):
+            act = rng.choices(["kill", "stop", "hup"], [3, 3, 2])[0]
+            pids = self.pids()
+            if act == "hup":
+                self.vd.signal(signal.SIGHUP)
+                self.actions[act] += 1
+                continue
+            if not pids:
+                continue
+            pid = rng.choice(pids)
+            t0 = time.monotonic()
+            try:
+                if act == "kill":
+                    os.kill(pid, signal.SIGKILL)
+                    with self.lock:
+                        self.disturb.append((t0, time.monotonic() + 0.5))
+                else:
+                    with self.lock:
+                        self.disturb.append((t0, t0 + 4.0))  # a stop may end in a hang kill (3 s)
+                    os.kill(pid, signal.SIGSTOP)
+                    time.sleep(rng.uniform(0.1, 0.5))
+                    os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                continue
+            self.actions[act] += 1
+
+
+def own_fds(vd):
+    """vramd's descriptors less what its live workers (2 pipes each) and idle pooled upstream
+    connections (1 each) explain; the smallest of a few samples."""
+    best = None
+    for _ in range(5):
+        st = vd.status()
+        n = fd_count(vd.proc.pid)
+        live = idle = 0
+        for m in st["models"]:
+            for i in m.get("instances", []):
+                if i.get("pid") and pid_alive(i["pid"]):
+                    live += 1
+                idle += i.get("idle_connections", 0)
+        own = n - 2 * live - idle
+        best = own if best is None else min(best, own)
+        time.sleep(0.05)
+    return best
+
+
+def quiet(vd):
+    st = vd.status()
+    return st["queues"]["queued"] == 0 and st["queues"]["in_flight"] == 0
+
+
+def run(h, n, seed=1, clients=8, out=print):
+    """The whole chaos run on Harness h; returns a summary dict. Fails (AssertionError)
+    on any broken promise."""
+    gpu = h.gpu_set("24GiB")
+    vd = h.start_vramd(gpu, models(h))
+    vd.allow_oom.add("mesh")
+    for m in ("chat", "mesh", "slow"):
+        r = vd.generate(m, {"prompt": "warm", "resolution": 256}, timeout=REQUEST_TIMEOUT)
+        assert r.status == 200, r
+    base = own_fds(vd)
+    ch = Chaos(vd, n, seed)
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=ch.client, args=(seed * 1000 + i,), daemon=True) for i in range(clients)]
+    monkey = threading.Thread(target=ch.monkey, daemon=True)
+    monkey.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=max(600.0, n * 0.5))
+    ch.stop.set()
+    monkey.join(timeout=10)
+    elapsed = time.monotonic() - t0
+    assert not any(t.is_alive() for t in threads), "a client thread did not finish"
+    wait_for(lambda: quiet(vd), timeout=60, what="nothing queued or in flight after the traffic")
+    vd.assert_ledger_clean(timeout=30)
+    # a model that many kills pushed into `failed` (crash-loop backoff, case 5) is loaded
+    # again by the admin route; then every model serves again
+    healed = []
+    for m in ("chat", "mesh", "slow"):
+        if vd.model(m)["state"] == "failed":
+            healed.append(m)
+            r = vd.post(f"/v1/models/{m}/load", timeout=REQUEST_TIMEOUT)
+            assert r.status == 200, r
+    for m in ("chat", "mesh", "slow"):
+        wait_for(lambda m=m: vd.generate(m, {"prompt": "after", "resolution": 256},
+                                         timeout=REQUEST_TIMEOUT).status == 200,
+                 timeout=60, what=f"model {m} serving again after the chaos")
+    wait_for(lambda: quiet(vd), timeout=30, what="quiet after the last requests")
+    fds = {}
+
+    def fds_back():
+        fds["own"] = own_fds(vd)
+        return fds["own"] <= base + FD_TOLERANCE
+    wait_for(fds_back, timeout=30, what=f"vramd's own descriptors back to {base} (+{FD_TOLERANCE})")
+    st = vd.status()
+    summary = {
+        "requests": n, "seconds": round(elapsed, 1), "req_per_s": round(n / elapsed, 1),
+        "outcomes": {f"{k}:{o}": c for (k, o), c in sorted(ch.outcomes.items(), key=str)},
+        "chaos": dict(ch.actions),
+        "failed_then_loaded": healed,
+        "restarts": {m["name"]: m["restarts_total"] for m in st["models"]},
+        "oom_total": {m["name"]: m["resilience"]["oom_total"] for m in st["models"]},
+        "hangs_total": {m["name"]: m["resilience"]["hangs_total"] for m in st["models"]},
+        "fds_own": {"before": base, "after": fds["own"]},
+        "problems": ch.bad[:20], "n_problems": len(ch.bad),
+    }
+    # a worker of chat or slow that ran out of GPU memory (at its start: a daemon defect not
+    # yet explained, docs/reliability.md "Defects found" 2) is reported apart, so that the
+    # other promises are still checked by Harness.finish
+    ooms = {m: len(vd.oom_lines(m)) for m in ("chat", "slow")}
+    summary["worker_oom_lines"] = ooms
+    vd.allow_oom.update(("chat", "slow"))
+    out(json.dumps(summary, indent=1))
+    assert not ch.bad, f"{len(ch.bad)} broken promises, first: {ch.bad[:5]}"
+    h.finish()  # ledger, clean SIGTERM exit 0, no sanitizer report, no worker left
+    return summary
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="vramd-chaos-") as tmp:
+        h = Harness(Path(tmp))
+        try:
+            summary = run(h, args.requests, args.seed, args.clients)
+        finally:
+            h.close()
+    if any(summary["worker_oom_lines"].values()):
+        print(f"FAILED: workers ran out of GPU memory: {summary['worker_oom_lines']}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

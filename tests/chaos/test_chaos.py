@@ -1,0 +1,40 @@
+"""The chaos run (tests/chaos/chaos.py) in a short version for `make test`: 300 requests of
+mixed traffic (normal, OOM, short deadlines, client aborts, slow readers) while workers are
+SIGKILLed, SIGSTOPped/SIGCONTed and vramd reloaded with SIGHUP; then every answer is one
+of 200/429/502/503/504 or a cut the test explains, nothing is queued or in flight, the
+ledger holds only resident reservations, vramd's descriptors are back to their count, and
+vramd exits 0 on SIGTERM with no worker left (well under 60 s). When a chat or slow worker
+ran out of GPU memory (a known, unexplained daemon defect: docs/reliability.md) the test
+ends as xfail after all the other checks passed. The long mode is by hand:
+/usr/bin/python3 tests/chaos/chaos.py --requests 10000."""
+import pytest
+
+from . import chaos
+
+
+def test_chaos_short(sched):
+    summary = chaos.run(sched, 300, seed=7, clients=8)
+    assert summary["n_problems"] == 0
+    assert sum(summary["chaos"].values()) > 0, summary  # something was disturbed
+    if any(summary["worker_oom_lines"].values()):
+        # every other promise held (checked above and by Harness.finish); this one is a
+        # known daemon defect, not explained yet (docs/reliability.md, "Defects found" 2)
+        pytest.xfail(f"a worker start ran out of GPU memory under chaos: {summary['worker_oom_lines']}")
+
+
+@pytest.mark.xfail(strict=True, reason="daemon defect: sched_note_oom (src/sched/sched_admit.c) raises a "
+                   "model's per-request estimate by 25% on every OOM with no bound and nothing brings it "
+                   "down (memory.learn off); once resident + estimate passes the card every request of the "
+                   "model is refused 422 cannot_fit, also the small ones that always fitted")
+def test_ooms_leave_the_model_servable(sched):
+    """16 requests that OOM at level 0 (and succeed at level 1) must not make the model
+    refuse a small request that fits with room to spare."""
+    gpu = sched.gpu_set("24GiB")
+    ladder = [{"set": {"resolution": 720}}, {"set": {"resolution": 512}}]  # no per-level reservation
+    vd = sched.start_vramd(gpu, {"mesh": chaos.mesh_model(sched, ladder)})
+    vd.allow_oom.add("mesh")
+    for _ in range(16):
+        vd.generate("mesh", {"prompt": "big", "resolution": 1024}, timeout=60)
+    r = vd.generate("mesh", {"prompt": "small", "resolution": 256}, timeout=60)
+    assert r.status == 200, (r, vd.model("mesh")["memory"])
+    sched.finish()
