@@ -180,6 +180,13 @@ void sched_note_oom(model_t *m)
     uint64_t raised = est + est / 4;
     if (raised < est + 256ULL * 1024 * 1024)
         raised = est + 256ULL * 1024 * 1024;
+    /* never past what the largest allowed GPU can give a request next to the model: the
+     * request ran there, so it can fit; an estimate over the card would refuse every later
+     * request with 422 cannot_fit, for good (an OOM can also come from memory others took) */
+    uint64_t room = sched_largest_room(m);
+    uint64_t resident = m->cfg->memory.resident;
+    if (room > resident && raised > room - resident)
+        raised = room - resident > est ? room - resident : est;
     log_event(LOG_WARN, "per_request_raised", "model=%s from=%llu to=%llu reason=%s", m->name,
               (unsigned long long)est, (unsigned long long)raised, "oom");
     m->est_per_request = raised;

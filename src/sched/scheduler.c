@@ -62,7 +62,7 @@ void sched_allowed_mask(const model_t *m, bool out[LEDGER_MAX_GPUS])
     }
 }
 
-static uint64_t largest_room(const model_t *m)
+uint64_t sched_largest_room(const model_t *m)
 {
     bool allowed[LEDGER_MAX_GPUS];
     sched_allowed_mask(m, allowed);
@@ -80,7 +80,7 @@ int sched_first_possible_level(const model_t *m)
 {
     if (!sched_uses_gpu(m) || !sched_state.ok || sched_state.ledger.n_gpus == 0)
         return 0;
-    uint64_t room = largest_room(m);
+    uint64_t room = sched_largest_room(m);
     for (unsigned level = 0; level <= m->cfg->degrade.n_ladder; level++)
         if (m->cfg->memory.resident + sched_level_estimate(m, level) <= room)
             return (int)level;

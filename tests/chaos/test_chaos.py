@@ -22,10 +22,6 @@ def test_chaos_short(sched):
         pytest.xfail(f"a worker start ran out of GPU memory under chaos: {summary['worker_oom_lines']}")
 
 
-@pytest.mark.xfail(strict=True, reason="daemon defect: sched_note_oom (src/sched/sched_admit.c) raises a "
-                   "model's per-request estimate by 25% on every OOM with no bound and nothing brings it "
-                   "down (memory.learn off); once resident + estimate passes the card every request of the "
-                   "model is refused 422 cannot_fit, also the small ones that always fitted")
 def test_ooms_leave_the_model_servable(sched):
     """16 requests that OOM at level 0 (and succeed at level 1) must not make the model
     refuse a small request that fits with room to spare."""
