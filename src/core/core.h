@@ -98,7 +98,7 @@ struct core {
     void (*requeue)(request_t *r, const char *why);
 };
 
-/* Set up the loop handles; cfg gets a reference. */
+/* Set up the loop handles on a zeroed core (the composition root owns it); cfg gets a reference. */
 void core_init(core_t *c, uv_loop_t *loop, config_t *cfg);
 /* Run what is pending (frees included) and close the core's handles. */
 void core_close(core_t *c);

@@ -3,9 +3,9 @@
  * a pointer to one without including the header that defines it.
  *
  *   core_t      what every module shares: loop, clock, config, registry (core/core.h)
- *   core_t     the composition root: listener, signals, lifecycle (daemon/vramd.h)
- *   model_t     runtime of one configured model: queue, instances, state (workers/supervisor.h)
- *   instance_t  one worker: a supervised process or an external server (workers/supervisor.h)
+ *   vramd_t     the composition root: listener, signals, lifecycle (daemon/vramd.h)
+ *   model_t     runtime of one configured model: queue, instances, state (core/model.h)
+ *   instance_t  one worker: a supervised process or an external server (core/model.h)
  *   conn_t      one client connection (net/conn.h)
  *   request_t   one request, owned by its conn while the client is there (core/request.h)
  *   upstream_t  one connection from vramd to a worker instance (net/proxy.c)
