@@ -91,7 +91,7 @@ static int load_admin_token(ctx_t *c, config_t *cfg, yaml_node_t *root)
     return 0;
 }
 
-static bool listen_is_loopback(const char *host)
+bool config_host_is_loopback(const char *host)
 {
     struct in_addr a4;
     struct in6_addr a6;
@@ -216,7 +216,7 @@ int cfg_check_top(ctx_t *c, config_t *cfg, yaml_node_t *root)
         return -1;
     if (load_admin_token(c, cfg, root) != 0)
         return -1;
-    if (!listen_is_loopback(cfg->listen_host) && cfg->admin_token == NULL) {
+    if (!config_host_is_loopback(cfg->listen_host) && cfg->admin_token == NULL) {
         yaml_node_t *node = ydoc_find_value(c, root, "listen");
         ydoc_path_reset(c);
         ydoc_path_push_key(c, "listen");

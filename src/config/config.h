@@ -215,5 +215,7 @@ config_t *config_ref(config_t *c);
 void config_unref(config_t *c);
 
 const model_config_t *config_find_model(const config_t *c, const char *name_or_alias);
+/* A loopback listen host (127.0.0.0/8, ::1, "localhost"): the admin token may be absent. */
+bool config_host_is_loopback(const char *host);
 
 #endif

@@ -11,7 +11,6 @@
  */
 #include "daemon/vramd.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -113,17 +112,6 @@ static void apply_config(vramd_t *d, config_t *cfg)
 
 static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && b && strcmp(a, b) == 0); }
 
-static bool host_is_loopback(const char *host)
-{
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6);
-    return strcmp(host, "localhost") == 0;
-}
-
 /* The listener is bound once, at start, and a reload never re-binds it: a reload whose
  * listen differs from the address actually bound is refused (accepting it would leave the
  * socket where it is while the token rule was checked against the new address: a reload
@@ -138,7 +126,7 @@ static int check_listen(const vramd_t *d, const config_t *cfg, char *err, size_t
                  cfg->path, d->bound_host, d->bound_port, cfg->listen_host, cfg->listen_port);
         return -1;
     }
-    if (!host_is_loopback(d->bound_host) && cfg->admin_token == NULL) {
+    if (!config_host_is_loopback(d->bound_host) && cfg->admin_token == NULL) {
         snprintf(err, errlen,
                  "%s: admin_token_file: required while vramd listens on %s:%d, which is not a loopback "
                  "address (admin routes would be open to the network)",
