@@ -28,6 +28,7 @@
 #include "core/types.h"
 #include "config/config.h"
 #include "obs/histogram.h"
+#include "sched/host_ledger.h"
 #include "sched/ledger.h"
 #include "sched/queue.h"
 
@@ -41,7 +42,13 @@ enum instance_state {
     INST_UNLOADING, /* its unload hook was called; waiting for NVML to show memory back */
     INST_UNLOADED,  /* process (or external server) up, models unloaded; reload hook brings it back */
     INST_RELOADING, /* reload hook called */
+    INST_PARKING,   /* a park tier started (sleep hook called); waiting for NVML to show the memory gone */
+    INST_PARKED,    /* parked: the process lives, its weights in host memory (inst->park_tier says how) */
+    INST_RESUMING,  /* the tier's return started (wake hook); waiting for NVML to show the memory back */
 };
+
+/* How an instance in PARKING, PARKED or RESUMING is parked (workers/park.c). */
+enum park_tier { PARK_NONE = 0, PARK_SLEEP, PARK_CHECKPOINT };
 
 enum model_state {
     MODEL_STOPPED = 0,
@@ -137,6 +144,13 @@ struct instance {
     uint64_t ejected_until_ms;
     unsigned ejections;      /* times it was ejected; the next ejection lasts 30 s x this */
     bool hang_killed;        /* SIGABRT sent for a hang; SIGKILL follows after stop_timeout */
+    /* parking (workers/park.c): set while PARKING, PARKED or RESUMING */
+    enum park_tier park_tier;
+    uint64_t park_before;    /* GPU bytes booked when the park began */
+    uint64_t park_left;      /* GPU bytes NVML still showed once parked (booked on the GPU ledger) */
+    uint64_t park_since_ms;  /* when the park, or the return, began */
+    uint64_t wake_last;      /* RESUMING: measured at the previous check (UINT64_MAX: none yet) */
+    host_entry_t parked_host; /* the host memory it holds while parked (workers/host_book.c) */
 };
 
 struct model {
@@ -168,6 +182,8 @@ struct model {
     uint64_t peaks[MODEL_PEAK_SAMPLES];
     unsigned n_peaks, peak_next;
     uint64_t load_ms_ewma, run_ms_ewma;
+    uint64_t wake_ms_ewma;     /* learned time from the wake hook's call to the memory back (park.c) */
+    uint64_t parks_total, wakes_total, park_refusals; /* sleep tier: parks done, returns, parks the host refused */
     uint64_t oom_total;
     uint64_t deadline_rejections;
     uint64_t degraded_total;   /* retries at a lower ladder level */

@@ -286,8 +286,8 @@ static void book_instance(core_t *d, model_t *m, instance_t *in, uint64_t now)
     } else if (in->in_flight > 0) {
         if (in->measured > in->run_peak)
             in->run_peak = in->measured;
-    } else if (in->state == INST_UNLOADED || in->state == INST_DOWN) {
-        /* unloaded (residue, context) or an external server that is down: vramd does
+    } else if (in->state == INST_UNLOADED || in->state == INST_DOWN || in->state == INST_PARKED) {
+        /* unloaded or parked (residue, context) or an external server that is down: vramd does
          * not control it, so it is booked at exactly what NVML shows it holding */
         if (in->measured != in->mem.bytes)
             ledger_resize(&sched_state.ledger, &in->mem, in->measured);

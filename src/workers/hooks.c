@@ -4,6 +4,7 @@
  * --reload hook (instance_reload)--> RELOADING --> STARTING (health checks) --> READY.
  * Without an unload hook, eviction stops the worker.
  *
+ * The unload hook is also the tier after a park (park.c): from PARKING or PARKED.
  * Invariants: at most one hook call per instance is pending (inst->hook_call, cleared when
  * it answers); an answer that arrives after the instance left UNLOADING or RELOADING is
  * only logged. A supervised worker whose memory does not come back is killed; an external
@@ -12,6 +13,7 @@
  */
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/log.h"
 #include "core/core.h"
@@ -21,7 +23,7 @@
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
-static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb)
+int instance_call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb)
 {
     model_t *m = inst->model;
     http_call_req_t req = {
@@ -29,6 +31,8 @@ static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t defau
         .port = inst->port,
         .method = hook->method ? hook->method : "POST",
         .path = hook->path,
+        .body = hook->body,
+        .body_len = hook->body ? strlen(hook->body) : 0,
         .timeout_ms = hook->timeout_ms ? hook->timeout_ms : default_timeout,
         .max_response = 64 * 1024,
     };
@@ -41,8 +45,7 @@ static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t defau
     return 0;
 }
 
-/* A hook call ended: it is no longer pending; log it; was it a 2xx? */
-static bool hook_answered(instance_t *inst, const char *event, int status, const char *error)
+bool instance_hook_answered(instance_t *inst, const char *event, int status, const char *error)
 {
     inst->hook_call = NULL;
     bool ok = status >= 200 && status < 300;
@@ -57,7 +60,7 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
     (void)len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    bool ok = hook_answered(inst, "unload_hook_done", status, error);
+    bool ok = instance_hook_answered(inst, "unload_hook_done", status, error);
     if (inst->state != INST_UNLOADING)
         return;
     if (!ok) {
@@ -75,7 +78,7 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
     m->unloads_total++;
     m->unloads_by_reason[inst->unload_reason]++;
     if (!sched_instance_holds_memory(inst)) {
-        instance_reclaimed(inst, true); /* no GPU memory booked: the hook's 2xx is the answer */
+        hooks_reclaimed(inst, true); /* no GPU memory booked: the hook's 2xx is the answer */
         return;
     }
     sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory back */
@@ -84,18 +87,25 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
 int instance_unload(instance_t *inst, enum unload_reason reason, const char *why)
 {
     model_t *m = inst->model;
-    if (!m->cfg->unload.set || inst->state != INST_READY)
+    bool parked = inst->state == INST_PARKING || inst->state == INST_PARKED; /* the next tier after a park */
+    if (!m->cfg->unload.set || (inst->state != INST_READY && !parked) || inst->hook_call)
         return -1;
     uv_timer_stop(&inst->idle_timer);
     inst->unload_reason = reason;
     instance_set_state(inst, INST_UNLOADING, why);
-    if (call_hook(inst, &m->cfg->unload, 30000, on_unload_answer) == 0)
+    if (instance_call_hook(inst, &m->cfg->unload, 30000, on_unload_answer) == 0)
         return 0;
-    instance_set_state(inst, INST_READY, "unload hook could not be called");
-    return -1;
+    if (!parked) {
+        instance_set_state(inst, INST_READY, "unload hook could not be called");
+        return -1;
+    }
+    /* parked, the next tier could not even be asked: nothing vramd can do but say so */
+    instance_set_state(inst, INST_UNLOADED, "unload hook could not be called after a park");
+    model_set_failed(m, "unload hook could not be called after a park");
+    return 0;
 }
 
-void instance_evict(instance_t *inst, const char *why)
+void hooks_evict(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     uv_timer_stop(&inst->idle_timer);
@@ -118,7 +128,7 @@ void instance_evict(instance_t *inst, const char *why)
     instance_stop(inst, why);
 }
 
-void instance_reclaimed(instance_t *inst, bool ok)
+void hooks_reclaimed(instance_t *inst, bool ok)
 {
     model_t *m = inst->model;
     if (!inst->proc && !inst->external) {
@@ -148,7 +158,7 @@ static void on_reload_answer(void *ctx, int status, const char *body, size_t len
     (void)len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    bool ok = hook_answered(inst, "reload_hook_done", status, error);
+    bool ok = instance_hook_answered(inst, "reload_hook_done", status, error);
     if (inst->state != INST_RELOADING)
         return;
     if (!ok) {
@@ -186,7 +196,7 @@ void instance_reload(instance_t *inst)
         return;
     }
     instance_set_state(inst, INST_RELOADING, "needed again");
-    if (call_hook(inst, &m->cfg->reload, 60000, on_reload_answer) != 0) {
+    if (instance_call_hook(inst, &m->cfg->reload, 60000, on_reload_answer) != 0) {
         instance_set_state(inst, INST_UNLOADED, "reload hook could not be called");
         model_record_failure(m, RESTART_RELOAD_FAILED, "reload hook could not be called");
     }

@@ -57,6 +57,8 @@ void model_remove(model_t *m);
 enum model_state model_state(const model_t *m);
 const char *model_state_name(enum model_state s);
 const char *instance_state_name(enum instance_state s);
+/* Its eviction tier now: "resident", "sleeping", "checkpointed" or "unloaded" (/v1/status). */
+const char *instance_tier_name(const instance_t *in);
 
 /* The supervisor's part of a pump (sched/dispatch.c runs it): before dispatch, make sure an
  * external model's instance exists; after it, start or reload instances on demand, arm idle
@@ -67,13 +69,18 @@ int supervisor_tend(model_t *m);
 
 /* Admin load: clear FAILED and backoff, start an instance if none. */
 void model_load(model_t *m);
-/* Admin unload: stop every instance once idle (in-flight ones finish first). An external
- * server (url:) is never stopped: its unload hook is called once it is idle (a model
- * without one: nothing happens; the admin route answers 409 no_unload_hook). */
+/* Admin unload: park every idle instance by its sleep hook when the model has one and the
+ * host can afford it (workers/park.c), stop the others once idle (in-flight ones finish
+ * first); a parked instance unloaded again is stopped. An external server (url:) is never
+ * stopped: its sleep hook, else its unload hook, is called once it is idle (a model with
+ * neither: nothing happens; the admin route answers 409 no_unload_hook). */
 void model_unload(model_t *m, const char *reason);
 /* An admin unload of an external server is still under way (hook not called or answered,
  * memory not back yet). */
 bool model_unload_pending(const model_t *m);
+/* An admin unload has done what it can: no instance left, or every one parked (supervised),
+ * or (external) the hook answered and the memory is back, or the model failed. */
+bool model_unload_done(const model_t *m);
 /* Start pinned (keep_alive: forever) models and external health checks at startup. */
 void model_start_pinned(model_t *m);
 /* Drain: stop every instance (after in-flight), no restarts. */

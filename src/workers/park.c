@@ -1,0 +1,267 @@
+/*
+ * park: the sleep/wake eviction tier (SPEC 4.1), and the entry points the scheduler calls
+ * to make room (instance_evict) and to report memory back (instance_reclaimed).
+ *
+ *   READY --sleep hook (host memory booked first)--> PARKING
+ *     --NVML shows at least half gone, settled (verified reclaim)--> PARKED
+ *        (what NVML still shows stays booked on the GPU; what left it is booked on the host)
+ *     --too little back within stop_timeout--> the next tier: unload hook (external with
+ *        one) or stop (supervised); an external server without one is marked failed
+ *   PARKED --needed (a queued request, an admin load)--> RESUMING: GPU memory booked back,
+ *     wake hook called --NVML shows it back--> READY (only now is a request dispatched)
+ *     --wake fails or the memory is not back within wake.timeout--> stopped (supervised,
+ *        a failure counted) or marked failed (external)
+ *   PARKED --evicted again (what it still holds is needed)--> the next tier, as above.
+ *
+ * Eviction (instance_evict) takes the cheapest tier the model has and the host affords:
+ * sleep, else unload hook, else stop (hooks.c). A park the host cannot afford
+ * (host_book_park: host_memory budget, MemAvailable, cgroup room) is skipped, counted in
+ * park_refusals and logged as park_refused.
+ *
+ * Invariants: the host entry is booked before the sleep hook is called and released by
+ * instance_set_state as soon as the instance leaves PARKING/PARKED/RESUMING (however it
+ * leaves); nothing is booked twice (one entry per instance, host_ledger refuses a held
+ * one); while RESUMING the GPU ledger already holds the full size, so no other load can
+ * take the memory that is coming back. One hook call at a time (inst->hook_call).
+ * Calls hooks.c, instance.c, model_state.c, host_book.c, never supervisor.c.
+ */
+#include <stdio.h>
+
+#include "common/log.h"
+#include "core/core.h"
+#include "sched/scheduler.h"
+#include "workers/host_book.h"
+#include "workers/process.h"
+#include "workers/supervisor.h"
+#include "workers/supervisor_int.h"
+
+#define PARK_SLEEP_TIMEOUT_MS 30000
+#define PARK_WAKE_TIMEOUT_MS 60000
+
+static bool can_sleep(const instance_t *inst)
+{
+    const model_config_t *mc = inst->model->cfg;
+    return mc->sleep.set && mc->wake.set && inst->state == INST_READY && inst->in_flight == 0 &&
+           !inst->stop_requested && !inst->hook_call;
+}
+
+static void on_sleep_answer(void *ctx, int status, const char *body, size_t len, const char *error);
+
+int park_sleep(instance_t *inst, enum unload_reason reason, const char *why)
+{
+    if (!can_sleep(inst))
+        return -1;
+    model_t *m = inst->model;
+    uint64_t bytes = inst->mem.gpu >= 0 ? inst->mem.bytes : (inst->measured ? inst->measured : m->cfg->memory.resident);
+    enum host_verdict v = host_book_park(inst, bytes);
+    if (v != HOST_FITS) {
+        m->park_refusals++;
+        const host_ledger_t *h = host_book(m->core->cfg);
+        log_event(LOG_WARN, "park_refused", "model=%s instance=%u tier=%s bytes=%llu reason=%s host_free=%llu "
+                  "parked=%llu", m->name, inst->id, "sleep", (unsigned long long)bytes, host_verdict_name(v),
+                  (unsigned long long)host_ledger_free(h), (unsigned long long)h->parked);
+        return -1;
+    }
+    uv_timer_stop(&inst->idle_timer);
+    inst->unload_reason = reason;
+    inst->park_tier = PARK_SLEEP;
+    inst->park_before = bytes;
+    inst->park_left = 0;
+    inst->park_since_ms = core_now();
+    instance_set_state(inst, INST_PARKING, why);
+    if (instance_call_hook(inst, &m->cfg->sleep, PARK_SLEEP_TIMEOUT_MS, on_sleep_answer) == 0)
+        return 0;
+    instance_set_state(inst, INST_READY, "sleep hook could not be called"); /* host entry released */
+    return -1;
+}
+
+/* PARKING and NVML shows the memory gone (settled): PARKED, the rest booked on the host. */
+static void parked(instance_t *inst)
+{
+    model_t *m = inst->model;
+    uint64_t left = inst->mem.gpu >= 0 ? inst->mem.bytes : 0;
+    uint64_t freed = inst->park_before > left ? inst->park_before - left : 0;
+    inst->park_left = left;
+    host_book_settle(inst, freed);
+    m->parks_total++;
+    log_event(LOG_INFO, "parked", "model=%s instance=%u tier=%s freed=%llu left_on_gpu=%llu host=%llu wait_ms=%llu",
+              m->name, inst->id, "sleep", (unsigned long long)freed, (unsigned long long)left,
+              (unsigned long long)inst->parked_host.bytes, (unsigned long long)(core_now() - inst->park_since_ms));
+    core_note_event(m->core, "parked %s instance %u (sleep): %llu MiB to host memory, %llu MiB left on GPU %d",
+                    m->name, inst->id, (unsigned long long)(freed >> 20), (unsigned long long)(left >> 20), inst->gpu);
+    instance_set_state(inst, INST_PARKED, "asleep: memory left the GPU");
+}
+
+void park_escalate(instance_t *inst, const char *why)
+{
+    model_t *m = inst->model;
+    log_event(LOG_WARN, "park_escalated", "model=%s instance=%u tier=%s held=%llu reason=%s", m->name, inst->id, "sleep",
+              (unsigned long long)(inst->mem.gpu >= 0 ? inst->mem.bytes : 0), why);
+    if (!inst->external) {
+        instance_stop(inst, why); /* its exit's verified reclaim frees the ledger entry */
+        return;
+    }
+    if (instance_unload(inst, UNLOAD_EVICTED, why) == 0)
+        return;
+    if (inst->state == INST_PARKING)
+        parked(inst); /* keep what it gave back booked where it is */
+    model_set_failed(m, "external server did not give its memory back after sleep");
+}
+
+static void on_sleep_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    (void)body;
+    (void)len;
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    bool ok = instance_hook_answered(inst, "sleep_hook_done", status, error);
+    if (inst->state != INST_PARKING)
+        return;
+    if (!ok) {
+        /* it did not sleep (or says so): the memory is still needed, take the next tier */
+        instance_set_state(inst, INST_READY, "sleep hook failed");
+        hooks_evict(inst, "sleep hook failed");
+        return;
+    }
+    m->unloads_total++;
+    m->unloads_by_reason[inst->unload_reason]++;
+    if (!sched_instance_holds_memory(inst)) {
+        parked(inst); /* no GPU memory booked: the hook's 2xx is the answer */
+        return;
+    }
+    sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory gone */
+}
+
+void instance_reclaimed(instance_t *inst, bool ok)
+{
+    if (inst->state != INST_PARKING || (!inst->proc && !inst->external)) {
+        hooks_reclaimed(inst, ok);
+        return;
+    }
+    if (ok)
+        parked(inst);
+    else
+        park_escalate(inst, "sleep gave too little memory back within stop_timeout");
+    sched_pump_all(inst->model->core);
+}
+
+void instance_evict(instance_t *inst, const char *why)
+{
+    if (inst->state == INST_PARKED) {
+        park_escalate(inst, why); /* what it still holds is needed: the next tier */
+        return;
+    }
+    if (park_sleep(inst, UNLOAD_EVICTED, why) == 0)
+        return;
+    hooks_evict(inst, why);
+}
+
+/* ---- the way back ------------------------------------------------------------------- */
+
+static void wake_failed(instance_t *inst, const char *why)
+{
+    model_t *m = inst->model;
+    log_event(LOG_WARN, "wake_failed", "model=%s instance=%u reason=%s measured=%llu", m->name, inst->id, why,
+              (unsigned long long)inst->measured);
+    if (inst->external) {
+        instance_set_state(inst, INST_PARKED, why);
+        model_set_failed(m, why);
+        return;
+    }
+    model_record_failure(m, RESTART_RELOAD_FAILED, why);
+    instance_stop(inst, why);
+}
+
+/* The memory a woken instance must show before it counts as resident: what it still held
+ * when parked plus at least half of what went to host memory (the reclaim's rule, mirrored). */
+static uint64_t wake_target(const instance_t *inst)
+{
+    uint64_t gone = inst->park_before > inst->park_left ? inst->park_before - inst->park_left : 0;
+    return inst->park_left + gone / 2;
+}
+
+static void resumed(instance_t *inst)
+{
+    model_t *m = inst->model;
+    uint64_t now = core_now();
+    uint64_t took = now - inst->park_since_ms;
+    m->wake_ms_ewma = m->wake_ms_ewma ? (m->wake_ms_ewma * 7 + took * 3) / 10 : took;
+    m->wakes_total++;
+    log_event(LOG_INFO, "resumed", "model=%s instance=%u tier=%s measured=%llu wake_ms=%llu", m->name, inst->id, "sleep",
+              (unsigned long long)inst->measured, (unsigned long long)took);
+    inst->ready_ms = now;
+    inst->health_failures = 0;
+    sched_instance_ready(inst); /* a fresh baseline before its first request */
+    instance_set_state(inst, INST_READY, "awake: memory back on the GPU");
+    uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
+    model_schedule_pump(m);
+}
+
+/* RESUMING after the wake hook's 2xx: READY once NVML shows the memory back: at least
+ * wake_target, and no longer rising between two checks a poll apart (a snapshot read while
+ * the weights were still arriving is not the end of it; what the allocator had cached before
+ * the sleep need not come back). */
+static void resume_tick(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    model_t *m = inst->model;
+    if (inst->state != INST_RESUMING)
+        return;
+    uint64_t now_measured = inst->measured;
+    bool settled = inst->wake_last != UINT64_MAX && now_measured <= inst->wake_last + inst->wake_last / 100;
+    inst->wake_last = now_measured;
+    if (inst->gpu_pos < 0 || !sched_gpu_ok() || (settled && now_measured >= wake_target(inst))) {
+        resumed(inst);
+        return;
+    }
+    uint64_t limit = m->cfg->wake.timeout_ms ? m->cfg->wake.timeout_ms : PARK_WAKE_TIMEOUT_MS;
+    if (core_now() - inst->park_since_ms > limit) {
+        wake_failed(inst, "memory not back on the GPU within wake.timeout");
+        return;
+    }
+    uint64_t poll = m->core->cfg->gpu.poll_ms ? m->core->cfg->gpu.poll_ms : 100;
+    uv_timer_start(&inst->timer, resume_tick, poll, 0);
+}
+
+static void on_wake_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    (void)body;
+    (void)len;
+    instance_t *inst = ctx;
+    bool ok = instance_hook_answered(inst, "wake_hook_done", status, error);
+    if (inst->state != INST_RESUMING)
+        return;
+    if (!ok) {
+        wake_failed(inst, "wake hook failed");
+        return;
+    }
+    inst->wake_last = UINT64_MAX;
+    resume_tick(&inst->timer);
+}
+
+void park_wake(instance_t *inst)
+{
+    model_t *m = inst->model;
+    if (inst->state != INST_PARKED || inst->hook_call || m->failed)
+        return;
+    uint64_t back = m->cfg->memory.resident > inst->park_before ? m->cfg->memory.resident : inst->park_before;
+    if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
+        ledger_t *l = sched_ledger();
+        uint64_t want = back + sched_request_estimate(m);
+        uint64_t held = inst->mem.gpu >= 0 ? inst->mem.bytes : 0;
+        uint64_t extra = want > held ? want - held : 0;
+        if (!ledger_fits(l, (size_t)inst->gpu_pos, extra, m)) {
+            size_t pos;
+            (void)sched_place(m, &pos); /* starts evictions when that makes room; woken at a later pump */
+            return;
+        }
+        if (inst->mem.gpu < 0)
+            sched_place_instance(inst, (size_t)inst->gpu_pos);
+        ledger_resize(l, &inst->mem, back);
+        sched_unblocked(m);
+    }
+    inst->park_since_ms = core_now();
+    instance_set_state(inst, INST_RESUMING, "needed again");
+    if (instance_call_hook(inst, &m->cfg->wake, PARK_WAKE_TIMEOUT_MS, on_wake_answer) != 0)
+        wake_failed(inst, "wake hook could not be called");
+}

@@ -1,0 +1,212 @@
+"""Parking by the server's sleep/wake hooks (issue 13, SPEC 4.1; workers/park.c).
+
+A model with `sleep`/`wake` hooks (vLLM's POST /sleep?level=1 and POST /wake_up, which
+simworker serves) is parked instead of stopped: the same process stays up, its weights leave
+the GPU (NVML stops showing them) and are booked on the host-memory ledger; a request wakes it
+and is served once NVML shows the memory back. What NVML still shows after a sleep is booked on
+the GPU and freed by the next tier (stop) when it is needed; a sleep that gives too little back
+is escalated at once; a park the host budget cannot afford falls back to the next tier.
+"""
+from vramdkit import GiB, MiB, sim_s, wait_for
+
+from .schedkit import Watch, after, order
+
+SLEEP = {"method": "POST", "path": "/sleep?level=1"}
+WAKE = {"method": "POST", "path": "/wake_up"}
+
+
+def llm_model(sched, residue=None, **over):
+    flags = ["--resident", "4GiB", "--per-request", "256MiB", "--run-time", sim_s(1),
+             "--sleep-time", sim_s(2), "--wake-time", sim_s(3)]
+    if residue:
+        flags += ["--sleep-residue", residue]
+    return sched.model("llm", flags, "4.3GiB", "256MiB", sleep=SLEEP, wake=WAKE, **over)
+
+
+def gpu_held_by(sched, gpu, pid):
+    return sum(p["used"] for g in sched.show(gpu)["gpus"] for p in g["processes"] if p["pid"] == pid)
+
+
+def metric(vd, name, model=None):
+    text = vd.get("/metrics").body.decode()
+    for line in text.splitlines():
+        if line.startswith(name + ("{model=\"%s\"}" % model if model else " ")):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} {model} not in /metrics")
+
+
+def test_admin_unload_parks_and_a_request_wakes_it(sched):
+    """Admin unload of a model with sleep/wake parks it: the instance stays (same pid), its
+    tier is `sleeping`, NVML shows its weights gone, /v1/status and /metrics show the parked
+    bytes on the host budget. A request then waits for the wake (RESUMING until NVML shows the
+    memory back) and is served by the same process."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": llm_model(sched)},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    loaded = gpu_held_by(sched, gpu, pid)
+    assert loaded >= 4 * GiB, loaded
+
+    r = vd.post("/v1/models/llm/unload")
+    assert r.status == 200, r
+    inst = vd.instances("llm")[0]
+    assert inst["state"] == "parked" and inst["tier"] == "sleeping", inst
+    assert inst["pid"] == pid
+    assert 4 * GiB <= inst["parked_bytes"] <= loaded, inst
+    assert gpu_held_by(sched, gpu, pid) < 1 * GiB  # only the context stays on the GPU
+    st = vd.status()
+    assert st["host_memory"]["budget"] == 16 * GiB and st["host_memory"]["source"] == "config"
+    assert st["host_memory"]["parked"] == inst["parked_bytes"], st["host_memory"]
+    assert vd.model("llm", st)["parked_bytes"] == inst["parked_bytes"]
+    assert metric(vd, "vramd_host_memory_parked_bytes", "llm") == inst["parked_bytes"]
+    assert metric(vd, "vramd_host_memory_budget_bytes") == 16 * GiB
+
+    with Watch(vd) as watch:
+        r = vd.generate("llm")
+    assert r.status == 200, r
+    assert "resuming" in watch.states["llm"], watch.states
+    assert not watch.problems, watch.problems[:5]
+    inst = vd.instances("llm")[0]
+    assert inst["pid"] == pid and inst["state"] == "ready" and inst["tier"] == "resident", inst
+    assert inst["parked_bytes"] == 0
+    assert gpu_held_by(sched, gpu, pid) >= 4 * GiB  # the weights are back
+    assert vd.status()["host_memory"]["parked"] == 0
+    parked = vd.first("parked", model="llm")
+    wake = after(vd.events("wake_hook_done", model="llm"), parked)
+    resumed = after(vd.events("resumed", model="llm"), parked)
+    order(vd.first("sleep_hook_done", model="llm"), parked, wake, resumed)
+    assert resumed["measured"] >= 4 * GiB, resumed
+    assert not vd.events("worker_started", model="llm")[1:], "a second process was started"
+    m = vd.model("llm")
+    assert m["parking"]["parks_total"] == 1 and m["parking"]["wakes_total"] == 1, m["parking"]
+    assert m["learned_wake_ms"] > 0
+    sched.finish()
+
+
+def test_eviction_parks_then_wakes_the_same_process(sched):
+    """Two models that do not fit together on 8 GiB: `big` evicts `llm` by its sleep tier
+    (not a stop), and `llm`'s next request stops `big` (no sleep tier) and wakes `llm`'s
+    same process; both requests are served and nothing OOMs."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {
+        "llm": llm_model(sched),
+        "big": sched.model("big", ["--resident", "4GiB", "--per-request", "256MiB",
+                                   "--run-time", sim_s(1)], "4.3GiB", "256MiB"),
+    }, host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.generate("big").status == 200
+    ev = vd.first("eviction", model="llm")
+    assert ev and ev["for"] == "big", ev
+    parked = after(vd.events("parked", model="llm"), ev)
+    started = vd.first("worker_started", model="big")
+    order(ev, parked, started)
+    assert vd.instances("llm")[0]["state"] == "parked"
+
+    r = vd.generate("llm")
+    assert r.status == 200, r
+    assert vd.instances("llm")[0]["pid"] == pid
+    ev2 = vd.first("eviction", model="big")
+    resumed = after(vd.events("resumed", model="llm"), ev2)
+    order(ev2, after(vd.events("worker_exit", model="big"), ev2), resumed)
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_sleep_leftover_is_booked_then_escalated(sched):
+    """vLLM can leave GiBs on the GPU after a sleep. simworker keeps 1 GiB (+ its context):
+    the park completes (more than half came back), the leftover stays booked on the GPU
+    ledger at what NVML shows; `big`, which does not fit beside that leftover, escalates the
+    parked instance to the next tier (stop) and then loads."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {
+        "llm": llm_model(sched, residue="1GiB"),
+        "big": sched.model("big", ["--resident", "6.7GiB", "--per-request", "256MiB",
+                                   "--run-time", sim_s(1)], "7GiB", "256MiB"),
+    }, host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    r = vd.post("/v1/models/llm/unload")
+    assert r.status == 200, r
+    inst = vd.instances("llm")[0]
+    assert inst["state"] == "parked", inst
+    left = gpu_held_by(sched, gpu, pid)
+    assert 1 * GiB <= left < 2 * GiB, left
+    wait_for(lambda: vd.instances("llm")[0]["reserved_bytes"] == gpu_held_by(sched, gpu, pid),
+             what="the leftover booked at what NVML shows")
+    parked = vd.first("parked", model="llm")
+    assert parked["left_on_gpu"] >= 1 * GiB, parked
+
+    r = vd.generate("big")
+    assert r.status == 200, r
+    esc = vd.first("park_escalated", model="llm")
+    assert esc is not None
+    order(parked, esc, after(vd.events("worker_exit", model="llm"), esc),
+          vd.first("worker_started", model="big"))
+    assert vd.status()["host_memory"]["parked"] == 0  # released when it stopped
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_sleep_that_frees_too_little_is_escalated(sched):
+    """A sleep that keeps 3.5 of 4.3 GiB does not give enough back within stop_timeout: the
+    instance goes to the next tier at once (stopped), nothing stays booked on the host."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": llm_model(sched, residue="3.5GiB")},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    r = vd.post("/v1/models/llm/unload")
+    assert r.status == 200, r
+    wait_for(lambda: not vd.instances("llm"), what="llm stopped after its sleep kept too much")
+    esc = vd.first("park_escalated", model="llm")
+    assert esc and "too little" in esc["reason"], esc
+    assert not vd.events("parked", model="llm")
+    assert vd.status()["host_memory"]["parked"] == 0
+    sched.finish()
+
+
+def test_host_budget_exhausted_falls_back_to_stop(sched):
+    """A host budget of 2 GiB cannot hold llm's 4 GiB: the park is refused (park_refused,
+    counted) and eviction takes the next tier, a stop; `big` loads and is served."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {
+        "llm": llm_model(sched),
+        "big": sched.model("big", ["--resident", "4GiB", "--per-request", "256MiB",
+                                   "--run-time", sim_s(1)], "4.3GiB", "256MiB"),
+    }, host_memory={"budget": "2GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    assert vd.generate("big").status == 200
+    refused = vd.first("park_refused", model="llm")
+    assert refused and refused["reason"] == "over_budget", refused
+    ev = vd.first("eviction", model="llm")
+    order(ev, refused, after(vd.events("worker_exit", model="llm"), ev))
+    assert not vd.events("sleep_hook_done", model="llm")
+    st = vd.status()
+    assert st["host_memory"]["refused"] >= 1 and st["host_memory"]["parked"] == 0, st["host_memory"]
+    assert vd.model("llm", st)["parking"]["refused_total"] >= 1
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_external_server_sleeps_and_wakes(sched):
+    """An external server (url:) with sleep/wake and no unload hook: the admin unload parks
+    it (allowed without an unload hook), a request wakes it and is served."""
+    gpu = sched.gpu_set("8GiB")
+    ext = sched.external(gpu, "extllm", ["--resident", "3GiB", "--per-request", "256MiB",
+                                         "--run-time", sim_s(1), "--sleep-time", sim_s(1),
+                                         "--wake-time", sim_s(1)])
+    vd = sched.start_vramd(gpu, {"extllm": sched.external_model(
+        "extllm", ext, "3.3GiB", "256MiB", sleep=SLEEP, wake=WAKE)},
+        host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("extllm").status == 200
+    r = vd.post("/v1/models/extllm/unload")
+    assert r.status == 200, r
+    inst = vd.instances("extllm")[0]
+    assert inst["tier"] == "sleeping" and inst["parked_bytes"] >= 3 * GiB - 64 * MiB, inst
+    assert gpu_held_by(sched, gpu, ext.pid) < 1 * GiB
+    assert vd.generate("extllm").status == 200
+    assert vd.instances("extllm")[0]["tier"] == "resident"
+    assert gpu_held_by(sched, gpu, ext.pid) >= 3 * GiB
+    assert not ext.oom_lines()
+    sched.finish()
