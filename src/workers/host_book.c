@@ -9,14 +9,15 @@
 #include "gpu/host_mem.h"
 
 static host_ledger_t g_book;
-static bool g_init;
+static bool g_init;   /* g_book initialised */
+static bool g_synced; /* limits taken from a config at least once */
 static uint64_t g_cfg_budget, g_cfg_reserve; /* the config values applied last */
 static uint64_t g_auto;                       /* auto budget measured once, 0 until then */
 static const char *g_source = "fallback";
 
 static void sync_limits(const config_t *cfg)
 {
-    if (g_init && cfg->host_memory.budget == g_cfg_budget && cfg->host_memory.reserve == g_cfg_reserve)
+    if (g_synced && cfg->host_memory.budget == g_cfg_budget && cfg->host_memory.reserve == g_cfg_reserve)
         return;
     uint64_t budget = cfg->host_memory.budget;
     uint64_t avail = 0, room = 0;
@@ -37,6 +38,7 @@ static void sync_limits(const config_t *cfg)
     } else {
         host_ledger_set_limits(&g_book, budget, cfg->host_memory.reserve);
     }
+    g_synced = true;
     g_cfg_budget = cfg->host_memory.budget;
     g_cfg_reserve = cfg->host_memory.reserve;
     char b[32], r[32];
@@ -49,7 +51,12 @@ static void sync_limits(const config_t *cfg)
 
 const host_ledger_t *host_book(const config_t *cfg)
 {
-    sync_limits(cfg);
+    if (cfg) {
+        sync_limits(cfg);
+    } else if (!g_init) { /* no config yet (a test's bare core): an empty book */
+        host_ledger_init(&g_book, 0, 0);
+        g_init = true;
+    }
     return &g_book;
 }
 

@@ -23,7 +23,7 @@
 
 #define HOST_BOOK_FALLBACK (4ULL << 30)
 
-/* The ledger, its limits set from cfg (a changed config is applied here). */
+/* The ledger, its limits set from cfg (a changed config is applied here; NULL: as it is). */
 const host_ledger_t *host_book(const config_t *cfg);
 /* "config", "meminfo", "cgroup" or "fallback": where the budget came from. */
 const char *host_book_source(void);
