@@ -12,6 +12,10 @@
  *   READY --unload hook--> UNLOADING --NVML shows memory back--> UNLOADED --reload hook-->
  *   RELOADING --> STARTING (health) --> READY. A supervised worker whose memory does not
  *   come back within stop_timeout is killed; an external one is marked failed.
+ *   Parking through sleep/wake hooks (park.c), tried first when the model has them and the
+ *   host can afford it: READY --sleep hook--> PARKING --NVML shows it gone--> PARKED
+ *   --wake hook--> RESUMING --NVML shows it back--> READY; too little back, or evicted again
+ *   while parked: the next tier (unload hook, stop).
  *
  * Model state (what /v1/status shows) is derived: failed > ready (some instance READY) >
  * starting > draining (admin unload waiting for in-flight) > unloading (instances
