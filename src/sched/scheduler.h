@@ -99,8 +99,12 @@ void sched_instance_unloading(instance_t *inst);
 bool sched_instance_holds_memory(const instance_t *inst);
 /* Learned load time (ms) for eviction cost and deadlines. */
 void sched_note_load(model_t *m, uint64_t load_ms);
-/* An OOM was seen for m: raise the estimate now. */
-void sched_note_oom(model_t *m);
+/* An OOM was seen for m: raise the estimate now, by a quarter (at least 256 MiB), or to
+ * what the answer said the process needed beyond the model's resident memory when that is
+ * more (process_need: oom_message_need of the answer, 0 when unknown); never past what the
+ * largest allowed GPU can give a request beside the model. With several requests in one
+ * process, process_need holds all of them, so the raise errs on the large side. */
+void sched_note_oom(model_t *m, uint64_t process_need);
 
 /* Add the "gpus" array and memory fields to a status object (cJSON *). */
 void sched_status_json(void *gpus_array);
