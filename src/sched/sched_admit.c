@@ -200,6 +200,27 @@ void sched_note_oom(model_t *m, uint64_t process_need)
     m->est_per_request = raised;
 }
 
+void sched_note_arrival(model_t *m)
+{
+    uint64_t now = core_now();
+    if (m->last_arrival_ms && now >= m->last_arrival_ms) {
+        uint64_t gap = now - m->last_arrival_ms;
+        m->arrival_gap_ms = m->arrival_gap_ms ? (m->arrival_gap_ms * 7 + gap * 3) / 10 : gap;
+        if (m->arrival_gap_ms == 0)
+            m->arrival_gap_ms = 1;
+    }
+    m->last_arrival_ms = now;
+}
+
+uint64_t sched_expected_gap_ms(const model_t *m)
+{
+    if (!m->last_arrival_ms)
+        return 0;
+    uint64_t since = core_now() - m->last_arrival_ms;
+    uint64_t gap = m->arrival_gap_ms ? m->arrival_gap_ms : since;
+    return gap > since ? gap : (since ? since : 1);
+}
+
 void sched_note_load(model_t *m, uint64_t load_ms)
 {
     m->load_ms_ewma = m->load_ms_ewma ? (m->load_ms_ewma * 7 + load_ms * 3) / 10 : load_ms;

@@ -97,6 +97,12 @@ void sched_place_instance(instance_t *inst, size_t gpu_pos);
  * shows the memory back. */
 void sched_instance_unloading(instance_t *inst);
 bool sched_instance_holds_memory(const instance_t *inst);
+/* A request for m arrived (first attempts only): the mean gap between its requests is
+ * learned for eviction cost (placer.h, rule 2b). */
+void sched_note_arrival(model_t *m);
+/* The expected time until m's next request: its mean gap, at least the time since its
+ * last one (an idle model's gap grows); 0 when no request was ever seen. */
+uint64_t sched_expected_gap_ms(const model_t *m);
 /* Learned load time (ms) for eviction cost and deadlines. */
 void sched_note_load(model_t *m, uint64_t load_ms);
 /* An OOM was seen for m: raise the estimate now, by a quarter (at least 256 MiB), or to
