@@ -29,6 +29,7 @@
 
 #include "common/log.h"
 #include "core/core.h"
+#include "gpu/host_mem.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
 #include "workers/process.h"
@@ -37,6 +38,7 @@
 
 #define PARK_SLEEP_TIMEOUT_MS 30000
 #define PARK_WAKE_TIMEOUT_MS 60000
+#define PARK_WAKE_GUESS_MS 1000 /* a wake's cost before one was measured (vLLM: 0.1-6 s) */
 
 static bool can_sleep(const instance_t *inst)
 {
@@ -143,6 +145,20 @@ void instance_reclaimed(instance_t *inst, bool ok)
     else
         park_escalate(inst, "sleep gave too little memory back within stop_timeout");
     sched_pump_all(inst->model->core);
+}
+
+uint64_t instance_return_cost_ms(const instance_t *inst)
+{
+    const model_t *m = inst->model;
+    if (inst->state == INST_PARKED)
+        return m->load_ms_ewma; /* evicting it again means the next tier: a stop, then a start */
+    if (can_sleep(inst)) {
+        uint64_t bytes = inst->mem.gpu >= 0 ? inst->mem.bytes : m->cfg->memory.resident;
+        const host_ledger_t *h = host_book(m->core->cfg);
+        if (host_ledger_verdict(h, bytes, host_mem_room(NULL, NULL, NULL)) == HOST_FITS)
+            return m->wake_ms_ewma ? m->wake_ms_ewma : PARK_WAKE_GUESS_MS;
+    }
+    return m->load_ms_ewma;
 }
 
 void instance_evict(instance_t *inst, const char *why)

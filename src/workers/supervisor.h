@@ -110,8 +110,14 @@ const char *restart_reason_name(enum restart_reason r);
 void instance_request_done(instance_t *inst, bool worker_broken);
 /* May the instance take a new request now (READY, not stopping, suspect nor ejected)? */
 bool instance_usable(const instance_t *inst, uint64_t now);
-/* Make room: the unload hook when the model has one, else stop the process. */
+/* Make room by the cheapest tier the model has and the host affords (workers/park.c): its
+ * sleep hook (parked), else the unload hook, else stop the process; a parked instance goes
+ * to the next tier. */
 void instance_evict(instance_t *inst, const char *why);
+/* What instance_evict(inst) would cost to come back from, in ms: the learned wake time when
+ * it would be parked (1 s until measured), else the learned load time. For the scheduler's
+ * cost-aware eviction (a candidate's return cost); reads the host's free memory. */
+uint64_t instance_return_cost_ms(const instance_t *inst);
 /* Replace the instance: stop it once its in-flight requests are done (recycling: after
  * N requests, memory growth, OOM with recycle.on_oom). */
 void instance_recycle(instance_t *inst, const char *why);
