@@ -20,7 +20,8 @@ def llm_model(sched, residue=None, **over):
              "--sleep-time", sim_s(2), "--wake-time", sim_s(3)]
     if residue:
         flags += ["--sleep-residue", residue]
-    return sched.model("llm", flags, "4.3GiB", "256MiB", sleep=SLEEP, wake=WAKE, **over)
+    over = {"sleep": SLEEP, "wake": WAKE, **over}
+    return sched.model("llm", flags, "4.3GiB", "256MiB", **over)
 
 
 def gpu_held_by(sched, gpu, pid):
@@ -209,4 +210,49 @@ def test_external_server_sleeps_and_wakes(sched):
     assert vd.instances("extllm")[0]["tier"] == "resident"
     assert gpu_held_by(sched, gpu, ext.pid) >= 3 * GiB
     assert not ext.oom_lines()
+    sched.finish()
+
+
+def test_parked_worker_that_dies_gives_its_host_memory_back(sched):
+    """A parked supervised worker killed from outside (SIGKILL): its exit is a crash like any
+    other, its host-memory entry is released with it (nothing stays booked), its GPU entry
+    after NVML shows the memory gone, and the next request starts a new worker."""
+    import os
+    import signal
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": llm_model(sched)},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.post("/v1/models/llm/unload").status == 200
+    assert vd.status()["host_memory"]["parked"] > 0
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not vd.instances("llm"), what="the killed parked worker gone")
+    assert vd.status()["host_memory"]["parked"] == 0
+    exited = vd.first("worker_exit", model="llm")
+    assert exited["state"] == "parked" and exited["expected"] is False, exited
+    r = vd.generate("llm")
+    assert r.status == 200, r
+    assert vd.instances("llm")[0]["pid"] != pid
+    sched.finish()
+
+
+def test_wake_that_fails_restarts_the_worker(sched):
+    """A wake hook that fails (404 here) stops the parked worker (a failure counted, like a
+    failed reload) and the waiting request is served by a fresh start; nothing is booked
+    twice: the host book is empty and the ledger returns to resident reservations."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": llm_model(sched, wake={"method": "POST", "path": "/no_such_wake"})},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.post("/v1/models/llm/unload").status == 200
+    r = vd.generate("llm")
+    assert r.status == 200, r
+    failed = vd.first("wake_failed", model="llm")
+    assert failed and failed["reason"] == "wake hook failed", failed
+    inst = vd.instances("llm")
+    assert len(inst) == 1 and inst[0]["pid"] != pid and inst[0]["tier"] == "resident", inst
+    assert vd.model("llm")["restarts_total"] == 1
+    assert vd.status()["host_memory"]["parked"] == 0
     sched.finish()
