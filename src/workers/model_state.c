@@ -127,7 +127,8 @@ enum model_state model_state(const model_t *m)
  * state: the instance is freed once its process is gone and its handles closed) */
 static const unsigned allowed[] = {
     [INST_STARTING] = BIT(INST_READY) | BIT(INST_STOPPING),
-    [INST_READY] = BIT(INST_DOWN) | BIT(INST_STOPPING) | BIT(INST_UNLOADING) | BIT(INST_PARKING),
+    [INST_READY] = BIT(INST_DOWN) | BIT(INST_STOPPING) | BIT(INST_UNLOADING) | BIT(INST_PARKING) |
+                   BIT(INST_RESUMING), /* an external server found at start: woken (park_wake_found) */
     [INST_DOWN] = BIT(INST_READY) | BIT(INST_STOPPING),
     [INST_STOPPING] = 0,
     [INST_UNLOADING] = BIT(INST_READY) | BIT(INST_UNLOADED) | BIT(INST_STOPPING),

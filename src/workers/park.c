@@ -12,6 +12,10 @@
  *     --wake fails or the memory is not back within wake.timeout--> stopped (supervised,
  *        a failure counted) or marked failed (external)
  *   PARKED --evicted again (what it still holds is needed)--> the next tier, as above.
+ *   An external server with a wake hook, found at start (a vramd that stopped while it was
+ *   parked leaves it asleep): READY --wake hook--> RESUMING --> READY before its first
+ *   request (waking an awake vLLM or SGLang is a no-op); a failed wake leaves it to its
+ *   health checks.
  *
  * Eviction (instance_evict) takes the cheapest tier the model has and the host affords:
  * sleep, else unload hook, else stop (hooks.c). A park the host cannot afford
@@ -179,6 +183,13 @@ static void wake_failed(instance_t *inst, const char *why)
     model_t *m = inst->model;
     log_event(LOG_WARN, "wake_failed", "model=%s instance=%u reason=%s measured=%llu", m->name, inst->id, why,
               (unsigned long long)inst->measured);
+    if (inst->wake_found) {
+        /* it may never have been asleep (or is not up yet): its health checks decide */
+        inst->wake_found = false;
+        instance_set_state(inst, INST_READY, "wake at start failed: health checks decide");
+        uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+        return;
+    }
     if (inst->external) {
         instance_set_state(inst, INST_PARKED, why);
         model_set_failed(m, why);
@@ -207,6 +218,7 @@ static void resumed(instance_t *inst)
               (unsigned long long)inst->measured, (unsigned long long)took);
     inst->ready_ms = now;
     inst->health_failures = 0;
+    inst->wake_found = false;
     sched_instance_ready(inst); /* a fresh baseline before its first request */
     instance_set_state(inst, INST_READY, "awake: memory back on the GPU");
     uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
@@ -253,6 +265,20 @@ static void on_wake_answer(void *ctx, int status, const char *body, size_t len, 
     }
     inst->wake_last = UINT64_MAX;
     resume_tick(&inst->timer);
+}
+
+void park_wake_found(instance_t *inst)
+{
+    model_t *m = inst->model;
+    if (!inst->external || !m->cfg->wake.set || inst->state != INST_READY || inst->hook_call)
+        return;
+    inst->park_tier = PARK_SLEEP;
+    inst->park_before = inst->park_left = 0; /* nothing known: READY once its usage holds still */
+    inst->park_since_ms = core_now();
+    inst->wake_found = true;
+    instance_set_state(inst, INST_RESUMING, "found at start: woken in case it was left asleep");
+    if (instance_call_hook(inst, &m->cfg->wake, PARK_WAKE_TIMEOUT_MS, on_wake_answer) != 0)
+        wake_failed(inst, "wake hook could not be called");
 }
 
 void park_wake(instance_t *inst)

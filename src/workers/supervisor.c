@@ -85,8 +85,12 @@ void model_load(model_t *m)
 
 void supervisor_prepare(model_t *m)
 {
-    if (m->cfg->url)
-        model_ensure_external(m);
+    if (!m->cfg->url)
+        return;
+    bool found = list_empty(&m->instances);
+    model_ensure_external(m);
+    if (found && !list_empty(&m->instances))
+        park_wake_found(list_entry(list_first(&m->instances), instance_t, link));
 }
 
 /* Start (or reload) an instance when the queue, a pin or an admin load wants one. */

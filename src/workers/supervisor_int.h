@@ -80,6 +80,10 @@ int instance_unload(instance_t *inst, enum unload_reason reason, const char *why
 int park_sleep(instance_t *inst, enum unload_reason reason, const char *why);
 /* A PARKED instance is needed again: book its memory back and call its wake hook. */
 void park_wake(instance_t *inst);
+/* An external server just found (its instance created at start): call its wake hook, in
+ * case a vramd that stopped while it was parked left it asleep; READY again once it holds
+ * still (a failed wake: its health checks decide). */
+void park_wake_found(instance_t *inst);
 /* A PARKED instance must free what it still holds: the next tier (unload hook, stop). */
 void park_escalate(instance_t *inst, const char *why);
 

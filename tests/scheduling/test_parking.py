@@ -256,3 +256,28 @@ def test_wake_that_fails_restarts_the_worker(sched):
     assert vd.model("llm")["restarts_total"] == 1
     assert vd.status()["host_memory"]["parked"] == 0
     sched.finish()
+
+
+def test_external_server_left_asleep_is_woken_at_start(sched):
+    """A vramd that stopped while an external server was parked leaves it asleep. The next
+    vramd calls its wake hook when it finds it (before its first request): the request is
+    served, not answered 503 "models unloaded" by the sleeping server."""
+    from vramdkit.net import request
+    gpu = sched.gpu_set("8GiB")
+    ext = sched.external(gpu, "asleep", ["--resident", "3GiB", "--per-request", "256MiB",
+                                         "--run-time", sim_s(1), "--sleep-time", sim_s(1),
+                                         "--wake-time", sim_s(2)])
+    r = request(ext.port, "POST", "/sleep?level=1", body={})
+    assert r.status == 200, r
+    assert gpu_held_by(sched, gpu, ext.pid) < 1 * GiB
+    vd = sched.start_vramd(gpu, {"asleep": sched.external_model(
+        "asleep", ext, "3.3GiB", "256MiB", sleep=SLEEP, wake=WAKE)},
+        host_memory={"budget": "16GiB", "reserve": 0})
+    r = vd.generate("asleep")
+    assert r.status == 200, r
+    woke = vd.first("wake_hook_done", model="asleep")
+    assert woke and woke["status"] == 200, woke
+    order(woke, vd.first("resumed", model="asleep"), vd.first("request_done", model="asleep"))
+    assert gpu_held_by(sched, gpu, ext.pid) >= 3 * GiB
+    assert vd.status()["host_memory"]["parked"] == 0
+    sched.finish()
