@@ -286,6 +286,13 @@ void park_wake(instance_t *inst)
     model_t *m = inst->model;
     if (inst->state != INST_PARKED || inst->hook_call || m->failed)
         return;
+    if (!m->cfg->wake.set) { /* a reload took the hook away while it slept: no way back but a restart */
+        if (inst->external)
+            wake_failed(inst, "no wake hook any more (config reloaded)");
+        else
+            instance_stop(inst, "no wake hook any more (config reloaded)");
+        return;
+    }
     uint64_t back = m->cfg->memory.resident > inst->park_before ? m->cfg->memory.resident : inst->park_before;
     if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
         ledger_t *l = sched_ledger();
