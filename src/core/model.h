@@ -149,7 +149,7 @@ struct instance {
     uint64_t park_before;    /* GPU bytes booked when the park began */
     uint64_t park_left;      /* GPU bytes NVML still showed once parked (booked on the GPU ledger) */
     uint64_t park_since_ms;  /* when the park, or the return, began */
-    uint64_t wake_last;      /* RESUMING: measured at the previous check (UINT64_MAX: none yet) */
+    uint64_t wake_seq;       /* RESUMING: the first NVML snapshot (sched_snapshot_seq) read after the wake answered */
     bool wake_found;         /* RESUMING an external server found at start (maybe left asleep) */
     host_entry_t parked_host; /* the host memory it holds while parked (workers/host_book.c) */
 };

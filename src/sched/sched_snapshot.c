@@ -314,6 +314,16 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
 
 /* ---- NVML: start, snapshots, stop ---------------------------------------------------- */
 
+static uint64_t g_snapshot_seq; /* snapshots applied (sched_snapshot_seq) */
+
+uint64_t sched_snapshot_seq(void) { return g_snapshot_seq; }
+
+void sched_poll_now(void)
+{
+    if (sched_state.gpu)
+        gpu_poll_now(sched_state.gpu);
+}
+
 static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
 {
     (void)ctx;
@@ -329,6 +339,7 @@ static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
     sched_state.ok = true;
     sched_state.error[0] = '\0';
     memcpy(sched_state.snap, snap, sizeof *snap);
+    g_snapshot_seq++;
     apply_snapshot(sched_state.snap);
 }
 

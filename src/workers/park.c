@@ -42,6 +42,7 @@
 
 #define PARK_SLEEP_TIMEOUT_MS 30000
 #define PARK_WAKE_TIMEOUT_MS 60000
+#define PARK_RESUME_TICK_MS 5   /* how often a RESUMING instance looks for a fresh reading */
 #define PARK_WAKE_GUESS_MS 1000 /* a wake's cost before one was measured (vLLM: 0.1-6 s) */
 
 static bool can_sleep(const instance_t *inst)
@@ -225,20 +226,17 @@ static void resumed(instance_t *inst)
     model_schedule_pump(m);
 }
 
-/* RESUMING after the wake hook's 2xx: READY once NVML shows the memory back: at least
- * wake_target, and no longer rising between two checks a poll apart (a snapshot read while
- * the weights were still arriving is not the end of it; what the allocator had cached before
- * the sleep need not come back). */
+/* RESUMING after the wake hook's 2xx: READY once an NVML snapshot read after the answer
+ * (not one that was already on its way while the weights arrived) shows at least
+ * wake_target (what the allocator had cached before the sleep need not come back). */
 static void resume_tick(uv_timer_t *t)
 {
     instance_t *inst = t->data;
     model_t *m = inst->model;
     if (inst->state != INST_RESUMING)
         return;
-    uint64_t now_measured = inst->measured;
-    bool settled = inst->wake_last != UINT64_MAX && now_measured <= inst->wake_last + inst->wake_last / 100;
-    inst->wake_last = now_measured;
-    if (inst->gpu_pos < 0 || !sched_gpu_ok() || (settled && now_measured >= wake_target(inst))) {
+    bool fresh = sched_snapshot_seq() >= inst->wake_seq;
+    if (inst->gpu_pos < 0 || !sched_gpu_ok() || (fresh && inst->measured >= wake_target(inst))) {
         resumed(inst);
         return;
     }
@@ -247,8 +245,12 @@ static void resume_tick(uv_timer_t *t)
         wake_failed(inst, "memory not back on the GPU within wake.timeout");
         return;
     }
+    if (fresh) /* not back yet: look again at the next reading */
+        inst->wake_seq = sched_snapshot_seq() + 1;
+    if (fresh || sched_snapshot_seq() + 1 == inst->wake_seq)
+        sched_poll_now(); /* the reading that is due: now rather than at the next poll interval */
     uint64_t poll = m->core->cfg->gpu.poll_ms ? m->core->cfg->gpu.poll_ms : 100;
-    uv_timer_start(&inst->timer, resume_tick, poll, 0);
+    uv_timer_start(&inst->timer, resume_tick, poll < PARK_RESUME_TICK_MS ? poll : PARK_RESUME_TICK_MS, 0);
 }
 
 static void on_wake_answer(void *ctx, int status, const char *body, size_t len, const char *error)
@@ -263,7 +265,8 @@ static void on_wake_answer(void *ctx, int status, const char *body, size_t len, 
         wake_failed(inst, "wake hook failed");
         return;
     }
-    inst->wake_last = UINT64_MAX;
+    inst->wake_seq = sched_snapshot_seq() + 2; /* the reading in flight now may predate the answer */
+    sched_poll_now();
     resume_tick(&inst->timer);
 }
 
