@@ -15,9 +15,9 @@ SLEEP = {"method": "POST", "path": "/sleep?level=1"}
 WAKE = {"method": "POST", "path": "/wake_up"}
 
 
-def llm_model(sched, residue=None, **over):
+def llm_model(sched, residue=None, flags_extra=(), **over):
     flags = ["--resident", "4GiB", "--per-request", "256MiB", "--run-time", sim_s(1),
-             "--sleep-time", sim_s(2), "--wake-time", sim_s(3)]
+             "--sleep-time", sim_s(2), "--wake-time", sim_s(3), *flags_extra]
     if residue:
         flags += ["--sleep-residue", residue]
     over = {"sleep": SLEEP, "wake": WAKE, **over}
@@ -280,4 +280,19 @@ def test_external_server_left_asleep_is_woken_at_start(sched):
     order(woke, vd.first("resumed", model="asleep"), vd.first("request_done", model="asleep"))
     assert gpu_held_by(sched, gpu, ext.pid) >= 3 * GiB
     assert vd.status()["host_memory"]["parked"] == 0
+    sched.finish()
+
+
+def test_deadline_of_a_parked_model_counts_its_wake_not_its_load(sched):
+    """A parked model comes back by a wake (150 ms here), not a load (2 s): a request whose
+    deadline (1 s) is shorter than the learned load time but longer than the wake is admitted
+    and served, not refused 503 deadline_unmeetable."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": llm_model(sched, flags_extra=["--load-time", sim_s(40)])},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    assert vd.model("llm")["learned_load_ms"] >= 1500
+    assert vd.post("/v1/models/llm/unload").status == 200
+    r = vd.generate("llm", headers={"X-Vramd-Deadline": "1s"})
+    assert r.status == 200, r
     sched.finish()
