@@ -38,6 +38,13 @@ static void sleep_ms(uint64_t ms)
         ;
 }
 
+static uint64_t monotonic_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 const char *simgpu_cuda_state_name(int state)
 {
     static const char *names[] = {"running", "locked", "checkpointed", "failed"};
@@ -317,7 +324,7 @@ int simgpu_cuda_state(simgpu_t *s, pid_t pid, int *state)
  * -1 ETIMEDOUT (request withdrawn, still RUNNING) or ESRCH (it died). */
 static int lock_wait(simgpu_t *s, pid_t pid, uint64_t starttime, uint32_t seq, uint64_t timeout_ms)
 {
-    uint64_t started = sg_monotonic_ms();
+    uint64_t started = monotonic_us();
     for (;;) {
         if (sg_lock(s) < 0)
             return -1;
@@ -328,7 +335,7 @@ static int lock_wait(simgpu_t *s, pid_t pid, uint64_t starttime, uint32_t seq, u
             errno = ESRCH;
             return -1;
         }
-        bool timed_out = timeout_ms && sg_monotonic_ms() - started >= timeout_ms;
+        bool timed_out = timeout_ms && monotonic_us() - started >= timeout_ms * 1000u;
         if (p->acked == seq || timed_out) {
             bool ok = p->acked == seq;
             p->lock_request = 0;

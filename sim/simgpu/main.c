@@ -331,7 +331,6 @@ static cJSON *set_to_json(simgpu_t *s, const char *name)
             cJSON_AddNumberToObject(p, "pid", procs[i].pid);
             cJSON_AddNumberToObject(p, "used", (double)procs[i].used);
             cJSON_AddBoolToObject(p, "dead", procs[i].dead);
-            cJSON_AddStringToObject(p, "cuda_state", simgpu_cuda_state_name(park_state_of(parks, n_parks, procs[i].pid)));
         }
         if (!add_gpu_parked_json(gpu, g, parks, n_parks))
             goto fail;
