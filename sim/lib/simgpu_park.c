@@ -200,13 +200,24 @@ static struct park_slot *park_of(simgpu_t *s, pid_t pid, bool make)
     return p;
 }
 
+/* Whether (pid, starttime) holds a live GPU slot: sg_reap_locked has just checked those
+ * processes, so no second /proc read is needed for them. */
+static bool live_on_gpu(simgpu_t *s, pid_t pid, uint64_t starttime)
+{
+    for (int g = 0; g < s->n_gpus; g++)
+        if (sg_own_slot_locked(&s->hdr->gpus[g], pid, starttime))
+            return true;
+    return false;
+}
+
 void sg_park_reap_locked(simgpu_t *s)
 {
     for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
         struct park_slot *p = &s->hdr->parks[i];
         if (!p->in_use)
             continue;
-        if (sg_proc_check(p->pid, p->starttime) == PROC_GONE) {
+        if (!live_on_gpu(s, p->pid, p->starttime) &&
+            sg_proc_check(p->pid, p->starttime) == PROC_GONE) {
             p->in_use = 0; /* its host memory goes with it */
             continue;
         }
