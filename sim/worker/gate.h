@@ -14,7 +14,8 @@
  *     LOCKED process that still touches its GPU memory.
  * /health, /ready, /gpu_status/ and new requests (queued) go on answering meanwhile. When the
  * process is unlocked the work resumes where it stopped: the time held does not count as
- * progress.
+ * progress. A worker told to stop (SIGTERM) while held finishes its requests, and so exits,
+ * only once it is resumed (or killed), as a real locked process would.
  */
 #ifndef VRAMD_SIM_WORKER_GATE_H
 #define VRAMD_SIM_WORKER_GATE_H

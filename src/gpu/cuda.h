@@ -95,7 +95,8 @@ typedef struct cuda_result {
 typedef struct cuda cuda_t;
 typedef void (*cuda_done_cb)(void *ctx, const cuda_result_t *res);
 
-/* dlopen + dlsym + cuInit(0); NULL only when out of memory. */
+/* dlopen + dlsym + cuInit(0); NULL only when out of memory. Blocks for as long as cuInit
+ * takes (up to a second or so on a real driver): call it at start-up, not per request. */
 cuda_t *cuda_open(const char *library);
 void cuda_close(cuda_t *c);
 bool cuda_available(const cuda_t *c);
@@ -103,6 +104,8 @@ const char *cuda_unavailable_reason(const cuda_t *c); /* "" when available */
 const char *cuda_library(const cuda_t *c);            /* the path loaded (or asked for) */
 int cuda_driver_version(const cuda_t *c);             /* cuDriverGetVersion: 12080 = 12.8; 0 unknown */
 
+/* lock_timeout_ms: how long the lock may wait for the process's CUDA calls to stop; 0 is the
+ * driver's "no limit", which can hold a pool thread for ever: always give one. */
 int cuda_start(cuda_t *c, uv_loop_t *loop, cuda_op_t op, pid_t pid, uint64_t lock_timeout_ms,
                cuda_done_cb cb, void *ctx);
 int cuda_run(cuda_t *c, cuda_op_t op, pid_t pid, uint64_t lock_timeout_ms, cuda_result_t *out);
