@@ -16,7 +16,9 @@
  * CHECKPOINTED) and succeeds once memory is free, the lock's timeout with a process that
  * does not answer (still RUNNING), a process that waits for its lock answer, single
  * actions and the driver's ILLEGAL_STATE, a pid the driver does not know, copy time
- * following bytes / bandwidth, a parked process that dies (its host bytes freed), and the
+ * following bytes / bandwidth, a process on two GPUs (parked per GPU; a restore that does not
+ * fit on one GPU brings nothing back), bandwidth parsing, a parked process that dies (its
+ * host bytes freed), and the
  * async path on a uv loop including cuda_close with an operation in flight (no callback, no
  * leak).
  */
@@ -107,14 +109,19 @@ static int teardown(void **state)
     return 0;
 }
 
-static void create_set(uint64_t memory)
+static void create_gpus(int n_gpus, uint64_t memory)
 {
     char err[256] = "";
-    if (simgpu_create(set_name, 1, memory, "NVIDIA Test GPU", 0, err, sizeof err) != 0)
+    if (simgpu_create(set_name, n_gpus, memory, "NVIDIA Test GPU", 0, err, sizeof err) != 0)
         fail_msg("simgpu_create: %s", err);
     own_set = simgpu_open(set_name, err, sizeof err);
     if (!own_set)
         fail_msg("simgpu_open: %s", err);
+}
+
+static void create_set(uint64_t memory)
+{
+    create_gpus(1, memory);
 }
 
 static void sleep_ms(unsigned ms)
@@ -123,7 +130,7 @@ static void sleep_ms(unsigned ms)
     nanosleep(&ts, NULL);
 }
 
-enum child_kind { HOLDER, GATED, DEAF };
+enum child_kind { HOLDER, GATED, DEAF, HOLDER_GPU1 };
 
 /* HOLDER: allocates and waits. GATED: registers, allocates, answers lock requests every
  * millisecond. DEAF: registers, allocates, never answers. Each exits when its pipe closes
@@ -140,7 +147,9 @@ static pid_t spawn(enum child_kind kind, uint64_t bytes)
         close(ready[0]);
         close(hold[1]);
         simgpu_t *s = simgpu_open(set_name, NULL, 0);
-        bool ok = s && (kind == HOLDER || simgpu_gate_register(s) == 0) && simgpu_alloc(s, 0, bytes) == 0;
+        bool gated = kind == GATED || kind == DEAF;
+        bool ok = s && (!gated || simgpu_gate_register(s) == 0) && simgpu_alloc(s, 0, bytes) == 0 &&
+                  (kind != HOLDER_GPU1 || simgpu_alloc(s, 1, 2 * bytes) == 0);
         char c = ok ? 'y' : 'n';
         if (write(ready[1], &c, 1) != 1 || !ok)
             _exit(1);
@@ -165,16 +174,21 @@ static pid_t spawn(enum child_kind kind, uint64_t bytes)
     return pid;
 }
 
-static uint64_t gpu_bytes_of(pid_t pid)
+static uint64_t gpu_bytes_on(int gpu, pid_t pid)
 {
     simgpu_proc_t procs[16];
     size_t n = 0;
-    assert_int_equal(simgpu_processes(own_set, 0, procs, 16, &n), 0);
+    assert_int_equal(simgpu_processes(own_set, gpu, procs, 16, &n), 0);
     uint64_t bytes = 0;
     for (size_t i = 0; i < n && i < 16; i++)
         if (procs[i].pid == pid && !procs[i].dead)
             bytes += procs[i].used;
     return bytes;
+}
+
+static uint64_t gpu_bytes_of(pid_t pid)
+{
+    return gpu_bytes_on(0, pid);
 }
 
 static uint64_t parked_bytes_of(pid_t pid)
@@ -425,6 +439,56 @@ static void test_parked_process_dies(void **state)
     close_sim(c);
 }
 
+static void test_two_gpus_parked_and_restored_per_gpu(void **state)
+{
+    (void)state;
+    create_gpus(2, 4 * GiB);
+    pid_t pid = spawn(HOLDER_GPU1, 1 * GiB); /* 1 GiB on GPU 0, 2 GiB on GPU 1 */
+    cuda_t *c = open_sim();
+    assert_int_equal(run(c, CUDA_OP_PARK, pid, 1000).status, CUDA_OK);
+    assert_int_equal(gpu_bytes_on(0, pid) + gpu_bytes_on(1, pid), 0);
+    simgpu_park_info_t parks[4];
+    size_t n = 0;
+    assert_int_equal(simgpu_park_list(own_set, parks, 4, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(parks[0].parked[0], 1 * GiB);
+    assert_int_equal(parks[0].parked[1], 2 * GiB);
+    assert_int_equal(parks[0].state, SIMGPU_CUDA_CHECKPOINTED);
+
+    /* GPU 1 full: nothing comes back, not even GPU 0's share */
+    assert_int_equal(simgpu_alloc(own_set, 1, 3 * GiB), 0);
+    assert_int_equal(run(c, CUDA_OP_UNPARK, pid, 0).status, CUDA_NO_MEMORY);
+    assert_int_equal(gpu_bytes_on(0, pid), 0);
+    assert_int_equal(simgpu_free(own_set, 1, 3 * GiB), 0);
+    assert_int_equal(run(c, CUDA_OP_UNPARK, pid, 0).status, CUDA_OK);
+    assert_int_equal(gpu_bytes_on(0, pid), 1 * GiB);
+    assert_int_equal(gpu_bytes_on(1, pid), 2 * GiB);
+    close_sim(c);
+}
+
+static void test_bandwidth_parsing(void **state)
+{
+    (void)state;
+    uint64_t bw = 0;
+    assert_int_equal(simgpu_parse_bandwidth("20GB/s", &bw), 0);
+    assert_int_equal(bw, 20000000000ULL);
+    assert_int_equal(simgpu_parse_bandwidth("16GiB/s", &bw), 0);
+    assert_int_equal(bw, 16 * GiB);
+    assert_int_equal(simgpu_parse_bandwidth("2e9", &bw), 0);
+    assert_int_equal(bw, 2000000000ULL);
+    assert_int_equal(simgpu_parse_bandwidth("512MB", &bw), 0);
+    assert_int_equal(bw, 512000000ULL);
+    const char *bad[] = {"", "0", "-1GB/s", "fast", "20GB/h", "1e400", "inf", "20 GB/s", "GB/s"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(simgpu_parse_bandwidth(bad[i], &bw), -1);
+    setenv("SIMGPU_PCIE_BW", "nonsense", 1); /* ignored: the default applies */
+    create_set(1 * GiB);
+    assert_int_equal(simgpu_pcie_bandwidth(own_set), SIMGPU_DEFAULT_PCIE_BW);
+    setenv("SIMGPU_TIMESCALE", "1", 1);
+    assert_int_equal(simgpu_copy_ms(own_set, 20000000000ULL), 1000);
+    assert_int_equal(simgpu_copy_ms(own_set, 0), 0);
+}
+
 /* ---- the thread pool ---- */
 
 typedef struct done_log {
@@ -501,6 +565,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_single_actions_and_bad_states, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_time_follows_bandwidth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_parked_process_dies, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_gpus_parked_and_restored_per_gpu, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bandwidth_parsing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_park_and_unpark, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_with_operation_in_flight, setup, teardown),
     };
