@@ -151,10 +151,10 @@ def test_sleep_leftover_is_booked_then_escalated(sched):
 
 
 def test_sleep_that_frees_too_little_is_escalated(sched):
-    """A sleep that keeps 3.5 of 4.3 GiB does not give enough back within stop_timeout: the
+    """A sleep that keeps 3.5 of 4.3 GiB does not give enough back within stop_timeout (500 ms): the
     instance goes to the next tier at once (stopped), nothing stays booked on the host."""
     gpu = sched.gpu_set("8GiB")
-    vd = sched.start_vramd(gpu, {"llm": llm_model(sched, residue="3.5GiB")},
+    vd = sched.start_vramd(gpu, {"llm": llm_model(sched, residue="3.5GiB", stop_timeout="500ms")},
                            host_memory={"budget": "16GiB", "reserve": 0})
     assert vd.generate("llm").status == 200
     r = vd.post("/v1/models/llm/unload")
