@@ -177,9 +177,26 @@ static void fail_overdue(jobs_t *J)
     }
 }
 
+/* A journal write failed on the disk: settle it (journal.h, journal_settle) once the disk
+ * works again, so that no refused change comes back at the next start. Logged when it
+ * starts failing and when it is settled, not every tick. */
+static void settle_journal(jobs_t *J)
+{
+    if (!journal_in_doubt(J->journal))
+        return;
+    if (journal_settle(J->journal) == JOURNAL_OK) {
+        log_event(LOG_INFO, "job_journal_settled", "failed_ticks=%u", J->settle_failures);
+        J->settle_failures = 0;
+        return;
+    }
+    if (J->settle_failures++ == 0)
+        log_event(LOG_ERROR, "job_journal_error", "op=%s error=%s", "settle", journal_errmsg(J->journal));
+}
+
 static void on_tick(uv_timer_t *t)
 {
     jobs_t *J = t->data;
+    settle_journal(J);
     fail_overdue(J);
     jobs_pump(J->core);
 }

@@ -43,6 +43,7 @@ struct jobs {
     model_backoff_t backoff[JOBS_BACKOFF_MODELS];
     size_t n_backoff;
     uint64_t paused_until_ms; /* monotonic: no attempt starts before (journal could not write) */
+    unsigned settle_failures; /* ticks a failed journal write could not be settled (jobs.c) */
     bool pumping;
     bool closing;
 };

@@ -134,8 +134,9 @@ class Vramd:
 
     def __init__(self, tmp, name, config, *, gpu_set=None, cwd=None, config_format="yaml",
                  stdout_apart=True, http="raw", start_timeout=20.0, stop_timeout=20.0,
-                 request_timeout=REQUEST_TIMEOUT):
+                 request_timeout=REQUEST_TIMEOUT, extra_env=None):
         assert http in ("raw", "stdlib")
+        self.extra_env = dict(extra_env or {})  # added to (or replacing) its environment
         self.tmp = tmp
         self.name = name
         self.gpu_set = gpu_set
@@ -175,9 +176,11 @@ class Vramd:
 
     def env(self):
         if self.gpu_set is not None:
-            return sim_env(self.gpu_set)
-        env = dict(os.environ)
-        env.pop("VRAMD_NVML_LIBRARY", None)
+            env = sim_env(self.gpu_set)
+        else:
+            env = dict(os.environ)
+            env.pop("VRAMD_NVML_LIBRARY", None)
+        env.update(self.extra_env)
         return env
 
     # life ------------------------------------------------------------------------------

@@ -75,12 +75,13 @@ class VramdFactory:
         cfg["models"] = models
         return cfg
 
-    def start(self, models=None, limits=None, config=None, wait=True, **top):
+    def start(self, models=None, limits=None, config=None, wait=True, env=None, **top):
+        """env: variables added to the daemon's environment (an LD_PRELOAD shim...)."""
         if config is None:
             config = self.config(models or {}, limits=limits, **top)
         vd = Vramd(self.tmp, f"vramd{len(self.instances)}", config, http="raw",
                    start_timeout=START_TIMEOUT, stop_timeout=STOP_TIMEOUT,
-                   request_timeout=REQUEST_TIMEOUT)
+                   request_timeout=REQUEST_TIMEOUT, extra_env=env)
         vd.factory, vd.tag = self, self.tag
         self.instances.append(vd)
         return vd.start(wait=wait)
