@@ -61,12 +61,13 @@ int journal_insert(journal_t *j, const job_record_t *rec)
         return jnl_error(j, JOURNAL_CONFLICT, "job id %s is already taken", rec->id);
     if (rc != JOURNAL_OK && j->in_doubt) {
         /* the refused job must not come back after a restart: overwrite its frames now */
-        char why[JOURNAL_ERR_MAX];
+        char why[JOURNAL_ERR_MAX], settle[JOURNAL_ERR_MAX];
         snprintf(why, sizeof why, "%s", j->err);
         if (journal_settle(j) == JOURNAL_OK)
             return jnl_error(j, rc, "%s (the job is not stored)", why);
-        return jnl_error(j, rc, "%s (not stored, but the disk still fails (%s): a restart before a write"
-                                " succeeds may bring the job back)", why, j->err);
+        snprintf(settle, sizeof settle, "%s", j->err); /* j->err is written by jnl_error */
+        return jnl_error(j, rc, "%s (not stored, but the disk still fails: %s; a restart before a write"
+                                " succeeds may bring the job back)", why, settle);
     }
     return rc;
 }
