@@ -154,6 +154,36 @@ void core_conn_removed(core_t *c, list_t *link)
     c->n_conns--;
 }
 
+void core_conn_reserve(core_t *c, bool on)
+{
+    if (on) {
+        c->n_reserve_conns++;
+        c->counts[CORE_CNT_RESERVE_ACCEPTED]++;
+        return;
+    }
+    CHECK_IF(c->n_reserve_conns == 0);
+    if (c->n_reserve_conns)
+        c->n_reserve_conns--;
+}
+
+void core_count(core_t *c, enum core_counter k)
+{
+    if ((unsigned)k < CORE_COUNTERS)
+        c->counts[k]++;
+}
+
+const char *core_counter_name(enum core_counter k)
+{
+    static const char *const names[CORE_COUNTERS] = {
+        [CORE_CNT_HEADER_TIMEOUT] = "header",   [CORE_CNT_BODY_TIMEOUT] = "body",
+        [CORE_CNT_SEND_TIMEOUT] = "send",       [CORE_CNT_RESERVE_ACCEPTED] = "reserve_accepted",
+        [CORE_CNT_RESERVE_REFUSED] = "reserve_refused", [CORE_CNT_CONN_REFUSED] = "refused",
+        [CORE_CNT_LOCAL_PROXY] = "proxy",       [CORE_CNT_LOCAL_HEALTH] = "health",
+        [CORE_CNT_LOCAL_HOOK] = "hook",
+    };
+    return (unsigned)k < CORE_COUNTERS ? names[k] : "?";
+}
+
 void core_requeue(core_t *c, request_t *r, const char *why)
 {
     BUG_ON(!c->requeue);
