@@ -1,6 +1,10 @@
-"""vramd's own shortage of descriptors is never the worker's failure (issue 12, item 2).
+"""Guards seen from outside (issue 12): a suspect instance shown in /v1/status and /metrics,
+and vramd's own shortage of descriptors never held against a worker.
 
-With vramd's RLIMIT_NOFILE lowered while it runs and its descriptor table filled with idle
+Suspect: an external server the test runs itself (SickServer) closes one connection without
+answering and then keeps its health check waiting; meanwhile the instance is suspect.
+
+Shortage: with vramd's RLIMIT_NOFILE lowered while it runs and its descriptor table filled with idle
 client connections, a proxied request and an admin unload (its hook) cannot open a socket to
 the worker. Each must be answered 503 local_resource_exhausted with Retry-After, and leave
 the worker alone: no suspect mark, no outlier count, no failed model, the same process; once
@@ -9,10 +13,98 @@ the connections are gone the same worker serves again and the counters show what
 A connection to vramd is opened before the table is filled (a new one could not be
 accepted then) and the request is sent on it afterwards."""
 import resource
+import shutil
 import socket
+import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from vramdkit import RawConn, wait_for
+from vramdkit import RawConn, free_port, wait_for
+
+
+class SickServer:
+    """GET /health: 200, but while `sick` is set it waits (up to 5 s) before answering;
+    POST /drop: sets `sick` and closes the connection without answering; anything else: 200."""
+
+    def __init__(self):
+        self.sick = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if self.path == "/health":
+                    deadline = time.monotonic() + 5
+                    while outer.sick.is_set() and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == "/drop":
+                    outer.sick.set()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.do_GET()
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.sick.clear()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def metric(vd, series):
+    """The value of one series of GET /metrics, by its exact name{labels}; None if absent."""
+    for line in vd.get("/metrics", timeout=15).body.decode().splitlines():
+        if line.startswith(series + " "):
+            return float(line.split(" ", 1)[1])
+    return None
+
+
+def test_suspect_instance_is_shown_until_its_health_check_passes(vramd):
+    """A connection that breaks without an answer: 502 worker_failed, and the instance is
+    suspect until a health check passes. The server keeps that check waiting: /v1/status
+    says suspect (not ejected) and vramd_instance_suspect is 1 (promtool accepts the
+    exposition); once it answers again, both say not suspect."""
+    srv = SickServer()
+    try:
+        vd = vramd.start(models={"ext": {
+            "route": "/ext/", "url": f"http://127.0.0.1:{srv.port}",
+            "health": {"path": "/health", "interval": "200ms", "timeout": "4s", "failures": 3}}})
+        vd.wait_model_state("ext", "ready", timeout=15)
+        r = vd.post("/ext/drop")
+        assert r.status == 502 and r.error_code() == "worker_failed", r
+        inst = vd.instances("ext")[0]
+        assert inst["suspect"] is True and inst["ejected"] is False and inst["ejected_until"] is None, inst
+        series = 'vramd_instance_suspect{model="ext",instance="%d"}' % inst["id"]
+        assert metric(vd, series) == 1
+        promtool = shutil.which("promtool")
+        if promtool:
+            text = vd.get("/metrics").body.decode()
+            p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True,
+                               timeout=60)
+            assert p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(), (p.stdout, p.stderr)
+        srv.sick.clear()
+        vd.wait_event("worker_suspect_cleared", model="ext", timeout=10)
+        assert vd.instances("ext")[0]["suspect"] is False
+        assert metric(vd, series) == 0
+    finally:
+        srv.close()
 
 
 def fill_descriptors(vd, limit=64, n=80):
@@ -76,9 +168,8 @@ def test_proxied_request_short_of_descriptors_is_503_not_the_workers(vramd):
     assert served(vd, "/a/echo").json()["pid"] == pid
     st = vd.status()
     assert st["local_resource_exhausted"]["proxy"] == 1, st["local_resource_exhausted"]
-    text = vd.get("/metrics").body.decode()
-    assert 'vramd_local_resource_exhausted_total{call="proxy"} 1\n' in text
-    assert 'vramd_requests_total{model="a",outcome="local_resource_exhausted"} 1\n' in text
+    assert metric(vd, 'vramd_local_resource_exhausted_total{call="proxy"}') == 1
+    assert metric(vd, 'vramd_requests_total{model="a",outcome="local_resource_exhausted"}') == 1
 
 
 def test_admin_unload_hook_short_of_descriptors_is_503_and_the_server_untouched(vramd):
@@ -108,6 +199,7 @@ def test_admin_unload_hook_short_of_descriptors_is_503_and_the_server_untouched(
     assert model["state"] == "ready" and "failed_reason" not in model, model
     assert vd.get("/ext/count").json()["targets"].get("/unload-hook") is None
     assert vd.status()["local_resource_exhausted"]["hook"] == 1
+    assert metric(vd, 'vramd_local_resource_exhausted_total{call="hook"}') == 1
     time.sleep(1.1)  # the hook's retry hold (1 s) passes
     r = vd.post("/v1/models/ext/unload", timeout=20)
     assert r.status == 200 and r.json()["state"] != "ready", r
