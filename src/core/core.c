@@ -11,6 +11,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "common/check.h"
@@ -96,6 +97,10 @@ void core_init(core_t *c, uv_loop_t *loop, config_t *cfg)
     c->prepare.data = c;
     uv_prepare_start(&c->prepare, on_prepare);
     uv_unref((uv_handle_t *)&c->prepare);
+    unsigned char rnd[(CORE_JOB_SECRET_SIZE - 1) / 2];
+    if (getrandom(rnd, sizeof rnd, 0) == (ssize_t)sizeof rnd)
+        for (size_t i = 0; i < sizeof rnd; i++)
+            snprintf(c->job_secret + 2 * i, 3, "%02x", rnd[i]);
 }
 
 void core_close(core_t *c)

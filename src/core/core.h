@@ -35,6 +35,7 @@
 #define VRAMD_VERSION "0.1.0"
 #define CORE_EVENTS_KEPT 64 /* recent notable events kept for /v1/status */
 #define CORE_LISTENERS_MAX 16
+#define CORE_JOB_SECRET_SIZE 33
 
 /* One-to-many notifications. The subject's type is given per event. */
 enum core_event {
@@ -92,6 +93,9 @@ struct core {
     uint64_t requests_total; /* request heads parsed */
     unsigned retries_in_flight; /* requests queued or running again after an OOM or invalid output */
     uint64_t counts[CORE_COUNTERS]; /* core_count */
+    /* random at core_init (32 hex; "" when no randomness): the job runner's attempts name
+     * their submitter with it (X-Vramd-Job-Client, net/conn_request.c); never shown */
+    char job_secret[CORE_JOB_SECRET_SIZE];
     /* recent notable events for /v1/status */
     core_note_t notes[CORE_EVENTS_KEPT];
     unsigned notes_next, notes_count;
