@@ -212,6 +212,17 @@ static char *headers_json(const job_request_t *jr)
 
 /* ---- POST /v1/jobs ------------------------------------------------------------------- */
 
+/* Who submits the job, as limits.per_client will count its attempts (jobs/job_submitter.h):
+ * the JSON to store (malloc'd), or NULL when out of memory. */
+static char *submitter_json(const conn_t *c, const request_t *r)
+{
+    const config_t *cfg = c->core->cfg;
+    job_submitter_t sub;
+    job_submitter_capture(&sub, c->peer, cfg->per_client.key == CLIENT_KEY_HEADER ? cfg->per_client.header : NULL,
+                          r->head, &r->msg);
+    return job_submitter_to_json(&sub);
+}
+
 static void submit(conn_t *c, request_t *r, jobs_t *J)
 {
     core_t *d = c->core;
@@ -280,10 +291,7 @@ static void submit(conn_t *c, request_t *r, jobs_t *J)
     rec.deadline_wall_ms = jr.deadline_ms ? now + (int64_t)jr.deadline_ms : 0;
     rec.max_attempts = (int)cfg->jobs.max_attempts;
     rec.created_ms = now;
-    job_submitter_t sub; /* limits.per_client counts its attempts as this client's */
-    job_submitter_capture(&sub, c->peer, cfg->per_client.key == CLIENT_KEY_HEADER ? cfg->per_client.header : NULL,
-                          r->head, &r->msg);
-    rec.client_json = cjson = job_submitter_to_json(&sub);
+    rec.client_json = cjson = submitter_json(c, r);
     if (!cjson) {
         conn_respond_error(c, 500, "internal", m->name, -1, false, "out of memory");
         goto out;
