@@ -217,16 +217,21 @@ def test_health_and_status_reachable_at_the_connection_cap(vramd):
     finally:
         for s in idle:
             s.close()
-    # counted: the 503 and the 2 idle ones on the reserve since, one 503, one closed at accept
-    wait_for(lambda: vd.status()["connections"]["reserve"]["open"] == 0, timeout=5,
-             what="the reserve empty again")
+    # counted: the 503 and the 2 idle ones on the reserve since, one 503, at least one closed
+    # at accept (a status poll can be one more while vramd has not yet seen the closes)
+    def reserve_empty():
+        try:
+            return vd.status()["connections"]["reserve"]["open"] == 0
+        except (AssertionError, OSError, ValueError):
+            return False  # refused: vramd had not seen the closes yet
+    wait_for(reserve_empty, timeout=5, what="the reserve empty again")
     conns = vd.status()["connections"]
     assert conns["reserve"]["accepted_total"] >= accepted + 3, (accepted, conns)
-    assert conns["reserve"]["refused_total"] == 1 and conns["refused_total"] == 1, conns
+    assert conns["reserve"]["refused_total"] == 1 and conns["refused_total"] >= 1, conns
     assert metric(vd, "vramd_reserve_connections") == 0
     assert metric(vd, "vramd_reserve_connections_total") == conns["reserve"]["accepted_total"]
     assert metric(vd, "vramd_reserve_refused_total") == 1
-    assert metric(vd, "vramd_connections_refused_total") == 1
+    assert metric(vd, "vramd_connections_refused_total") == conns["refused_total"]
     # the cap is free again: the model is served normally
     wait_for(lambda: vd.get("/w/echo", timeout=10).status == 200, timeout=15,
              what="a model request served after the idle connections left")

@@ -20,7 +20,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from vramdkit import RawConn, free_port, wait_for
+from vramdkit import RawConn, fd_count, free_port, wait_for
 
 
 class SickServer:
@@ -123,7 +123,8 @@ def fill_descriptors(vd, limit=64, n=80):
             s.close()
             continue
         socks.append(s)
-    time.sleep(0.3)  # vramd accepts them (the last ones it must close: EMFILE)
+    # vramd accepts them until its table is full (the rest it closes: EMFILE)
+    wait_for(lambda: fd_count(vd.proc.pid) >= limit, timeout=10, what="vramd's descriptor table full")
     return socks
 
 
@@ -200,7 +201,9 @@ def test_admin_unload_hook_short_of_descriptors_is_503_and_the_server_untouched(
     assert vd.get("/ext/count").json()["targets"].get("/unload-hook") is None
     assert vd.status()["local_resource_exhausted"]["hook"] == 1
     assert metric(vd, 'vramd_local_resource_exhausted_total{call="hook"}') == 1
-    time.sleep(1.1)  # the hook's retry hold (1 s) passes
-    r = vd.post("/v1/models/ext/unload", timeout=20)
+    # within the hook's retry hold (1 s) the same answer, without a call; then it unloads
+    r = wait_for(lambda: (lambda x: x if x.status != 503 else None)(vd.post("/v1/models/ext/unload", timeout=20)),
+                 timeout=5, what="the admin unload once the hold passed")
     assert r.status == 200 and r.json()["state"] != "ready", r
+    assert vd.status()["local_resource_exhausted"]["hook"] == 1
     assert vd.events("unload_hook_done", status=200), vd.log_tail(40)

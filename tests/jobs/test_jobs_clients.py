@@ -3,12 +3,13 @@
 
 Clients are told apart by their source address: Linux routes all of 127.0.0.0/8 to lo, so a
 client socket bound to 127.0.0.2 reaches vramd on 127.0.0.1 as another address. The model's
-one slot is held by a slow request, so whatever comes next waits in the queue.
+one slot is held by a request the worker never answers (/hang) until the test closes its
+connection, so whatever comes next waits in the queue for as long as the test needs.
 """
 import http.client
 import json
 
-from vramdkit import Background, wait_for
+from vramdkit import Background, RawConn, build_request, wait_for
 from jobs.conftest import job, wait_job
 
 
@@ -40,7 +41,8 @@ def start(vramd, key):
     per_client = {"key": key, "max_queued": 1, "max_in_flight": 1}
     vd = vramd.start(models={"w": m}, limits={"per_client": per_client})
     assert vd.get("/w/echo").status == 200
-    hold = Background(lambda: vd.get("/w/slow?ms=3000", timeout=30))  # the one slot, from 127.0.0.1
+    hold = RawConn(vd.port, timeout=30)  # the one slot, from 127.0.0.1, until hold.close()
+    hold.send(build_request("GET", "/w/hang"))
     vd.wait_in_flight("w", 1, timeout=10)
     return vd, hold
 
@@ -63,7 +65,7 @@ def test_job_attempt_counts_as_its_submitters_address(vramd):
     assert "retry-after" in hdrs
     other = Background(lambda: call(vd.port, "GET", "/w/echo", "127.0.0.3"))
     wait_for(lambda: queued(vd) == 2, timeout=10, what="C's request queued beside the job")
-    assert hold.result(timeout=30).status == 200
+    hold.close()
     assert other.result(timeout=30)[0] == 200
     j = wait_job(vd, jid, "succeeded")
     assert j["attempts"] == 1
@@ -90,7 +92,7 @@ def test_job_attempt_carries_its_submitters_header(vramd):
     assert st == 429 and "hdr:acme" in doc["error"]["message"], (st, doc)
     other = Background(lambda: call(vd.port, "GET", "/w/echo", "127.0.0.4", headers={"X-Tenant": "zen"}))
     wait_for(lambda: queued(vd) == 2, timeout=10, what="zen's request queued beside the job")
-    assert hold.result(timeout=30).status == 200
+    hold.close()
     assert other.result(timeout=30)[0] == 200
     wait_job(vd, jid, "succeeded")
     st, _, echo = call(vd.port, "GET", f"/v1/jobs/{jid}/result", "127.0.0.2")
