@@ -47,32 +47,6 @@ static void watch_arm(conn_t *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
 
-static const char *conn_state_name(enum conn_state s)
-{
-    static const char *n[] = {"head", "body", "active", "closing"};
-    return n[s];
-}
-
-/* allowed[from]: the states `from` may change to (CLOSING is terminal) */
-static const unsigned conn_allowed[] = {
-    [CONN_HEAD] = 1u << CONN_BODY | 1u << CONN_ACTIVE | 1u << CONN_CLOSING,
-    [CONN_BODY] = 1u << CONN_ACTIVE | 1u << CONN_CLOSING,
-    [CONN_ACTIVE] = 1u << CONN_HEAD | 1u << CONN_CLOSING,
-    [CONN_CLOSING] = 0,
-};
-
-#define conn_set_state(c, s) conn_set_state_at((c), (s), __LINE__)
-static void conn_set_state_at(conn_t *c, enum conn_state s, int line)
-{
-    if (c->state == s)
-        return;
-    CHECK_IF(!(conn_allowed[c->state] & (1u << s)));
-    if (log_enabled(LOG_DEBUG))
-        log_event(LOG_DEBUG, "conn_state", "peer=%s from=%s to=%s line=%d", c->peer, conn_state_name(c->state),
-                  conn_state_name(s), line);
-    c->state = s;
-}
-
 /* ---- writing ---------------------------------------------------------------------- */
 
 size_t conn_write_backlog(const conn_t *c) { return c->write_bytes_pending; }
