@@ -207,3 +207,34 @@ def test_admin_unload_hook_short_of_descriptors_is_503_and_the_server_untouched(
     assert r.status == 200 and r.json()["state"] != "ready", r
     assert vd.status()["local_resource_exhausted"]["hook"] == 1
     assert vd.events("unload_hook_done", status=200), vd.log_tail(40)
+
+
+def test_reload_hook_short_of_descriptors_waits_and_is_not_a_failure(vramd):
+    """An external server unloaded by an admin call; the next request needs its reload hook,
+    but vramd has no descriptor to call it. The instance stays unloaded (no worker_failure,
+    the model not failed) and the hook is tried again every second; once the connections are
+    gone it reloads and the waiting request is answered 200."""
+    ext = vramd.external("ext")
+    vd = vramd.start(models={"ext": {
+        "route": "/ext/", "url": f"http://127.0.0.1:{ext.port}",
+        "health": {"path": "/health", "interval": "5s", "timeout": "1s", "failures": 2},
+        "unload": {"path": "/unload-hook"}, "reload": {"path": "/reload-hook"}, "deadline": "30s"}},
+        limits={"header_timeout": "30s", "max_connections": 1000})
+    vd.wait_model_state("ext", "ready", timeout=15)
+    r = vd.post("/v1/models/ext/unload", timeout=20)
+    assert r.status == 200 and r.json()["state"] != "ready", r
+    c0 = RawConn(vd.port, timeout=20)
+    socks = fill_descriptors(vd)
+    try:
+        c0.send(b"GET /ext/echo HTTP/1.1\r\nHost: x\r\n\r\n")
+        vd.wait_event("local_resource_exhausted", timeout=5, call="/reload-hook", count=2)  # tried again
+        assert not vd.events("worker_failure"), vd.events("worker_failure")
+    finally:
+        release(vd, socks)
+    r = c0.read_response(timeout=15)
+    c0.close()
+    assert r.status == 200, r
+    assert vd.events("reload_hook_done", status=200), vd.log_tail(40)
+    model = vd.model("ext")
+    assert model["state"] == "ready" and "failed_reason" not in model, model
+    assert vd.status()["local_resource_exhausted"]["hook"] >= 2
