@@ -51,7 +51,7 @@ static void hook_local_shortage(instance_t *inst, const char *hook, const char *
 
 static bool hook_cooling(const instance_t *inst) { return core_now() < inst->local_retry_ms; }
 
-/* 0 called, -1 could not be (logged), -2 not for vramd's own shortage (hook_local_shortage). */
+/* 0 called; -1 could not be (logged); -2 not called for vramd's own shortage (hook_local_shortage). */
 static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb)
 {
     model_t *m = inst->model;
