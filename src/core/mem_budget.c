@@ -12,7 +12,7 @@ static buf_budget_t g_budget;
 static const char *g_source = "fallback";
 static uint64_t g_auto;  /* the auto figure measured at start, 0 until then */
 
-/* A quarter of min(MemAvailable, cgroup room), at least max_body; the fallback when neither is known. */
+/* A quarter of min(MemAvailable, cgroup room) (gpu/host_mem.h), at least max_body; the fallback when neither is known. */
 static uint64_t auto_limit(uint64_t max_body, uint64_t *avail, uint64_t *room)
 {
     const char *source;

@@ -14,7 +14,9 @@
 
 /* MemAvailable in bytes; 0 when unknown. */
 uint64_t host_mem_available(void);
-/* memory.max - memory.current of vramd's cgroup (v2); 0 when unlimited or unknown. */
+/* What vramd's cgroup still allows: v2, the least memory.max - memory.current of the cgroup
+ * and its ancestors; else v1 (memory controller at /sys/fs/cgroup/memory),
+ * hierarchical_memory_limit - memory.usage_in_bytes; 0 when unlimited or unknown. */
 uint64_t host_mem_cgroup_room(void);
 /* min of the two that are known; 0 when neither is. *source (may be NULL) becomes
  * "meminfo", "cgroup" or "none". avail and room (may be NULL) get the two readings. */

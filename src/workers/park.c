@@ -59,6 +59,13 @@ int park_sleep(instance_t *inst, enum unload_reason reason, const char *why)
     if (!can_sleep(inst))
         return -1;
     model_t *m = inst->model;
+    if (core_now() < inst->local_retry_ms) { /* a hook just failed for vramd's own shortage */
+        if (reason == UNLOAD_ADMIN) {
+            m->unload_local_failed = true;
+            core_emit(m->core, CORE_EV_MODEL_CHANGED, m); /* answers a waiting admin call */
+        }
+        return -2;
+    }
     uint64_t bytes = inst->mem.gpu >= 0 ? inst->mem.bytes : (inst->measured ? inst->measured : m->cfg->memory.resident);
     enum host_verdict v = host_book_park(inst, bytes);
     if (v != HOST_FITS) {
@@ -76,10 +83,14 @@ int park_sleep(instance_t *inst, enum unload_reason reason, const char *why)
     inst->park_left = 0;
     inst->park_since_ms = core_now();
     instance_set_state(inst, INST_PARKING, why);
-    if (instance_call_hook(inst, &m->cfg->sleep, PARK_SLEEP_TIMEOUT_MS, on_sleep_answer) == 0)
+    int rc = instance_call_hook(inst, &m->cfg->sleep, PARK_SLEEP_TIMEOUT_MS, on_sleep_answer);
+    if (rc == 0)
         return 0;
-    instance_set_state(inst, INST_READY, "sleep hook could not be called"); /* host entry released */
-    return -1;
+    if (rc == -2 && reason == UNLOAD_ADMIN)
+        m->unload_local_failed = true; /* before the state change answers the admin call */
+    instance_set_state(inst, INST_READY, rc == -2 ? "sleep hook not made: vramd short of descriptors or memory"
+                                                  : "sleep hook could not be called"); /* host entry released */
+    return rc;
 }
 
 /* PARKING and NVML shows the memory gone (settled): PARKED, the rest booked on the host. */
@@ -122,6 +133,15 @@ static void on_sleep_answer(void *ctx, int status, const char *body, size_t len,
     instance_t *inst = ctx;
     model_t *m = inst->model;
     bool ok = instance_hook_answered(inst, "sleep_hook_done", status, error);
+    if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* vramd's own shortage: nothing was asked of the server */
+        instance_hook_local_shortage(inst, m->cfg->sleep.path, error);
+        if (inst->state != INST_PARKING)
+            return;
+        if (inst->unload_reason == UNLOAD_ADMIN)
+            m->unload_local_failed = true; /* before the state change answers the admin call */
+        instance_set_state(inst, INST_READY, "sleep hook not made: vramd short of descriptors or memory");
+        return;
+    }
     if (inst->state != INST_PARKING)
         return;
     if (!ok) {
@@ -172,8 +192,9 @@ void instance_evict(instance_t *inst, const char *why)
         park_escalate(inst, why); /* what it still holds is needed: the next tier */
         return;
     }
-    if (park_sleep(inst, UNLOAD_EVICTED, why) == 0)
-        return;
+    int rc = park_sleep(inst, UNLOAD_EVICTED, why);
+    if (rc == 0 || rc == -2)
+        return; /* -2: vramd's own shortage; eviction tries again after the hold */
     hooks_evict(inst, why);
 }
 
@@ -253,12 +274,31 @@ static void resume_tick(uv_timer_t *t)
     uv_timer_start(&inst->timer, resume_tick, poll < PARK_RESUME_TICK_MS ? poll : PARK_RESUME_TICK_MS, 0);
 }
 
+/* The wake hook was not made for vramd's own shortage: back to where it was, tried again
+ * after the hold (the pump wakes a PARKED instance; a found one is left to its health checks). */
+static void wake_not_made(instance_t *inst)
+{
+    if (inst->wake_found) {
+        inst->wake_found = false;
+        instance_set_state(inst, INST_READY, "wake at start not made: health checks decide");
+        uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+        return;
+    }
+    instance_set_state(inst, INST_PARKED, "wake hook not made: vramd short of descriptors or memory");
+}
+
 static void on_wake_answer(void *ctx, int status, const char *body, size_t len, const char *error)
 {
     (void)body;
     (void)len;
     instance_t *inst = ctx;
     bool ok = instance_hook_answered(inst, "wake_hook_done", status, error);
+    if (status == HTTP_CALL_LOCAL_SHORTAGE) {
+        instance_hook_local_shortage(inst, inst->model->cfg->wake.path, error);
+        if (inst->state == INST_RESUMING)
+            wake_not_made(inst);
+        return;
+    }
     if (inst->state != INST_RESUMING)
         return;
     if (!ok) {
@@ -280,14 +320,17 @@ void park_wake_found(instance_t *inst)
     inst->park_since_ms = core_now();
     inst->wake_found = true;
     instance_set_state(inst, INST_RESUMING, "found at start: woken in case it was left asleep");
-    if (instance_call_hook(inst, &m->cfg->wake, PARK_WAKE_TIMEOUT_MS, on_wake_answer) != 0)
+    int rc = instance_call_hook(inst, &m->cfg->wake, PARK_WAKE_TIMEOUT_MS, on_wake_answer);
+    if (rc == -2)
+        wake_not_made(inst);
+    else if (rc != 0)
         wake_failed(inst, "wake hook could not be called");
 }
 
 void park_wake(instance_t *inst)
 {
     model_t *m = inst->model;
-    if (inst->state != INST_PARKED || inst->hook_call || m->failed)
+    if (inst->state != INST_PARKED || inst->hook_call || m->failed || core_now() < inst->local_retry_ms)
         return;
     if (!m->cfg->wake.set) { /* a reload took the hook away while it slept: no way back but a restart */
         if (inst->external)
@@ -314,6 +357,9 @@ void park_wake(instance_t *inst)
     }
     inst->park_since_ms = core_now();
     instance_set_state(inst, INST_RESUMING, "needed again");
-    if (instance_call_hook(inst, &m->cfg->wake, PARK_WAKE_TIMEOUT_MS, on_wake_answer) != 0)
+    int rc = instance_call_hook(inst, &m->cfg->wake, PARK_WAKE_TIMEOUT_MS, on_wake_answer);
+    if (rc == -2)
+        wake_not_made(inst);
+    else if (rc != 0)
         wake_failed(inst, "wake hook could not be called");
 }

@@ -164,9 +164,12 @@ static void unload_external_when_idle(model_t *m)
         if (in->state == INST_READY && in->in_flight > 0)
             return; /* again at the pump after its requests end */
         m->unload_requested = false;
-        if (in->state == INST_READY && park_sleep(in, UNLOAD_ADMIN, "admin unload") != 0 &&
-            instance_unload(in, UNLOAD_ADMIN, "admin unload") != 0)
+        int rc = in->state == INST_READY ? park_sleep(in, UNLOAD_ADMIN, "admin unload") : 0;
+        if (rc == -1)
+            rc = instance_unload(in, UNLOAD_ADMIN, "admin unload");
+        if (rc == -1)
             model_set_failed(m, "external server: neither sleep nor unload hook could be called");
+        /* -2: vramd's own shortage: the admin call is answered 503 (unload_local_failed) */
     }
     m->unload_requested = false;
 }
@@ -219,7 +222,8 @@ void model_unload(model_t *m, const char *reason)
             }
             continue;
         }
-        if (park_sleep(in, UNLOAD_ADMIN, reason) == 0)
+        int rc = park_sleep(in, UNLOAD_ADMIN, reason);
+        if (rc == 0 || rc == -2) /* -2: answered 503 local_resource_exhausted, nothing touched */
             continue;
         if (in->state != INST_STOPPING)
             in->unload_reason = UNLOAD_ADMIN;

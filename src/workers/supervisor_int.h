@@ -55,9 +55,14 @@ void model_arm_idle_timers(model_t *m);
 void model_maybe_free(model_t *m);
 
 /* ---- hooks.c ---- */
-/* Call one of the model's hooks (method, path, body, timeout) for inst: 0, or -1 when it
- * could not be started (logged). At most one at a time (inst->hook_call). */
+/* Call one of the model's hooks (method, path, body, timeout) for inst: 0; -1 when it could
+ * not be started (logged); -2 not made for vramd's own shortage (descriptors, memory: logged,
+ * counted, further hooks of the instance held back for a second). At most one at a time
+ * (inst->hook_call). */
 int instance_call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb);
+/* A hook was not made for vramd's own shortage: logged, counted, the instance's hooks held
+ * back for a second (then the model is pumped again). */
+void instance_hook_local_shortage(instance_t *inst, const char *hook, const char *error);
 /* A hook call ended: no longer pending; logged as `event`; true for a 2xx. */
 bool instance_hook_answered(instance_t *inst, const char *event, int status, const char *error);
 /* Make room without parking: the unload hook when the model has one, else stop the process
@@ -70,13 +75,16 @@ void instance_reload(instance_t *inst);
 /* A READY (or PARKING/PARKED: the tier after a park) instance's unload hook (eviction, an
  * admin unload of an external server):
  * UNLOADING, then UNLOADED once its memory is back (at once without GPU memory booked).
- * -1 when the model has no unload hook or the hook could not be called (still READY). */
+ * -1 when the model has no unload hook or the hook could not be called (still READY);
+ * -2 when vramd's own shortage of descriptors or memory kept it from being called (still
+ * READY; an admin unload is then answered 503 local_resource_exhausted). */
 int instance_unload(instance_t *inst, enum unload_reason reason, const char *why);
 
 /* ---- park.c ---- */
 /* Park an idle READY instance by its sleep hook (eviction, admin unload): 0 started, -1 when
  * it cannot (no sleep tier, not idle, the host cannot afford it, the hook could not be
- * called): the caller takes the next tier. */
+ * called): the caller takes the next tier; -2 not now for vramd's own shortage (an admin
+ * unload is answered 503 local_resource_exhausted): try again later, no other tier. */
 int park_sleep(instance_t *inst, enum unload_reason reason, const char *why);
 /* A PARKED instance is needed again: book its memory back and call its wake hook. */
 void park_wake(instance_t *inst);
