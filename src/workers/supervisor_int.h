@@ -86,7 +86,12 @@ int instance_unload(instance_t *inst, enum unload_reason reason, const char *why
  * called): the caller takes the next tier; -2 not now for vramd's own shortage (an admin
  * unload is answered 503 local_resource_exhausted): try again later, no other tier. */
 int park_sleep(instance_t *inst, enum unload_reason reason, const char *why);
-/* A PARKED instance is needed again: book its memory back and call its wake hook. */
+/* Park an idle READY instance by the cheapest park tier it has and the host affords: its
+ * sleep hook, else a checkpoint by the CUDA driver (model checkpoint: true). Returns as
+ * park_sleep (-1: neither, take the next tier). */
+int park_instance(instance_t *inst, enum unload_reason reason, const char *why);
+/* A PARKED instance is needed again: book its memory back, then its wake hook (sleep) or
+ * the driver's restore + unlock of each parked process (checkpoint). */
 void park_wake(instance_t *inst);
 /* An external server just found (its instance created at start): call its wake hook, in
  * case a vramd that stopped while it was parked left it asleep; READY again once it holds
