@@ -137,3 +137,171 @@ def test_eviction_checkpoints_then_restores_the_same_process(sched):
     assert parked_on_host(sched, gpu) == 0
     vd.assert_no_oom()
     sched.finish()
+
+
+def test_checkpoint_that_times_out_stops_and_restarts(sched):
+    """A worker that cannot acknowledge the driver's lock (SIGSTOPped: its CUDA work never
+    stops) makes the checkpoint time out after stop_timeout (the lock timeout): the instance is
+    stopped (SIGTERM stays pending, SIGKILL after stop_timeout), nothing stays booked on the
+    host, and the next request is served by a fresh worker; the ledger is back to resident
+    reservations only."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched, stop_timeout="300ms")},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        r = vd.post("/v1/models/llm/unload")
+        assert r.status == 200, r
+        failed = vd.wait_event("checkpoint_failed", model="llm", timeout=10)[0]
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert "pid %d" % pid in failed["error"] and "CUDA_ERROR_TIMEOUT" in failed["error"], failed
+    park = driver_times(vd, "llm", "park")
+    assert len(park) == 1, park
+    wait_for(lambda: not vd.instances("llm"), what="the worker stopped after the failed checkpoint")
+    assert not vd.events("parked", model="llm")
+    assert vd.status()["host_memory"]["parked"] == 0
+    assert parked_on_host(sched, gpu) == 0
+    assert vd.model("llm")["parking"]["checkpoint_failures"] == 1
+
+    r = vd.generate("llm")
+    assert r.status == 200, r
+    inst = vd.instances("llm")
+    assert len(inst) == 1 and inst[0]["pid"] != pid and inst[0]["tier"] == "resident", inst
+    sched.finish()
+
+
+def test_restore_that_no_longer_fits_restarts_the_worker(sched):
+    """While llm is checkpointed, a process vramd is told to ignore (gpu.foreign_usage: ignore)
+    takes 5 of the 8 GiB: vramd books llm back, the driver's restore fails with
+    CUDA_ERROR_OUT_OF_MEMORY, the checkpointed worker is stopped (its host bytes freed with it),
+    and once the memory is free again a fresh worker serves the waiting request."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched)}, gpu={"foreign_usage": "ignore"},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.post("/v1/models/llm/unload").status == 200
+    assert vd.instances("llm")[0]["tier"] == "checkpointed"
+    holder = sched.alloc(gpu, 5 * GiB)
+    req = vd.later("llm")
+    failed = vd.wait_event("restore_failed", model="llm", timeout=10)[0]
+    assert "no longer free" in failed["reason"] and "OUT_OF_MEMORY" in failed["error"], failed
+    wait_for(lambda: not any(p["pid"] == pid for p in sched.show(gpu).get("cuda_processes", [])),
+             what="the checkpointed worker gone, its host bytes with it")
+    holder.kill()
+    r = req.result()
+    assert r.status == 200, r
+    inst = vd.instances("llm")
+    assert len(inst) == 1 and inst[0]["pid"] != pid, inst
+    assert parked_on_host(sched, gpu) == 0 and vd.status()["host_memory"]["parked"] == 0
+    order(failed, vd.first("worker_exit", model="llm", pid=pid))
+    vd.allow_oom.add("llm")  # a fresh start may meet the holder before it is gone
+    sched.finish()
+
+
+def test_host_budget_exhausted_falls_back_to_stop(sched):
+    """A 2 GiB host budget cannot hold llm's 4.3 GiB: the checkpoint is refused (park_refused
+    tier=checkpoint) and eviction takes the next tier, a stop; big loads and is served."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched), "big": big_model(sched)},
+                           host_memory={"budget": "2GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.generate("big").status == 200
+    refused = vd.first("park_refused", model="llm")
+    assert refused and refused["tier"] == "checkpoint" and refused["reason"] == "over_budget", refused
+    ev = vd.first("eviction", model="llm")
+    order(ev, refused, after(vd.events("worker_exit", model="llm"), ev))
+    assert not vd.events("checkpoint_started", model="llm") and not driver_times(vd, "llm", "park")
+    assert vd.status()["host_memory"]["parked"] == 0 and parked_on_host(sched, gpu) == 0
+    assert not any(i["pid"] == pid for i in vd.instances("llm"))
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_host_budget_exhausted_falls_back_to_the_unload_hook(sched):
+    """The same with an unload/reload hook (simworker): the refused
+    checkpoint falls back to the unload hook, the process stays."""
+    gpu = sched.gpu_set("8GiB")
+    llm = ckpt_model(sched, unload={"method": "POST", "path": "/unload_models/"},
+                     reload={"method": "POST", "path": "/reload_models/"})
+    vd = sched.start_vramd(gpu, {"llm": llm, "big": big_model(sched)},
+                           host_memory={"budget": "2GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.generate("big").status == 200
+    refused = vd.first("park_refused", model="llm")
+    assert refused and refused["tier"] == "checkpoint", refused
+    inst = vd.instances("llm")[0]
+    assert inst["pid"] == pid and inst["tier"] == "unloaded", inst
+    assert not driver_times(vd, "llm", "park")
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def kill_vramd(vd):
+    """SIGKILL vramd (no drain, no cleanup of its own) and reap it."""
+    vd.proc.kill()
+    vd.proc.wait(30)
+    vd.returncode = vd.proc.returncode
+    vd._close_files()
+    vd.stopped = True
+
+
+def test_vramd_killed_while_checkpointed_leaves_no_host_memory_held(sched):
+    """vramd SIGKILLed while llm is checkpointed: the guard (process_guard.c) SIGKILLs the
+    worker's group, and the simulated driver frees a dead process's parked bytes: nothing holds
+    host memory, no worker is left."""
+    from vramdkit.proc import pid_alive
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched)}, host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.post("/v1/models/llm/unload").status == 200
+    assert parked_on_host(sched, gpu, pid) > 4 * GiB
+    kill_vramd(vd)
+    wait_for(lambda: not pid_alive(pid), timeout=10, what="the checkpointed worker killed by the guard")
+    assert parked_on_host(sched, gpu) == 0
+    sched.finish()
+
+
+def test_checkpointed_worker_left_by_a_killed_vramd_is_cleaned_at_the_next_start(sched):
+    """The guard dead too (killed first) and the worker behind a shell wrapper (which
+    PR_SET_PDEATHSIG does not reach): the checkpointed simworker outlives vramd, holding its
+    parked bytes. The next vramd with the same state_dir kills it at start (its pid file names
+    its group: `stale_workers_killed`) rather than restoring it (see docs/design.md), so its
+    host bytes are freed, and the model serves again from a fresh worker."""
+    from vramdkit import binary
+    from vramdkit.proc import children_of, pid_alive
+    gpu = sched.gpu_set("8GiB")
+    state_dir = str(sched.tmp / "state")
+    m = ckpt_model(sched)
+    m["cmd"] = ["/bin/sh", "-c", " ".join([str(binary("simworker")), *m["cmd"][1:]]) + "; exit $?"]
+    vd = sched.start_vramd(gpu, {"llm": m}, state_dir=state_dir, host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    shell = vd.instances("llm")[0]["pid"]
+    inner = [p for p, _ in children_of(shell)]
+    assert len(inner) == 1, inner
+    assert vd.post("/v1/models/llm/unload").status == 200
+    inst = vd.instances("llm")[0]
+    assert inst["tier"] == "checkpointed", inst
+    assert parked_on_host(sched, gpu, inner[0]) > 4 * GiB  # the simworker, found through its group
+    guard = vd.wait_event("guard_started", timeout=5)[0]["pid"]
+    os.kill(guard, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(guard), timeout=5, what="the guard gone")
+    kill_vramd(vd)
+    wait_for(lambda: not pid_alive(shell), timeout=10, what="the wrapper shell gone with vramd")
+    assert pid_alive(inner[0]) and parked_on_host(sched, gpu, inner[0]) > 4 * GiB
+
+    vd2 = sched.start_vramd(gpu, {"llm": m}, state_dir=state_dir, host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd2.first("stale_workers_killed") is not None
+    wait_for(lambda: not pid_alive(inner[0]), timeout=10, what="the left checkpointed worker killed")
+    assert parked_on_host(sched, gpu) == 0
+    assert vd2.generate("llm").status == 200
+    sched.finish()
