@@ -1,6 +1,7 @@
 /*
- * park: the sleep/wake eviction tier (SPEC 4.1), and the entry points the scheduler calls
- * to make room (instance_evict) and to report memory back (instance_reclaimed).
+ * park: the two park tiers (SPEC 4.1), sleep/wake hooks and the CUDA driver's checkpoint,
+ * and the entry points the scheduler calls to make room (instance_evict) and to report
+ * memory back (instance_reclaimed).
  *
  *   READY --sleep hook (host memory booked first)--> PARKING
  *     --NVML shows at least half gone, settled (verified reclaim)--> PARKED
@@ -17,8 +18,22 @@
  *   request (waking an awake vLLM or SGLang is a no-op); a failed wake leaves it to its
  *   health checks.
  *
+ * Checkpoint (model checkpoint: true, core->cuda opened by the composition root): the same
+ * states, the same host booking and verified reclaim, with the driver in place of the hooks:
+ *   READY --cuda_park (lock with stop_timeout, checkpoint) of every process NVML shows holding
+ *     GPU memory for the instance, all at once on the thread pool--> PARKING
+ *     --all parked, NVML shows the memory gone--> PARKED
+ *     --one failed (lock timeout, driver error)--> the parked ones unparked again (all or
+ *        nothing), then stopped (supervised) / READY and the model marked failed (external)
+ *   PARKED --needed--> RESUMING: GPU booked back first, cuda_unpark (restore + unlock) of
+ *     each --NVML shows it back--> READY (restore time learned: restore_ms_ewma)
+ *     --a restore failed (CUDA_NO_MEMORY: the memory was taken)--> stopped / marked failed
+ *   An external server found at start with checkpoint and no wake hook: its listener's state
+ *   is asked; one left CHECKPOINTED or LOCKED is restored before its first request.
+ *   The instance is not freed while a driver call is in flight (inst->cuda_ops).
+ *
  * Eviction (instance_evict) takes the cheapest tier the model has and the host affords:
- * sleep, else unload hook, else stop (hooks.c). A park the host cannot afford
+ * sleep, else checkpoint, else unload hook, else stop (hooks.c). A park the host cannot afford
  * (host_book_park: host_memory budget, MemAvailable, cgroup room) is skipped, counted in
  * park_refusals and logged as park_refused.
  *
@@ -26,7 +41,8 @@
  * instance_set_state as soon as the instance leaves PARKING/PARKED/RESUMING (however it
  * leaves); nothing is booked twice (one entry per instance, host_ledger refuses a held
  * one); while RESUMING the GPU ledger already holds the full size, so no other load can
- * take the memory that is coming back. One hook call at a time (inst->hook_call).
+ * take the memory that is coming back. One hook call at a time (inst->hook_call), one
+ * round of driver calls at a time (inst->cuda_ops).
  * Calls hooks.c, instance.c, model_state.c, host_book.c, never supervisor.c.
  */
 #include <stdio.h>
@@ -35,6 +51,7 @@
 #include "core/core.h"
 #include "gpu/cuda.h"
 #include "gpu/host_mem.h"
+#include "gpu/procfs.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
 #include "workers/process.h"
@@ -497,6 +514,10 @@ static void resume_tick(uv_timer_t *t)
  * CUDA_NO_MEMORY) stops the instance (a fresh start on demand). */
 static void restore_round_done(instance_t *inst)
 {
+    if (inst->cuda_failed && inst->wake_found) {
+        wake_failed(inst, "restore at start failed"); /* its health checks decide */
+        return;
+    }
     if (inst->cuda_failed) {
         cuda_tier_failed(inst, "restore_failed",
                          inst->cuda_no_memory ? "restore: the GPU memory is no longer free" : "restore failed");
@@ -543,9 +564,50 @@ static void on_wake_answer(void *ctx, int status, const char *body, size_t len, 
     resume_tick(&inst->timer);
 }
 
+/* The driver's state of an external server's process, asked at start: one a vramd that died
+ * left checkpointed (or locked) is restored before it serves (RESUMING, READY once NVML shows
+ * its memory back); anything else (running, not a CUDA process, unknown) is left as it is. */
+static void on_found_state(void *ctx, const cuda_result_t *res)
+{
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    inst->cuda_ops--;
+    bool parked = res->status == CUDA_OK && (res->state == CUDA_STATE_CHECKPOINTED || res->state == CUDA_STATE_LOCKED);
+    log_event(LOG_INFO, "cuda_found", "model=%s instance=%u pid=%d status=%s state=%s", m->name, inst->id,
+              (int)res->pid, cuda_status_name(res->status), cuda_state_name(res->state));
+    if (!parked || inst->state != INST_READY || inst->hook_call || inst->cuda_ops) {
+        instance_maybe_free(inst);
+        return;
+    }
+    inst->park_tier = PARK_CHECKPOINT;
+    inst->park_before = inst->park_left = 0; /* nothing known: READY at the first reading after the restore */
+    inst->park_since_ms = core_now();
+    inst->wake_found = true;
+    inst->park_pids[0] = res->pid;
+    inst->park_pid_done[0] = true;
+    inst->n_park_pids = 1;
+    instance_set_state(inst, INST_RESUMING, "found at start checkpointed: restored");
+    cuda_round(inst, false, false);
+}
+
+static void found_checkpointed(instance_t *inst)
+{
+    model_t *m = inst->model;
+    pid_t pid = inst->external_pid > 0 ? inst->external_pid : procfs_listener(inst->port);
+    if (pid <= 0 || inst->cuda_ops)
+        return;
+    if (cuda_start(m->core->cuda, m->core->loop, CUDA_OP_STATE, pid, 0, on_found_state, inst) == 0)
+        inst->cuda_ops++;
+}
+
 void park_wake_found(instance_t *inst)
 {
     model_t *m = inst->model;
+    if (inst->external && !m->cfg->wake.set && m->cfg->checkpoint && m->core->cuda && cuda_available(m->core->cuda) &&
+        inst->state == INST_READY) {
+        found_checkpointed(inst);
+        return;
+    }
     if (!inst->external || !m->cfg->wake.set || inst->state != INST_READY || inst->hook_call)
         return;
     inst->park_tier = PARK_SLEEP;

@@ -107,7 +107,13 @@ def test_admin_unload_checkpoints_and_a_request_restores(sched):
     print("park: wait_ms=%s copy_ms=%s; restore: wake_ms=%s copy_ms=%s; driver %s" % (
         parked["wait_ms"], parked["copy_ms"], resumed["wake_ms"], resumed["copy_ms"],
         {op: driver_times(vd, "llm", op) for op in ("park", "unpark")}))
+    # parked again, then vramd drained (SIGTERM): the checkpointed worker is stopped, vramd
+    # exits 0, and the worker's host bytes are freed with it
+    assert vd.post("/v1/models/llm/unload").status == 200
+    assert vd.instances("llm")[0]["tier"] == "checkpointed"
+    assert parked_on_host(sched, gpu, pid) >= loaded
     sched.finish()
+    assert parked_on_host(sched, gpu) == 0
 
 
 def test_eviction_checkpoints_then_restores_the_same_process(sched):
@@ -304,4 +310,44 @@ def test_checkpointed_worker_left_by_a_killed_vramd_is_cleaned_at_the_next_start
     wait_for(lambda: not pid_alive(inner[0]), timeout=10, what="the left checkpointed worker killed")
     assert parked_on_host(sched, gpu) == 0
     assert vd2.generate("llm").status == 200
+    sched.finish()
+
+
+def test_external_server_left_checkpointed_is_restored_at_start_then_parked_again(sched):
+    """An external server (url:) that a dead vramd left checkpointed (here: parked by hand with
+    simcuda-checkpoint, as NVIDIA's cuda-checkpoint --toggle would) answers /health but holds
+    its GPU work. The next vramd asks the driver for its state when it finds it and restores it
+    before its first request, which is served. An admin unload then parks it by checkpoint (an
+    external server is never stopped) and a request restores it again."""
+    import subprocess
+    from vramdkit import binary
+    gpu = sched.gpu_set("8GiB")
+    ext = sched.external(gpu, "extckpt", ["--resident", "3GiB", "--per-request", "256MiB",
+                                          "--run-time", sim_s(1)])
+    held = gpu_held_by(sched, gpu, ext.pid)
+    p = subprocess.run([str(binary("simcuda-checkpoint")), "--toggle", "--pid", str(ext.pid)],
+                       capture_output=True, text=True, env=sched.env(gpu), timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert gpu_held_by(sched, gpu, ext.pid) == 0 and parked_on_host(sched, gpu, ext.pid) == held
+
+    vd = sched.start_vramd(gpu, {"extckpt": sched.external_model("extckpt", ext, "3.3GiB", "256MiB",
+                                                                 checkpoint=True)},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    r = vd.generate("extckpt")
+    assert r.status == 200, r
+    found = vd.first("cuda_found", model="extckpt")
+    assert found and found["state"] == "checkpointed" and found["pid"] == ext.pid, found
+    order(found, vd.first("resumed", model="extckpt"), vd.first("request_done", model="extckpt"))
+    loaded = gpu_held_by(sched, gpu, ext.pid)  # its request's memory stays cached
+    assert loaded >= held and parked_on_host(sched, gpu) == 0
+
+    r = vd.post("/v1/models/extckpt/unload")
+    assert r.status == 200, r
+    inst = vd.instances("extckpt")[0]
+    assert inst["tier"] == "checkpointed", inst
+    assert gpu_held_by(sched, gpu, ext.pid) == 0 and parked_on_host(sched, gpu, ext.pid) == loaded
+    assert vd.generate("extckpt").status == 200
+    assert vd.instances("extckpt")[0]["tier"] == "resident"
+    assert gpu_held_by(sched, gpu, ext.pid) >= loaded and parked_on_host(sched, gpu) == 0
+    assert not ext.oom_lines()
     sched.finish()
