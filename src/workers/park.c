@@ -244,6 +244,15 @@ static void cuda_tier_failed(instance_t *inst, const char *event, const char *wh
 static void on_cuda_done(void *ctx, const cuda_result_t *res);
 static void cuda_round_done(instance_t *inst);
 
+/* A driver call answered for an instance that is being stopped or whose process is gone:
+ * free it now if nothing else refers to it (the call held it). A live external server's
+ * instance has no process either: it is freed only once stopped. */
+static void release_if_gone(instance_t *inst)
+{
+    if (inst->state == INST_STOPPING || (!inst->proc && !inst->external))
+        instance_maybe_free(inst);
+}
+
 /* One round of driver calls, one per parked process (park: all of them; unpark: all, or
  * only_done: those the failed park had parked). Every answer comes later, on the loop
  * (on_cuda_done); a call that cannot start counts as failed at once. */
@@ -339,7 +348,7 @@ static void cuda_round_done(instance_t *inst)
     else if (inst->state == INST_RESUMING && inst->park_tier == PARK_CHECKPOINT)
         restore_round_done(inst);
     else
-        instance_maybe_free(inst);
+        release_if_gone(inst);
 }
 
 /* Park an idle READY instance by checkpointing every process of it that holds GPU memory;
@@ -576,7 +585,7 @@ static void on_found_state(void *ctx, const cuda_result_t *res)
     log_event(LOG_INFO, "cuda_found", "model=%s instance=%u pid=%d status=%s state=%s", m->name, inst->id,
               (int)res->pid, cuda_status_name(res->status), cuda_state_name(res->state));
     if (!parked || inst->state != INST_READY || inst->hook_call || inst->cuda_ops) {
-        instance_maybe_free(inst);
+        release_if_gone(inst);
         return;
     }
     inst->park_tier = PARK_CHECKPOINT;
