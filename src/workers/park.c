@@ -171,6 +171,8 @@ void park_escalate(instance_t *inst, const char *why)
     model_set_failed(m, "external server did not give its memory back after a park");
 }
 
+static int park_checkpoint(instance_t *inst, enum unload_reason reason, const char *why);
+
 static void on_sleep_answer(void *ctx, int status, const char *body, size_t len, const char *error)
 {
     (void)body;
@@ -191,8 +193,10 @@ static void on_sleep_answer(void *ctx, int status, const char *body, size_t len,
         return;
     if (!ok) {
         /* it did not sleep (or says so): the memory is still needed, take the next tier */
+        enum unload_reason reason = inst->unload_reason;
         instance_set_state(inst, INST_READY, "sleep hook failed");
-        hooks_evict(inst, "sleep hook failed");
+        if (park_checkpoint(inst, reason, "sleep hook failed") != 0)
+            hooks_evict(inst, "sleep hook failed");
         return;
     }
     m->unloads_total++;
@@ -384,9 +388,10 @@ static int park_checkpoint(instance_t *inst, enum unload_reason reason, const ch
 
 int park_instance(instance_t *inst, enum unload_reason reason, const char *why)
 {
+    uint64_t refused = inst->model->park_refusals;
     int rc = park_sleep(inst, reason, why);
-    if (rc != -1)
-        return rc;
+    if (rc != -1 || inst->model->park_refusals != refused)
+        return rc; /* the host could not afford the sleep: a checkpoint of the same bytes neither */
     return park_checkpoint(inst, reason, why);
 }
 

@@ -22,9 +22,9 @@ from .schedkit import Watch, after, order
 CONTEXT = 300 * MiB  # simworker's CUDA context
 
 
-def ckpt_model(sched, flags_extra=(), **over):
+def ckpt_model(sched, flags_extra=(), name="llm", **over):
     flags = ["--resident", "4GiB", "--per-request", "256MiB", "--run-time", sim_s(1), *flags_extra]
-    return sched.model("llm", flags, "4.3GiB", "256MiB", checkpoint=True, **over)
+    return sched.model(name, flags, "4.3GiB", "256MiB", checkpoint=True, **over)
 
 
 def big_model(sched, resident="4GiB", declared="4.3GiB"):
@@ -350,4 +350,33 @@ def test_external_server_left_checkpointed_is_restored_at_start_then_parked_agai
     assert vd.instances("extckpt")[0]["tier"] == "resident"
     assert gpu_held_by(sched, gpu, ext.pid) >= loaded and parked_on_host(sched, gpu) == 0
     assert not ext.oom_lines()
+    sched.finish()
+
+
+def test_sleep_comes_before_checkpoint_and_a_failed_sleep_falls_to_it(sched):
+    """Tier order sleep -> checkpoint -> unload -> stop. `a` has both a working sleep hook and
+    checkpoint: its admin unload sleeps it (no driver call). `b`'s sleep hook fails (404): the
+    next tier is the checkpoint, and its request is served after a restore (not its wake hook)
+    by the same process."""
+    gpu = sched.gpu_set("16GiB")
+    flags = ["--sleep-time", sim_s(1), "--wake-time", sim_s(1)]
+    wake = {"method": "POST", "path": "/wake_up"}
+    a = ckpt_model(sched, flags, "a", sleep={"method": "POST", "path": "/sleep?level=1"}, wake=wake)
+    b = ckpt_model(sched, flags, "b", sleep={"method": "POST", "path": "/no_such_sleep"}, wake=wake)
+    vd = sched.start_vramd(gpu, {"a": a, "b": b}, host_memory={"budget": "32GiB", "reserve": 0})
+    for name in ("a", "b"):
+        assert vd.generate(name).status == 200
+    pid_b = vd.instances("b")[0]["pid"]
+    for name in ("a", "b"):
+        assert vd.post(f"/v1/models/{name}/unload").status == 200
+    assert vd.instances("a")[0]["tier"] == "sleeping"
+    assert not vd.events("checkpoint_started", model="a")
+    hook = vd.first("sleep_hook_done", model="b")
+    assert hook and hook["status"] == 404, hook
+    assert vd.instances("b")[0]["tier"] == "checkpointed"
+    order(hook, vd.first("checkpoint_started", model="b"), vd.first("parked", model="b"))
+    assert vd.generate("b").status == 200
+    assert vd.instances("b")[0]["pid"] == pid_b
+    assert vd.first("resumed", model="b")["tier"] == "checkpoint"
+    assert not vd.events("wake_hook_done", model="b")
     sched.finish()
