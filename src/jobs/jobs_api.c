@@ -220,6 +220,12 @@ static char *submitter_json(const conn_t *c, const request_t *r)
     job_submitter_t sub;
     job_submitter_capture(&sub, c->peer, cfg->per_client.key == CLIENT_KEY_HEADER ? cfg->per_client.header : NULL,
                           r->head, &r->msg);
+    if (cfg->per_client.key == CLIENT_KEY_TOKEN) {
+        char key[CLIENT_KEY_MAX];
+        client_key(CLIENT_KEY_TOKEN, NULL, r->head, &r->msg, c->peer, key);
+        if (strncmp(key, "token#", 6) == 0)
+            job_submitter_set_key(&sub, key); /* a digest, never the token */
+    }
     return job_submitter_to_json(&sub);
 }
 
