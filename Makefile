@@ -31,7 +31,7 @@ Q =
 else
 Q = @
 endif
-PKGS = libuv libcjson yaml-0.1 sqlite3 libsystemd
+PKGS = libuv libcjson yaml-0.1 sqlite3 libsystemd libpq
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

@@ -92,6 +92,9 @@ typedef struct job_record {
     char *result_type;           /* Content-Type of the stored result; NULL = none */
     uint64_t result_bytes;       /* size of the stored result */
     enum job_result_state result_state;
+    uint64_t est_bytes;          /* (in) GPU memory a request of its model was estimated to need
+                                    at submit (claims by fit; the SQLite journal ignores it) */
+    char token[40];              /* lease token of a claim (jobs/jstore.h); "" = none */
 } job_record_t;
 
 /* What ended an attempt: the argument of journal_mark_finished. */
