@@ -347,6 +347,7 @@ void jobs_shutdown(core_t *d)
     uv_timer_stop(&J->housekeep);
     uv_timer_stop(&J->renew);
     uv_timer_stop(&J->repump);
+    jstore_stop(J->store); /* PostgreSQL: what still waits ends now, the connection closes */
     list_foreach_safe(it, tmp, &J->runs) {
         job_run_t *run = list_entry(it, job_run_t, link);
         if (run->state == RUN_COMMITTING)
@@ -375,7 +376,7 @@ void jobs_close(core_t *d)
         list_remove(&run->link);
         jobs_run_free(run);
     }
-    jstore_close(J->store); /* answers what still waits (JOURNAL_ERROR): frees their contexts */
+    jstore_close(J->store);
     result_store_close(J->results);
     g_jobs = NULL;
     free(J);

@@ -520,14 +520,19 @@ static void on_claimed(void *ctx, int rc, const char *err, const job_record_t *r
 
 /* What this host could admit now, in bytes, on its best GPU (jobs of models that need
  * more wait for a host that has it, or for memory to come free here). */
-static uint64_t gpu_room_now(void)
+static uint64_t gpu_room_now(uint64_t *capacity)
 {
     uint64_t best = 0;
     size_t n = sched_gpu_count();
+    *capacity = 0;
     for (size_t i = 0; i < n; i++) {
         sched_gpu_figures_t f;
-        if (sched_gpu_figures(i, &f) && f.free_to_admit > best)
+        if (!sched_gpu_figures(i, &f))
+            continue;
+        if (f.free_to_admit > best)
             best = f.free_to_admit;
+        if (f.capacity > *capacity)
+            *capacity = f.capacity;
     }
     return best;
 }
@@ -551,7 +556,7 @@ void jobs_pump(core_t *d)
     jstore_want_t *w = calloc(n_models, sizeof *w);
     if (!w)
         return;
-    uint64_t gpu_room = UINT64_MAX;
+    uint64_t gpu_room = UINT64_MAX, capacity = UINT64_MAX;
     bool gpu_known = false;
     list_foreach(it, &d->models) {
         model_t *m = list_entry(it, model_t, link);
@@ -562,13 +567,14 @@ void jobs_pump(core_t *d)
         if (busy >= window)
             continue;
         if (!gpu_known && sched_model_uses_gpu(m->cfg)) {
-            gpu_room = sched_gpu_ok() ? gpu_room_now() : 0;
+            gpu_room = sched_gpu_ok() ? gpu_room_now(&capacity) : 0;
             gpu_known = true;
         }
         w[n].model = m->name;
         w[n].n = window - busy < room ? window - busy : room;
         w[n].in_flight = busy;
         w[n].room_bytes = sched_model_uses_gpu(m->cfg) ? gpu_room : UINT64_MAX;
+        w[n].capacity_bytes = sched_model_uses_gpu(m->cfg) ? capacity : UINT64_MAX;
         n++;
     }
     if (n > 0) {

@@ -24,9 +24,10 @@
  *   - arguments given to an operation (ids, records, strings) are copied by it: the caller
  *     may free them as soon as the call returns. The one exception is the result data of
  *     jstore_finish, whose ownership passes to the store (it frees it);
- *   - cb may be NULL for writes whose outcome the caller does not need.
- *   - after jstore_close no callback is called any more (operations still waiting are
- *     dropped): close only once nothing waits for an answer (jobs_close, after the loop).
+ *   - cb may be NULL for writes whose outcome the caller does not need;
+ *   - jstore_stop (before the loop's handles are closed) ends every operation still
+ *     waiting with JOURNAL_ERROR ("the job store is closing") and closes the store's
+ *     handles; operations after it fail at once. jstore_close (after the loop) frees.
  *
  * Tokens: a claim hands each job a lease token (job_record_t.token; "" for the SQLite
  * store, which has no leases). The writes that belong to an attempt (mark_running, set_gpu,
@@ -69,6 +70,8 @@ typedef struct jstore_want {
     size_t in_flight;    /* its attempts in flight here (the SQLite store reads past them) */
     uint64_t room_bytes; /* jobs whose estimate (job_record_t.est_bytes) is above this do not
                             fit this host now (UINT64_MAX: no GPU memory involved) */
+    uint64_t capacity_bytes; /* the most this host could ever give one job (its largest GPU,
+                                less headroom): a job above it never holds this host back */
 } jstore_want_t;
 
 /* A store's own events, set at open. */
@@ -104,6 +107,7 @@ typedef struct jstore_ops {
     void (*housekeep)(jstore_t *s, int64_t now_ms, uint64_t results_ttl_ms, uint64_t records_ttl_ms,
                       journal_id_cb purged, void *purged_ctx, jstore_count_cb cb, void *ctx);
     int (*counts)(jstore_t *s, uint64_t counts[JOB_STATE_COUNT]);
+    void (*stop)(jstore_t *s);
     void (*close)(jstore_t *s);
 } jstore_ops_t;
 
@@ -209,7 +213,14 @@ static inline int jstore_counts(jstore_t *s, uint64_t counts[JOB_STATE_COUNT])
 {
     return s->ops->counts(s, counts);
 }
-/* Close and free (NULL is a no-op). Pending operations are dropped without callbacks. */
+/* Before the loop's handles are closed: end what waits (JOURNAL_ERROR), close the
+ * connection and the store's handles. NULL is a no-op. */
+static inline void jstore_stop(jstore_t *s)
+{
+    if (s)
+        s->ops->stop(s);
+}
+/* After the loop: free (stops first if jstore_stop was not called). NULL is a no-op. */
 static inline void jstore_close(jstore_t *s)
 {
     if (s)

@@ -276,6 +276,11 @@ static int sq_counts(jstore_t *s, uint64_t counts[JOB_STATE_COUNT])
     return journal_counts(J_(s), counts) == JOURNAL_OK ? 0 : -1;
 }
 
+static void sq_stop(jstore_t *s)
+{
+    (void)s; /* synchronous: nothing ever waits */
+}
+
 static void sq_close(jstore_t *s)
 {
     journal_close(J_(s));
@@ -299,6 +304,7 @@ static const jstore_ops_t sqlite_ops = {
     .result_removed = sq_result_removed,
     .housekeep = sq_housekeep,
     .counts = sq_counts,
+    .stop = sq_stop,
     .close = sq_close,
 };
 
