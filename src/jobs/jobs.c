@@ -188,8 +188,9 @@ static bool run_in_flight(const char *id, void *ctx)
 static void after_overdue(void *ctx, int rc, const char *err, size_t n)
 {
     jobs_t *J = ctx;
+    (void)J;
     if (rc != JOURNAL_OK)
-        jobs_journal_trouble(J, "-", "fail_overdue", err);
+        log_event(LOG_WARN, "job_journal_error", "op=%s error=%s", "fail_overdue", err);
     if (n)
         log_event(LOG_WARN, "job_failed", "count=%zu status=%d code=%s message=%s", n, 504, "deadline_exceeded",
                   "deadline passed while queued in the journal");
@@ -240,8 +241,10 @@ static bool result_has_record(const char *id, void *ctx)
 static void on_store_wake(void *ctx)
 {
     jobs_t *J = ctx;
-    if (J == g_jobs)
-        jobs_pump(J->core);
+    if (J != g_jobs)
+        return;
+    J->paused_until_ms = 0; /* the store answers again: what paused the runner is over */
+    jobs_pump(J->core);
 }
 
 /* The store of jobs.backend: the local journal (recovered: jobs that were running when

@@ -211,7 +211,7 @@ def test_postgres_restart_under_load_loses_nothing(vramd, tmp_path, pgurl, clust
     stop.set()
     for t in threads:
         t.join(10)
-    wait_for(lambda: "reconnected=true" in a.log_text() and "reconnected=true" in b.log_text(), timeout=15,
+    wait_for(lambda: all('"reconnected":"true"' in vd.log_text() for vd in (a, b)), timeout=15,
              what="both hosts reconnected")
     ids = [jid for jid, _ in acked]
     assert len(ids) >= 10
