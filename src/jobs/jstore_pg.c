@@ -38,96 +38,11 @@
     "max_attempts::int4, created_ms::int8, seq::int8, started_ms::int8, finished_ms::int8, "              \
     "degrade_level::int4, gpu::int4, http_status::int4, error_code, error_message, result_type, "         \
     "result_bytes::int8, result_state, est_bytes::int8, coalesce(lease, '')"
-#define N_COLS 24
 #define LEASE_FOR(p) "clock_timestamp() + make_interval(secs => " p "::float8 / 1000)"
 #define AGED(t) "vramd_aged_priority(" t ".priority, " t ".created_at, $6::int8)"
 #define PURGE_BATCH "10000"
 
 static jstore_pg_t *P_(jstore_t *s) { return (jstore_pg_t *)s; }
-
-/* ---- reading answers (binary format) ------------------------------------------------ */
-
-char *pg_col_str(const PGresult *r, int row, int col)
-{
-    if (PQgetisnull(r, row, col))
-        return NULL;
-    int len = PQgetlength(r, row, col);
-    char *s = malloc((size_t)len + 1);
-    if (s) {
-        memcpy(s, PQgetvalue(r, row, col), (size_t)len);
-        s[len] = '\0';
-    }
-    return s;
-}
-
-int64_t pg_col_int(const PGresult *r, int row, int col)
-{
-    if (PQgetisnull(r, row, col))
-        return 0;
-    const unsigned char *v = (const unsigned char *)PQgetvalue(r, row, col);
-    int len = PQgetlength(r, row, col);
-    uint64_t x = 0;
-    for (int i = 0; i < len && i < 8; i++)
-        x = (x << 8) | v[i];
-    if (len == 4)
-        return (int32_t)(uint32_t)x;
-    return (int64_t)x;
-}
-
-static void read_record(const PGresult *r, int row, job_record_t *rec, bool with_body)
-{
-    job_record_init(rec);
-    char *id = pg_col_str(r, row, 0);
-    snprintf(rec->id, sizeof rec->id, "%s", id ? id : "");
-    free(id);
-    rec->model = pg_col_str(r, row, 1);
-    rec->method = pg_col_str(r, row, 2);
-    rec->path = pg_col_str(r, row, 3);
-    rec->headers_json = pg_col_str(r, row, 4);
-    rec->priority = (int)pg_col_int(r, row, 5);
-    rec->deadline_wall_ms = pg_col_int(r, row, 6);
-    char *st = pg_col_str(r, row, 7);
-    int state = job_state_parse(st);
-    free(st);
-    rec->state = state < 0 ? JOB_FAILED : (enum job_state)state;
-    rec->attempts = (int)pg_col_int(r, row, 8);
-    rec->max_attempts = (int)pg_col_int(r, row, 9);
-    rec->created_ms = pg_col_int(r, row, 10);
-    rec->seq = pg_col_int(r, row, 11);
-    rec->started_ms = pg_col_int(r, row, 12);
-    rec->finished_ms = pg_col_int(r, row, 13);
-    rec->degrade_level = (int)pg_col_int(r, row, 14);
-    rec->gpu = (int)pg_col_int(r, row, 15);
-    rec->http_status = (int)pg_col_int(r, row, 16);
-    rec->error_code = pg_col_str(r, row, 17);
-    rec->error_message = pg_col_str(r, row, 18);
-    rec->result_type = pg_col_str(r, row, 19);
-    rec->result_bytes = (uint64_t)pg_col_int(r, row, 20);
-    char *rs = pg_col_str(r, row, 21);
-    int rstate = job_result_state_parse(rs);
-    free(rs);
-    rec->result_state = rstate < 0 ? JOB_RESULT_NONE : (enum job_result_state)rstate;
-    rec->est_bytes = (uint64_t)pg_col_int(r, row, 22);
-    char *tok = pg_col_str(r, row, 23);
-    snprintf(rec->token, sizeof rec->token, "%s", tok ? tok : "");
-    free(tok);
-    if (with_body && PQnfields(r) > N_COLS && !PQgetisnull(r, row, N_COLS)) {
-        int len = PQgetlength(r, row, N_COLS);
-        rec->body = malloc(len ? (size_t)len : 1);
-        if (rec->body) {
-            memcpy(rec->body, PQgetvalue(r, row, N_COLS), (size_t)len);
-            rec->body_len = (size_t)len;
-        }
-    }
-}
-
-/* Rows changed by a command (UPDATE without RETURNING) or the first int column of a query. */
-int64_t pg_changed(const PGresult *r)
-{
-    if (PQresultStatus(r) == PGRES_TUPLES_OK)
-        return PQntuples(r) > 0 ? pg_col_int(r, 0, 0) : 0;
-    return strtoll(PQcmdTuples((PGresult *)r), NULL, 10);
-}
 
 static int64_t clamp64(uint64_t v) { return v > INT64_MAX ? INT64_MAX : (int64_t)v; }
 
@@ -145,19 +60,6 @@ static void done_write(jstore_pg_t *p, pg_query_t *q, PGresult *res)
     }
     if (cb)
         cb(q->ctx, rc, rc == JOURNAL_OK ? "" : p->why);
-}
-
-pg_query_t *pg_new_q(jstore_pg_t *p, const char *sql, pg_done_fn done, void (*cb)(void), void *ctx,
-                         const char *id)
-{
-    pg_query_t *q = pg_query_new(sql, done, cb, ctx);
-    if (!q) {
-        snprintf(p->why, sizeof p->why, "out of memory");
-        return NULL;
-    }
-    if (id)
-        snprintf(q->id, sizeof q->id, "%s", id);
-    return q;
 }
 
 static void write_oom(jstore_done_cb cb, void *ctx)
@@ -223,7 +125,7 @@ static void done_get(jstore_pg_t *p, pg_query_t *q, PGresult *res)
         return;
     }
     job_record_t rec;
-    read_record(res, 0, &rec, false);
+    pg_read_record(res, 0, &rec, false);
     cb(q->ctx, JOURNAL_OK, "", &rec);
     job_record_clear(&rec);
 }
@@ -253,10 +155,10 @@ static void done_get_result(jstore_pg_t *p, pg_query_t *q, PGresult *res)
         return;
     }
     job_record_t rec;
-    read_record(res, 0, &rec, false);
-    bool has = !PQgetisnull(res, 0, N_COLS);
-    cb(q->ctx, JOURNAL_OK, "", &rec, has ? PQgetvalue(res, 0, N_COLS) : NULL,
-       has ? (size_t)PQgetlength(res, 0, N_COLS) : 0);
+    pg_read_record(res, 0, &rec, false);
+    bool has = !PQgetisnull(res, 0, PG_N_COLS);
+    cb(q->ctx, JOURNAL_OK, "", &rec, has ? PQgetvalue(res, 0, PG_N_COLS) : NULL,
+       has ? (size_t)PQgetlength(res, 0, PG_N_COLS) : 0);
     job_record_clear(&rec);
 }
 
@@ -288,7 +190,7 @@ static void give_rows(jstore_pg_t *p, PGresult *res, bool with_body, size_t limi
         return;
     }
     for (size_t i = 0; i < n; i++)
-        read_record(res, (int)i, &v[i], with_body);
+        pg_read_record(res, (int)i, &v[i], with_body);
     cb(ctx, JOURNAL_OK, "", v, n, next);
     for (size_t i = 0; i < n; i++)
         job_record_clear(&v[i]);
@@ -445,7 +347,7 @@ static void done_claim(jstore_pg_t *p, pg_query_t *q, PGresult *res)
         } else {
             c->recs = v;
             for (size_t i = 0; i < rows; i++)
-                read_record(res, (int)i, &c->recs[c->n++], true);
+                pg_read_record(res, (int)i, &c->recs[c->n++], true);
         }
     }
     claim_next(p, c);
@@ -805,6 +707,7 @@ jstore_t *jstore_pg_open(uv_loop_t *loop, const jstore_pg_config_t *cfg, const j
     if (ev)
         p->ev = *ev;
     p->poll_fd = -1;
+    p->on_connected = pg_setup;
     list_init(&p->queue);
     uv_timer_init(loop, &p->retry);
     p->retry.data = p;

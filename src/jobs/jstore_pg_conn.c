@@ -37,6 +37,19 @@ pg_query_t *pg_query_new(const char *sql, pg_done_fn done, void (*cb)(void), voi
     return q;
 }
 
+pg_query_t *pg_new_q(jstore_pg_t *p, const char *sql, pg_done_fn done, void (*cb)(void), void *ctx,
+                         const char *id)
+{
+    pg_query_t *q = pg_query_new(sql, done, cb, ctx);
+    if (!q) {
+        snprintf(p->why, sizeof p->why, "out of memory");
+        return NULL;
+    }
+    if (id)
+        snprintf(q->id, sizeof q->id, "%s", id);
+    return q;
+}
+
 void pg_param(pg_query_t *q, const char *text)
 {
     if (q->n >= PG_MAX_PARAMS)
@@ -333,7 +346,7 @@ static void connect_step(jstore_pg_t *p)
         }
         snprintf(p->server, sizeof p->server, "%s:%s/%s", PQhost(p->conn), PQport(p->conn), PQdb(p->conn));
         p->state = PG_SETUP;
-        pg_setup(p);
+        p->on_connected(p);
         return;
     }
     if (poll_watch(p, st == PGRES_POLLING_READING ? UV_READABLE : UV_WRITABLE) != 0)

@@ -2,7 +2,10 @@
  * jstore_pg_int: what the PostgreSQL store's two files share (jstore_pg_conn.c: the
  * connection, its queue of queries, schema set-up, reconnects, LISTEN and the maintenance
  * timer; jstore_pg.c: the store's operations, their SQL and how answers become records).
- * Not for use outside src/jobs/jstore_pg*.c.
+ * Not for use outside src/jobs/jstore_pg*.c. Calls go one way:
+ *   jstore_pg.c (operations, open) -> jstore_pg_setup.c (set-up, maintenance)
+ *     -> jstore_pg_rows.c (answers to records) -> jstore_pg_conn.c (connection, queue);
+ * the connection reaches the set-up only through p->on_connected.
  *
  * Invariants:
  *   - one connection, one query on the wire at a time; queries wait in `queue` (FIFO), so
@@ -62,6 +65,7 @@ struct jstore_pg {
     char host_id[256];
     uint64_t aging_ms;
     jstore_events_t ev;
+    void (*on_connected)(jstore_pg_t *p); /* pg_setup (set by jstore_pg.c: calls go one way) */
     PGconn *conn;
     uv_poll_t *poll;   /* on PQsocket; heap, freed in its close callback */
     int poll_fd;
@@ -88,6 +92,8 @@ void pg_param(pg_query_t *q, const char *text);
 void pg_param_i64(pg_query_t *q, int64_t v);
 void pg_param_take_bytes(pg_query_t *q, void *data, size_t len);
 void pg_query_free(pg_query_t *q);
+/* pg_query_new with the job id noted (p->why says "out of memory" on NULL). */
+pg_query_t *pg_new_q(jstore_pg_t *p, const char *sql, pg_done_fn done, void (*cb)(void), void *ctx, const char *id);
 /* Queue q (not NULL), or end it at once (its done with res NULL) when the store is not
  * READY (SETUP: internal queries only). */
 void pg_submit(jstore_pg_t *p, pg_query_t *q);
@@ -103,15 +109,16 @@ void pg_conn_close(jstore_pg_t *p);
  * JOURNAL_ERROR otherwise. Returns JOURNAL_OK when res is a success. */
 int pg_result_rc(jstore_pg_t *p, PGresult *res);
 
-/* ---- jstore_pg.c: reading answers (binary format) ---- */
+/* ---- jstore_pg_rows.c: reading answers (binary format) ---- */
+#define PG_N_COLS 24 /* the columns of a job row (jstore_pg.c COLS), before an optional body */
+/* Fill rec (initialised first; job_record_clear it) from row `row` of r. */
+void pg_read_record(const PGresult *r, int row, job_record_t *rec, bool with_body);
 /* A heap copy of a text/bytea value (NULL for SQL NULL). */
 char *pg_col_str(const PGresult *r, int row, int col);
 /* An int4/int8 value (0 for SQL NULL). */
 int64_t pg_col_int(const PGresult *r, int row, int col);
 /* Rows a command changed, or the first column of the first row of a query. */
 int64_t pg_changed(const PGresult *r);
-/* pg_query_new with the job id noted (p->why says "out of memory" on NULL). */
-pg_query_t *pg_new_q(jstore_pg_t *p, const char *sql, pg_done_fn done, void (*cb)(void), void *ctx, const char *id);
 
 /* ---- jstore_pg_setup.c ---- */
 /* After connecting: create or migrate the schema, release this host's old leases, LISTEN;
