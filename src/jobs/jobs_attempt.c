@@ -34,6 +34,16 @@
 
 #define JOBS_EXCERPT_MAX 2048
 
+/* The most one result may be: jobs.results_max_bytes, and for a store that keeps results
+ * itself also its own limit (jobs.postgres.max_result_bytes). */
+static uint64_t result_cap(const jobs_t *J)
+{
+    uint64_t cap = J->core->cfg->jobs.results_max_bytes;
+    if (J->store->inline_results && J->store->max_result < cap)
+        cap = J->store->max_result;
+    return cap;
+}
+
 static unsigned model_window(const model_t *m)
 {
     const model_config_t *mc = m->cfg;
@@ -291,7 +301,7 @@ static void on_client_end(void *ctx, const http_client_result_t *r)
     if (how == HTTP_CLIENT_COMPLETE && ok2xx && !run->writer) {
         /* a 2xx without a body (HEAD, 204): an empty result */
         char err[RESULT_STORE_ERR_MAX];
-        run->writer = result_writer_open(J->results, run->id, J->core->cfg->jobs.results_max_bytes, err, sizeof err);
+        run->writer = result_writer_open(J->results, run->id, result_cap(J), err, sizeof err);
         if (!run->writer) {
             job_fail(run, run->status, errno == ENOSPC ? "disk_full" : "result_write_failed", err);
             jobs_run_finish(run);
@@ -362,7 +372,7 @@ static int on_client_head(void *ctx, const char *head, const http1_msg_t *msg)
 {
     job_run_t *run = ctx;
     jobs_t *J = run->J;
-    uint64_t cap = J->core->cfg->jobs.results_max_bytes;
+    uint64_t cap = result_cap(J);
     run->status = msg->status;
     run->from_worker = http1_find_header(head, msg, "X-Vramd-Attempts") != NULL;
     run->degrade_level = header_int(head, msg, "X-Vramd-Degrade-Level", 0);
@@ -377,7 +387,7 @@ static int on_client_head(void *ctx, const char *head, const http1_msg_t *msg)
     if (msg->body == HTTP1_BODY_LENGTH) {
         if (msg->content_length > cap) {
             char m[JOBS_MESSAGE_MAX];
-            snprintf(m, sizeof m, "the result of %llu bytes is over jobs.results_max_bytes (%llu)",
+            snprintf(m, sizeof m, "the result of %llu bytes is over the limit for one result (%llu)",
                      (unsigned long long)msg->content_length, (unsigned long long)cap);
             sink_error(run, "result_too_large", m);
             return -1;
@@ -407,8 +417,8 @@ static int on_client_body(void *ctx, const char *data, size_t len)
     int e = result_writer_errno(run->writer);
     if (e == EFBIG) {
         char m[JOBS_MESSAGE_MAX];
-        snprintf(m, sizeof m, "the result is over jobs.results_max_bytes (%llu)",
-                 (unsigned long long)run->J->core->cfg->jobs.results_max_bytes);
+        snprintf(m, sizeof m, "the result is over the limit for one result (%llu)",
+                 (unsigned long long)result_cap(run->J));
         sink_error(run, "result_too_large", m);
     } else {
         sink_error(run, result_writer_disk_full(run->writer) ? "disk_full" : "result_write_failed",

@@ -208,7 +208,7 @@ static inline void jstore_housekeep(jstore_t *s, int64_t now_ms, uint64_t result
     s->ops->housekeep(s, now_ms, results_ttl_ms, records_ttl_ms, purged, purged_ctx, cb, ctx);
 }
 /* Jobs per state, synchronously: exact for SQLite, as of the last refresh (about a second)
- * for PostgreSQL. 0, or -1 when not known (PostgreSQL never reached yet). */
+ * for PostgreSQL (the whole fleet's). 0, or -1 when not known (PostgreSQL not connected). */
 static inline int jstore_counts(jstore_t *s, uint64_t counts[JOB_STATE_COUNT])
 {
     return s->ops->counts(s, counts);

@@ -635,8 +635,8 @@ static void pg_housekeep(jstore_t *s, int64_t now_ms, uint64_t results_ttl_ms, u
 static int pg_counts(jstore_t *s, uint64_t counts[JOB_STATE_COUNT])
 {
     jstore_pg_t *p = P_(s);
-    if (!p->counts_known)
-        return -1;
+    if (!p->counts_known || p->state != PG_READY)
+        return -1; /* vramd_jobs_available 0 while PostgreSQL cannot be reached */
     memcpy(counts, p->counts, sizeof p->counts);
     return 0;
 }

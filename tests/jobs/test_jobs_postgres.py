@@ -190,10 +190,13 @@ def test_postgres_restart_under_load_loses_nothing(vramd, tmp_path, pgurl, clust
     tokens = iter(range(100000))
 
     def load(vd):
-        while not stop.is_set():
+        for _ in range(60):  # bounded: about 25 submits a second per host
+            if stop.is_set():
+                break
+            time.sleep(0.04)
             tok = f"r{next(tokens)}"
             try:
-                r = submit(vd, work(tok, ms=50))
+                r = submit(vd, work(tok, ms=20))
             except OSError:
                 continue
             if r.status == 202:
@@ -211,6 +214,7 @@ def test_postgres_restart_under_load_loses_nothing(vramd, tmp_path, pgurl, clust
     stop.set()
     for t in threads:
         t.join(10)
+    assert all("jobs_postgres_down" in vd.log_text() for vd in (a, b))
     wait_for(lambda: all('"reconnected":"true"' in vd.log_text() for vd in (a, b)), timeout=15,
              what="both hosts reconnected")
     ids = [jid for jid, _ in acked]
