@@ -367,6 +367,8 @@ static void claim_next(jstore_pg_t *p, claim_op_t *c)
             break;
         }
         q->op = c;
+        log_event(LOG_DEBUG, "job_claim", "model=%s n=%zu room_bytes=%llu", w->model, n,
+                  (unsigned long long)w->room_bytes);
         pg_param(q, w->model);
         pg_param_i64(q, clamp64(w->room_bytes));
         pg_param_i64(q, (int64_t)n);

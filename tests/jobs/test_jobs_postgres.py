@@ -10,7 +10,8 @@ Covers: submit on A, read, list and fetch the result on B (and the password neve
 log); two hosts claiming N jobs: each job runs exactly once; a host SIGKILLed with running
 and queued jobs: every acknowledged job finishes exactly once on the other after the lease;
 a fenced late writer (SIGSTOP past the lease, then SIGCONT: its result is refused); a
-PostgreSQL restart under load: hosts reconnect and no acknowledged job is lost.
+PostgreSQL restart under load: hosts reconnect and no acknowledged job is lost; on a
+simulated GPU, a host claims a job only once its estimate fits what it can admit now.
 """
 import secrets
 import signal
@@ -19,8 +20,9 @@ import time
 
 import pytest
 
-from vramdkit import http_request, wait_for
+from vramdkit import http_request, sim_s, wait_for
 from vramdkit import pg as pgkit
+from vramdkit.harness import sched  # noqa: F401  (fixture)
 from jobs.conftest import job_model, submit, wait_job, worker_events
 
 pytestmark = pytest.mark.skipif(not pgkit.available(), reason="PostgreSQL 15 binaries not installed")
@@ -224,3 +226,29 @@ def test_postgres_restart_under_load_loses_nothing(vramd, tmp_path, pgurl, clust
                                                                       if s["state"] != "succeeded"]
     counts = done_counts(log_a, log_b)
     assert all(counts.get(tok, 0) >= 1 for _, tok in acked)
+
+
+def test_host_claims_only_jobs_that_fit_its_gpu_now(sched, pgurl):
+    """A host whose GPU is held by another process leaves the job queued (its estimate does
+    not fit what the host could admit now); once the memory is free it claims and runs it."""
+    url, _ = pgurl
+    gpu = sched.gpu_set("8GiB")
+    m = sched.model("m", ["--resident", "1.9GiB", "--per-request", "3.5GiB", "--run-time", sim_s(0.3)],
+                    "2GiB", "4GiB")
+    vd = sched.start_vramd(gpu, {"m": m}, jobs={"backend": "postgres",
+                                                "postgres": {"url": url, "lease": LEASE, "host_id": "gpuhost"}})
+    wait_for(lambda: "jobs_postgres_ready" in vd.log_text(), timeout=15, what="connected to PostgreSQL")
+    hold = sched.alloc(gpu, 4 * 1024 ** 3)  # 8 GiB - 128 MiB headroom - 4 GiB: under the job's 4 GiB
+    wait_for(lambda: vd.status()["gpus"][0]["foreign"] >= 4 * 1024 ** 3, timeout=10, what="vramd seeing the holder")
+    r = vd.post("/v1/jobs", {"model": "m", "path": "/generate", "body": {}})
+    assert r.status == 202, r
+    jid = r.json()["id"]
+    time.sleep(1.5)  # a tick and more (and the submit's own pump): the host looked and left it
+    j = vd.request("GET", f"/v1/jobs/{jid}").json()
+    assert j["state"] == "queued" and j["attempts"] == 0, j
+    assert "job_attempt_started" not in vd.log_text()
+    hold.end()
+    j = wait_for(lambda: (lambda s: s if s["state"] in ("succeeded", "failed") else None)(
+        vd.request("GET", f"/v1/jobs/{jid}").json()), timeout=30, what="the job to end")
+    assert j["state"] == "succeeded" and j["attempts"] == 1, j
+    sched.finish()
