@@ -44,6 +44,12 @@ static uint64_t result_cap(const jobs_t *J)
     return cap;
 }
 
+static const char *result_cap_name(const jobs_t *J)
+{
+    return result_cap(J) < J->core->cfg->jobs.results_max_bytes ? "jobs.postgres.max_result_bytes"
+                                                                 : "jobs.results_max_bytes";
+}
+
 static unsigned model_window(const model_t *m)
 {
     const model_config_t *mc = m->cfg;
@@ -387,8 +393,8 @@ static int on_client_head(void *ctx, const char *head, const http1_msg_t *msg)
     if (msg->body == HTTP1_BODY_LENGTH) {
         if (msg->content_length > cap) {
             char m[JOBS_MESSAGE_MAX];
-            snprintf(m, sizeof m, "the result of %llu bytes is over the limit for one result (%llu)",
-                     (unsigned long long)msg->content_length, (unsigned long long)cap);
+            snprintf(m, sizeof m, "the result of %llu bytes is over %s (%llu)",
+                     (unsigned long long)msg->content_length, result_cap_name(J), (unsigned long long)cap);
             sink_error(run, "result_too_large", m);
             return -1;
         }
@@ -417,7 +423,7 @@ static int on_client_body(void *ctx, const char *data, size_t len)
     int e = result_writer_errno(run->writer);
     if (e == EFBIG) {
         char m[JOBS_MESSAGE_MAX];
-        snprintf(m, sizeof m, "the result is over the limit for one result (%llu)",
+        snprintf(m, sizeof m, "the result is over %s (%llu)", result_cap_name(run->J),
                  (unsigned long long)result_cap(run->J));
         sink_error(run, "result_too_large", m);
     } else {
