@@ -4,7 +4,8 @@ PgCluster() makes a cluster in a fresh temporary directory owned by the `postgre
 (PostgreSQL refuses to run as root: every command runs through `runuser -u postgres --`
 when the test runs as root), listening on 127.0.0.1 and a free port, its unix socket in
 that directory. Host connections need a password (scram-sha-256) so tests can check that
-vramd never logs it. fsync is off: the tests kill processes, never the machine.
+vramd never logs it. fsync is off (the tests kill processes, never the machine) unless
+durable=True (benchmarks: a commit then costs an fsync, as SQLite's).
 
   pg = PgCluster(); pg.start()
   pg.url            libpq connection string with the password
@@ -32,8 +33,9 @@ def available():
 
 
 class PgCluster:
-    def __init__(self, timeout=30):
+    def __init__(self, timeout=30, durable=False):
         self.timeout = timeout
+        self.durable = durable
         self.dir = tempfile.mkdtemp(prefix="vramd-pg-")
         self.data = os.path.join(self.dir, "data")
         self.port = free_port()
@@ -69,8 +71,9 @@ class PgCluster:
         return self
 
     def _ctl(self, what, mode=None):
+        safety = "" if self.durable else "-c fsync=off -c full_page_writes=off "
         opts = (f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir} "
-                "-c fsync=off -c full_page_writes=off -c max_connections=50 -c shared_buffers=32MB")
+                f"{safety}-c max_connections=50 -c shared_buffers=32MB")
         argv = [f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "server.log"), "-w",
                 "-t", str(self.timeout), "-o", opts]
         if mode:
