@@ -24,7 +24,9 @@
  *   - arguments given to an operation (ids, records, strings) are copied by it: the caller
  *     may free them as soon as the call returns. The one exception is the result data of
  *     jstore_finish, whose ownership passes to the store (it frees it);
- *   - cb may be NULL for writes whose outcome the caller does not need;
+ *   - cb may be NULL for the writes that take a jstore_done_cb (insert, mark_running,
+ *     set_gpu, finish, requeue, renew, result_removed) and for housekeeping, when the
+ *     caller does not need the outcome; every other operation needs one;
  *   - jstore_stop (before the loop's handles are closed) ends every operation still
  *     waiting with JOURNAL_ERROR ("the job store is closing") and closes the store's
  *     handles; operations after it fail at once. jstore_close (after the loop) frees.
