@@ -534,8 +534,10 @@ static void on_claimed(void *ctx, int rc, const char *err, const job_record_t *r
     }
 }
 
-/* What this host could admit now, in bytes, on its best GPU (jobs of models that need
- * more wait for a host that has it, or for memory to come free here). */
+/* What this host could give a new request now, in bytes, on its best GPU: free memory plus
+ * what evicting its idle instances would free (the scheduler does that for a request that
+ * needs it). Jobs whose estimate is above it wait for a host that has it, or for memory
+ * to come free here. *capacity: the largest GPU's capacity (what could ever be given). */
 static uint64_t gpu_room_now(uint64_t *capacity)
 {
     uint64_t best = 0;
@@ -545,8 +547,9 @@ static uint64_t gpu_room_now(uint64_t *capacity)
         sched_gpu_figures_t f;
         if (!sched_gpu_figures(i, &f))
             continue;
-        if (f.free_to_admit > best)
-            best = f.free_to_admit;
+        uint64_t room = sched_room_with_evictions(i);
+        if (room > best)
+            best = room;
         if (f.capacity > *capacity)
             *capacity = f.capacity;
     }

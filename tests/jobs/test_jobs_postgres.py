@@ -252,3 +252,41 @@ def test_host_claims_only_jobs_that_fit_its_gpu_now(sched, pgurl):
         vd.request("GET", f"/v1/jobs/{jid}").json()), timeout=30, what="the job to end")
     assert j["state"] == "succeeded" and j["attempts"] == 1, j
     sched.finish()
+
+
+def test_a_large_job_that_waited_holds_back_smaller_ones(sched, pgurl):
+    """Aging: a large job that does not fit now because this host's own work holds the
+    memory, and that has waited longer than jobs.postgres.aging, stops the host from claiming
+    later smaller jobs, so the memory drains and the large job starts before them."""
+    url, _ = pgurl
+    gpu = sched.gpu_set("8GiB")
+    small = sched.model("small", ["--resident", "0.9GiB", "--per-request", "2.9GiB", "--run-time", sim_s(50)],
+                        "1GiB", "3GiB", concurrency=2)
+    big = sched.model("big", ["--resident", "0.4GiB", "--per-request", "4.9GiB", "--run-time", sim_s(2)],
+                      "512MiB", "5GiB")
+    vd = sched.start_vramd(gpu, {"small": small, "big": big},
+                           jobs={"backend": "postgres", "postgres": {"url": url, "lease": "5s", "aging": "400ms",
+                                                                     "host_id": "aging"}})
+    wait_for(lambda: "jobs_postgres_ready" in vd.log_text(), timeout=15, what="connected to PostgreSQL")
+
+    def post(model):
+        r = vd.post("/v1/jobs", {"model": model, "path": "/generate", "body": {}})
+        assert r.status == 202, r
+        return r.json()["id"]
+
+    def get(jid):
+        return vd.request("GET", f"/v1/jobs/{jid}").json()
+    first = post("small")  # 1 + 3 GiB of the 7.875 GiB for 2.5 s: 3.875 GiB left, under big's 5 GiB
+    wait_for(lambda: get(first)["state"] == "running", timeout=20, what="the first small job running")
+    large = post("big")
+    time.sleep(0.8)  # past `aging`: the large job now starves
+    later = post("small")  # 3 GiB would fit beside the first one
+    time.sleep(1.0)
+    assert get(later)["state"] == "queued", get(later)  # held back for the large job
+    done = {}
+    for jid in (first, large, later):
+        done[jid] = wait_for(lambda: (lambda s: s if s["state"] in ("succeeded", "failed") else None)(get(jid)),
+                             timeout=30, what="every job to end")
+    assert all(j["state"] == "succeeded" for j in done.values()), done
+    assert done[large]["started_at"] < done[later]["started_at"], done
+    sched.finish()
