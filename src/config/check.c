@@ -287,7 +287,8 @@ int cfg_check_jobs(ctx_t *c, config_t *cfg, yaml_node_t *root)
     if (cfg->jobs.backend == JOBS_BACKEND_POSTGRES && cfg->jobs.pg.url == NULL) {
         ydoc_path_reset(c);
         ydoc_path_append(c, "jobs.postgres.url");
-        return ydoc_fail(c, pg != NULL ? pg : (jobs != NULL ? jobs : root),
+        yaml_node_t *backend = ydoc_find_value(c, jobs, "backend");
+        return ydoc_fail(c, pg != NULL ? pg : (backend != NULL ? backend : root),
                          "jobs.backend postgres needs jobs.postgres.url (a libpq connection string)");
     }
     if (cfg->jobs.pg.max_result_bytes > (1ULL << 30)) {
