@@ -157,7 +157,8 @@ static void on_purged(const char *id, void *ctx)
 static void after_housekeep(void *ctx, int rc, const char *err, size_t purged)
 {
     if (rc != JOURNAL_OK)
-        log_event(LOG_WARN, "job_journal_error", "op=%s error=%s", "purge", err);
+        log_event(rc == JOURNAL_UNAVAILABLE ? LOG_DEBUG : LOG_WARN, "job_journal_error", "op=%s error=%s", "purge",
+                  err);
     else if (purged)
         log_event(LOG_INFO, "jobs_housekeeping", "records_purged=%zu", purged);
     (void)ctx;
@@ -190,7 +191,8 @@ static void after_overdue(void *ctx, int rc, const char *err, size_t n)
     jobs_t *J = ctx;
     (void)J;
     if (rc != JOURNAL_OK)
-        log_event(LOG_WARN, "job_journal_error", "op=%s error=%s", "fail_overdue", err);
+        log_event(rc == JOURNAL_UNAVAILABLE ? LOG_DEBUG : LOG_WARN, "job_journal_error", "op=%s error=%s",
+                  "fail_overdue", err);
     if (n)
         log_event(LOG_WARN, "job_failed", "count=%zu status=%d code=%s message=%s", n, 504, "deadline_exceeded",
                   "deadline passed while queued in the journal");

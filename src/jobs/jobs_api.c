@@ -275,7 +275,7 @@ static void after_insert(void *ctx, int rc, const char *err)
     conn_t *c = w->c;
     if (rc == JOURNAL_FULL) {
         conn_respond_error(c, 507, "disk_full", w->model, 60, false, "the job journal cannot grow: %s", err);
-    } else if (rc == JOURNAL_ERROR && jobs_store(w->J)->lease_ms) {
+    } else if (rc == JOURNAL_UNAVAILABLE || (rc == JOURNAL_ERROR && jobs_store(w->J)->lease_ms)) {
         conn_respond_error(c, 503, "jobs_unavailable", w->model, 5, false, "the job could not be stored: %s", err);
     } else if (rc != JOURNAL_OK) {
         conn_respond_error(c, 500, "internal", w->model, -1, false, "the job could not be stored: %s", err);

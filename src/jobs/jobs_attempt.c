@@ -519,7 +519,8 @@ static void on_claimed(void *ctx, int rc, const char *err, const job_record_t *r
     jobs_t *J = ctx;
     (void)next;
     if (rc != JOURNAL_OK && !J->closing)
-        log_event(LOG_WARN, "job_journal_error", "op=%s error=%s", "claim", err);
+        log_event(rc == JOURNAL_UNAVAILABLE ? LOG_DEBUG : LOG_WARN, "job_journal_error", "op=%s error=%s", "claim",
+                  err); /* unavailable: the store logged that it is down */
     core_t *d = J->core;
     for (size_t i = 0; i < n; i++) {
         if (J->closing || d->draining || J->n_runs >= d->cfg->jobs.max_active || jobs_run_find(J, recs[i].id))

@@ -60,7 +60,9 @@ enum journal_rc {
     JOURNAL_NOT_FOUND = -3, /* no job with that id */
     JOURNAL_CONFLICT = -4,  /* the job exists but its state does not allow the change, or
                                (insert) the id is already taken */
-    JOURNAL_INVALID = -5    /* bad argument (id not valid, NULL model, priority out of 0..9...) */
+    JOURNAL_INVALID = -5,   /* bad argument (id not valid, NULL model, priority out of 0..9...) */
+    JOURNAL_UNAVAILABLE = -6 /* (job stores, jobs/jstore.h) the store cannot be reached now, e.g.
+                                PostgreSQL is down: the operation was not sent, nothing changed */
 };
 
 typedef struct journal journal_t;

@@ -17,9 +17,10 @@
  *     NULL; "" on success) that is valid only during the call;
  *   - the SQLite store calls cb before the operation returns (its journal is synchronous);
  *     the PostgreSQL store calls it later, from the event loop, when the server answered
- *     (or at once with JOURNAL_ERROR "PostgreSQL is not connected"). A caller must be
- *     correct in both cases: it must not rely on cb having run when the call returns, and
- *     must keep nothing on its stack that cb needs;
+ *     (or at once with JOURNAL_UNAVAILABLE while it is not connected: nothing was sent;
+ *     JOURNAL_ERROR when the connection broke with the query on the wire: its outcome is
+ *     unknown). A caller must be correct in both cases: it must not rely on cb having run
+ *     when the call returns, and must keep nothing on its stack that cb needs;
  *   - pointers given to cb (records, ids, data) are borrowed and valid only during the call;
  *   - arguments given to an operation (ids, records, strings) are copied by it: the caller
  *     may free them as soon as the call returns. The one exception is the result data of

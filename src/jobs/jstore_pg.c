@@ -709,6 +709,7 @@ jstore_t *jstore_pg_open(uv_loop_t *loop, const jstore_pg_config_t *cfg, const j
     if (ev)
         p->ev = *ev;
     p->poll_fd = -1;
+    p->why_rc = JOURNAL_ERROR;
     p->on_connected = pg_setup;
     list_init(&p->queue);
     uv_timer_init(loop, &p->retry);

@@ -88,17 +88,26 @@ void pg_query_free(pg_query_t *q)
     free(q);
 }
 
-/* End q with res (NULL: p->why) and free it. */
+/* End q with res (NULL: p->why, p->why_rc) and free it. */
 static void query_end(jstore_pg_t *p, pg_query_t *q, PGresult *res)
 {
     q->done(p, q, res);
     pg_query_free(q);
+    p->why_rc = JOURNAL_ERROR;
+}
+
+/* End q unsent: the store is not connected (nothing changed). */
+static void query_unsent(jstore_pg_t *p, pg_query_t *q, const char *why)
+{
+    snprintf(p->why, sizeof p->why, "%s", why);
+    p->why_rc = JOURNAL_UNAVAILABLE;
+    query_end(p, q, NULL);
 }
 
 int pg_result_rc(jstore_pg_t *p, PGresult *res)
 {
     if (!res)
-        return JOURNAL_ERROR; /* p->why is set */
+        return p->why_rc == JOURNAL_UNAVAILABLE ? JOURNAL_UNAVAILABLE : JOURNAL_ERROR; /* p->why is set */
     ExecStatusType st = PQresultStatus(res);
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
         return JOURNAL_OK;
@@ -219,8 +228,7 @@ static void send_next(jstore_pg_t *p)
         pg_query_t *q = list_entry(p->queue.next, pg_query_t, link);
         if (p->state == PG_SETUP && !q->internal) {
             list_remove(&q->link);
-            snprintf(p->why, sizeof p->why, "PostgreSQL is not connected yet (setting up)");
-            query_end(p, q, NULL);
+            query_unsent(p, q, "PostgreSQL is not connected yet (setting up)");
             continue;
         }
         int ok = q->simple ? PQsendQuery(p->conn, q->sql)
@@ -244,8 +252,7 @@ static void send_next(jstore_pg_t *p)
 void pg_submit(jstore_pg_t *p, pg_query_t *q)
 {
     if (p->state != PG_READY && !(q->internal && p->state == PG_SETUP)) {
-        snprintf(p->why, sizeof p->why, "PostgreSQL is not connected (reconnecting; see the log)");
-        query_end(p, q, NULL);
+        query_unsent(p, q, "PostgreSQL is not connected (reconnecting; see the log)");
         return;
     }
     list_insert_tail(&p->queue, &q->link);

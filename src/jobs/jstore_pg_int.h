@@ -81,6 +81,7 @@ struct jstore_pg {
     bool counts_known;
     uint64_t counts[JOB_STATE_COUNT];
     char why[512];     /* why the last query had no result */
+    int why_rc;        /* and the journal_rc for it: JOURNAL_UNAVAILABLE when it was never sent */
     char server[200];  /* host:port/db, for the log */
 };
 
