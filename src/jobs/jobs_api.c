@@ -26,6 +26,8 @@
 #include "jobs/jstore.h"
 #include "jobs/result_send.h"
 #include "jobs/result_store.h"
+#include "jobs/job_submitter.h"
+#include "sched/client_limit.h"
 #include "net/http_auth.h"
 #include "net/conn.h"
 #include "net/router.h"
@@ -278,7 +280,8 @@ static void after_insert(void *ctx, int rc, const char *err)
     } else if (rc == JOURNAL_UNAVAILABLE || (rc == JOURNAL_ERROR && jobs_store(w->J)->lease_ms)) {
         conn_respond_error(c, 503, "jobs_unavailable", w->model, 5, false, "the job could not be stored: %s", err);
     } else if (rc != JOURNAL_OK) {
-        conn_respond_error(c, 500, "internal", w->model, -1, false, "the job could not be stored: %s", err);
+        /* not stored (journal_insert settles a failed write, see journal.h): never a 202 */
+        conn_respond_error(c, 503, "journal_error", w->model, 5, false, "the job could not be stored: %s", err);
     } else {
         cJSON *o = cJSON_CreateObject();
         char url[64], extra[96];
@@ -294,6 +297,17 @@ static void after_insert(void *ctx, int rc, const char *err)
         jobs_pump(d);
     }
     free(w);
+}
+
+/* Who submits the job, as limits.per_client will count its attempts (jobs/job_submitter.h):
+ * the JSON to store (malloc'd), or NULL when out of memory. */
+static char *submitter_json(const conn_t *c, const request_t *r)
+{
+    const config_t *cfg = c->core->cfg;
+    job_submitter_t sub;
+    job_submitter_capture(&sub, c->peer, cfg->per_client.key == CLIENT_KEY_HEADER ? cfg->per_client.header : NULL,
+                          r->head, &r->msg);
+    return job_submitter_to_json(&sub);
 }
 
 static void submit(conn_t *c, request_t *r, jobs_t *J)
@@ -313,7 +327,7 @@ static void submit(conn_t *c, request_t *r, jobs_t *J)
         conn_respond_error(c, 400, "bad_request", NULL, -1, false, "%s", err);
         return;
     }
-    char *path = NULL, *hjson = NULL;
+    char *path = NULL, *hjson = NULL, *cjson = NULL;
     const model_config_t *mc = config_find_model(cfg, jr.model);
     model_t *m = mc ? runtime_model(d, mc->name) : NULL;
     if (!m) {
@@ -365,6 +379,11 @@ static void submit(conn_t *c, request_t *r, jobs_t *J)
     rec.max_attempts = (int)cfg->jobs.max_attempts;
     rec.created_ms = now;
     rec.est_bytes = sched_model_uses_gpu(mc) ? sched_request_estimate(m) : 0;
+    rec.client_json = cjson = submitter_json(c, r);
+    if (!cjson) {
+        conn_respond_error(c, 500, "internal", m->name, -1, false, "out of memory");
+        goto out;
+    }
     api_wait_t *w = wait_new(c, r, J, rec.id);
     if (!w)
         goto out;
@@ -375,6 +394,7 @@ static void submit(conn_t *c, request_t *r, jobs_t *J)
 out:
     free(path);
     free(hjson);
+    free(cjson);
     job_request_free(&jr);
 }
 

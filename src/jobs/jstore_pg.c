@@ -72,8 +72,8 @@ static void write_oom(jstore_done_cb cb, void *ctx)
 
 static const char SQL_INSERT[] =
     "WITH ins AS (INSERT INTO vramd_jobs (id, model, method, path, headers, body, priority, deadline_ms, "
-    "max_attempts, created_ms, est_bytes, state) VALUES ($1, $2, $3, $4, $5, $6, $7::int4, $8::int8, $9::int4, "
-    "$10::int8, $11::int8, 'queued') RETURNING model) "
+    "max_attempts, created_ms, est_bytes, client, state) VALUES ($1, $2, $3, $4, $5, $6, $7::int4, $8::int8, "
+    "$9::int4, $10::int8, $11::int8, $12, 'queued') RETURNING model) "
     "SELECT count(*)::int8 FROM (SELECT pg_notify('" PG_CHANNEL "', model) FROM ins) n";
 
 static void pg_insert(jstore_t *s, const job_record_t *rec, jstore_done_cb cb, void *ctx)
@@ -109,6 +109,7 @@ static void pg_insert(jstore_t *s, const job_record_t *rec, jstore_done_cb cb, v
     pg_param_i64(q, rec->max_attempts);
     pg_param_i64(q, rec->created_ms);
     pg_param_i64(q, clamp64(rec->est_bytes));
+    pg_param(q, rec->client_json);
     pg_submit(p, q);
 }
 
@@ -295,7 +296,7 @@ static const char SQL_CLAIM[] =
     "AND " AGED("s") " >= " AGED("j") ") "
     "ORDER BY " AGED("j") " DESC, j.seq LIMIT $3::int8 FOR UPDATE SKIP LOCKED) "
     "UPDATE vramd_jobs SET owner = $4, lease = gen_random_uuid()::text, lease_until = " LEASE_FOR("$5") " "
-    "FROM c WHERE id = c.cid RETURNING " COLS ", body";
+    "FROM c WHERE id = c.cid RETURNING " COLS ", body, client";
 
 typedef struct claim_op {
     jstore_want_t *w;   /* models copied */

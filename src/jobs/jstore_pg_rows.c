@@ -2,7 +2,8 @@
  * jstore_pg_rows: reading the PostgreSQL store's answers. Queries ask for results in
  * binary format, so a text or bytea value is its bytes as they are and an integer is a
  * big-endian int4 or int8 (the SQL casts every integer column to one of the two). A job
- * row is the COLS list of jstore_pg.c, in that order, optionally followed by the body.
+ * row is the COLS list of jstore_pg.c, in that order, optionally followed by the body and
+ * the submitter (client).
  * Pure functions of a PGresult; no I/O.
  */
 #include <stdio.h>
@@ -83,6 +84,8 @@ void pg_read_record(const PGresult *r, int row, job_record_t *rec, bool with_bod
             rec->body_len = (size_t)len;
         }
     }
+    if (with_body && PQnfields(r) > PG_N_COLS + 1)
+        rec->client_json = pg_col_str(r, row, PG_N_COLS + 1); /* the submitter (limits.per_client) */
 }
 
 /* Rows changed by a command (UPDATE without RETURNING) or the first int column of a query. */

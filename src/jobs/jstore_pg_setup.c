@@ -122,7 +122,7 @@ static const char SQL_MIGRATE_1[] =
     " error_code text, error_message text, result_type text, result_bytes bigint NOT NULL DEFAULT 0,"
     " result_state text NOT NULL DEFAULT 'none' CHECK (result_state IN ('none', 'stored', 'removed')),"
     " est_bytes bigint NOT NULL DEFAULT 0, owner text, lease text, lease_until timestamptz,"
-    " created_at timestamptz NOT NULL DEFAULT clock_timestamp(), body bytea);"
+    " created_at timestamptz NOT NULL DEFAULT clock_timestamp(), client text, body bytea);"
     "CREATE TABLE vramd_job_results (job_id text PRIMARY KEY REFERENCES vramd_jobs (id) ON DELETE CASCADE,"
     " data bytea NOT NULL);"
     "CREATE INDEX vramd_jobs_claim ON vramd_jobs (model, priority DESC, seq) WHERE state = 'queued' AND lease IS NULL;"
