@@ -290,3 +290,27 @@ def test_a_large_job_that_waited_holds_back_smaller_ones(sched, pgurl):
     assert all(j["state"] == "succeeded" for j in done.values()), done
     assert done[large]["started_at"] < done[later]["started_at"], done
     sched.finish()
+
+
+def test_host_started_before_postgres_connects_when_it_comes(vramd, tmp_path, pgurl, cluster):
+    """PostgreSQL down when vramd starts: the job routes answer 503 jobs_unavailable (never a
+    202), /metrics says jobs are unavailable, and vramd connects by itself once it is up."""
+    url, _ = pgurl
+    cluster.stop()
+    try:
+        log = tmp_path / "worker-c.log"
+        cfg = vramd.config({"w": job_model(vramd, log)})
+        cfg["jobs"] = {"backend": "postgres", "postgres": {"url": url, "lease": LEASE, "host_id": "c"}}
+        vd = vramd.start(config=cfg)
+        wait_for(lambda: "jobs_postgres_down" in vd.log_text(), timeout=10, what="the connection refused")
+        r = submit(vd, work("c1"))
+        assert r.status == 503 and r.error_code() == "jobs_unavailable", r
+        assert r.headers.get("retry-after") == "5"
+        assert "vramd_jobs_available 0" in http_request(vd.port, "GET", "/metrics", timeout=10).body.decode()
+    finally:
+        cluster.start()
+    wait_for(lambda: "jobs_postgres_ready" in vd.log_text(), timeout=15, what="connected once PostgreSQL is up")
+    jid = submit_ok(vd, work("c2"))
+    assert wait_job(vd, jid, "succeeded", timeout=20)["attempts"] == 1
+    wait_for(lambda: "vramd_jobs_available 1" in http_request(vd.port, "GET", "/metrics", timeout=10).body.decode(),
+             timeout=5, what="jobs available in /metrics")
