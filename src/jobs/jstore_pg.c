@@ -713,6 +713,7 @@ jstore_t *jstore_pg_open(uv_loop_t *loop, const jstore_pg_config_t *cfg, const j
     p->why_rc = JOURNAL_ERROR;
     p->on_connected = pg_setup;
     list_init(&p->queue);
+    list_init(&p->sent);
     uv_timer_init(loop, &p->retry);
     p->retry.data = p;
     uv_unref((uv_handle_t *)&p->retry);

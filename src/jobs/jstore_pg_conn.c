@@ -9,8 +9,8 @@
  * LISTEN: internal queries only) -> READY. Any failure (connect refused, the server closed
  * the connection, a set-up query failed) ends every query with res NULL ("PostgreSQL
  * connection lost: ..."), closes the connection and goes DOWN; the retry waits 100 ms,
- * doubling to 5 s, reset once READY. Invariant: `busy` is true exactly while the head of
- * the queue is on the wire.
+ * doubling to 5 s, reset once READY. Invariants: n_sent is the length of `sent`; outside
+ * pipeline mode it is at most 1; `keep` belongs to the head of `sent`.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -170,11 +170,16 @@ static void fail_all(jstore_pg_t *p)
         PQclear(p->keep);
         p->keep = NULL;
     }
-    p->busy = false;
-    while (!list_empty(&p->queue)) {
-        pg_query_t *q = list_entry(p->queue.next, pg_query_t, link);
-        list_remove(&q->link);
-        query_end(p, q, NULL);
+    p->n_sent = 0;
+    p->pipeline = false;
+    p->got_null = false;
+    list_t *lists[2] = {&p->sent, &p->queue};
+    for (int i = 0; i < 2; i++) {
+        while (!list_empty(lists[i])) {
+            pg_query_t *q = list_entry(lists[i]->next, pg_query_t, link);
+            list_remove(&q->link);
+            query_end(p, q, NULL);
+        }
     }
 }
 
@@ -221,32 +226,42 @@ void pg_conn_fail(jstore_pg_t *p, const char *what)
     conn_lost_msg(p, what, why[0] ? why : NULL);
 }
 
-/* Put the head of the queue on the wire when nothing is. */
+/* Put queued queries on the wire: one at a time while setting up, up to PG_PIPELINE_MAX in
+ * pipeline mode (each followed by a sync). */
 static void send_next(jstore_pg_t *p)
 {
-    while (!p->busy && !list_empty(&p->queue) && (p->state == PG_READY || p->state == PG_SETUP)) {
+    unsigned max = p->pipeline ? PG_PIPELINE_MAX : 1;
+    bool sent_any = false;
+    while (p->n_sent < max && !list_empty(&p->queue) && (p->state == PG_READY || p->state == PG_SETUP)) {
         pg_query_t *q = list_entry(p->queue.next, pg_query_t, link);
+        list_remove(&q->link);
         if (p->state == PG_SETUP && !q->internal) {
-            list_remove(&q->link);
             query_unsent(p, q, "PostgreSQL is not connected yet (setting up)");
             continue;
         }
-        int ok = q->simple ? PQsendQuery(p->conn, q->sql)
-                           : PQsendQueryParams(p->conn, q->sql, q->n, NULL, (const char *const *)q->values,
-                                               q->lengths, q->formats, 1);
+        int ok = q->simple && !p->pipeline
+                     ? PQsendQuery(p->conn, q->sql)
+                     : PQsendQueryParams(p->conn, q->sql, q->n, NULL, (const char *const *)q->values, q->lengths,
+                                         q->formats, 1);
+        if (ok && p->pipeline)
+            ok = PQpipelineSync(p->conn);
+        list_insert_tail(&p->sent, &q->link); /* failed: conn_lost ends it with the rest */
+        p->n_sent++;
         if (!ok) {
             conn_lost(p, "sending");
             return;
         }
-        p->busy = true;
-        int fl = PQflush(p->conn);
-        if (fl < 0) {
-            conn_lost(p, "sending");
-            return;
-        }
-        if (poll_watch(p, UV_READABLE | (fl == 1 ? UV_WRITABLE : 0)) != 0)
-            conn_lost(p, "watching the socket");
+        sent_any = true;
     }
+    if (!sent_any)
+        return;
+    int fl = PQflush(p->conn);
+    if (fl < 0) {
+        conn_lost(p, "sending");
+        return;
+    }
+    if (poll_watch(p, UV_READABLE | (fl == 1 ? UV_WRITABLE : 0)) != 0)
+        conn_lost(p, "watching the socket");
 }
 
 void pg_submit(jstore_pg_t *p, pg_query_t *q)
@@ -278,9 +293,17 @@ static void read_input(jstore_pg_t *p)
         conn_lost(p, "reading");
         return;
     }
-    while (p->busy && p->conn && !PQisBusy(p->conn)) {
+    while (p->n_sent > 0 && p->conn && !PQisBusy(p->conn)) {
         PGresult *res = PQgetResult(p->conn);
-        if (res) {
+        if (!res && p->pipeline) {
+            /* the head's results ended; its sync comes next (two NULLs: nothing more yet) */
+            if (p->got_null)
+                break;
+            p->got_null = true;
+            continue;
+        }
+        p->got_null = false;
+        if (res && !(p->pipeline && PQresultStatus(res) == PGRES_PIPELINE_SYNC)) {
             /* keep the first error, else the last result */
             if (!p->keep) {
                 p->keep = res;
@@ -292,10 +315,10 @@ static void read_input(jstore_pg_t *p)
             }
             continue;
         }
-        /* the query is complete */
-        pg_query_t *q = list_entry(p->queue.next, pg_query_t, link);
+        PQclear(res); /* the sync point (NULL outside pipeline mode): the head is complete */
+        pg_query_t *q = list_entry(p->sent.next, pg_query_t, link);
         list_remove(&q->link);
-        p->busy = false;
+        p->n_sent--;
         PGresult *kept = p->keep;
         p->keep = NULL;
         if (!kept)
@@ -395,6 +418,10 @@ void pg_ready(jstore_pg_t *p)
 {
     bool again = p->backoff_ms > 0;
     p->state = PG_READY;
+    /* from now on several queries on the wire (the set-up's simple queries are done) */
+    p->pipeline = p->n_sent == 0 && PQenterPipelineMode(p->conn) == 1;
+    if (!p->pipeline)
+        log_event(LOG_WARN, "jobs_postgres_pipeline", "error=%s", "pipeline mode refused: one query at a time");
     p->backoff_ms = 0;
     log_event(LOG_INFO, "jobs_postgres_ready", "server=%s host_id=%s schema=%d reconnected=%s", p->server, p->host_id,
               PG_SCHEMA_VERSION, again ? "true" : "false");

@@ -8,8 +8,11 @@
  * the connection reaches the set-up only through p->on_connected.
  *
  * Invariants:
- *   - one connection, one query on the wire at a time; queries wait in `queue` (FIFO), so
- *     the writes of one host reach the server in the order they were made;
+ *   - one connection; queries go out in the order they were made (FIFO: `queue`, then
+ *     `sent`), so the writes of one host reach the server in that order. While setting up,
+ *     one at a time; once READY, in libpq's pipeline mode: up to PG_PIPELINE_MAX on the
+ *     wire, each followed by its own sync point, so each is its own transaction and one
+ *     failing does not affect the next; answers come back in the same order;
  *   - every query ends in its `done` function exactly once: with the server's result, or
  *     with res NULL and p->why set (not connected, connection lost, store closing); `done`
  *     calls the operation's callback and frees what the query owns (pg_query_free);
@@ -32,6 +35,7 @@
 #define PG_MAX_PARAMS 16
 #define PG_SCHEMA_VERSION 1
 #define PG_CHANNEL "vramd_jobs"
+#define PG_PIPELINE_MAX 32 /* queries on the wire at once (READY, pipeline mode) */
 
 enum pg_state { PG_DOWN = 0, PG_CONNECTING, PG_SETUP, PG_READY, PG_CLOSED };
 
@@ -74,9 +78,13 @@ struct jstore_pg {
     uv_timer_t maint;  /* expired leases, counts */
     uint64_t backoff_ms;
     enum pg_state state;
-    list_t queue;      /* pg_query_t waiting; the head is on the wire when `busy` */
-    bool busy;
-    PGresult *keep;    /* the result kept for the query on the wire */
+    list_t sent;       /* pg_query_t on the wire, oldest first (its answer comes first) */
+    unsigned n_sent;
+    list_t queue;      /* pg_query_t waiting to be sent */
+    bool pipeline;     /* READY: libpq pipeline mode, up to PG_PIPELINE_MAX queries on the wire,
+                          each followed by a sync (its own transaction); else one at a time */
+    bool got_null;     /* pipeline: the head's results ended, its sync is next */
+    PGresult *keep;    /* the result kept for the head of `sent` */
     bool maint_out;    /* a maintenance query is queued */
     bool counts_known;
     uint64_t counts[JOB_STATE_COUNT];
