@@ -38,11 +38,15 @@ static bool evictable(const instance_t *in, const model_t *for_m)
     if (in->state == INST_UNLOADED && !in->external && in->proc && in->mem.gpu >= 0 && in->mem.bytes > 0 &&
         !in->hook_call)
         return m->queue.depth == 0;
+    /* parked (asleep) with memory still on the GPU: the next tier frees it (workers/park.c) */
+    if (in->state == INST_PARKED && in->mem.gpu >= 0 && in->mem.bytes > 0 && !in->hook_call &&
+        (!in->external || m->cfg->unload.set))
+        return m->queue.depth == 0;
     if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->gpu_pos < 0 || in->hook_call)
         return false;
     if (m->cfg->keep_alive_ms == CONFIG_FOREVER)
         return false;
-    if (in->external && !m->cfg->unload.set)
+    if (in->external && !m->cfg->unload.set && !m->cfg->sleep.set)
         return false;
     if (m->queue.depth > 0) {
         uint64_t own_oldest = queue_oldest_ms(&m->queue);
@@ -93,7 +97,8 @@ static uint64_t incoming(size_t pos)
             instance_t *in = list_entry(ii, instance_t, link);
             if (in->gpu_pos != (int)pos || in->mem.gpu < 0)
                 continue;
-            if (in->reclaiming || in->state == INST_UNLOADING || in->state == INST_STOPPING ||
+            if (in->reclaiming || in->state == INST_UNLOADING || in->state == INST_PARKING ||
+                in->state == INST_STOPPING ||
                 (in->stop_requested && in->state == INST_READY))
                 sum += in->mem.bytes;
         }

@@ -135,6 +135,11 @@ bool sched_gpu_figures(size_t pos, sched_gpu_figures_t *out);
 /* An instance just became READY: take its post-load baseline from a snapshot read now
  * (its first request waits for it, one NVML read). */
 void sched_instance_ready(instance_t *inst);
+/* NVML snapshots applied so far (+1 per reading, after it was booked). A reading asked for
+ * with sched_poll_now at seq s is applied by s + 2 at the latest (one in flight may be older). */
+uint64_t sched_snapshot_seq(void);
+/* Ask for an NVML reading now (queued after the one in flight, if any). */
+void sched_poll_now(void);
 /* Pump every model that has queued requests (memory was released). */
 void sched_pump_all(core_t *d);
 
