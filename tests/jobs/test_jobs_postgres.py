@@ -13,6 +13,7 @@ a fenced late writer (SIGSTOP past the lease, then SIGCONT: its result is refuse
 PostgreSQL restart under load: hosts reconnect and no acknowledged job is lost; on a
 simulated GPU, a host claims a job only once its estimate fits what it can admit now.
 """
+import copy
 import secrets
 import signal
 import threading
@@ -314,3 +315,22 @@ def test_host_started_before_postgres_connects_when_it_comes(vramd, tmp_path, pg
     assert wait_job(vd, jid, "succeeded", timeout=20)["attempts"] == 1
     wait_for(lambda: "vramd_jobs_available 1" in http_request(vd.port, "GET", "/metrics", timeout=10).body.decode(),
              timeout=5, what="jobs available in /metrics")
+
+
+def test_reload_refuses_a_job_store_change(vramd, tmp_path, pgurl):
+    """The job store is opened once: a reload that changes jobs.backend or jobs.postgres.* is
+    refused (400 bad_config naming the key) and the running store goes on."""
+    url, _ = pgurl
+    a, _ = host(vramd, tmp_path, url, "a")
+    good = copy.deepcopy(a.config)
+    for change, key in ((lambda c: c["jobs"].update(backend="sqlite"), "jobs.backend"),
+                        (lambda c: c["jobs"]["postgres"].update(lease="9s"), "jobs.postgres")):
+        changed = copy.deepcopy(good)
+        change(changed)
+        a.write_config(changed)
+        r = http_request(a.port, "POST", "/v1/admin/reload", timeout=15)
+        assert r.status == 400 and key in r.json()["error"]["message"], r
+    a.write_config(good)
+    assert http_request(a.port, "POST", "/v1/admin/reload", timeout=15).status == 200
+    jid = submit_ok(a, work("rl1"))
+    assert wait_job(a, jid, "succeeded", timeout=20)["attempts"] == 1
