@@ -5,7 +5,8 @@
  * back) and claims the GPU once it starves, or it can never fit. Also books an instance's
  * RESIDENT entry when it is placed and starts the verified reclaim when it unloads.
  * Which idle instances go is placer.c's choice (least expected delay); this file gives it
- * each candidate's learned return cost, its model's gap between requests and keep-alive.
+ * each candidate's return cost (actions.return_cost_ms: the tier evict would take, e.g. a
+ * learned wake instead of a reload), its model's gap between requests and keep-alive.
  * Invariants: only idle instances are evicted (evictable), never more while memory
  * already on its way back would cover the need; an eviction is always made under the
  * claimant's claim on that GPU; a queued model is evicted only for a claimant whose oldest
@@ -155,7 +156,9 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
                                               .bytes = in->mem.bytes,
                                               .priority = om->cfg->priority,
                                               .last_used_ms = in->last_used_ms,
-                                              .return_cost_ms = om->load_ms_ewma,
+                                              .return_cost_ms = sched_state.actions.return_cost_ms
+                                                                    ? sched_state.actions.return_cost_ms(in)
+                                                                    : om->load_ms_ewma,
                                               .gap_ms = sched_expected_gap_ms(om),
                                               .keep_alive_left_ms = keep_alive_left(in, now),
                                               .queued = om->queue.depth};

@@ -51,9 +51,12 @@
 /* What the scheduler decides and the supervisor carries out (set by the composition root,
  * so that the policy never calls the mechanism by name). */
 typedef struct sched_actions {
-    void (*evict)(instance_t *inst, const char *why);     /* make room: unload hook or stop */
+    void (*evict)(instance_t *inst, const char *why);     /* make room: the cheapest tier (park, unload, stop) */
     void (*recycle)(instance_t *inst, const char *why);   /* replace once idle (memory growth) */
     void (*reclaimed)(instance_t *inst, bool ok);         /* NVML shows its memory back (or gave up) */
+    /* how long a request would wait for inst to come back if evicted now (the tier evict
+     * would take: a learned wake or restore, a reload, a start); NULL = its learned load time */
+    uint64_t (*return_cost_ms)(const instance_t *inst);
 } sched_actions_t;
 
 void sched_init(core_t *d, const sched_actions_t *actions);
