@@ -198,6 +198,22 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
     return res;
 }
 
+/* make_room, and when it must wait, claim the memory once the model has waited longer than
+ * its learned load time (a claimant may evict what it could not before: evictable). */
+static enum placer_result make_room_or_claim(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need,
+                                             size_t *gpu_pos, const char *why)
+{
+    enum placer_result res = make_room(m, allowed, need, gpu_pos);
+    if (res == PLACER_WAIT) {
+        uint64_t threshold = m->load_ms_ewma > STARVE_MIN_MS ? m->load_ms_ewma : STARVE_MIN_MS;
+        bool was_claiming = m->claiming;
+        claim_if_starving(m, allowed, need, threshold, why);
+        if (!was_claiming && m->claiming)
+            res = make_room(m, allowed, need, gpu_pos);
+    }
+    return res;
+}
+
 enum placer_result sched_place(model_t *m, size_t *gpu_pos)
 {
     *gpu_pos = 0;
@@ -208,20 +224,18 @@ enum placer_result sched_place(model_t *m, size_t *gpu_pos)
     bool allowed[LEDGER_MAX_GPUS];
     sched_allowed_mask(m, allowed);
     /* room for the instance and one request at the cheapest level it can serve */
-    uint64_t per = sched_request_estimate(m);
-    for (unsigned level = 1; level <= m->cfg->degrade.n_ladder; level++)
-        if (sched_level_estimate(m, level) < per)
-            per = sched_level_estimate(m, level);
-    uint64_t need = m->cfg->memory.resident + per;
-    enum placer_result res = make_room(m, allowed, need, gpu_pos);
-    if (res == PLACER_WAIT) {
-        uint64_t threshold = m->load_ms_ewma > STARVE_MIN_MS ? m->load_ms_ewma : STARVE_MIN_MS;
-        bool was_claiming = m->claiming;
-        claim_if_starving(m, allowed, need, threshold, "load waiting");
-        if (!was_claiming && m->claiming) /* a claimant may evict what it could not before (evictable) */
-            res = make_room(m, allowed, need, gpu_pos);
-    }
-    return res;
+    uint64_t need = m->cfg->memory.resident + sched_smallest_estimate(m);
+    return make_room_or_claim(m, allowed, need, gpu_pos, "load waiting");
+}
+
+enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra)
+{
+    if (!sched_state.ok || gpu_pos >= sched_state.ledger.n_gpus)
+        return PLACER_WAIT;
+    bool only[LEDGER_MAX_GPUS] = {false};
+    only[gpu_pos] = true;
+    size_t pos;
+    return make_room_or_claim(m, only, extra, &pos, "wake waiting");
 }
 
 void sched_blocked(model_t *m, request_t *r, instance_t *inst)

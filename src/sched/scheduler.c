@@ -46,6 +46,15 @@ uint64_t sched_level_estimate(const model_t *m, unsigned level)
     return sched_request_estimate(m);
 }
 
+uint64_t sched_smallest_estimate(const model_t *m)
+{
+    uint64_t per = sched_request_estimate(m);
+    for (unsigned level = 1; level <= m->cfg->degrade.n_ladder; level++)
+        if (sched_level_estimate(m, level) < per)
+            per = sched_level_estimate(m, level);
+    return per;
+}
+
 void sched_allowed_mask(const model_t *m, bool out[LEDGER_MAX_GPUS])
 {
     for (size_t i = 0; i < LEDGER_MAX_GPUS; i++) {

@@ -71,6 +71,9 @@ bool sched_model_uses_gpu(const model_config_t *mc);
 uint64_t sched_request_estimate(const model_t *m);
 /* The estimate at a ladder level (the level's own per_request when it declares one). */
 uint64_t sched_level_estimate(const model_t *m, unsigned level);
+/* The smallest estimate over the levels a request may run at (0 = as sent, then the
+ * degrade ladder): what a load, or a parked instance's way back, needs room for. */
+uint64_t sched_smallest_estimate(const model_t *m);
 /* The first ladder level (0 = as sent) whose resident + reservation can ever fit on an
  * allowed GPU (total - headroom); -1 when none can (422). Levels above it would OOM for sure. */
 int sched_first_possible_level(const model_t *m);
@@ -96,6 +99,11 @@ void sched_unblocked(model_t *m);
  * sched_place_instance. */
 enum placer_result sched_place(model_t *m, size_t *gpu_pos);
 void sched_place_instance(instance_t *inst, size_t gpu_pos);
+/* Room for `extra` more bytes on one GPU (a parked instance's way back: its memory returns
+ * where it was), evicting idle instances as sched_place does and claiming the GPU once the
+ * model has waited longer than its learned load time. PLACER_FITS: it fits now or the
+ * evictions that make it fit have started. */
+enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra);
 /* The instance stopped being loaded (exit or unload): its entry is released once NVML
  * shows the memory back. */
 void sched_instance_unloading(instance_t *inst);

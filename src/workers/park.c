@@ -137,6 +137,7 @@ static void parked(instance_t *inst)
     uint64_t before = inst->park_before;
     if (inst->park_tier == PARK_CHECKPOINT && inst->park_measured && inst->park_measured < before)
         before = inst->park_measured; /* the driver copies what the processes hold, not what was booked */
+    inst->park_before = before; /* what comes back: the way back waits for half of it (wake_target) */
     uint64_t freed = before > left ? before - left : 0;
     inst->park_left = left;
     host_book_settle(inst, freed);
@@ -653,12 +654,15 @@ void park_wake(instance_t *inst)
     uint64_t back = m->cfg->memory.resident > inst->park_before ? m->cfg->memory.resident : inst->park_before;
     if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
         ledger_t *l = sched_ledger();
-        uint64_t want = back + sched_request_estimate(m);
+        /* room for its memory and one request at the cheapest level it may run at, as a
+         * load (sched_place): a request that fits only degraded must not keep it parked */
+        uint64_t want = back + sched_smallest_estimate(m);
         uint64_t held = inst->mem.gpu >= 0 ? inst->mem.bytes : 0;
         uint64_t extra = want > held ? want - held : 0;
         if (!ledger_fits(l, (size_t)inst->gpu_pos, extra, m)) {
-            size_t pos;
-            (void)sched_place(m, &pos); /* starts evictions when that makes room; woken at a later pump */
+            /* on its own GPU (the memory returns where it was); evictions started or a
+             * wait: woken at a later pump */
+            (void)sched_make_room_on(m, (size_t)inst->gpu_pos, extra);
             return;
         }
         if (inst->mem.gpu < 0)

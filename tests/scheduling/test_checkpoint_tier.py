@@ -211,6 +211,45 @@ def test_restore_that_no_longer_fits_restarts_the_worker(sched):
     sched.finish()
 
 
+def test_parked_model_whose_request_fits_only_degraded_is_restored_at_once(sched):
+    """`big` (priority 3, a degrade ladder: 6 GiB as sent, 1.5 GiB at level 1) is checkpointed
+    right after a request (its booking still holds the request's 6 GiB, unverified; the
+    driver parks the ~3.8 GiB it really holds); `other` (priority 6, kept alive 10 min) then
+    takes 5.3 of the 10 GiB. A request for big is served within seconds by the same process,
+    restored (other is evicted to make room). Two defects found by bench/scheduling's
+    mixed-80gb burst with parking, each of which kept the request queued until its timeout:
+    the way back asked room for the request as sent where a load (sched_place) asks it for
+    the cheapest level, so sched_place found it "fits" and no eviction was ever started (the
+    parked TRELLIS.2 waited ~30 s real for another model's keep-alive to end); and the
+    restored instance waited for half of its pre-park *booking* to show in NVML, more than
+    the driver had parked, so it stayed RESUMING until wake.timeout."""
+    gpu = sched.gpu_set("10GiB")
+    big = sched.model("big", ["--resident", "2GiB", "--per-request", "6GiB", "--mem-scale", "resolution:1024:2",
+                              "--run-time", sim_s(1), "--cache", "release", "--oom-style", "json200"],
+                      "2.3GiB", "6GiB", checkpoint=True, priority=3,
+                      degrade={"detect": {"json": {"path": "/success", "equals": False},
+                                          "body_matches": "out of memory"},
+                               "when": "to_fit",
+                               "ladder": [{"set": {"resolution": 512}, "per_request": "1.5GiB"}]})
+    other = sched.model("other", ["--resident", "5GiB", "--per-request", "256MiB", "--run-time", sim_s(1)],
+                        "5.3GiB", "256MiB", priority=6)
+    vd = sched.start_vramd(gpu, {"big": big, "other": other}, host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("big", {"resolution": 512}).status == 200
+    pid = vd.instances("big")[0]["pid"]
+    assert vd.post("/v1/models/big/unload").status == 200
+    assert vd.instances("big")[0]["tier"] == "checkpointed"
+    assert vd.generate("other").status == 200
+
+    r = vd.generate("big", {"resolution": 1024}, timeout=10)
+    assert r.status == 200, (r, vd.log_tail(60))
+    inst = vd.instances("big")[0]
+    assert inst["pid"] == pid and inst["state"] == "ready", inst
+    resumed = vd.first("resumed", model="big")
+    assert resumed["tier"] == "checkpoint", resumed
+    vd.assert_no_oom()
+    sched.finish()
+
+
 def test_host_budget_exhausted_falls_back_to_stop(sched):
     """A 2 GiB host budget cannot hold llm's 4.3 GiB: the checkpoint is refused (park_refused
     tier=checkpoint) and eviction takes the next tier, a stop; big loads and is served."""
