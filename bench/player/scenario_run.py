@@ -78,7 +78,8 @@ def run(scenario, setup, build="build", timescale=0.02, duration=None, requests=
     gpu_name = "scn%d%s" % (os.getpid(), re.sub(r"[^a-z0-9]", "", setup))
     env = dict(os.environ, SIMGPU=gpu_name, SIMGPU_TIMESCALE=str(timescale),
                PATH=os.path.join(build_abs, "bin") + ":" + os.environ.get("PATH", ""),
-               VRAMD_NVML_LIBRARY=os.path.join(build_abs, "lib", "libnvidia-ml-sim.so"))
+               VRAMD_NVML_LIBRARY=os.path.join(build_abs, "lib", "libnvidia-ml-sim.so"),
+               VRAMD_CUDA_LIBRARY=os.path.join(build_abs, "lib", "libcuda-sim.so"))
     with open(os.path.join(scenario, "gpu.txt")) as f:
         create = [line for line in f.read().splitlines() if line.strip().startswith("simgpu create")][0]
     argv = shlex.split(create)

@@ -56,6 +56,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,6 +74,12 @@ import lower_bound as lb  # noqa: E402
 REPO = bl.REPO
 SCENARIOS = ["seed000-miner-4090", "seed004-vlm-6gb", "mixed-80gb"]
 SETUPS = [("direct", "lock"), ("global-lock", "global-lock"), ("vramd", "vramd")]  # (shown, scenario_run's)
+# vramd with parking (issue 13): the same vramd.yaml with `checkpoint: true` in `defaults:` (every
+# model may be parked by the CUDA driver's checkpoint, simulated by libcuda-sim.so) and a
+# host-memory budget; chosen with --setups (not run by default).
+PARK_SETUP = ("vramd-park", "vramd")
+PARK_HOST_MEMORY = "{ budget: 20GiB, reserve: 2GiB }"
+WEIGHTS = {}  # --weights: template -> weight in every stream of traffic.json that names it
 # Burst size per scenario: arrivals (a pipeline counts once), below each model's queue_max.
 BURST_N = {"seed000-miner-4090": 12, "seed004-vlm-6gb": 30, "mixed-80gb": 80}
 BURST_DEADLINE = "1h"  # client deadline and timeout of the burst (simulated): ends a stuck run
@@ -131,6 +138,24 @@ def burst_traffic(open_traffic, scn, seed, duration_s, n):
     return t
 
 
+def park_copy(copy_dir):
+    """The copy of copy_dir run by the vramd-park setup: same traffic, workers and GPU, the
+    vramd.yaml with `checkpoint: true` in `defaults:` and a `host_memory` budget. Same folder
+    name (scenario_run names its workdirs after it), under a sibling `-park` folder."""
+    name = os.path.basename(copy_dir.rstrip("/"))
+    dst = os.path.join(os.path.dirname(copy_dir.rstrip("/")) + "-park", name)
+    shutil.copytree(copy_dir, dst)
+    with open(os.path.join(dst, "vramd.yaml")) as f:
+        text = f.read()
+    if not re.search(r"(?m)^defaults:\s*$", text):
+        raise bl.BenchError("%s: vramd.yaml has no block `defaults:` to add `checkpoint: true` to" % name)
+    text = re.sub(r"(?m)^defaults:\s*$", "defaults:\n  checkpoint: true", text, count=1)
+    text = re.sub(r"(?m)^models:\s*$", "host_memory: %s\nmodels:" % PARK_HOST_MEMORY, text, count=1)
+    with open(os.path.join(dst, "vramd.yaml"), "w") as f:
+        f.write(text)
+    return dst
+
+
 def make_copy(src, dst_root, variant, seed, duration_s):
     """A runnable copy of scenario src for a variant; returns its directory. The directory is
     named like the scenario, so scenario_run's workdirs read /tmp/scn-<scenario>-<setup>-*."""
@@ -142,6 +167,14 @@ def make_copy(src, dst_root, variant, seed, duration_s):
             shutil.copy2(os.path.join(src, f), os.path.join(dst, f))
     with open(os.path.join(src, "traffic.json")) as f:
         traffic = json.load(f)
+    named = set()
+    for stream in traffic.get("streams", []):
+        for tpl in stream.get("requests", {}):
+            if tpl in WEIGHTS:
+                stream["requests"][tpl] = WEIGHTS[tpl]
+                named.add(tpl)
+    if set(WEIGHTS) - named:
+        raise bl.BenchError("%s: --weights names templates no stream uses: %s" % (name, sorted(set(WEIGHTS) - named)))
     shutil.copy2(os.path.join(src, "vramd.yaml"), os.path.join(dst, "vramd.yaml"))
     with open(os.path.join(dst, "traffic.json"), "w") as f:
         json.dump(traffic, f)
@@ -262,7 +295,8 @@ def vramd_events(workdir, n_models):
     path = os.path.join(workdir or "", "vramd.log")
     if not workdir or not os.path.exists(path):
         return None
-    counts = {"evictions": 0, "worker_starts": 0, "recycles": 0, "clear_cache": 0}
+    counts = {"evictions": 0, "worker_starts": 0, "recycles": 0, "clear_cache": 0, "parks": 0, "restores": 0,
+              "park_refused": 0}
     with open(path, errors="replace") as f:
         for line in f:
             if "worker_output" in line:
@@ -275,6 +309,12 @@ def vramd_events(workdir, n_models):
                 counts["recycles"] += 1
             elif " clear_cache " in line:
                 counts["clear_cache"] += 1
+            elif " parked " in line:
+                counts["parks"] += 1
+            elif " resumed " in line:
+                counts["restores"] += 1
+            elif " park_refused " in line:
+                counts["park_refused"] += 1
     counts["reloads"] = max(0, counts["worker_starts"] - n_models)
     return counts
 
@@ -388,7 +428,9 @@ def ratios(reps):
     out = {}
     for name, a, b, key in (("thr_vramd_over_global_lock", "vramd", "global-lock", "throughput_per_min"),
                             ("thr_vramd_over_direct", "vramd", "direct", "throughput_per_min"),
-                            ("makespan_global_lock_over_vramd", "global-lock", "vramd", "makespan_s")):
+                            ("makespan_global_lock_over_vramd", "global-lock", "vramd", "makespan_s"),
+                            ("makespan_vramd_over_park", "vramd", "vramd-park", "makespan_s"),
+                            ("hit_rate_park_over_vramd", "vramd-park", "vramd", "deadline_hit_rate")):
         vals = [v for v in (ratio(rep, a, b, key) for rep in reps) if v is not None]
         out[name] = round(bl.median(vals), 4) if vals else None
         out[name + "_per_rep"] = [round(v, 4) for v in vals]
@@ -446,12 +488,16 @@ def markdown(results):
     for key, sc in results["scenarios"].items():
         r, b = sc["ratios"], sc["bound"]
         ev = sc["setups"].get("vramd", {}).get("vramd_events_median")
+        evp = sc["setups"].get("vramd-park", {}).get("vramd_events_median")
         lines.append("| %s | %s | %s | %s | %d; %d | %s (%s) | %s | %s |" % (
             key, num(r["thr_vramd_over_global_lock"], "%.2f"), num(r["thr_vramd_over_direct"], "%.2f"),
             num(r["makespan_global_lock_over_vramd"], "%.2f"), b["max_concurrency_memory"],
             b["max_concurrency_memory_distinct_models"], num(b["bound_s"], "%.0f"), num(b["bound_config_s"], "%.0f"),
             b["binding_term"],
-            "-" if not ev else "%g / %g / %g" % (ev["evictions"], ev["reloads"], ev["recycles"])))
+            ("-" if not ev else "%g / %g / %g" % (ev["evictions"], ev["reloads"], ev["recycles"]))
+            + ("" if not evp else "; vramd-park: %g / %g / %g, %g parks, %g restores, makespan vramd/park %s" % (
+                evp["evictions"], evp["reloads"], evp["recycles"], evp["parks"], evp["restores"],
+                num(r.get("makespan_vramd_over_park"), "%.2f")))))
     return "\n".join(lines) + "\n"
 
 
@@ -481,7 +527,7 @@ def snapshot_build():
     src = os.path.join(REPO, "build")
     dst = tempfile.mkdtemp(prefix="vramd-sched-build-")
     info = {}
-    for rel in ("bin/vramd", "bin/simworker", "bin/simgpu", "lib/libnvidia-ml-sim.so"):
+    for rel in ("bin/vramd", "bin/simworker", "bin/simgpu", "lib/libnvidia-ml-sim.so", "lib/libcuda-sim.so"):
         s = os.path.join(src, rel)
         if not os.path.exists(s):
             raise bl.BenchError("missing %s (run make)" % s)
@@ -500,6 +546,11 @@ def main():
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--variants", default="open,burst")
+    ap.add_argument("--weights", default="",
+                    help="TEMPLATE=W,...: change traffic.json's stream weights in the copy (seed000's "
+                         "generate=0,generate-fast=1: CPU offload off)")
+    ap.add_argument("--setups", default=",".join(s for s, _ in SETUPS),
+                    help="of direct,global-lock,vramd,vramd-park (default: the first three)")
     ap.add_argument("--timescale", type=float, default=0.02, help="open variant (default 0.02)")
     ap.add_argument("--burst-timescale", type=float, default=0.05, help="burst variant (default 0.05)")
     ap.add_argument("--duration", default="10m", help="open variant's traffic, simulated (default 10m)")
@@ -507,6 +558,17 @@ def main():
     ap.add_argument("--no-decision-cost", action="store_true")
     ap.add_argument("--decision-cost-runs", type=int, default=3)
     a = ap.parse_args()
+    known = dict(SETUPS + [PARK_SETUP])
+    chosen = a.setups.split(",")
+    if any(s not in known for s in chosen):
+        raise bl.BenchError("--setups: unknown setup in %r (known: %s)" % (a.setups, ", ".join(known)))
+    SETUPS[:] = [(s, known[s]) for s in chosen]
+    for item in filter(None, a.weights.split(",")):
+        tpl, _, w = item.partition("=")
+        try:
+            WEIGHTS[tpl] = float(w)
+        except ValueError:
+            raise bl.BenchError("--weights: %r is not TEMPLATE=WEIGHT" % item)
     if a.quick:
         a.reps, a.duration = 1, "3m"
         for k in BURST_N:
@@ -521,7 +583,8 @@ def main():
     results = {"benchmark": "scheduling", "environment": env, "command": " ".join(sys.argv),
                "settings": {"reps": a.reps, "timescale_open": a.timescale, "timescale_burst": a.burst_timescale,
                             "duration_open": a.duration, "burst_n": dict(BURST_N), "warm_start": not a.cold,
-                            "burst_deadline": BURST_DEADLINE},
+                            "burst_deadline": BURST_DEADLINE, "weights": dict(WEIGHTS),
+                            "setups": [s for s, _ in SETUPS]},
                "scenarios": {}}
     t_start = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="vramd-sched-")
@@ -537,6 +600,7 @@ def main():
             seed = orig.traffic.seed
             for variant in a.variants.split(","):
                 copy_dir = make_copy(src, tmp, variant, seed, duration_s)
+                run_dir = {"vramd-park": park_copy(copy_dir)} if "vramd-park" in chosen else {}
                 scn = lb.Scenario(copy_dir)
                 timescale = a.timescale if variant == "open" else a.burst_timescale
                 duration = a.duration if variant == "open" else None
@@ -551,7 +615,8 @@ def main():
                     order = SETUPS if rep % 2 == 0 else list(reversed(SETUPS))
                     runs = {}
                     for shown, setup in order:
-                        m = run_one(copy_dir, scn, jobs, bound, setup, build, timescale, duration, seed, a.cold)
+                        m = run_one(run_dir.get(shown, copy_dir), scn, jobs, bound, setup, build, timescale, duration,
+                                    seed, a.cold)
                         runs[shown] = m
                         ev = m["vramd_events"]
                         print("  rep %d %-11s ok %d/%d oom %d/%s thr %.2f/min p50 %s p99 %s makespan %s "
@@ -560,8 +625,8 @@ def main():
                                  m["throughput_per_min"] or 0, num(m["p50_s"]), num(m["p99_s"]),
                                  num(m["makespan_s"], "%.0f"), pct(m["work_done_fraction"]),
                                  num(m["gpu_peak_gib"]),
-                                 "" if ev is None else "  evictions %d reloads %d recycles %d"
-                                 % (ev["evictions"], ev["reloads"], ev["recycles"]),
+                                 "" if ev is None else "  evictions %d reloads %d recycles %d parks %d restores %d"
+                                 % (ev["evictions"], ev["reloads"], ev["recycles"], ev["parks"], ev["restores"]),
                                  m["run_real_s"], 100 * m["foreign_core_frac"]),
                               flush=True)
                     reps.append(runs)
