@@ -108,6 +108,13 @@ typedef struct config_retry_budget {
     unsigned min;     /* retries always allowed at once, whatever the percentage gives; default 3 */
 } config_retry_budget_t;
 
+/* outlier: how long an instance is ejected after broken exchanges in a row (Envoy's
+ * outlier_detection): base_ejection_time x its ejections, at most max_ejection_time. */
+typedef struct config_outlier {
+    uint64_t base_ejection_ms; /* default 30s; 100ms..1h */
+    uint64_t max_ejection_ms;  /* default 5m; base_ejection_time..1h */
+} config_outlier_t;
+
 typedef struct model_config {
     char *name;
     char *route; /* path prefix, normalised to start and end with '/'; NULL = no route */
@@ -141,6 +148,7 @@ typedef struct model_config {
     bool retry_safe; /* retry: safe */
     uint64_t response_timeout_ms; /* request sent -> the worker's answer head; default 10m; 0 = never */
     config_retry_budget_t retry_budget; /* retries of this model's requests (OOM ladder, invalid output) */
+    config_outlier_t outlier;           /* ejection time after broken exchanges */
 } model_config_t;
 
 typedef struct config {

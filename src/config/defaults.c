@@ -47,6 +47,8 @@ int cfg_model_init_builtin(model_config_t *m)
     m->response_timeout_ms = 10 * 60 * 1000; /* seconds-to-minutes GPU work; docs/config.md */
     m->retry_budget.percent = 20;
     m->retry_budget.min = 3;
+    m->outlier.base_ejection_ms = 30 * 1000;     /* Envoy's base_ejection_time */
+    m->outlier.max_ejection_ms = 5 * 60 * 1000;  /* Envoy's max_ejection_time */
     bool ok = m->health.path && m->unload.method && m->reload.method && m->clear_cache.method;
     return ok ? 0 : -1;
 }

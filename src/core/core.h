@@ -76,6 +76,9 @@ struct core {
     uint64_t started_wall_ms;
     uint64_t requests_total; /* request heads parsed */
     unsigned retries_in_flight; /* requests queued or running again after an OOM or invalid output */
+    unsigned retries_peak;      /* most retries_in_flight ever at once (/v1/status) */
+    uint64_t retries_total;     /* retries begun */
+    uint64_t retries_refused;   /* retries the retry budget refused (503 retry_budget_exhausted) */
     /* recent notable events for /v1/status */
     core_note_t notes[CORE_EVENTS_KEPT];
     unsigned notes_next, notes_count;
@@ -114,6 +117,7 @@ unsigned core_in_flight_total(const core_t *c);
 void core_count_request(core_t *c);
 void core_retry_begin(core_t *c);
 void core_retry_end(core_t *c);
+void core_retry_refused(core_t *c);
 void core_conn_added(core_t *c, list_t *link);
 void core_conn_removed(core_t *c, list_t *link);
 

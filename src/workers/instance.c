@@ -561,7 +561,8 @@ bool instance_usable(const instance_t *in, uint64_t now)
 }
 
 /* INSTANCE_OUTLIER_IN_ROW broken exchanges in a row: eject the instance for a growing time
- * (Envoy's outlier detection: base 30 s x ejections, capped), unless no other instance of
+ * (Envoy's outlier detection: outlier.base_ejection_time x ejections, at most
+ * outlier.max_ejection_time; 30 s and 5 min by default), unless no other instance of
  * the model could take its requests. */
 static void instance_note_outlier(instance_t *inst)
 {
@@ -581,9 +582,10 @@ static void instance_note_outlier(instance_t *inst)
         return;
     }
     inst->ejections++;
-    uint64_t ms = (uint64_t)INSTANCE_EJECT_BASE_MS * inst->ejections;
-    if (ms > INSTANCE_EJECT_MAX_MS)
-        ms = INSTANCE_EJECT_MAX_MS;
+    const config_outlier_t *o = &m->cfg->outlier;
+    uint64_t ms = o->base_ejection_ms * inst->ejections; /* <= 1h x 2^32: no overflow */
+    if (ms > o->max_ejection_ms)
+        ms = o->max_ejection_ms;
     inst->ejected_until_ms = now + ms;
     log_event(LOG_WARN, "worker_ejected", "model=%s instance=%u pid=%d failed_in_row=%u ejections=%u ejection_ms=%llu",
               m->name, inst->id, (int)inst->pid, in_row, inst->ejections, (unsigned long long)ms);
