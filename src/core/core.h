@@ -68,6 +68,7 @@ struct core {
     list_t models;           /* model_t.link, config order */
     list_t conns;            /* conn_t.link */
     unsigned n_conns;
+    unsigned n_lingering;    /* of n_conns: answered, FIN sent, waiting for the client's (net/conn.c) */
     bool draining;           /* stop admitting (composition root) */
     bool stopping;           /* workers being stopped, loop about to end (composition root) */
     bool ready;              /* config loaded, listener bound (composition root) */

@@ -45,11 +45,7 @@ static int conn_write_now(conn_t *c, const void *data, size_t len);
 static void schedule_resume(conn_t *c);
 static void watch_arm(conn_t *c);
 
-static const char *conn_state_name(enum conn_state s)
-{
-    static const char *n[] = {"head", "body", "active", "closing"};
-    return n[s];
-}
+static const char *const conn_state_name[] = {"head", "body", "active", "closing"};
 
 /* allowed[from]: the states `from` may change to (CLOSING is terminal) */
 static const unsigned conn_allowed[] = {
@@ -66,8 +62,8 @@ static void conn_set_state_at(conn_t *c, enum conn_state s, int line)
         return;
     CHECK_IF(!(conn_allowed[c->state] & (1u << s)));
     if (log_enabled(LOG_DEBUG))
-        log_event(LOG_DEBUG, "conn_state", "peer=%s from=%s to=%s line=%d", c->peer, conn_state_name(c->state),
-                  conn_state_name(s), line);
+        log_event(LOG_DEBUG, "conn_state", "peer=%s from=%s to=%s line=%d", c->peer, conn_state_name[c->state],
+                  conn_state_name[s], line);
     c->state = s;
 }
 
@@ -303,6 +299,8 @@ static void conn_close(conn_t *c)
         return;
     request_cancel(c);
     conn_set_state(c, CONN_CLOSING);
+    c->core->n_lingering -= c->lingering;
+    c->lingering = false;
     core_defer_cancel(&c->resume);
     c->want_drained = false;
     core_conn_removed(c->core, &c->link);
@@ -340,7 +338,9 @@ static void on_shutdown(uv_shutdown_t *sr, int status)
     }
     /* Lingering close: keep reading (and discarding) until the client closes or
      * LINGER_MS passes, so unread client bytes do not turn our FIN into a RST that
-     * destroys the response in flight. */
+     * destroys the response in flight; at the cap a new client ends it (conn_accept). */
+    c->lingering = true;
+    c->core->n_lingering++;
     uv_timer_start(&c->timer, on_linger_timeout, LINGER_MS, 0);
 }
 
@@ -748,6 +748,7 @@ void conn_request_done(conn_t *c)
 
 /* ---- accepting -------------------------------------------------------------------- */
 
+
 void conn_accept(core_t *d, uv_stream_t *listener, conn_request_fn on_request)
 {
     conn_t *c = calloc(1, sizeof *c);
@@ -776,6 +777,11 @@ void conn_accept(core_t *d, uv_stream_t *listener, conn_request_fn on_request)
     conn_peer_name(&c->tcp, c->peer, sizeof c->peer);
     uv_tcp_nodelay(&c->tcp, 1);
     unsigned cap = d->cfg->limits.max_connections, reserved = d->cfg->limits.reserved_connections;
+    conn_t *lingering; /* answered, FIN sent: its slot goes to the new client */
+    while (d->n_conns > cap && (lingering = conn_oldest_lingering(d)) != NULL) {
+        log_event(LOG_INFO, "linger_cut", "peer=%s reason=%s", lingering->peer, "max_connections");
+        conn_close(lingering);
+    }
     if (d->n_conns > cap + reserved) {
         log_event(LOG_WARN, "connection_refused", "peer=%s reason=%s limit=%u reserved=%u", c->peer,
                   "max_connections", cap, reserved);
