@@ -180,8 +180,8 @@ demo: deps
 # without such a line gets the whole library.
 FUZZ_BUILD = build-fuzz
 FUZZ_DEPS_fuzz_http1 = src/net/http1.c src/net/http1_chunked.c src/net/http1.h src/net/http1_internal.h
-FUZZ_DEPS_fuzz_degrade = src/quality/degrade_detect.c src/quality/degrade_rewrite.c src/common/json_util.c \
-	src/common/buf.c src/quality/degrade.h src/quality/degrade_int.h src/common/json_util.h src/common/buf.h \
+FUZZ_DEPS_fuzz_degrade = src/quality/degrade_detect.c src/quality/degrade_rewrite.c src/quality/oom_message.c src/common/json_util.c \
+	src/common/buf.c src/quality/degrade.h src/quality/degrade_int.h src/quality/oom_message.h src/common/json_util.h src/common/buf.h \
 	src/config/config.h
 FUZZ_LIBS_fuzz_degrade = -lcjson
 FUZZ_DEPS_fuzz_validate = src/quality/validate.c src/quality/validate_json.c src/quality/validate_glb.c \

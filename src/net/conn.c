@@ -44,28 +44,8 @@ static void conn_close_after_flush(conn_t *c);
 static int conn_write_now(conn_t *c, const void *data, size_t len);
 static void schedule_resume(conn_t *c);
 static void watch_arm(conn_t *c);
-
-static const char *const conn_state_name[] = {"head", "body", "active", "closing"};
-
-/* allowed[from]: the states `from` may change to (CLOSING is terminal) */
-static const unsigned conn_allowed[] = {
-    [CONN_HEAD] = 1u << CONN_BODY | 1u << CONN_ACTIVE | 1u << CONN_CLOSING,
-    [CONN_BODY] = 1u << CONN_ACTIVE | 1u << CONN_CLOSING,
-    [CONN_ACTIVE] = 1u << CONN_HEAD | 1u << CONN_CLOSING,
-    [CONN_CLOSING] = 0,
-};
-
-#define conn_set_state(c, s) conn_set_state_at((c), (s), __LINE__)
-static void conn_set_state_at(conn_t *c, enum conn_state s, int line)
-{
-    if (c->state == s)
-        return;
-    CHECK_IF(!(conn_allowed[c->state] & (1u << s)));
-    if (log_enabled(LOG_DEBUG))
-        log_event(LOG_DEBUG, "conn_state", "peer=%s from=%s to=%s line=%d", c->peer, conn_state_name[c->state],
-                  conn_state_name[s], line);
-    c->state = s;
-}
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
 
 /* ---- writing ---------------------------------------------------------------------- */
 
@@ -338,7 +318,14 @@ static void on_shutdown(uv_shutdown_t *sr, int status)
     }
     /* Lingering close: keep reading (and discarding) until the client closes or
      * LINGER_MS passes, so unread client bytes do not turn our FIN into a RST that
-     * destroys the response in flight; at the cap a new client ends it (conn_accept). */
+     * destroys the response in flight; at the cap a new client ends it (conn_accept).
+     * Pipelined bytes that paused reading will never be served: drop them and read on,
+     * or the client's FIN is never seen (LINGER_MS wasted). */
+    if (c->read_paused) {
+        c->read_paused = false;
+        buf_reset(&c->in);
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    }
     c->lingering = true;
     c->core->n_lingering++;
     uv_timer_start(&c->timer, on_linger_timeout, LINGER_MS, 0);

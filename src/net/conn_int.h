@@ -2,8 +2,8 @@
  * conn_int: the parts of a client connection (net/conn.c) kept in their own files, each
  * used by conn.c only and calling nothing in it (no cycle): conn_request.c builds a request
  * from a parsed head and words a refusal; conn_watch.c reads what the kernel knows of a
- * socket (is the peer gone? did the client take answer bytes?). Not for use outside
- * src/net/conn*.c.
+ * socket (is the peer gone? did the client take answer bytes?); conn_state.c checks and
+ * logs state changes. Not for use outside src/net/conn*.c.
  */
 #ifndef VRAMD_NET_CONN_INT_H
 #define VRAMD_NET_CONN_INT_H
@@ -29,6 +29,13 @@ int conn_refusal_status(const http1_error_t *e, const char **code);
  * (cap bytes, always terminated); its length. */
 int conn_error_body(char *out, size_t cap, const char *code, const char *model, int retry_after_s,
                     const char *msg);
+
+/* conn_state.c ------------------------------------------------------------------------ */
+
+/* Move c to state s (a no-op when it is there already); a change the state machine of
+ * conn.h does not allow is a bug (CHECK_IF). Logged at debug with the caller's line. */
+#define conn_set_state(c, s) conn_set_state_at((c), (s), __LINE__)
+void conn_set_state_at(conn_t *c, enum conn_state s, int line);
 
 /* conn_watch.c ------------------------------------------------------------------------ */
 
