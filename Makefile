@@ -65,6 +65,9 @@ BENCH_SRCS := $(wildcard bench/*/*.c)
 BENCH_BINS := $(foreach f,$(BENCH_SRCS),$(BUILD)/bench/$(basename $(notdir $(f))))
 TESTHELPER_SRCS := $(wildcard tests/helpers/*.c)
 TESTHELPER_BINS := $(TESTHELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/%)
+# LD_PRELOAD shims for tests (tests/preload/NAME.c -> $(BUILD)/tests/NAME.so)
+PRELOAD_SRCS := $(wildcard tests/preload/*.c)
+PRELOAD_LIBS := $(PRELOAD_SRCS:tests/preload/%.c=$(BUILD)/tests/%.so)
 
 BINS = $(BUILD)/bin/vramd
 ifneq ($(CLI_SRCS),)
@@ -87,7 +90,7 @@ BINS += $(BUILD)/bin/simcuda-checkpoint
 endif
 
 .PHONY: all deps test demo fuzz lint clean check-build
-all: $(BINS) $(UNIT_BINS) $(REPLAY_BINS) $(TESTHELPER_BINS) $(BENCH_BINS)
+all: $(BINS) $(UNIT_BINS) $(REPLAY_BINS) $(TESTHELPER_BINS) $(PRELOAD_LIBS) $(BENCH_BINS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -177,6 +180,14 @@ $(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a
 	@mkdir -p $(dir $@)
 	@echo "  LD   $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a $(LDFLAGS_COMMON) $(LIBS) -ldl
+
+# A preload shim is loaded into vramd in both builds: like the NVML simulation it must not
+# drag in the sanitizer runtime, so it gets the warnings but not $(SANFLAGS).
+$(BUILD)/tests/%.so: tests/preload/%.c
+	@mkdir -p $(dir $@)
+	@echo "  LD   $@"
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -g -O2 -fPIC -shared -Wall -Wextra -Werror -Wshadow \
+		-Wstrict-prototypes -Wmissing-prototypes -o $@ $< -ldl -pthread
 
 $(BUILD)/bench/%: $(BUILD)/libvramd.a $(BENCH_SRCS)
 	@mkdir -p $(dir $@)

@@ -36,6 +36,7 @@
 #include "net/conn.h"
 
 #define JOBS_TICK_MS 1000
+#define JOBS_ORPHANS_BATCH 256 /* orphaned `running` jobs handled per tick */
 #define JOBS_HOUSEKEEP_MS 60000
 #define JOBS_PURGE_BATCH 1000
 #define JOBS_PURGE_ROUNDS 20
@@ -177,9 +178,85 @@ static void fail_overdue(jobs_t *J)
     }
 }
 
+/* A journal write failed on the disk: settle it (journal.h, journal_settle) once the disk
+ * works again, so that no refused change comes back at the next start. Logged when it
+ * starts failing and when it is settled, not every tick. */
+static void settle_journal(jobs_t *J)
+{
+    if (!journal_in_doubt(J->journal))
+        return;
+    if (journal_settle(J->journal) == JOURNAL_OK) {
+        log_event(LOG_INFO, "job_journal_settled", "failed_ticks=%u", J->settle_failures);
+        J->settle_failures = 0;
+        return;
+    }
+    if (J->settle_failures++ == 0)
+        log_event(LOG_ERROR, "job_journal_error", "op=%s error=%s", "settle", journal_errmsg(J->journal));
+}
+
+/* Jobs `running` in the journal with no attempt in flight: those whose attempt's end (or
+ * requeue) could not be recorded while the disk failed. Collected by requeue_orphans. */
+typedef struct orphans {
+    jobs_t *J;
+    char (*ids)[JOB_ID_SIZE];
+    bool *exhausted;
+    size_t n;
+} orphans_t;
+
+static int collect_orphan(const job_record_t *rec, void *ctx)
+{
+    orphans_t *o = ctx;
+    if (!jobs_run_find(o->J, rec->id) && o->n < JOBS_ORPHANS_BATCH) {
+        memcpy(o->ids[o->n], rec->id, JOB_ID_SIZE);
+        o->exhausted[o->n++] = rec->attempts >= rec->max_attempts;
+    }
+    return 0;
+}
+
+/* After a journal write failed, once the journal writes again: what recovery at start does
+ * for a crash, for the jobs left `running` with nothing running them (queued again, or failed
+ * when their attempts are used up), so a passing disk error never leaves a job stuck until
+ * the next restart. Clears J->orphans_maybe when every such job was handled. */
+static void requeue_orphans(jobs_t *J)
+{
+    if (!J->orphans_maybe || journal_in_doubt(J->journal))
+        return;
+    orphans_t o = {.J = J, .ids = calloc(JOBS_ORPHANS_BATCH, JOB_ID_SIZE),
+                   .exhausted = calloc(JOBS_ORPHANS_BATCH, sizeof(bool))};
+    journal_filter_t f = {.state = JOB_RUNNING, .model = NULL};
+    journal_cursor_t next = {.valid = false};
+    size_t done = 0;
+    int rc = !o.ids || !o.exhausted ? JOURNAL_ERROR
+             : journal_list(J->journal, &f, NULL, JOURNAL_LIST_MAX, collect_orphan, &o, &next, NULL);
+    for (size_t i = 0; rc == JOURNAL_OK && i < o.n; i++) {
+        if (o.exhausted[i]) {
+            job_outcome_t out = {.state = JOB_FAILED, .error_code = "attempts_exhausted",
+                                 .error_message = "its last attempt's end could not be recorded (journal write"
+                                                  " failed) and no attempt is left", .gpu = -1};
+            rc = journal_mark_finished(J->journal, o.ids[i], &out, jobs_wall_ms());
+        } else {
+            rc = journal_requeue(J->journal, o.ids[i], false, "interrupted",
+                                 "the end of its attempt could not be recorded (journal write failed)");
+        }
+        if (rc == JOURNAL_CONFLICT || rc == JOURNAL_NOT_FOUND)
+            rc = JOURNAL_OK; /* it moved on meanwhile */
+        done += rc == JOURNAL_OK;
+    }
+    if (rc == JOURNAL_OK && !next.valid && o.n < JOBS_ORPHANS_BATCH)
+        J->orphans_maybe = false;
+    if (done)
+        log_event(LOG_WARN, "job_orphans_requeued", "count=%zu", done);
+    free(o.ids);
+    free(o.exhausted);
+    if (done)
+        jobs_pump(J->core);
+}
+
 static void on_tick(uv_timer_t *t)
 {
     jobs_t *J = t->data;
+    settle_journal(J);
+    requeue_orphans(J);
     fail_overdue(J);
     jobs_pump(J->core);
 }

@@ -286,8 +286,9 @@ static void submit(conn_t *c, request_t *r, jobs_t *J)
         goto out;
     }
     if (rc != JOURNAL_OK) {
+        /* not stored (journal_insert settles a failed write, see journal.h): never a 202 */
         log_event(LOG_ERROR, "job_journal_error", "op=%s error=%s", "insert", journal_errmsg(jn));
-        conn_respond_error(c, 500, "internal", m->name, -1, false, "the job could not be stored: %s",
+        conn_respond_error(c, 503, "journal_error", m->name, 5, false, "the job could not be stored: %s",
                            journal_errmsg(jn));
         goto out;
     }

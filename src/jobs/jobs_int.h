@@ -43,6 +43,9 @@ struct jobs {
     model_backoff_t backoff[JOBS_BACKOFF_MODELS];
     size_t n_backoff;
     uint64_t paused_until_ms; /* monotonic: no attempt starts before (journal could not write) */
+    unsigned settle_failures; /* ticks a failed journal write could not be settled (jobs.c) */
+    bool orphans_maybe;       /* a journal write failed: a job may be `running` in the journal
+                                 with no attempt in flight (jobs.c, requeue_orphans) */
     bool pumping;
     bool closing;
 };

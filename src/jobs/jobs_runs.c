@@ -94,6 +94,7 @@ bool jobs_backing_off(jobs_t *J, const char *model)
 void jobs_journal_trouble(jobs_t *J, const char *id, const char *op)
 {
     J->paused_until_ms = core_now() + JOBS_JOURNAL_PAUSE_MS;
+    J->orphans_maybe = true;
     log_event(LOG_ERROR, "job_journal_error", "job_id=%s op=%s error=%s pause_ms=%d", id, op,
               journal_errmsg(J->journal), JOBS_JOURNAL_PAUSE_MS);
 }

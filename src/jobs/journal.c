@@ -178,6 +178,8 @@ int jnl_fail_sqlite(journal_t *j, const char *what)
     int sys = sqlite3_system_errno(j->db);
     int rc = JOURNAL_ERROR;
 
+    if ((ext & 0xff) == SQLITE_FULL || (ext & 0xff) == SQLITE_IOERR)
+        j->in_doubt = true; /* a write may have left frames in the WAL: journal_settle */
     if ((ext & 0xff) == SQLITE_FULL || ((ext & 0xff) == SQLITE_IOERR && (sys == ENOSPC || sys == EDQUOT)))
         rc = JOURNAL_FULL;
     else if (ext == SQLITE_CONSTRAINT_UNIQUE || ext == SQLITE_CONSTRAINT_PRIMARYKEY)
@@ -192,6 +194,27 @@ int jnl_fail_sqlite(journal_t *j, const char *what)
 const char *journal_errmsg(const journal_t *j)
 {
     return j == NULL ? "no journal" : j->err;
+}
+
+bool journal_in_doubt(const journal_t *j)
+{
+    return j != NULL && j->in_doubt;
+}
+
+int journal_settle(journal_t *j)
+{
+    char sql[48];
+    if (!j->in_doubt)
+        return JOURNAL_OK;
+    if (!sqlite3_get_autocommit(j->db))
+        return jnl_error(j, JOURNAL_ERROR, "settling a failed write inside a transaction");
+    /* rewriting the version dirties page 1: one frame, written where the failed commit's
+     * first frame is, and synced (synchronous=FULL); the frames after it no longer chain */
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", JOURNAL_SCHEMA_VERSION);
+    if (sqlite3_exec(j->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return jnl_fail_sqlite(j, "settling a failed write");
+    j->in_doubt = false;
+    return JOURNAL_OK;
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -131,6 +131,19 @@ void journal_close(journal_t *j);
 /* Why the last failing call failed ("" when none). Valid until the next call. */
 const char *journal_errmsg(const journal_t *j);
 
+/* A failed write, settled. When a commit fails on an I/O error (a sync that returned EIO)
+ * or a full disk, SQLite has already written the transaction's frames to the WAL, commit
+ * frame included; they are not visible to this process, but if vramd stopped now, the WAL
+ * recovery of the next start would find them and the refused change would come back (a
+ * submit answered with an error would run). The next successful commit overwrites them
+ * (SQLite writes it at the same place in the WAL), so after such a failure the journal is
+ * "in doubt" until one: journal_settle makes that commit at once (a synced rewrite of the
+ * schema version, one page), and the caller retries it while the disk fails (jobs: every
+ * tick). journal_insert settles by itself before it returns a failure.
+ * journal_settle: JOURNAL_OK when nothing is in doubt (any more), else the write's error. */
+int journal_settle(journal_t *j);
+bool journal_in_doubt(const journal_t *j);
+
 /* Store a new queued job (attempts 0, result none). rec->id must be valid and unused.
  * JOURNAL_OK = durable: now answer 202. JOURNAL_FULL = disk full (answer 507 disk_full),
  * JOURNAL_CONFLICT = id taken, JOURNAL_INVALID = bad field. */
