@@ -137,6 +137,7 @@ struct instance {
     uint64_t ejected_until_ms;
     unsigned ejections;      /* times it was ejected; the next ejection lasts 30 s x this */
     bool hang_killed;        /* SIGABRT sent for a hang; SIGKILL follows after stop_timeout */
+    uint64_t local_retry_ms; /* a hook failed for vramd's own shortage (EMFILE ...): no new try before this */
 };
 
 struct model {
@@ -157,6 +158,7 @@ struct model {
     char failed_reason[160];
     bool unload_requested;   /* admin unload in progress */
     bool load_requested;     /* admin load waiting for an instance to be READY */
+    bool unload_local_failed; /* admin unload: the hook could not be called for vramd's own shortage (503) */
     unsigned consecutive_failures;
     uint64_t failure_times[MODEL_FAILURE_WINDOW]; /* ring of monotonic ms */
     unsigned failure_next;
@@ -176,6 +178,8 @@ struct model {
     uint64_t invalid_total;    /* outputs that failed validation */
     uint64_t hangs_total;
     uint64_t recycles_total;
+    uint64_t retry_budget_refusals; /* 503 retry_budget_exhausted (quality/verdict.c) */
+    uint64_t ejections_total;  /* outlier ejections of its instances, replaced ones included */
     bool claiming;
     /* counters */
     uint64_t requests_total;

@@ -23,6 +23,8 @@
 #include "jobs/journal.h"
 #include "jobs/result_send.h"
 #include "jobs/result_store.h"
+#include "jobs/job_submitter.h"
+#include "sched/client_limit.h"
 #include "net/http_auth.h"
 #include "net/conn.h"
 #include "net/router.h"
@@ -210,6 +212,17 @@ static char *headers_json(const job_request_t *jr)
 
 /* ---- POST /v1/jobs ------------------------------------------------------------------- */
 
+/* Who submits the job, as limits.per_client will count its attempts (jobs/job_submitter.h):
+ * the JSON to store (malloc'd), or NULL when out of memory. */
+static char *submitter_json(const conn_t *c, const request_t *r)
+{
+    const config_t *cfg = c->core->cfg;
+    job_submitter_t sub;
+    job_submitter_capture(&sub, c->peer, cfg->per_client.key == CLIENT_KEY_HEADER ? cfg->per_client.header : NULL,
+                          r->head, &r->msg);
+    return job_submitter_to_json(&sub);
+}
+
 static void submit(conn_t *c, request_t *r, jobs_t *J)
 {
     core_t *d = c->core;
@@ -227,7 +240,7 @@ static void submit(conn_t *c, request_t *r, jobs_t *J)
         conn_respond_error(c, 400, "bad_request", NULL, -1, false, "%s", err);
         return;
     }
-    char *path = NULL, *hjson = NULL;
+    char *path = NULL, *hjson = NULL, *cjson = NULL;
     const model_config_t *mc = config_find_model(cfg, jr.model);
     model_t *m = mc ? runtime_model(d, mc->name) : NULL;
     if (!m) {
@@ -278,6 +291,11 @@ static void submit(conn_t *c, request_t *r, jobs_t *J)
     rec.deadline_wall_ms = jr.deadline_ms ? now + (int64_t)jr.deadline_ms : 0;
     rec.max_attempts = (int)cfg->jobs.max_attempts;
     rec.created_ms = now;
+    rec.client_json = cjson = submitter_json(c, r);
+    if (!cjson) {
+        conn_respond_error(c, 500, "internal", m->name, -1, false, "out of memory");
+        goto out;
+    }
     journal_t *jn = jobs_journal(J);
     int rc = journal_insert(jn, &rec);
     if (rc == JOURNAL_FULL) {
@@ -308,6 +326,7 @@ static void submit(conn_t *c, request_t *r, jobs_t *J)
 out:
     free(path);
     free(hjson);
+    free(cjson);
     job_request_free(&jr);
 }
 

@@ -29,6 +29,7 @@
 #include "jobs/jobs_int.h"
 #include "jobs/journal.h"
 #include "jobs/result_store.h"
+#include "sched/client_limit.h"
 
 #define JOBS_EXCERPT_MAX 2048
 
@@ -395,8 +396,16 @@ static int start_attempt(jobs_t *J, const char *id)
     char *req = NULL;
     size_t req_len = 0;
     uint64_t left = rec.deadline_wall_ms ? (uint64_t)(rec.deadline_wall_ms - now) : 0;
+    /* the submitter's request, for limits.per_client (an unreadable record: 127.0.0.1's) */
+    job_submitter_t sub;
+    (void)job_submitter_from_json(rec.client_json, &sub);
+    const config_t *cfg = J->core->cfg;
+    job_client_origin_t origin = {.secret = J->core->job_secret,
+                                  .submitter = &sub,
+                                  .key_header = cfg->per_client.key == CLIENT_KEY_HEADER ? cfg->per_client.header
+                                                                                         : NULL};
     if (job_client_build_request(rec.method, rec.path, rec.headers_json, rec.body, rec.body_len, run->request_id,
-                                 rec.priority, left, &req, &req_len) != 0) {
+                                 rec.priority, left, &origin, &req, &req_len) != 0) {
         job_fail(run, 0, "bad_job", "the stored request could not be rebuilt");
         jobs_run_free(run);
         goto out;

@@ -49,7 +49,7 @@
 #include "jobs/job_id.h"
 #include "jobs/job_state.h"
 
-#define JOURNAL_SCHEMA_VERSION 2
+#define JOURNAL_SCHEMA_VERSION 3
 #define JOURNAL_ERR_MAX 512
 #define JOURNAL_LIST_MAX 10000 /* upper bound for a list/next-queued limit; larger is clamped */
 
@@ -72,6 +72,8 @@ typedef struct job_record {
     char *method;                /* (in) "POST"... */
     char *path;                  /* (in) upstream path, e.g. "/generate" */
     char *headers_json;          /* (in) JSON object text of the headers to send; NULL = "{}" */
+    char *client_json;           /* (in) who submitted it, for limits.per_client (jobs/job_submitter.h):
+                                    NULL = unknown; read back only with the body */
     unsigned char *body;         /* (in) request body bytes (already decoded from body_base64) */
     size_t body_len;             /* (in) */
     char *request_id;            /* (in) X-Request-Id used for every attempt; NULL = none */

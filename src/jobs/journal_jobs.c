@@ -56,6 +56,7 @@ int journal_insert(journal_t *j, const job_record_t *rec)
         sqlite3_bind_blob64(s, 11, rec->body, (sqlite3_uint64)rec->body_len, SQLITE_TRANSIENT);
     else
         sqlite3_bind_null(s, 11);
+    jnl_bind_text_or_null(s, 12, rec->client_json);
     int rc = jnl_exec(j, s, "insert job");
     if (rc == JOURNAL_CONFLICT)
         return jnl_error(j, JOURNAL_CONFLICT, "job id %s is already taken", rec->id);

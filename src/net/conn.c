@@ -284,6 +284,8 @@ static void conn_close(conn_t *c)
     core_defer_cancel(&c->resume);
     c->want_drained = false;
     core_conn_removed(c->core, &c->link);
+    if (c->reserve)
+        core_conn_reserve(c->core, false);
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_timer_stop(&c->timer);
     c->corked = 0;
@@ -372,6 +374,7 @@ static void on_head_timeout(uv_timer_t *t)
     }
     if (c->state == CONN_HEAD) {
         request_cancel(c);
+        core_count(c->core, CORE_CNT_HEADER_TIMEOUT);
         conn_respond_error(c, 408, "request_timeout", NULL, -1, true,
                            "request head not received within %llu ms",
                            (unsigned long long)c->core->cfg->limits.header_timeout_ms);
@@ -391,6 +394,7 @@ static void on_body_timeout(uv_timer_t *t)
         return;
     }
     request_cancel(c);
+    core_count(c->core, CORE_CNT_BODY_TIMEOUT);
     conn_respond_error(c, 408, "request_timeout", NULL, -1, true, "request body stalled: no bytes for %llu ms",
                        (unsigned long long)limit);
 }
@@ -423,6 +427,7 @@ static void on_watch(uv_timer_t *t)
         log_event(LOG_WARN, "client_send_timeout", "peer=%s request_id=%s waiting_bytes=%zu stalled_ms=%llu limit_ms=%llu",
                   c->peer, c->req ? c->req->id : NULL, conn_send_waiting(&c->tcp), (unsigned long long)stalled,
                   (unsigned long long)limit);
+        core_count(c->core, CORE_CNT_SEND_TIMEOUT);
         conn_close(c); /* cancels the request: its slot and reservation are released */
         return;
     }
@@ -772,12 +777,14 @@ void conn_accept(core_t *d, uv_stream_t *listener, conn_request_fn on_request)
     if (d->n_conns > cap + reserved) {
         log_event(LOG_WARN, "connection_refused", "peer=%s reason=%s limit=%u reserved=%u", c->peer,
                   "max_connections", cap, reserved);
+        core_count(d, CORE_CNT_CONN_REFUSED);
         conn_close(c);
         return;
     }
     if (d->n_conns > cap) {
         /* past the cap: for operators (health, status, metrics, admin: net/api.c), one answer */
         c->reserve = true;
+        core_conn_reserve(d, true);
         log_event(LOG_WARN, "connection_reserved", "peer=%s limit=%u reserved=%u", c->peer, cap, reserved);
     }
     arm_head_timer(c);

@@ -32,10 +32,10 @@ int conn_error_body(char *out, size_t cap, const char *code, const char *model, 
 
 /* conn_state.c ------------------------------------------------------------------------ */
 
-/* Move c to state s (a no-op when it is there already); a change the state machine of
- * conn.h does not allow is a bug (CHECK_IF). Logged at debug with the caller's line. */
-#define conn_set_state(c, s) conn_set_state_at((c), (s), __LINE__)
+/* Change c's state (a no-op when it is already s): an illegal transition is a bug
+ * (CHECK_IF); the change is logged at debug level with the caller's line. */
 void conn_set_state_at(conn_t *c, enum conn_state s, int line);
+#define conn_set_state(c, s) conn_set_state_at((c), (s), __LINE__)
 
 /* conn_watch.c ------------------------------------------------------------------------ */
 

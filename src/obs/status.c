@@ -10,6 +10,24 @@
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
+/* Out of rotation: suspect (its connection broke; a passing health check clears it) and
+ * outlier ejection (until a wall-clock time; the count makes the next one longer). */
+static void outlier_json(cJSON *j, const instance_t *in, uint64_t now)
+{
+    const core_t *d = in->model->core;
+    bool ejected = in->ejected_until_ms > now;
+    cJSON_AddBoolToObject(j, "suspect", in->suspect);
+    cJSON_AddBoolToObject(j, "ejected", ejected);
+    if (ejected) {
+        cJSON_AddNumberToObject(j, "ejected_for_ms", (double)(in->ejected_until_ms - now));
+        cJSON_AddNumberToObject(j, "ejected_until", (double)(d->started_wall_ms + (in->ejected_until_ms - d->started_ms)));
+    } else {
+        cJSON_AddNumberToObject(j, "ejected_for_ms", 0);
+        cJSON_AddNullToObject(j, "ejected_until");
+    }
+    cJSON_AddNumberToObject(j, "ejections", in->ejections);
+}
+
 static cJSON *model_json(model_t *m, uint64_t now)
 {
     cJSON *o = cJSON_CreateObject();
@@ -57,6 +75,8 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(rs, "invalid_total", (double)m->invalid_total);
     cJSON_AddNumberToObject(rs, "hangs_total", (double)m->hangs_total);
     cJSON_AddNumberToObject(rs, "recycles_total", (double)m->recycles_total);
+    cJSON_AddNumberToObject(rs, "retry_budget_exhausted", (double)m->retry_budget_refusals);
+    cJSON_AddNumberToObject(rs, "ejections_total", (double)m->ejections_total);
     cJSON_AddNumberToObject(o, "learned_load_ms", (double)m->load_ms_ewma);
     cJSON_AddNumberToObject(o, "learned_run_ms", (double)m->run_ms_ewma);
     cJSON *is = cJSON_AddArrayToObject(o, "instances");
@@ -81,6 +101,7 @@ static cJSON *model_json(model_t *m, uint64_t now)
         cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->baseline);
         cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);
         cJSON_AddNumberToObject(j, "failed_in_row", in->failed_in_row);
+        outlier_json(j, in, now);
         cJSON_AddNumberToObject(j, "idle_connections", in->pool_size);
         cJSON_AddNumberToObject(j, "uptime_ms", in->started_ms ? (double)(now - in->started_ms) : 0);
         cJSON_AddItemToArray(is, j);
@@ -137,6 +158,20 @@ char *status_render(core_t *d)
     cJSON *c = cJSON_AddObjectToObject(o, "connections");
     cJSON_AddNumberToObject(c, "open", d->n_conns);
     cJSON_AddNumberToObject(c, "max", d->cfg->limits.max_connections);
+    cJSON_AddNumberToObject(c, "refused_total", (double)d->counts[CORE_CNT_CONN_REFUSED]);
+    cJSON *rv = cJSON_AddObjectToObject(c, "reserve");
+    cJSON_AddNumberToObject(rv, "open", d->n_reserve_conns);
+    cJSON_AddNumberToObject(rv, "max", d->cfg->limits.reserved_connections);
+    cJSON_AddNumberToObject(rv, "accepted_total", (double)d->counts[CORE_CNT_RESERVE_ACCEPTED]);
+    cJSON_AddNumberToObject(rv, "refused_total", (double)d->counts[CORE_CNT_RESERVE_REFUSED]);
+    cJSON *to = cJSON_AddObjectToObject(o, "client_timeouts");
+    static const enum core_counter timeouts[] = {CORE_CNT_HEADER_TIMEOUT, CORE_CNT_BODY_TIMEOUT, CORE_CNT_SEND_TIMEOUT};
+    for (size_t i = 0; i < sizeof timeouts / sizeof timeouts[0]; i++)
+        cJSON_AddNumberToObject(to, core_counter_name(timeouts[i]), (double)d->counts[timeouts[i]]);
+    cJSON *lo = cJSON_AddObjectToObject(o, "local_resource_exhausted");
+    static const enum core_counter local[] = {CORE_CNT_LOCAL_PROXY, CORE_CNT_LOCAL_HEALTH, CORE_CNT_LOCAL_HOOK};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+        cJSON_AddNumberToObject(lo, core_counter_name(local[i]), (double)d->counts[local[i]]);
     cJSON *q = cJSON_AddObjectToObject(o, "queues");
     cJSON_AddNumberToObject(q, "queued", core_queued_total(d));
     cJSON_AddNumberToObject(q, "max", d->cfg->limits.queue_max);

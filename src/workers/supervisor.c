@@ -157,8 +157,10 @@ static void unload_external_when_idle(model_t *m)
         if (in->state == INST_READY && in->in_flight > 0)
             return; /* again at the pump after its requests end */
         m->unload_requested = false;
-        if (in->state == INST_READY && instance_unload(in, UNLOAD_ADMIN, "admin unload") != 0)
+        int rc = in->state == INST_READY ? instance_unload(in, UNLOAD_ADMIN, "admin unload") : 0;
+        if (rc == -1)
             model_set_failed(m, "external server: unload hook could not be called");
+        /* -2: vramd's own shortage: the admin call is answered 503 (unload_local_failed) */
     }
     m->unload_requested = false;
 }

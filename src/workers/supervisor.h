@@ -96,6 +96,9 @@ const char *restart_reason_name(enum restart_reason r);
  * unless it is the model's last healthy instance. */
 #define INSTANCE_OUTLIER_IN_ROW 5
 void instance_request_done(instance_t *inst, bool worker_broken);
+/* The same for a request that ended for vramd's own shortage (EMFILE ...): neither a
+ * broken nor a sound exchange, so the run of failures is left as it was. */
+void instance_request_done_local(instance_t *inst);
 /* May the instance take a new request now (READY, not stopping, suspect nor ejected)? */
 bool instance_usable(const instance_t *inst, uint64_t now);
 /* Make room: the unload hook when the model has one, else stop the process. */

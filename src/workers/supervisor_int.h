@@ -56,7 +56,9 @@ void model_maybe_free(model_t *m);
 void instance_reload(instance_t *inst);
 /* A READY instance's unload hook (eviction, an admin unload of an external server):
  * UNLOADING, then UNLOADED once its memory is back (at once without GPU memory booked).
- * -1 when the model has no unload hook or the hook could not be called (still READY). */
+ * -1 when the model has no unload hook or the hook could not be called (still READY);
+ * -2 when vramd's own shortage of descriptors or memory kept it from being called (still
+ * READY; an admin unload is then answered 503 local_resource_exhausted). */
 int instance_unload(instance_t *inst, enum unload_reason reason, const char *why);
 
 #endif
