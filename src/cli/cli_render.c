@@ -326,6 +326,35 @@ static void join_instances(const cJSON *m, const char *key, char *out, size_t ca
     }
 }
 
+/* Parked instances (sleep, checkpoint) and the host-memory budget they are booked on;
+ * nothing when no instance is parked. */
+static int render_parked(buf_t *out, const cJSON *status)
+{
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(status, "host_memory");
+    if (!h || bytes_of(h, "parked") == 0)
+        return 0;
+    char parked[32], budget[32], reserve[32];
+    cli_format_bytes(bytes_of(h, "parked"), parked, sizeof parked);
+    cli_format_bytes(bytes_of(h, "budget"), budget, sizeof budget);
+    cli_format_bytes(bytes_of(h, "reserve"), reserve, sizeof reserve);
+    int rc = buf_printf(out, "\nPARKED  %s in host memory of a %s budget (reserve %s)\n", parked, budget, reserve);
+    const cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(status, "models")) {
+        const cJSON *in;
+        cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(m, "instances")) {
+            if (bytes_of(in, "parked_bytes") == 0)
+                continue;
+            char b[32], left[32];
+            cli_format_bytes(bytes_of(in, "parked_bytes"), b, sizeof b);
+            cli_format_bytes(bytes_of(in, "reserved_bytes"), left, sizeof left);
+            const char *tier = str(in, "tier");
+            rc |= buf_printf(out, "  %s instance %d: %s, %s parked, %s left on GPU\n", str(m, "name") ? str(m, "name") : "?",
+                             (int)num(in, "id"), tier ? tier : "?", b, left);
+        }
+    }
+    return rc;
+}
+
 /* Instances out of rotation: suspect (until a health check passes) or ejected (for how long). */
 static int render_out_of_rotation(buf_t *out, const cJSON *m)
 {
@@ -418,6 +447,7 @@ static int render_models(buf_t *out, const cJSON *status, const cli_view_opts_t 
             rc |= buf_printf(out, "  %s failed: %s\n", str(m, "name") ? str(m, "name") : "?", reason);
         rc |= render_out_of_rotation(out, m);
     }
+    rc |= render_parked(out, status);
     return rc;
 }
 

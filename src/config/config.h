@@ -36,8 +36,21 @@ typedef struct config_hook { /* an HTTP call to an external/supervised server */
     bool set;
     char *method; /* default "POST" */
     char *path;
-    uint64_t timeout_ms; /* default 30s for unload/clear_cache, 60s for reload */
+    char *body;          /* JSON text sent with the call (Content-Type: application/json), or NULL */
+    uint64_t timeout_ms; /* default 30s for unload/clear_cache/sleep, 60s for reload/wake */
 } config_hook_t;
+
+/* preset: hooks, health path, route and OOM detection filled from what a server documents
+ * (config/presets.c); every key set by hand overrides them. */
+enum config_preset {
+    PRESET_NONE = 0,
+    PRESET_VLLM,
+    PRESET_SGLANG,
+    PRESET_COMFYUI,
+    PRESET_LLAMACPP,
+    PRESET_OLLAMA,
+    PRESET_COUNT
+};
 
 typedef struct config_health {
     char *path;           /* default "/health" */
@@ -142,6 +155,9 @@ typedef struct model_config {
     int priority;         /* 0..9, default 5 */
     uint64_t keep_alive_ms; /* default 10m; CONFIG_FOREVER = pinned */
     config_hook_t unload, reload, clear_cache;
+    config_hook_t sleep, wake; /* eviction tier: the server parks its weights in host memory and back */
+    bool checkpoint;           /* eviction tier: the CUDA driver parks the instance's processes */
+    enum config_preset preset; /* PRESET_NONE unless `preset:` */
     config_recycle_t recycle;
     config_degrade_t degrade;
     config_validate_t validate;
@@ -163,6 +179,7 @@ typedef struct config {
     int log_level;     /* enum log_level */
     struct {
         char *nvml_library; /* default "libnvidia-ml.so.1"; VRAMD_NVML_LIBRARY overrides */
+        char *cuda_library; /* default "libcuda.so.1"; VRAMD_CUDA_LIBRARY overrides (start-only) */
         int *devices;       /* NULL = all */
         size_t n_devices;
         char **device_uuids; /* devices given by UUID */
@@ -212,6 +229,12 @@ typedef struct config {
      * held answers); 0 = auto (core/mem_budget.c: a quarter of what the host or cgroup has
      * available at start, at least limits.max_body) */
     uint64_t memory_budget;
+    /* host_memory: where parked GPU memory (sleep, checkpoint) lives; workers/park.c books it */
+    struct {
+        uint64_t budget;  /* bytes that parked instances may hold; 0 = auto (half of min(MemAvailable,
+                             cgroup room) at start) */
+        uint64_t reserve; /* default 2GiB: host memory never used for parking */
+    } host_memory;
 } config_t;
 
 /* Parse and validate. On failure returns NULL and writes "file:line:col: key.path: message"
@@ -221,6 +244,9 @@ config_t *config_load(const char *path, char *err, size_t errlen);
 config_t *config_parse(const char *text, size_t len, const char *name, char *err, size_t errlen);
 config_t *config_ref(config_t *c);
 void config_unref(config_t *c);
+
+/* "vllm", "sglang", ... ("none" for PRESET_NONE). */
+const char *config_preset_name(enum config_preset p);
 
 const model_config_t *config_find_model(const config_t *c, const char *name_or_alias);
 /* A loopback listen host (127.0.0.0/8, ::1, "localhost"): the admin token may be absent. */

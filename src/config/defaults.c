@@ -17,6 +17,7 @@ static void hook_init(config_hook_t *hook, uint64_t timeout_ms)
     hook->set = false;
     hook->method = strdup("POST");
     hook->path = NULL;
+    hook->body = NULL;
     hook->timeout_ms = timeout_ms;
 }
 
@@ -40,6 +41,8 @@ int cfg_model_init_builtin(model_config_t *m)
     hook_init(&m->unload, 30000);
     hook_init(&m->reload, 60000);
     hook_init(&m->clear_cache, 30000);
+    hook_init(&m->sleep, 30000);
+    hook_init(&m->wake, 60000);
     m->degrade.when = DEGRADE_ON_OOM;
     m->validate.kind = VALIDATE_NONE;
     m->validate.timeout_ms = 30000;
@@ -49,7 +52,8 @@ int cfg_model_init_builtin(model_config_t *m)
     m->retry_budget.min = 3;
     m->outlier.base_ejection_ms = 30 * 1000;     /* Envoy's base_ejection_time */
     m->outlier.max_ejection_ms = 5 * 60 * 1000;  /* Envoy's max_ejection_time */
-    bool ok = m->health.path && m->unload.method && m->reload.method && m->clear_cache.method;
+    bool ok = m->health.path && m->unload.method && m->reload.method && m->clear_cache.method && m->sleep.method &&
+              m->wake.method;
     return ok ? 0 : -1;
 }
 
@@ -69,12 +73,12 @@ void cfg_model_free(model_config_t *m)
     free(m->url_host);
     free(m->health.path);
     free(m->gpus);
-    free(m->unload.method);
-    free(m->unload.path);
-    free(m->reload.method);
-    free(m->reload.path);
-    free(m->clear_cache.method);
-    free(m->clear_cache.path);
+    config_hook_t *hooks[] = {&m->unload, &m->reload, &m->clear_cache, &m->sleep, &m->wake};
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
+        free(hooks[i]->method);
+        free(hooks[i]->path);
+        free(hooks[i]->body);
+    }
     cfg_degrade_free(&m->degrade);
     cfg_validate_reset(&m->validate);
 }
@@ -92,6 +96,7 @@ void cfg_config_free(config_t *cfg)
     free(cfg->admin_token);
     free(cfg->state_dir);
     free(cfg->gpu.nvml_library);
+    free(cfg->gpu.cuda_library);
     free(cfg->gpu.devices);
     cfg_free_argv(cfg->gpu.device_uuids, cfg->gpu.n_device_uuids);
     free(cfg->per_client.header);
@@ -110,6 +115,7 @@ config_t *cfg_config_new_builtin(void)
     cfg->log_format = LOG_FORMAT_JSON;
     cfg->log_level = LOG_INFO;
     cfg->gpu.nvml_library = strdup("libnvidia-ml.so.1");
+    cfg->gpu.cuda_library = strdup("libcuda.so.1");
     cfg->gpu.headroom = 512ULL << 20;
     cfg->gpu.poll_ms = 100;
     cfg->gpu.foreign_measure = true;
@@ -132,7 +138,10 @@ config_t *cfg_config_new_builtin(void)
     cfg->per_client.max_queued = 32;
     cfg->per_client.max_in_flight = 8;
     cfg->per_client.max_clients = 4096;
-    if (cfg->listen_host == NULL || cfg->state_dir == NULL || cfg->gpu.nvml_library == NULL) {
+    cfg->host_memory.budget = 0; /* auto */
+    cfg->host_memory.reserve = 2ULL << 30;
+    if (cfg->listen_host == NULL || cfg->state_dir == NULL || cfg->gpu.nvml_library == NULL ||
+        cfg->gpu.cuda_library == NULL) {
         cfg_config_free(cfg);
         return NULL;
     }

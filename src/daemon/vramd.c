@@ -136,13 +136,15 @@ static int check_listen(const vramd_t *d, const config_t *cfg, char *err, size_t
     return 0;
 }
 
-/* GPU settings take effect at start only (the NVML library is loaded and the devices and
- * poll timer set up once): a reload that changes one is refused, naming the key. */
+/* GPU settings take effect at start only (the NVML and CUDA libraries are loaded and the
+ * devices and poll timer set up once): a reload that changes one is refused, naming the key. */
 static int check_start_only(const config_t *old, const config_t *cfg, char *err, size_t errlen)
 {
     const char *key = NULL;
     if (!same_str(old->gpu.nvml_library, cfg->gpu.nvml_library))
         key = "gpu.nvml_library";
+    else if (!same_str(old->gpu.cuda_library, cfg->gpu.cuda_library))
+        key = "gpu.cuda_library";
     else if (old->gpu.poll_ms != cfg->gpu.poll_ms)
         key = "gpu.poll";
     else if (old->gpu.n_devices != cfg->gpu.n_devices || old->gpu.n_device_uuids != cfg->gpu.n_device_uuids)

@@ -57,8 +57,7 @@ static bool waiter_satisfied(model_t *m, request_t *r)
     if (r->wait == WAIT_LOAD)
         return model_state(m) == MODEL_READY || m->failed;
     if (r->wait == WAIT_UNLOAD)
-        return m->n_instances == 0 || m->unload_local_failed ||
-               (m->cfg->url != NULL && (m->failed || !model_unload_pending(m)));
+        return model_unload_done(m) || m->unload_local_failed;
     return true;
 }
 
@@ -120,7 +119,7 @@ static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
     r->model = m;
     request_set_state(r, REQ_LOCAL);
     log_event(LOG_INFO, load ? "admin_load" : "admin_unload", "model=%s peer=%s", m->name, c->peer);
-    if (!load && m->cfg->url && !m->cfg->unload.set) {
+    if (!load && m->cfg->url && !m->cfg->unload.set && !m->cfg->sleep.set) {
         conn_respond_error(c, 409, "no_unload_hook", m->name, -1, false,
                            "model %s is an external server without an unload hook: vramd cannot unload it", m->name);
         return;

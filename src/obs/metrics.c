@@ -11,6 +11,7 @@
 #include "jobs/jobs.h"
 #include "obs/histogram.h"
 #include "sched/scheduler.h"
+#include "workers/host_book.h"
 #include "workers/supervisor.h"
 
 #define METRICS_PIECE_MAX 1024 /* the longest single append (a # HELP line) is well under this */
@@ -226,6 +227,10 @@ static uint64_t v_invalid(const model_t *m) { return m->invalid_total; }
 static uint64_t v_retry_budget(const model_t *m) { return m->retry_budget_refusals; }
 static uint64_t v_ejections(const model_t *m) { return m->ejections_total; }
 static uint64_t v_estimate(const model_t *m) { return sched_request_estimate(m); }
+static uint64_t v_parked(const model_t *m) { return host_book_parked_by(m->name); }
+static uint64_t v_parks(const model_t *m) { return m->parks_total; }
+static uint64_t v_wakes(const model_t *m) { return m->wakes_total; }
+static uint64_t v_park_refusals(const model_t *m) { return m->park_refusals; }
 
 static void model_family(buf_t *b, core_t *d, const char *name, const char *type, const char *help,
                          model_value_fn get)
@@ -387,6 +392,26 @@ static void job_metrics(buf_t *b, core_t *d)
                    available ? counts[s] : 0);
 }
 
+/* host_memory: the budget for parked instances and what each model holds there */
+static void host_memory_metrics(buf_t *b, core_t *d)
+{
+    const host_ledger_t *h = host_book(d->cfg);
+    family(b, "vramd_host_memory_budget_bytes", "gauge",
+           "Host memory parked instances may hold (host_memory.budget, or its auto figure).");
+    sample_u64(b, "vramd_host_memory_budget_bytes", NULL, NULL, NULL, NULL, h->budget);
+    family(b, "vramd_host_memory_reserve_bytes", "gauge", "Host memory parking never uses (host_memory.reserve).");
+    sample_u64(b, "vramd_host_memory_reserve_bytes", NULL, NULL, NULL, NULL, h->reserve);
+    model_family(b, d, "vramd_host_memory_parked_bytes", "gauge",
+                 "Host memory the model's parked instances hold (what left the GPU when they slept).", v_parked);
+    model_family(b, d, "vramd_model_parks_total", "counter", "Times an instance of the model was parked (sleep tier).",
+                 v_parks);
+    model_family(b, d, "vramd_model_wakes_total", "counter",
+                 "Times a parked instance of the model was brought back (wake, memory back on the GPU).", v_wakes);
+    model_family(b, d, "vramd_model_park_refusals_total", "counter",
+                 "Parks of the model skipped because the host could not afford them (budget, MemAvailable, cgroup).",
+                 v_park_refusals);
+}
+
 char *metrics_render(core_t *d, size_t *len)
 {
     buf_t b;
@@ -399,6 +424,7 @@ char *metrics_render(core_t *d, size_t *len)
     model_metrics(&b, d);
     instance_metrics(&b, d);
     job_metrics(&b, d);
+    host_memory_metrics(&b, d);
     /* Every single append is under METRICS_PIECE_MAX bytes, so one that did not fit left
      * the buffer within that distance of the limit: better no answer than a truncated one. */
     if (b.len + METRICS_PIECE_MAX > METRICS_MAX_BYTES) {

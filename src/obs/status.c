@@ -8,6 +8,7 @@
 #include "core/mem_budget.h"
 #include "sched/dispatch_clients.h"
 #include "sched/scheduler.h"
+#include "workers/host_book.h"
 #include "workers/supervisor.h"
 
 /* Out of rotation: suspect (its connection broke; a passing health check clears it) and
@@ -79,12 +80,23 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(rs, "ejections_total", (double)m->ejections_total);
     cJSON_AddNumberToObject(o, "learned_load_ms", (double)m->load_ms_ewma);
     cJSON_AddNumberToObject(o, "learned_run_ms", (double)m->run_ms_ewma);
+    cJSON_AddNumberToObject(o, "learned_wake_ms", (double)m->wake_ms_ewma);
+    cJSON_AddNumberToObject(o, "parked_bytes", (double)host_book_parked_by(m->name));
+    cJSON *pk = cJSON_AddObjectToObject(o, "parking");
+    cJSON_AddBoolToObject(pk, "sleep", m->cfg->sleep.set);
+    cJSON_AddBoolToObject(pk, "checkpoint", m->cfg->checkpoint);
+    cJSON_AddStringToObject(pk, "preset", config_preset_name(m->cfg->preset));
+    cJSON_AddNumberToObject(pk, "parks_total", (double)m->parks_total);
+    cJSON_AddNumberToObject(pk, "wakes_total", (double)m->wakes_total);
+    cJSON_AddNumberToObject(pk, "refused_total", (double)m->park_refusals);
     cJSON *is = cJSON_AddArrayToObject(o, "instances");
     list_foreach(it, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
         cJSON *j = cJSON_CreateObject();
         cJSON_AddNumberToObject(j, "id", in->id);
         cJSON_AddStringToObject(j, "state", instance_state_name(in->state));
+        cJSON_AddStringToObject(j, "tier", instance_tier_name(in));
+        cJSON_AddNumberToObject(j, "parked_bytes", (double)(in->parked_host.held ? in->parked_host.bytes : 0));
         if (in->pid > 0)
             cJSON_AddNumberToObject(j, "pid", in->pid);
         else
@@ -146,6 +158,20 @@ static void mem_budget_json(cJSON *o)
     cJSON_AddStringToObject(m, "source", mem_budget_source());
 }
 
+/* host_memory: the budget for parked instances (workers/host_book.c) */
+static void host_memory_json(cJSON *o, const config_t *cfg)
+{
+    const host_ledger_t *h = host_book(cfg);
+    cJSON *m = cJSON_AddObjectToObject(o, "host_memory");
+    cJSON_AddNumberToObject(m, "budget", (double)h->budget);
+    cJSON_AddNumberToObject(m, "reserve", (double)h->reserve);
+    cJSON_AddNumberToObject(m, "parked", (double)h->parked);
+    cJSON_AddNumberToObject(m, "free", (double)host_ledger_free(h));
+    cJSON_AddNumberToObject(m, "peak", (double)h->peak);
+    cJSON_AddNumberToObject(m, "refused", (double)(h->refused_budget + h->refused_host));
+    cJSON_AddStringToObject(m, "source", host_book_source());
+}
+
 char *status_render(core_t *d)
 {
     uint64_t now = core_now();
@@ -184,6 +210,7 @@ char *status_render(core_t *d)
     cJSON_AddNumberToObject(rt, "refused", (double)d->retries_refused);
     clients_json(o, d->cfg);
     mem_budget_json(o);
+    host_memory_json(o, d->cfg);
     cJSON *gpu = cJSON_AddObjectToObject(o, "nvml");
     cJSON_AddBoolToObject(gpu, "ok", sched_gpu_ok());
     if (!sched_gpu_ok())

@@ -4,6 +4,7 @@
  * --reload hook (instance_reload)--> RELOADING --> STARTING (health checks) --> READY.
  * Without an unload hook, eviction stops the worker.
  *
+ * The unload hook is also the tier after a park (park.c): from PARKING or PARKED.
  * Invariants: at most one hook call per instance is pending (inst->hook_call, cleared when
  * it answers); an answer that arrives after the instance left UNLOADING or RELOADING is
  * only logged. A supervised worker whose memory does not come back is killed; an external
@@ -19,6 +20,7 @@
  */
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/log.h"
 #include "core/core.h"
@@ -38,7 +40,7 @@ static void on_local_retry(uv_timer_t *t)
 
 /* A hook was not made for vramd's own shortage: log and count it, and hold further hooks of
  * this instance for HOOK_LOCAL_RETRY_MS (no busy loop of pumps while descriptors lack). */
-static void hook_local_shortage(instance_t *inst, const char *hook, const char *error)
+void instance_hook_local_shortage(instance_t *inst, const char *hook, const char *error)
 {
     model_t *m = inst->model;
     core_count(m->core, CORE_CNT_LOCAL_HOOK);
@@ -51,8 +53,7 @@ static void hook_local_shortage(instance_t *inst, const char *hook, const char *
 
 static bool hook_cooling(const instance_t *inst) { return core_now() < inst->local_retry_ms; }
 
-/* 0 called; -1 could not be (logged); -2 not called for vramd's own shortage (hook_local_shortage). */
-static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb)
+int instance_call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb)
 {
     model_t *m = inst->model;
     http_call_req_t req = {
@@ -60,6 +61,8 @@ static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t defau
         .port = inst->port,
         .method = hook->method ? hook->method : "POST",
         .path = hook->path,
+        .body = hook->body,
+        .body_len = hook->body ? strlen(hook->body) : 0,
         .timeout_ms = hook->timeout_ms ? hook->timeout_ms : default_timeout,
         .max_response = 64 * 1024,
     };
@@ -69,14 +72,13 @@ static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t defau
         return 0;
     inst->hook_call = NULL;
     if (rc == -2)
-        hook_local_shortage(inst, hook->path, err);
+        instance_hook_local_shortage(inst, hook->path, err);
     else
         log_event(LOG_WARN, "hook_failed", "model=%s instance=%u path=%s error=%s", m->name, inst->id, hook->path, err);
     return rc;
 }
 
-/* A hook call ended: it is no longer pending; log it; was it a 2xx? */
-static bool hook_answered(instance_t *inst, const char *event, int status, const char *error)
+bool instance_hook_answered(instance_t *inst, const char *event, int status, const char *error)
 {
     inst->hook_call = NULL;
     bool ok = status >= 200 && status < 300;
@@ -91,9 +93,9 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
     (void)len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    bool ok = hook_answered(inst, "unload_hook_done", status, error);
+    bool ok = instance_hook_answered(inst, "unload_hook_done", status, error);
     if (status == HTTP_CALL_LOCAL_SHORTAGE) {
-        hook_local_shortage(inst, m->cfg->unload.path, error);
+        instance_hook_local_shortage(inst, m->cfg->unload.path, error);
         if (inst->state != INST_UNLOADING)
             return;
         if (inst->unload_reason == UNLOAD_ADMIN)
@@ -118,7 +120,7 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
     m->unloads_total++;
     m->unloads_by_reason[inst->unload_reason]++;
     if (!sched_instance_holds_memory(inst)) {
-        instance_reclaimed(inst, true); /* no GPU memory booked: the hook's 2xx is the answer */
+        hooks_reclaimed(inst, true); /* no GPU memory booked: the hook's 2xx is the answer */
         return;
     }
     sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory back */
@@ -127,7 +129,8 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
 int instance_unload(instance_t *inst, enum unload_reason reason, const char *why)
 {
     model_t *m = inst->model;
-    if (!m->cfg->unload.set || inst->state != INST_READY)
+    bool parked = inst->state == INST_PARKING || inst->state == INST_PARKED; /* the next tier after a park */
+    if (!m->cfg->unload.set || (inst->state != INST_READY && !parked) || inst->hook_call)
         return -1;
     if (hook_cooling(inst)) {
         if (reason == UNLOAD_ADMIN) {
@@ -139,17 +142,23 @@ int instance_unload(instance_t *inst, enum unload_reason reason, const char *why
     uv_timer_stop(&inst->idle_timer);
     inst->unload_reason = reason;
     instance_set_state(inst, INST_UNLOADING, why);
-    int rc = call_hook(inst, &m->cfg->unload, 30000, on_unload_answer);
+    int rc = instance_call_hook(inst, &m->cfg->unload, 30000, on_unload_answer);
     if (rc == 0)
         return 0;
     if (rc == -2 && reason == UNLOAD_ADMIN)
         m->unload_local_failed = true; /* before the state change answers the admin call */
-    instance_set_state(inst, INST_READY, rc == -2 ? "unload hook not made: vramd short of descriptors or memory"
-                                                  : "unload hook could not be called");
-    return rc;
+    if (!parked) {
+        instance_set_state(inst, INST_READY, rc == -2 ? "unload hook not made: vramd short of descriptors or memory"
+                                                      : "unload hook could not be called");
+        return rc;
+    }
+    /* parked, the next tier could not even be asked: nothing vramd can do but say so */
+    instance_set_state(inst, INST_UNLOADED, "unload hook could not be called after a park");
+    model_set_failed(m, "unload hook could not be called after a park");
+    return 0;
 }
 
-void instance_evict(instance_t *inst, const char *why)
+void hooks_evict(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     uv_timer_stop(&inst->idle_timer);
@@ -173,7 +182,7 @@ void instance_evict(instance_t *inst, const char *why)
     instance_stop(inst, why);
 }
 
-void instance_reclaimed(instance_t *inst, bool ok)
+void hooks_reclaimed(instance_t *inst, bool ok)
 {
     model_t *m = inst->model;
     if (!inst->proc && !inst->external) {
@@ -203,9 +212,9 @@ static void on_reload_answer(void *ctx, int status, const char *body, size_t len
     (void)len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    bool ok = hook_answered(inst, "reload_hook_done", status, error);
+    bool ok = instance_hook_answered(inst, "reload_hook_done", status, error);
     if (status == HTTP_CALL_LOCAL_SHORTAGE) {
-        hook_local_shortage(inst, m->cfg->reload.path, error);
+        instance_hook_local_shortage(inst, m->cfg->reload.path, error);
         if (inst->state == INST_RELOADING)
             instance_set_state(inst, INST_UNLOADED, "reload hook not made: vramd short of descriptors or memory");
         return;
@@ -249,7 +258,7 @@ void instance_reload(instance_t *inst)
         return;
     }
     instance_set_state(inst, INST_RELOADING, "needed again");
-    int rc = call_hook(inst, &m->cfg->reload, 60000, on_reload_answer);
+    int rc = instance_call_hook(inst, &m->cfg->reload, 60000, on_reload_answer);
     if (rc == -2) {
         instance_set_state(inst, INST_UNLOADED, "reload hook not made: vramd short of descriptors or memory");
     } else if (rc != 0) {

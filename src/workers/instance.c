@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "sched/scheduler.h"
+#include "workers/host_book.h"
 #include "workers/http_call.h"
 #include "workers/process.h"
 #include "workers/supervisor.h"
@@ -50,6 +51,7 @@ void instance_maybe_free(instance_t *inst)
         sched_instance_holds_memory(inst))
         return;
     model_t *m = inst->model;
+    host_book_release(inst); /* released at its last state change already; never outlives it */
     list_remove(&inst->link);
     m->n_instances--;
     m->instances_closing++;
@@ -91,6 +93,7 @@ static instance_t *instance_new(model_t *m)
     inst->gpu = -1;
     inst->gpu_pos = -1;
     ledger_entry_init(&inst->mem);
+    host_entry_init(&inst->parked_host);
     list_init(&inst->pool);
     uv_timer_init(m->core->loop, &inst->timer);
     uv_timer_init(m->core->loop, &inst->idle_timer);
@@ -242,7 +245,8 @@ void instance_health_tick(uv_timer_t *t)
     instance_t *inst = t->data;
     model_t *m = inst->model;
     if (inst->health_call || inst->state == INST_STOPPING || inst->state == INST_UNLOADING ||
-        inst->state == INST_UNLOADED || inst->state == INST_RELOADING)
+        inst->state == INST_UNLOADED || inst->state == INST_RELOADING || inst->state == INST_PARKING ||
+        inst->state == INST_PARKED || inst->state == INST_RESUMING)
         return;
     http_call_req_t req = {
         .host = inst->host,

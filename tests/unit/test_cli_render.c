@@ -245,6 +245,37 @@ static void test_status_view_without_gpus(void **state)
     cJSON_Delete(j);
 }
 
+/* Parked instances: a PARKED section with the host budget and one line per parked instance;
+ * none at all when nothing is parked (the status_doc above has no host_memory). */
+static void test_status_view_parked(void **state)
+{
+    (void)state;
+    const char *doc =
+        "{\"version\":\"0.1.0\",\"uptime_ms\":1,\"queues\":{},\"connections\":{},\"gpus\":[],"
+        "\"host_memory\":{\"budget\":17179869184,\"reserve\":2147483648,\"parked\":4294967296},"
+        "\"models\":[{\"name\":\"llm\",\"state\":\"stopped\",\"kind\":\"supervised\",\"queue\":{},"
+        "\"instances\":[{\"id\":1,\"pid\":7,\"tier\":\"sleeping\",\"parked_bytes\":4294967296,"
+        "\"reserved_bytes\":1073741824}]},"
+        "{\"name\":\"sd\",\"state\":\"ready\",\"kind\":\"supervised\",\"queue\":{},"
+        "\"instances\":[{\"id\":2,\"pid\":8,\"tier\":\"resident\",\"parked_bytes\":0}]}],\"events\":[]}";
+    cJSON *j = cJSON_Parse(doc);
+    assert_non_null(j);
+    buf_t b;
+    buf_init(&b, 1 << 20);
+    cli_view_opts_t v = {.color = false, .width = 80, .url = "http://h:1", .max_events = 0};
+    assert_int_equal(cli_render_status(&b, j, &v), 0);
+    assert_non_null(strstr(b.data, "\nPARKED  4.0 GiB in host memory of a 16.0 GiB budget (reserve 2.0 GiB)\n"));
+    assert_non_null(strstr(b.data, "  llm instance 1: sleeping, 4.0 GiB parked, 1.0 GiB left on GPU\n"));
+    assert_null(strstr(b.data, "sd instance"));
+    cJSON_Delete(j);
+    buf_reset(&b);
+    j = cJSON_Parse(status_doc);
+    assert_int_equal(cli_render_status(&b, j, &v), 0);
+    assert_null(strstr(b.data, "PARKED"));
+    cJSON_Delete(j);
+    buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -257,6 +288,7 @@ int main(void)
         cmocka_unit_test(test_table_aligns_columns),
         cmocka_unit_test(test_status_view),
         cmocka_unit_test(test_status_view_without_gpus),
+        cmocka_unit_test(test_status_view_parked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
