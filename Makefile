@@ -31,7 +31,7 @@ Q =
 else
 Q = @
 endif
-PKGS = libuv libcjson yaml-0.1 sqlite3 libsystemd
+PKGS = libuv libcjson yaml-0.1 sqlite3 libsystemd libpq
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -168,7 +168,7 @@ $(BUILD)/tests/test_validate $(BUILD)/tests/test_validate_mesh: tests/unit/valid
 $(BUILD)/tests/test_process $(BUILD)/tests/test_process_child: tests/unit/process_test_util.h
 $(BUILD)/tests/test_config_model $(BUILD)/tests/test_config_top $(BUILD)/tests/test_config_errors \
 	$(BUILD)/tests/test_config_park $(BUILD)/tests/test_config_limits: tests/unit/config_test.h
-$(BUILD)/tests/test_journal $(BUILD)/tests/test_journal_store: tests/unit/journal_fixture.h
+$(BUILD)/tests/test_journal $(BUILD)/tests/test_journal_store $(BUILD)/tests/test_jstore_sqlite: tests/unit/journal_fixture.h
 $(BUILD)/tests/test_request_path $(BUILD)/tests/test_request_path_queue: tests/unit/path_fixture.h \
 	tests/unit/path_upstream.h
 

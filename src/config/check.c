@@ -339,5 +339,19 @@ int cfg_check_jobs(ctx_t *c, config_t *cfg, yaml_node_t *root)
                          "records_ttl (%s) must be at least results_ttl (%s): a stored result needs its job record",
                          records, results);
     }
+    yaml_node_t *pg = ydoc_find_value(c, jobs, "postgres");
+    if (cfg->jobs.backend == JOBS_BACKEND_POSTGRES && cfg->jobs.pg.url == NULL) {
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "jobs.postgres.url");
+        yaml_node_t *backend = ydoc_find_value(c, jobs, "backend");
+        return ydoc_fail(c, pg != NULL ? pg : (backend != NULL ? backend : root),
+                         "jobs.backend postgres needs jobs.postgres.url (a libpq connection string)");
+    }
+    if (cfg->jobs.pg.max_result_bytes > (1ULL << 30)) {
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "jobs.postgres.max_result_bytes");
+        return ydoc_fail(c, ydoc_find_value(c, pg, "max_result_bytes"),
+                         "must be at most 1GiB (PostgreSQL's largest bytea value)");
+    }
     return 0;
 }

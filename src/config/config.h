@@ -27,6 +27,8 @@
 #define CONFIG_FOREVER UINT64_MAX
 #define CONFIG_ERR_MAX 1024
 
+enum config_jobs_backend { JOBS_BACKEND_SQLITE = 0, JOBS_BACKEND_POSTGRES = 1 };
+
 typedef struct config_kv {
     char *key;
     char *value;
@@ -212,6 +214,15 @@ typedef struct config {
                                        jobs handed to the model queues at once, all models together */
         uint64_t records_ttl_ms;    /* default 7d: finished job records are kept this long;
                                        must be >= results_ttl */
+        unsigned backend;           /* JOBS_BACKEND_SQLITE (default) or JOBS_BACKEND_POSTGRES */
+        struct {
+            char *url;                 /* jobs.postgres.url: libpq connection string or URI
+                                          (required with backend postgres; never logged) */
+            char *host_id;             /* NULL = "<hostname>:<listen port>" */
+            uint64_t lease_ms;         /* default 30s: a claim lasts this long unless renewed */
+            uint64_t aging_ms;         /* default 60s: a queued job gains one priority step per this */
+            uint64_t max_result_bytes; /* default 256MiB: results kept in PostgreSQL up to this */
+        } pg;
     } jobs;
     model_config_t *models;
     size_t n_models;

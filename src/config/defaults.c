@@ -95,6 +95,8 @@ void cfg_config_free(config_t *cfg)
     free(cfg->admin_token_file);
     free(cfg->admin_token);
     free(cfg->state_dir);
+    free(cfg->jobs.pg.url);
+    free(cfg->jobs.pg.host_id);
     free(cfg->gpu.nvml_library);
     free(cfg->gpu.cuda_library);
     free(cfg->gpu.devices);
@@ -135,6 +137,9 @@ config_t *cfg_config_new_builtin(void)
     cfg->jobs.max_attempts = 3;
     cfg->jobs.max_active = 64;
     cfg->jobs.records_ttl_ms = 7ULL * 24 * 3600 * 1000;
+    cfg->jobs.pg.lease_ms = 30000;
+    cfg->jobs.pg.aging_ms = 60000;
+    cfg->jobs.pg.max_result_bytes = 256ULL << 20;
     cfg->per_client.max_queued = 32;
     cfg->per_client.max_in_flight = 8;
     cfg->per_client.max_clients = 4096;

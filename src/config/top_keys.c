@@ -227,7 +227,32 @@ static const field_spec_t limits_fields[] = {
     {"memory_budget", fp_memory_budget, offsetof(config_t, memory_budget), 0, 0, NULL},
 };
 
+/* jobs.backend: sqlite | postgres */
+static int fp_jobs_backend(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    char d[DESCRIBE_MAX];
+    if (ydoc_need_scalar(c, v, "sqlite or postgres") != 0)
+        return -1;
+    const char *s = ydoc_scalar_text(v);
+    if (strcmp(s, "sqlite") == 0 || strcmp(s, "postgres") == 0) {
+        *(unsigned *)field = s[0] == 's' ? JOBS_BACKEND_SQLITE : JOBS_BACKEND_POSTGRES;
+        return 0;
+    }
+    return ydoc_fail(c, v, "expected sqlite or postgres, got %s", ydoc_describe(v, d, sizeof d));
+}
+
+static const field_spec_t jobs_pg_fields[] = {
+    {"url", cfg_fp_string, offsetof(config_t, jobs.pg.url), 0, 0, NULL},
+    {"host_id", cfg_fp_string_opt, offsetof(config_t, jobs.pg.host_id), 0, 0, NULL},
+    {"lease", cfg_fp_duration, offsetof(config_t, jobs.pg.lease_ms), 300, 0, NULL},
+    {"aging", cfg_fp_duration, offsetof(config_t, jobs.pg.aging_ms), 1, 0, NULL},
+    {"max_result_bytes", cfg_fp_size, offsetof(config_t, jobs.pg.max_result_bytes), 1, 1ULL << 30, NULL},
+};
+static const section_t jobs_pg_section = SECTION(jobs_pg_fields);
+
 static const field_spec_t jobs_fields[] = {
+    {"backend", fp_jobs_backend, offsetof(config_t, jobs.backend), 0, 0, NULL},
+    {"postgres", cfg_fp_section, 0, 0, 0, &jobs_pg_section},
     {"results_max_bytes", cfg_fp_size, offsetof(config_t, jobs.results_max_bytes), 0, 0, NULL},
     {"results_ttl", cfg_fp_duration, offsetof(config_t, jobs.results_ttl_ms), 1, 0, NULL},
     {"min_free_disk", cfg_fp_size, offsetof(config_t, jobs.min_free_disk), 0, 0, NULL},

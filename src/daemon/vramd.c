@@ -137,7 +137,8 @@ static int check_listen(const vramd_t *d, const config_t *cfg, char *err, size_t
 }
 
 /* GPU settings take effect at start only (the NVML and CUDA libraries are loaded and the
- * devices and poll timer set up once): a reload that changes one is refused, naming the key. */
+ * devices and poll timer set up once), and so does the job store (opened once, jobs_init):
+ * a reload that changes one is refused, naming the key. */
 static int check_start_only(const config_t *old, const config_t *cfg, char *err, size_t errlen)
 {
     const char *key = NULL;
@@ -155,6 +156,12 @@ static int check_start_only(const config_t *old, const config_t *cfg, char *err,
     for (size_t i = 0; !key && i < cfg->gpu.n_device_uuids; i++)
         if (!same_str(old->gpu.device_uuids[i], cfg->gpu.device_uuids[i]))
             key = "gpu.devices";
+    if (!key && old->jobs.backend != cfg->jobs.backend)
+        key = "jobs.backend";
+    else if (!key && (!same_str(old->jobs.pg.url, cfg->jobs.pg.url) || !same_str(old->jobs.pg.host_id, cfg->jobs.pg.host_id) ||
+                      old->jobs.pg.lease_ms != cfg->jobs.pg.lease_ms || old->jobs.pg.aging_ms != cfg->jobs.pg.aging_ms ||
+                      old->jobs.pg.max_result_bytes != cfg->jobs.pg.max_result_bytes))
+        key = "jobs.postgres";
     if (!key)
         return 0;
     snprintf(err, errlen, "%s: %s changed; it takes effect only at start (restart vramd to change it)", cfg->path,

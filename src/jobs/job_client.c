@@ -26,7 +26,7 @@ static const char *origin_headers(buf_t *b, const job_client_origin_t *o)
         return NULL;
     const job_submitter_t *s = o->submitter;
     if (o->secret && o->secret[0] && s->peer[0])
-        http_out_header(b, "X-Vramd-Job-Client", "%s %s", o->secret, s->peer);
+        http_out_header(b, "X-Vramd-Job-Client", "%s %s%s%s", o->secret, s->peer, s->key[0] ? " " : "", s->key);
     if (!o->key_header || !s->header[0] || strcasecmp(o->key_header, s->header) != 0)
         return NULL;
     http_out_header(b, o->key_header, "%s", s->value);

@@ -54,6 +54,26 @@ void job_submitter_capture(job_submitter_t *s, const char *peer, const char *hea
     s->value[h->value.len] = '\0';
 }
 
+static bool key_ok(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n >= JOB_SUBMITTER_KEY_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((k[i] >= '0' && k[i] <= '9') || (k[i] >= 'a' && k[i] <= 'z') || k[i] == '#'))
+            return false;
+    return true;
+}
+
+int job_submitter_set_key(job_submitter_t *s, const char *key)
+{
+    s->key[0] = '\0';
+    if (!key || !key_ok(key))
+        return -1;
+    snprintf(s->key, sizeof s->key, "%s", key);
+    return 0;
+}
+
 char *job_submitter_to_json(const job_submitter_t *s)
 {
     cJSON *o = cJSON_CreateObject();
@@ -64,6 +84,8 @@ char *job_submitter_to_json(const job_submitter_t *s)
         cJSON_AddStringToObject(o, "header", s->header);
         cJSON_AddStringToObject(o, "value", s->value);
     }
+    if (s->key[0])
+        cJSON_AddStringToObject(o, "key", s->key);
     char *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return out;
@@ -78,13 +100,18 @@ int job_submitter_from_json(const char *json, job_submitter_t *s)
     const cJSON *peer = cJSON_GetObjectItemCaseSensitive(o, "peer");
     const cJSON *header = cJSON_GetObjectItemCaseSensitive(o, "header");
     const cJSON *value = cJSON_GetObjectItemCaseSensitive(o, "value");
+    const cJSON *key = cJSON_GetObjectItemCaseSensitive(o, "key");
     bool ok = cJSON_IsObject(o) && cJSON_IsString(peer) &&
               (peer->valuestring[0] == '\0' || peer_ok(peer->valuestring, strlen(peer->valuestring)));
     bool has_header = header != NULL || value != NULL;
     if (ok && has_header)
         ok = cJSON_IsString(header) && cJSON_IsString(value) && header_name_ok(header->valuestring) &&
              value_ok(value->valuestring, strlen(value->valuestring));
+    if (ok && key)
+        ok = cJSON_IsString(key) && key_ok(key->valuestring);
     if (ok) {
+        if (key)
+            snprintf(s->key, sizeof s->key, "%s", key->valuestring);
         snprintf(s->peer, sizeof s->peer, "%s", peer->valuestring);
         if (has_header) {
             snprintf(s->header, sizeof s->header, "%s", header->valuestring);

@@ -60,7 +60,9 @@ enum journal_rc {
     JOURNAL_NOT_FOUND = -3, /* no job with that id */
     JOURNAL_CONFLICT = -4,  /* the job exists but its state does not allow the change, or
                                (insert) the id is already taken */
-    JOURNAL_INVALID = -5    /* bad argument (id not valid, NULL model, priority out of 0..9...) */
+    JOURNAL_INVALID = -5,   /* bad argument (id not valid, NULL model, priority out of 0..9...) */
+    JOURNAL_UNAVAILABLE = -6 /* (job stores, jobs/jstore.h) the store cannot be reached now, e.g.
+                                PostgreSQL is down: the operation was not sent, nothing changed */
 };
 
 typedef struct journal journal_t;
@@ -94,6 +96,9 @@ typedef struct job_record {
     char *result_type;           /* Content-Type of the stored result; NULL = none */
     uint64_t result_bytes;       /* size of the stored result */
     enum job_result_state result_state;
+    uint64_t est_bytes;          /* (in) GPU memory a request of its model was estimated to need
+                                    at submit (claims by fit; the SQLite journal ignores it) */
+    char token[40];              /* lease token of a claim (jobs/jstore.h); "" = none */
 } job_record_t;
 
 /* What ended an attempt: the argument of journal_mark_finished. */

@@ -17,9 +17,10 @@ static bool loopback_peer(const char *peer)
 }
 
 /* A job attempt (jobs/jobs_attempt.c) comes from vramd itself over loopback and names its
- * submitter: "X-Vramd-Job-Client: <core->job_secret> <ip:port>". Such a connection takes the
- * submitter's address as its peer (logs, X-Forwarded-For, limits.per_client keyed by
- * address), so a job counts as its submitter's request, not as one of 127.0.0.1's. Without
+ * submitter: "X-Vramd-Job-Client: <core->job_secret> <ip:port>[ <key>]". Such a connection
+ * takes the submitter's address as its peer (logs, X-Forwarded-For, limits.per_client keyed
+ * by address) and, under key: token, the submitter's token key as its client key, so a job
+ * counts as its submitter's request, not as one of 127.0.0.1's. Without
  * the secret, or from another address, the header is ignored (the proxy never forwards it).
  * Each attempt has a connection of its own (Connection: close). */
 static void adopt_job_submitter(conn_t *c, const request_t *r)
@@ -31,15 +32,28 @@ static void adopt_job_submitter(conn_t *c, const request_t *r)
         return;
     const char *v = r->head + h->value.off;
     size_t len = h->value.len;
-    if (len <= sl + 1 || len - sl - 1 >= sizeof c->peer || memcmp(v, secret, sl) != 0 || v[sl] != ' ')
+    if (len <= sl + 1 || memcmp(v, secret, sl) != 0 || v[sl] != ' ')
         return;
     const char *peer = v + sl + 1;
-    size_t plen = len - sl - 1;
+    size_t rest = len - sl - 1;
+    const char *sp = memchr(peer, ' ', rest);
+    size_t plen = sp ? (size_t)(sp - peer) : rest;
+    const char *key = sp ? sp + 1 : NULL;
+    size_t klen = sp ? rest - plen - 1 : 0;
+    if (plen == 0 || plen >= sizeof c->peer || (key && (klen == 0 || klen >= sizeof c->client_key)))
+        return;
     for (size_t i = 0; i < plen; i++)
         if (!strchr("0123456789abcdefABCDEF.:[]", peer[i]))
             return;
+    for (size_t i = 0; i < klen; i++)
+        if (!strchr("0123456789abcdefghijklmnopqrstuvwxyz#", key[i]))
+            return;
     memcpy(c->peer, peer, plen);
     c->peer[plen] = '\0';
+    if (key) {
+        memcpy(c->client_key, key, klen);
+        c->client_key[klen] = '\0';
+    }
 }
 
 request_t *conn_request_new(conn_t *c, const http1_msg_t *msg, const http1_header_t *hdrs)

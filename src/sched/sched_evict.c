@@ -58,6 +58,25 @@ static bool evictable(const instance_t *in, const model_t *for_m)
     return true;
 }
 
+uint64_t sched_room_with_evictions(size_t pos)
+{
+    ledger_t *l = &sched_state.ledger;
+    if (pos >= l->n_gpus || !sched_state.core)
+        return 0;
+    uint64_t room = ledger_free(l, pos);
+    list_foreach(mi, &sched_state.core->models) {
+        model_t *om = list_entry(mi, model_t, link);
+        if (om->queue.depth > 0)
+            continue; /* its queue is about to use it */
+        list_foreach(ii, &om->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if (in->gpu_pos == (int)pos && in->mem.gpu >= 0 && evictable(in, om))
+                room += in->mem.bytes;
+        }
+    }
+    return room;
+}
+
 /* How long until in's keep-alive would free it anyway (an eviction now saves that wait). */
 static uint64_t keep_alive_left(const instance_t *in, uint64_t now)
 {

@@ -126,6 +126,11 @@ typedef struct sched_gpu_figures {
     char name[96];
     uint64_t total, used, foreign, headroom, capacity, reserved, free_to_admit;
 } sched_gpu_figures_t;
+/* What a new request could get on the GPU at ledger position pos right now if the idle
+ * instances there (evictable: nothing in flight or queued, not pinned) were evicted: its
+ * free memory plus their resident entries. For job claims (jobs/jobs_attempt.c): work
+ * that fits this is worth taking, the scheduler makes the room. */
+uint64_t sched_room_with_evictions(size_t pos);
 /* GPUs in the ledger (0 before NVML answered). */
 size_t sched_gpu_count(void);
 /* The figures of the GPU at ledger position pos; false when pos is out of range. */

@@ -102,3 +102,35 @@ def test_job_attempt_carries_its_submitters_header(vramd):
                       {"model": "w", "path": "/echo", "headers": {"X-Vramd-Job-Client": "x 10.0.0.1:1"}})
     assert st == 400 and "X-Vramd-Job-Client" in doc["error"]["message"], (st, doc)
     assert job(vd, jid)["state"] == "succeeded"
+
+
+def test_job_attempt_counts_as_its_submitters_token(vramd):
+    """key: token. A job submitted with `Authorization: Bearer alice` runs as alice's
+    request: alice's next direct request, from another address, gets 429 naming alice's
+    token key (never the token); bob is admitted. The journal keeps a digest of the token,
+    not the token. Before: the attempt counted as the submitter's address, so alice from
+    another address was admitted."""
+    vd, hold = start(vramd, "token")
+    st, _, doc = call(vd.port, "POST", "/v1/jobs", "127.0.0.2",
+                      {"model": "w", "path": "/echo", "method": "GET"},
+                      headers={"Authorization": "Bearer alice-secret-token"})
+    assert st == 202, doc
+    jid = doc["id"]
+    wait_for(lambda: queued(vd) == 1, timeout=10, what="the job's attempt queued")
+    st, _, doc = call(vd.port, "GET", "/w/echo", "127.0.0.4",
+                      headers={"Authorization": "Bearer alice-secret-token"})
+    assert st == 429 and "token#" in doc["error"]["message"], (st, doc)
+    assert "alice" not in doc["error"]["message"], doc
+    other = Background(lambda: call(vd.port, "GET", "/w/echo", "127.0.0.4",
+                                    headers={"Authorization": "Bearer bob-token"}))
+    wait_for(lambda: queued(vd) == 2, timeout=10, what="bob's request queued beside the job")
+    hold.close()
+    assert other.result(timeout=30)[0] == 200
+    wait_job(vd, jid, "succeeded")
+    from pathlib import Path
+    state = Path(vd.config["state_dir"])
+    files = [f for f in state.rglob("jobs.db*") if f.is_file()]
+    assert files, list(state.rglob("*"))
+    for f in files:
+        assert b"alice-secret-token" not in f.read_bytes(), f
+    assert any(b'"key":"token#' in f.read_bytes() for f in files), files

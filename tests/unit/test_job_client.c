@@ -317,6 +317,22 @@ static void test_build_request_with_submitter(void **state)
     job_submitter_capture(&sub, "not a peer", "X-Missing", head, &msg);
     assert_string_equal(sub.peer, "");
     assert_string_equal(sub.header, "");
+    /* a token key (key: token) goes to the journal and behind the peer; only [0-9a-z#] */
+    job_submitter_capture(&sub, "10.0.0.9:1", NULL, head, &msg);
+    assert_int_equal(job_submitter_set_key(&sub, "token#0123456789abcdef"), 0);
+    json = job_submitter_to_json(&sub);
+    assert_non_null(json);
+    assert_int_equal(job_submitter_from_json(json, &back), 0);
+    free(json);
+    assert_string_equal(back.key, "token#0123456789abcdef");
+    o.secret = "s3cr3t";
+    o.submitter = &back;
+    assert_int_equal(job_client_build_request("GET", "/g", NULL, NULL, 0, "r", 0, 0, &o, &req, &len), 0);
+    assert_non_null(strstr(req, "X-Vramd-Job-Client: s3cr3t 10.0.0.9:1 token#0123456789abcdef\r\n"));
+    free(req);
+    assert_int_equal(job_submitter_set_key(&sub, "Bearer alice"), -1);
+    assert_string_equal(sub.key, "");
+    assert_int_equal(job_submitter_from_json("{\"peer\":\"1.2.3.4:5\",\"key\":\"a b\"}", &back), -1);
 }
 
 static void test_content_length_in_pieces(void **state)
