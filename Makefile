@@ -190,6 +190,7 @@ FUZZ_LIBS_fuzz_validate = -lcjson
 FUZZ_DEPS_fuzz_journal_cursor = src/jobs/journal_cursor.c src/jobs/journal.h
 FUZZ_DEPS_fuzz_job_request = src/jobs/job_request.c src/common/units.c src/jobs/job_request.h src/common/units.h
 FUZZ_LIBS_fuzz_job_request = -lcjson
+FUZZ_DEPS_fuzz_agent_line = src/fleet/agent_line.c src/fleet/agent_line.h
 # fuzz_conn and fuzz_upstream drive an in-process daemon (tests/fuzz/fuzz_daemon.h) and link
 # the whole library; they are built with VRAMD_DEBUG so a CHECK_IF aborts (a finding).
 FUZZ_CFLAGS_fuzz_conn = -DVRAMD_DEBUG

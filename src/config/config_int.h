@@ -91,6 +91,11 @@ void cfg_validate_reset(config_validate_t *val);
 /* top_keys.c */
 extern const section_t cfg_top_section;
 
+/* fleet_keys.c */
+extern const section_t cfg_fleet_section;
+char *cfg_default_host_name(void);
+int cfg_check_fleet(ctx_t *c, config_t *cfg, yaml_node_t *root);
+
 /* defaults.c */
 int cfg_model_init_builtin(model_config_t *m);
 void cfg_model_free(model_config_t *m);

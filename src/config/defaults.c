@@ -93,6 +93,8 @@ void cfg_config_free(config_t *cfg)
     free(cfg->gpu.devices);
     cfg_free_argv(cfg->gpu.device_uuids, cfg->gpu.n_device_uuids);
     free(cfg->per_client.header);
+    free(cfg->fleet.agent_host);
+    free(cfg->fleet.host_name);
     free(cfg);
 }
 
@@ -130,7 +132,12 @@ config_t *cfg_config_new_builtin(void)
     cfg->per_client.max_queued = 32;
     cfg->per_client.max_in_flight = 8;
     cfg->per_client.max_clients = 4096;
-    if (cfg->listen_host == NULL || cfg->state_dir == NULL || cfg->gpu.nvml_library == NULL) {
+    cfg->fleet.agent_wait_ms = 100;
+    cfg->fleet.agent_timeout_ms = 2000;
+    cfg->fleet.agent_max_connections = 64;
+    cfg->fleet.host_name = cfg_default_host_name();
+    if (cfg->listen_host == NULL || cfg->state_dir == NULL || cfg->gpu.nvml_library == NULL ||
+        cfg->fleet.host_name == NULL) {
         cfg_config_free(cfg);
         return NULL;
     }

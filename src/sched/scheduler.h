@@ -93,6 +93,16 @@ void sched_unblocked(model_t *m);
  * sched_place_instance. */
 enum placer_result sched_place(model_t *m, size_t *gpu_pos);
 void sched_place_instance(instance_t *inst, size_t gpu_pos);
+/* What placing a new instance of m would meet now, changing nothing (no eviction, no
+ * claim; for the fleet agent): FITS, EVICT (idle instances of other models would go), WAIT
+ * or NEVER; out gets the need (resident + one request at its cheapest level) and the
+ * figures of the allowed GPU with the most memory free to admit. */
+typedef struct sched_room {
+    uint64_t need, free, capacity;
+} sched_room_t;
+enum placer_result sched_place_dry(const model_t *m, sched_room_t *out);
+/* Would one more request of its model fit now beside inst (its cache credit counted)? */
+bool sched_request_fits_now(const instance_t *inst);
 /* The instance stopped being loaded (exit or unload): its entry is released once NVML
  * shows the memory back. */
 void sched_instance_unloading(instance_t *inst);
