@@ -13,6 +13,7 @@ typedef struct agent_conn {
     uv_tcp_t tcp;
     uv_timer_t timer;
     uv_write_t wr;
+    uv_shutdown_t sd;
     uint64_t deadline_ms; /* accept + agent_timeout */
     size_t len;
     bool answered;        /* the line is being written */
@@ -51,11 +52,23 @@ static void conn_close(agent_conn_t *a)
     uv_close((uv_handle_t *)&a->tcp, on_handle_closed);
 }
 
+static void on_shutdown(uv_shutdown_t *sd, int status)
+{
+    agent_conn_t *a = sd->data;
+    if (status != 0)
+        conn_close(a);
+    /* else: reading on (and discarding) until the peer closes or the deadline passes */
+}
+
+/* The line is out: send FIN, and close once the peer does (HAProxy closes after reading
+ * its line), so that bytes it sent past what was read do not turn the close into a reset
+ * that could destroy the answer before it is read (a lingering close, as nginx's). */
 static void on_written(uv_write_t *wr, int status)
 {
     agent_conn_t *a = wr->data;
-    (void)status;
-    conn_close(a); /* HAProxy reads one line; closing is the end of the exchange */
+    a->sd.data = a;
+    if (status != 0 || a->closing || uv_shutdown(&a->sd, (uv_stream_t *)&a->tcp, on_shutdown) != 0)
+        conn_close(a);
 }
 
 static void answer(agent_conn_t *a)
@@ -63,7 +76,6 @@ static void answer(agent_conn_t *a)
     if (a->answered || a->closing)
         return;
     a->answered = true;
-    uv_read_stop((uv_stream_t *)&a->tcp);
     agent_req_t req;
     agent_figures_t f;
     char err[160];
@@ -101,7 +113,8 @@ static void on_timer(uv_timer_t *t)
             uv_timer_start(&a->timer, on_timer, a->deadline_ms > now ? a->deadline_ms - now : 0, 0);
         return;
     }
-    agent_state.stats.timed_out++;
+    if (!a->answered)
+        agent_state.stats.timed_out++;
     conn_close(a);
 }
 
@@ -118,15 +131,23 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     agent_conn_t *a = h->data;
     (void)suggested;
-    *buf = uv_buf_init(a->in + a->len, (unsigned)(sizeof a->in - a->len));
+    if (a->answered) /* the request was parsed: in[] now takes what follows, dropped */
+        *buf = uv_buf_init(a->in, (unsigned)sizeof a->in);
+    else
+        *buf = uv_buf_init(a->in + a->len, (unsigned)(sizeof a->in - a->len));
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     agent_conn_t *a = s->data;
     (void)buf;
-    if (a->answered || a->closing)
+    if (a->closing)
         return;
+    if (a->answered) {
+        if (nread < 0)
+            conn_close(a); /* the peer closed after reading the line: done */
+        return;
+    }
     if (nread == UV_EOF) {
         answer(a);
         return;

@@ -8,6 +8,8 @@
  * server line without agent-send gets the host's answer after agent_wait, and an
  * agent-send without "\n" is answered too. The answer (fleet/agent_line.h) is computed
  * from the ledger at that moment (fleet/agent_view.h), written, and the connection closed.
+ * After the answer vramd sends FIN and waits for the peer to close, reading and dropping
+ * what it still sends (a lingering close: unread bytes would turn the close into a reset).
  * Bounds: a connection lives at most fleet.agent_timeout whatever the peer does (then it
  * is closed, answered or not); at most fleet.agent_max_connections are open at once (more
  * are accepted and closed at once, counted). A bad agent-send is answered

@@ -50,8 +50,37 @@ int agent_parse_request(const char *buf, size_t len, agent_req_t *out, char *err
         return 0;
     const char *w = buf + b;
     size_t wl = e - b;
-    if (wl == 4 && memcmp(w, "host", 4) == 0)
+    /* a second word: the tier */
+    size_t sp = 0;
+    while (sp < wl && !is_blank(w[sp]))
+        sp++;
+    enum agent_tier tier = AGENT_TIER_ONE;
+    char q[32];
+    if (sp < wl) {
+        const char *t = w + sp;
+        size_t tl = wl - sp;
+        while (tl > 0 && is_blank(*t)) {
+            t++;
+            tl--;
+        }
+        if (tl == 8 && memcmp(t, "resident", 8) == 0) {
+            tier = AGENT_TIER_RESIDENT;
+        } else if (tl == 4 && memcmp(t, "load", 4) == 0) {
+            tier = AGENT_TIER_LOAD;
+        } else {
+            quote(t, tl, q, sizeof q);
+            snprintf(err, errlen, "expected NAME, NAME resident or NAME load, got \"%s\" after the name", q);
+            return -1;
+        }
+        wl = sp;
+    }
+    if (wl == 4 && memcmp(w, "host", 4) == 0) {
+        if (tier != AGENT_TIER_ONE) {
+            snprintf(err, errlen, "host takes no tier (resident or load are for a model)");
+            return -1;
+        }
         return 0;
+    }
     if (wl >= 6 && memcmp(w, "model=", 6) == 0) {
         w += 6;
         wl -= 6;
@@ -60,12 +89,11 @@ int agent_parse_request(const char *buf, size_t len, agent_req_t *out, char *err
             return -1;
         }
     }
-    char q[32];
     for (size_t i = 0; i < wl; i++) {
         unsigned char ch = (unsigned char)w[i];
         if (is_blank((char)ch) || ch == ',') {
             quote(w, wl, q, sizeof q);
-            snprintf(err, errlen, "expected one word (host, model=NAME or NAME), got more in \"%s\"", q);
+            snprintf(err, errlen, "expected host, model=NAME or NAME, got a comma in \"%s\"", q);
             return -1;
         }
         if (ch == '=') {
@@ -84,6 +112,7 @@ int agent_parse_request(const char *buf, size_t len, agent_req_t *out, char *err
         return -1;
     }
     out->target = AGENT_MODEL;
+    out->tier = tier;
     memcpy(out->name, w, wl);
     out->name[wl] = '\0';
     return 0;
@@ -108,27 +137,35 @@ unsigned agent_weight(const agent_figures_t *f)
         uint64_t w = scale(100, free, f->capacity);
         return w < 1 ? 1 : (unsigned)w;
     }
+    bool one = f->tier == AGENT_TIER_ONE, load = f->tier == AGENT_TIER_LOAD;
     switch (f->room) {
     case AGENT_ROOM_RESIDENT: {
+        if (load)
+            return 100;
         if (f->slots_ready == 0)
             return 50;
         unsigned fr = f->slots_free > f->slots_ready ? f->slots_ready : f->slots_free;
         return 50 + 50 * fr / f->slots_ready;
     }
     case AGENT_ROOM_WARMING:
+        return load ? 50 : 10;
     case AGENT_ROOM_PARKED:
-        return 10;
+        return load ? 50 : one ? 10 : 0;
     case AGENT_ROOM_COLD_FITS: {
+        if (!one && !load)
+            return 0;
+        unsigned lo = one ? 2 : 20, span = one ? 8 : 80;
         if (f->capacity == 0 || f->free <= f->need)
-            return 2;
+            return lo;
         uint64_t spare = f->free - f->need;
         if (spare > f->capacity)
             spare = f->capacity;
-        return 2 + (unsigned)scale(8, spare, f->capacity);
+        return lo + (unsigned)scale(span, spare, f->capacity);
     }
     case AGENT_ROOM_COLD_EVICT:
-        return 1;
+        return load ? 10 : one ? 1 : 0;
     case AGENT_ROOM_WAIT:
+        return load && !f->foreign_blocked ? 1 : 0;
     case AGENT_ROOM_FULL:
     default:
         return 0;

@@ -7,12 +7,16 @@
  * The agent-send string (HAProxy sends it verbatim on connect, if configured):
  *   ""  (nothing, or an empty line)   the whole host
  *   "host"                            the whole host
- *   "model=NAME" or "NAME"            one model (a name or an alias of this host's config)
- * Leading and trailing blanks and one end of line (LF, CR or CRLF) are ignored; what
- * follows the first end of line is ignored too (HAProxy sends one line). A NAME is 1 to
- * AGENT_NAME_MAX bytes of A-Z a-z 0-9 . _ - : / @ +; anything else (a second word, a
- * control byte, an unknown key=value, a name too long, a line longer than AGENT_REQ_MAX)
- * is refused with a message, which the agent answers as `down #bad agent-send: ...`.
+ *   "model=NAME" or "NAME"            one model (a name or an alias of this host's config),
+ *                                     every way it could start here (one tier)
+ *   "model=NAME resident"             only where it starts without a load (first tier)
+ *   "model=NAME load"                 where it could be loaded, or queue (backup tier)
+ * Words are separated by blanks (spaces, tabs); leading and trailing blanks and one end of
+ * line (LF, CR or CRLF) are ignored; what follows the first end of line is ignored too
+ * (HAProxy sends one line). A NAME is 1 to AGENT_NAME_MAX bytes of A-Z a-z 0-9 . _ - : /
+ * @ +; anything else (a third word, an unknown second one, a control byte, an unknown
+ * key=value, a name too long, a line longer than AGENT_REQ_MAX) is refused with a message,
+ * which the agent answers as `down #bad agent-send: ...`.
  *
  * The answer (HAProxy's doc/configuration.txt, "agent-check"): words separated by spaces,
  *   "<weight>% maxconn:<n> ready up"          admitting (weight 0..100)
@@ -24,22 +28,30 @@
  * configured weight: HAProxy computes weight * pct / 100 in integers, so servers are
  * declared with `weight 100` (contrib/haproxy/haproxy.cfg).
  *
- * The weight (agent_weight), for one model, from what a new request would meet now:
+ * The weight (agent_weight), for one model, from what a new request would meet now (the
+ * room), by tier:                                             one tier  resident  load
  *   RESIDENT  an instance is ready with a free slot and the request's memory is free:
- *             50 + 50 * free slots / slots of the ready instances       (50..100)
- *   WARMING   an instance is starting or reloading and will take it:    10
- *   PARKED    an instance sits unloaded (reload hook) and the reload fits: 10
- *   COLD_FITS a new instance fits now without evicting anything:
- *             2 + 8 * (free - need) / capacity                          (2..10)
- *   COLD_EVICT a new instance fits once idle models are evicted:        1
- *   WAIT      nothing can start here now (slots busy and no room for another instance,
- *             memory held by running work or by processes vramd does not manage): 0
- *   FULL      its queue is full:                                        0
- * so that with HAProxy's weighted round robin a model loaded on one host keeps nearly all
- * of its requests there (100 against 1..10) until that host is saturated (0), a host that
- * would have to load it takes the overflow by spare memory, and a host whose GPU cannot
- * take the work gets none. For the whole host: 100 * free to admit / (total - headroom)
- * summed over its GPUs (100 when it has none), at least 1 while any memory is free.
+ *             R = 50 + 50 * free slots / slots of the ready instances   R        R       100
+ *   WARMING   an instance is starting or reloading and will take it:    10       10      50
+ *   PARKED    an instance sits unloaded (reload hook), the reload fits: 10       0       50
+ *   COLD_FITS a new instance fits now without evicting anything,
+ *             s = (free - need) / capacity:                    2 + 8s   0       20 + 80s
+ *   COLD_EVICT a new instance fits once idle models are evicted:        1        0       10
+ *   WAIT      nothing can start here now: behind vramd's own work       0        0       1
+ *             (running requests, other models), or blocked by memory
+ *             vramd does not manage (foreign_blocked: the GPU's capacity
+ *             less foreign use is below the need)                       0        0       0
+ *   FULL      its queue is full:                                        0        0       0
+ * With HAProxy's weighted round robin, one tier: a model loaded on one host keeps nearly
+ * all of its requests there (100 against 1..10) until that host is saturated (0). Two
+ * tiers (the resident answer on the servers, the load answer on `backup` servers of the
+ * same hosts with `option allbackups`; contrib/haproxy/haproxy.cfg): every request goes
+ * where the model is loaded and has room, and only when no such host is left does HAProxy
+ * turn to the backups, which spread loads by spare memory, and when nothing can start
+ * anywhere, queue at the hosts busy with their own work (1) rather than fail; a host whose
+ * GPU is taken by memory vramd does not manage gets none of it (0).
+ * For the whole host: 100 * free to admit / (total - headroom) summed over its GPUs (100
+ * when it has none), at least 1 while any memory is free.
  */
 #ifndef VRAMD_FLEET_AGENT_LINE_H
 #define VRAMD_FLEET_AGENT_LINE_H
@@ -54,9 +66,11 @@
 #define AGENT_LINE_MAX 320    /* bytes of an answer line, "\n" and NUL included */
 
 enum agent_target { AGENT_HOST = 0, AGENT_MODEL = 1 };
+enum agent_tier { AGENT_TIER_ONE = 0, AGENT_TIER_RESIDENT = 1, AGENT_TIER_LOAD = 2 };
 
 typedef struct agent_req {
     enum agent_target target;
+    enum agent_tier tier;          /* AGENT_MODEL only */
     char name[AGENT_NAME_MAX + 1]; /* AGENT_MODEL: NUL-terminated */
 } agent_req_t;
 
@@ -82,7 +96,9 @@ typedef struct agent_figures {
     bool down;
     char reason[AGENT_REASON_MAX + 1]; /* when down */
     bool host;               /* the whole host (free/capacity), not one model */
+    enum agent_tier tier;    /* one model: which answer */
     enum agent_room room;    /* one model */
+    bool foreign_blocked;    /* WAIT: memory vramd does not manage keeps it from ever fitting now */
     unsigned slots_free;     /* RESIDENT: free slots of its ready instances */
     unsigned slots_ready;    /* RESIDENT: slots of its ready instances */
     uint64_t free;           /* bytes free to admit (host: summed; model: its best GPU) */

@@ -36,16 +36,18 @@ static void model_room(const model_t *m, agent_figures_t *f)
     size_t queued = m->queue.depth;
     sched_room_t room;
     enum placer_result load = sched_place_dry(m, &room);
+    f->foreign_blocked = sched_model_uses_gpu(mc) && room.largest_capacity < room.need;
     f->free = room.free;
     f->need = room.need;
     f->capacity = room.capacity;
-    if (fits_now && free_slots > queued) {
+    unsigned usable = fits_now ? free_slots : 0; /* free slots whose request's memory is free too */
+    if (usable > queued) {
         f->room = AGENT_ROOM_RESIDENT;
         f->slots_ready = ready_slots;
-        f->slots_free = free_slots - (unsigned)queued;
+        f->slots_free = usable - (unsigned)queued;
         return;
     }
-    if (warming_slots + free_slots > queued) {
+    if (warming_slots > 0 && warming_slots + usable > queued) {
         f->room = AGENT_ROOM_WARMING;
         return;
     }
@@ -124,5 +126,6 @@ void agent_view(core_t *core, const agent_req_t *req, agent_figures_t *out)
         agent_set_down(out, "unknown_model: no model \"%s\" on this host", req->name);
         return;
     }
+    out->tier = req->tier;
     model_view(core, m, out);
 }

@@ -207,6 +207,8 @@ enum placer_result sched_place_dry(const model_t *m, sched_room_t *out)
     out->need = place_need(m);
     for (size_t g = 0; g < l->n_gpus; g++) {
         uint64_t free = allowed[g] ? ledger_free_for(l, g, m) : 0;
+        if (allowed[g] && ledger_capacity(l, g) > out->largest_capacity)
+            out->largest_capacity = ledger_capacity(l, g);
         if (allowed[g] && (free > out->free || out->capacity == 0)) {
             out->free = free;
             out->capacity = ledger_capacity(l, g);

@@ -99,6 +99,7 @@ void sched_place_instance(instance_t *inst, size_t gpu_pos);
  * figures of the allowed GPU with the most memory free to admit. */
 typedef struct sched_room {
     uint64_t need, free, capacity;
+    uint64_t largest_capacity; /* the largest capacity (total - headroom - foreign) of its GPUs */
 } sched_room_t;
 enum placer_result sched_place_dry(const model_t *m, sched_room_t *out);
 /* Would one more request of its model fit now beside inst (its cache credit counted)? */

@@ -4,12 +4,13 @@
  *
  * For each input it:
  *   1. parses it as an agent-send string and checks the return convention: 0 with the host
- *      or a model name of 1..AGENT_NAME_MAX allowed bytes, or -1 with a non-empty message
+ *      (no tier) or a model name of 1..AGENT_NAME_MAX allowed bytes and a known tier, or -1
+ *      with a non-empty message
  *      free of control bytes and the host left as target;
  *   2. checks that parsing is deterministic, and that only the first line counts (the input
  *      cut at its first LF or CR parses the same);
- *   3. takes the input's first bytes as figures (room, slots, sizes, maxconn, draining,
- *      down with the rest as the reason) and checks the answer: one line ending in "\n",
+ *   3. takes the input's first bytes as figures (room, tier, slots, sizes, maxconn,
+ *      draining, foreign_blocked, down with the rest as the reason) and checks the answer: one line ending in "\n",
  *      within AGENT_LINE_MAX, a weight of 0..100 that is 0 when down or draining, words
  *      HAProxy knows (N%, maxconn:N with N >= 1, ready/drain, up/down) and a reason with no
  *      line break.
@@ -39,6 +40,7 @@ static void check_parse(const char *buf, size_t len)
     int rc = agent_parse_request(buf, len, &r, err, sizeof err);
     check(rc == 0 || rc == -1);
     if (rc == 0) {
+        check(r.tier == AGENT_TIER_ONE || r.tier == AGENT_TIER_RESIDENT || r.tier == AGENT_TIER_LOAD);
         if (r.target == AGENT_MODEL) {
             size_t n = strlen(r.name);
             check(n >= 1 && n <= AGENT_NAME_MAX);
@@ -48,7 +50,7 @@ static void check_parse(const char *buf, size_t len)
                       strchr("._-:/@+", ch) != NULL);
             }
         } else {
-            check(r.target == AGENT_HOST);
+            check(r.target == AGENT_HOST && r.tier == AGENT_TIER_ONE);
         }
     } else {
         check(err[0] != '\0');
@@ -85,6 +87,8 @@ static void check_answer(const uint8_t *data, size_t size)
     f.draining = flags & 1;
     f.host = flags & 2;
     f.room = (enum agent_room)(take(&p, &left, 1) % 8); /* one past the last: treated as none */
+    f.tier = (enum agent_tier)((flags >> 3) % 3);
+    f.foreign_blocked = flags & 0x20;
     f.slots_ready = (unsigned)take(&p, &left, 4);
     f.slots_free = (unsigned)take(&p, &left, 4);
     f.free = take(&p, &left, 8);

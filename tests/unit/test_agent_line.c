@@ -43,6 +43,13 @@ static void test_parse_model(void **state)
     char err[160];
     assert_int_equal(parse("model=org/llama3:8b@q4+x.v_1-2\n", &r, err), 0);
     assert_string_equal(r.name, "org/llama3:8b@q4+x.v_1-2");
+    assert_int_equal(r.tier, AGENT_TIER_ONE);
+    assert_int_equal(parse("model=chat resident\n", &r, err), 0);
+    assert_string_equal(r.name, "chat");
+    assert_int_equal(r.tier, AGENT_TIER_RESIDENT);
+    assert_int_equal(parse(" chat \t load \r\n", &r, err), 0);
+    assert_string_equal(r.name, "chat");
+    assert_int_equal(r.tier, AGENT_TIER_LOAD);
 }
 
 static void test_parse_refusals(void **state)
@@ -52,7 +59,8 @@ static void test_parse_refusals(void **state)
         const char *in;
         const char *needle;
     } bad[] = {
-        {"a b\n", "one word"},      {"model=a,b\n", "one word"},   {"model=\n", "names no model"},
+        {"a b\n", "after the name"}, {"chat resident x\n", "after the name"}, {"model=a,b\n", "a comma"},
+        {"model=\n", "names no model"}, {"host load\n", "host takes no tier"}, {"chat Load\n", "after the name"},
         {"weight=3\n", "unknown key"}, {"chat#x\n", "not allowed"}, {"ch\x01t\n", "0x01"},
         {"ch\xfft\n", "0xff"},
     };
@@ -138,6 +146,39 @@ static void test_weights_by_room(void **state)
     assert_int_equal(agent_weight(&f), 0);
 }
 
+/* The two tiers of contrib/haproxy/haproxy.cfg: resident on the servers, load on backups. */
+static void test_weights_by_tier(void **state)
+{
+    (void)state;
+    static const struct {
+        enum agent_room room;
+        bool blocked;
+        unsigned one, resident, load;
+    } rows[] = {
+        {AGENT_ROOM_RESIDENT, false, 100, 100, 100}, {AGENT_ROOM_WARMING, false, 10, 10, 50},
+        {AGENT_ROOM_PARKED, false, 10, 0, 50},      {AGENT_ROOM_COLD_FITS, false, 10, 0, 100},
+        {AGENT_ROOM_COLD_EVICT, false, 1, 0, 10},   {AGENT_ROOM_WAIT, false, 0, 0, 1},
+        {AGENT_ROOM_WAIT, true, 0, 0, 0},           {AGENT_ROOM_FULL, false, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        agent_figures_t f = {.room = rows[i].room, .foreign_blocked = rows[i].blocked, .slots_ready = 2,
+                             .slots_free = 2, .capacity = 10 * GiB, .free = 10 * GiB, .need = 0};
+        f.tier = AGENT_TIER_ONE;
+        assert_int_equal(agent_weight(&f), rows[i].one);
+        f.tier = AGENT_TIER_RESIDENT;
+        assert_int_equal(agent_weight(&f), rows[i].resident);
+        f.tier = AGENT_TIER_LOAD;
+        assert_int_equal(agent_weight(&f), rows[i].load);
+    }
+    /* load tier: spare memory orders the hosts a load may go to */
+    agent_figures_t a = {.tier = AGENT_TIER_LOAD, .room = AGENT_ROOM_COLD_FITS, .capacity = 20 * GiB,
+                         .need = 4 * GiB, .free = 20 * GiB};
+    agent_figures_t b = a;
+    b.free = 6 * GiB;
+    assert_int_equal(agent_weight(&a), 20 + 64);
+    assert_int_equal(agent_weight(&b), 20 + 8);
+}
+
 static void test_host_weight(void **state)
 {
     (void)state;
@@ -190,7 +231,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_host),     cmocka_unit_test(test_parse_model),
         cmocka_unit_test(test_parse_refusals), cmocka_unit_test(test_request_complete),
-        cmocka_unit_test(test_weights_by_room), cmocka_unit_test(test_host_weight),
+        cmocka_unit_test(test_weights_by_room), cmocka_unit_test(test_weights_by_tier),
+        cmocka_unit_test(test_host_weight),
         cmocka_unit_test(test_format_lines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
