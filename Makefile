@@ -140,7 +140,8 @@ $(BUILD)/tests/test_cli_http: src/cli/cli_http.c src/cli/cli_http.h src/cli/cli.
 # Unit tests that share a header of test helpers rebuild when it changes.
 $(BUILD)/tests/test_validate $(BUILD)/tests/test_validate_mesh: tests/unit/validate_test_util.h
 $(BUILD)/tests/test_process $(BUILD)/tests/test_process_child: tests/unit/process_test_util.h
-$(BUILD)/tests/test_config_model $(BUILD)/tests/test_config_top $(BUILD)/tests/test_config_errors: tests/unit/config_test.h
+$(BUILD)/tests/test_config_model $(BUILD)/tests/test_config_top $(BUILD)/tests/test_config_errors \
+	$(BUILD)/tests/test_config_fleet: tests/unit/config_test.h
 $(BUILD)/tests/test_journal $(BUILD)/tests/test_journal_store: tests/unit/journal_fixture.h
 $(BUILD)/tests/test_request_path $(BUILD)/tests/test_request_path_queue: tests/unit/path_fixture.h \
 	tests/unit/path_upstream.h

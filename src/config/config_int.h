@@ -93,7 +93,6 @@ extern const section_t cfg_top_section;
 
 /* fleet_keys.c */
 extern const section_t cfg_fleet_section;
-char *cfg_default_host_name(void);
 int cfg_check_fleet(ctx_t *c, config_t *cfg, yaml_node_t *root);
 
 /* defaults.c */

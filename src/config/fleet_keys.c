@@ -11,7 +11,6 @@
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "config/config_int.h"
 
@@ -70,22 +69,6 @@ static const field_spec_t fleet_fields[] = {
     {"host_name", fp_host_name, offsetof(config_t, fleet.host_name), 0, 0, NULL},
 };
 const section_t cfg_fleet_section = SECTION(fleet_fields);
-
-/* The default host_name: this machine's hostname, cut at the first character a label
- * value here may not hold (a dot keeps the short name), "localhost" when there is none. */
-char *cfg_default_host_name(void)
-{
-    char buf[256] = "";
-    if (gethostname(buf, sizeof buf - 1) != 0)
-        buf[0] = '\0';
-    buf[sizeof buf - 1] = '\0';
-    size_t n = 0;
-    while (n < HOST_NAME_MAX_LEN && buf[n] &&
-           strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-", buf[n]))
-        n++;
-    buf[n] = '\0';
-    return strdup(n ? buf : "localhost");
-}
 
 int cfg_check_fleet(ctx_t *c, config_t *cfg, yaml_node_t *root)
 {
