@@ -92,8 +92,6 @@ static void answer(agent_conn_t *a)
         else
             agent_state.stats.checks_model++;
     }
-    agent_state.stats.answered_down += f.down && !f.draining ? 1 : 0;
-    agent_state.stats.answered_drain += f.draining ? 1 : 0;
     size_t n = agent_format(&f, a->line);
     log_event(LOG_DEBUG, "agent_check", "target=%s answer=%.*s", req.target == AGENT_HOST ? "host" : req.name,
               (int)(n ? n - 1 : 0), a->line);

@@ -32,7 +32,6 @@
 typedef struct fleet_agent_stats {
     uint64_t checks_host, checks_model;  /* answered, by target */
     uint64_t bad_requests;               /* answered down #bad agent-send */
-    uint64_t answered_down, answered_drain;
     uint64_t refused;                    /* over agent_max_connections */
     uint64_t timed_out;                  /* closed by agent_timeout before the answer was written */
 } fleet_agent_stats_t;

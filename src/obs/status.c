@@ -130,6 +130,7 @@ char *status_render(core_t *d)
     uint64_t now = core_now();
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "version", VRAMD_VERSION);
+    cJSON_AddStringToObject(o, "host", d->cfg->fleet.host_name);
     cJSON_AddNumberToObject(o, "uptime_ms", (double)(now - d->started_ms));
     cJSON_AddBoolToObject(o, "draining", d->draining);
     cJSON_AddBoolToObject(o, "ready", d->ready);

@@ -124,6 +124,11 @@ typedef struct sched_gpu_figures {
     char name[96];
     uint64_t total, used, foreign, headroom, capacity, reserved, free_to_admit;
 } sched_gpu_figures_t;
+/* How full, 0..1, the memory m's requests may use is: the reservations of its running
+ * requests over those plus what is free to admit on the GPUs its instances are on (its
+ * "KV cache utilization", /metrics vramd_model_memory_reserved_ratio); a model without
+ * GPU memory: requests running over its slots; no instance on a GPU: 0. */
+double sched_model_reserved_ratio(const model_t *m);
 /* GPUs in the ledger (0 before NVML answered). */
 size_t sched_gpu_count(void);
 /* The figures of the GPU at ledger position pos; false when pos is out of range. */

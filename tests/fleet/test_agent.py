@@ -16,6 +16,13 @@ from vramdkit.harness import GiB
 
 from .agentkit import ask, ask_raw
 
+def metric(text, series):
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return line.split()[-1]
+    raise AssertionError(f"{series} not in /metrics")
+
+
 RUN_S = 20  # simulated seconds per chat request: 1 s real at the kit's timescale (0.05)
 
 
@@ -51,6 +58,14 @@ def test_agent_lines_follow_the_ledger(sched):
     vd.wait_in_flight("chat", 1)
     busy = ask(port, "chat\n")  # its one slot taken, no room for a second instance (instances: 1)
     assert busy.up and busy.weight == 0, busy
+    # the fleet's view in /metrics: this host's name, the agent's counters, and chat's
+    # KV-cache-like fraction (1 GiB reserved beside what is free on its GPU)
+    text = vd.get("/metrics").body.decode()
+    assert f'vramd_host_info{{host="{vd.status()["host"]}"}} 1' in text
+    ratio = float(metric(text, 'vramd_model_memory_reserved_ratio{model="chat"}'))
+    assert 0.03 < ratio < 0.1, ratio  # 1 GiB of 1 GiB + ~18.9 GiB free
+    assert int(metric(text, 'vramd_agent_checks_total{target="model"}')) >= 4
+    assert metric(text, 'vramd_model_memory_reserved_ratio{model="big"}') == "0"
     assert bg.result(30).status == 200
 
     # another program takes all but 0.9 GiB beside the idle resident chat: its next request
