@@ -309,8 +309,8 @@ static void job_metrics(buf_t *b, core_t *d)
  * (queued: vramd_queue_depth, running: vramd_in_flight, and the KV-cache-like fraction). */
 static void fleet_metrics(buf_t *b, core_t *d)
 {
-    family(b, "vramd_host_info", "gauge", "Always 1; the host label is fleet.host_name (this host in a fleet).");
-    sample_u64(b, "vramd_host_info", "host", d->cfg->fleet.host_name, NULL, NULL, 1);
+    family(b, "vramd_host_info", "gauge", "Always 1; host_name is fleet.host_name (this host in a fleet).");
+    sample_u64(b, "vramd_host_info", "host_name", d->cfg->fleet.host_name, NULL, NULL, 1);
     family(b, "vramd_model_memory_reserved_ratio", "gauge",
            "How full (0..1) the GPU memory the model's requests may use is: running requests' reservations "
            "over those plus the memory free to admit beside its instances (its KV-cache utilization).");

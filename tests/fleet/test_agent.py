@@ -61,7 +61,7 @@ def test_agent_lines_follow_the_ledger(sched):
     # the fleet's view in /metrics: this host's name, the agent's counters, and chat's
     # KV-cache-like fraction (1 GiB reserved beside what is free on its GPU)
     text = vd.get("/metrics").body.decode()
-    assert f'vramd_host_info{{host="{vd.status()["host"]}"}} 1' in text
+    assert f'vramd_host_info{{host_name="{vd.status()["host"]}"}} 1' in text
     ratio = float(metric(text, 'vramd_model_memory_reserved_ratio{model="chat"}'))
     assert 0.03 < ratio < 0.1, ratio  # 1 GiB of 1 GiB + ~18.9 GiB free
     assert int(metric(text, 'vramd_agent_checks_total{target="model"}')) >= 4
