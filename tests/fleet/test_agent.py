@@ -121,6 +121,12 @@ def test_agent_down_reasons_and_bad_strings(sched):
             pass
     assert time.monotonic() - t0 < 2.5, "agent_timeout (1 s) did not bound a trickling connection"
     assert vd.alive()
+    # the agent is bound at start only: a reload that moves it is refused, the old one answers on
+    cfg = dict(vd.config, fleet={**vd.config["fleet"], "agent_listen": f"127.0.0.1:{free_port()}"})
+    vd.write_config(cfg)
+    r = vd.post("/v1/admin/reload")
+    assert r.status == 400 and "fleet.agent_listen" in r.body.decode(), r
+    assert ask(port, "chat\n").up
     sched.finish()
 
 
