@@ -51,6 +51,9 @@ SIMLIB_SRCS := $(wildcard sim/lib/*.c)
 SIMLIB_OBJS := $(SIMLIB_SRCS:%.c=$(BUILD)/obj/%.o)
 NVMLSIM_SRCS := $(wildcard sim/nvml/*.c)
 NVMLSIM_OBJS := $(NVMLSIM_SRCS:%.c=$(BUILD)/obj/%.o)
+CUDASIM_SRCS := $(wildcard sim/cuda/*.c)
+CUDASIM_OBJS := $(CUDASIM_SRCS:%.c=$(BUILD)/obj/%.o)
+CUDACKPT_SRCS := $(wildcard sim/cudackpt/*.c)
 SIMGPU_SRCS := $(wildcard sim/simgpu/*.c)
 SIMWORKER_SRCS := $(wildcard sim/worker/*.c)
 CLI_SRCS := $(wildcard src/cli/*.c)
@@ -75,6 +78,12 @@ BINS += $(BUILD)/bin/simworker
 endif
 ifneq ($(NVMLSIM_SRCS),)
 BINS += $(BUILD)/lib/libnvidia-ml-sim.so
+endif
+ifneq ($(CUDASIM_SRCS),)
+BINS += $(BUILD)/lib/libcuda-sim.so
+endif
+ifneq ($(CUDACKPT_SRCS),)
+BINS += $(BUILD)/bin/simcuda-checkpoint
 endif
 
 .PHONY: all deps test demo fuzz lint clean check-build
@@ -127,6 +136,20 @@ $(BUILD)/lib/libnvidia-ml-sim.so: $(NVMLSIM_OBJS) $(SIMLIB_OBJS)
 	@echo "  LD   $@"
 	$(Q)$(CC) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=sim/nvml/exports.map \
 		$(LDFLAGS_COMMON) -o $@ $^ -lrt -pthread
+
+# The simulated CUDA driver (checkpoint calls), the same way: loaded by dlopen into vramd and
+# simcuda-checkpoint.
+$(BUILD)/lib/libcuda-sim.so: $(CUDASIM_OBJS) $(SIMLIB_OBJS)
+	@mkdir -p $(dir $@)
+	@echo "  LD   $@"
+	$(Q)$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,--version-script=sim/cuda/exports.map \
+		$(LDFLAGS_COMMON) -o $@ $^ -lrt -pthread
+
+# A cuda-checkpoint compatible CLI over src/gpu/cuda.c (dlopens libcuda-sim.so or the driver).
+$(BUILD)/bin/simcuda-checkpoint: $(CUDACKPT_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/libvramd.a
+	@mkdir -p $(dir $@)
+	@echo "  LD   $@"
+	$(Q)$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(LIBS) -ldl
 
 $(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a
 	@mkdir -p $(dir $@)
@@ -181,8 +204,8 @@ demo: deps
 # without such a line gets the whole library.
 FUZZ_BUILD = build-fuzz
 FUZZ_DEPS_fuzz_http1 = src/net/http1.c src/net/http1_chunked.c src/net/http1.h src/net/http1_internal.h
-FUZZ_DEPS_fuzz_degrade = src/quality/degrade_detect.c src/quality/degrade_rewrite.c src/common/json_util.c \
-	src/common/buf.c src/quality/degrade.h src/quality/degrade_int.h src/common/json_util.h src/common/buf.h \
+FUZZ_DEPS_fuzz_degrade = src/quality/degrade_detect.c src/quality/degrade_rewrite.c src/quality/oom_message.c src/common/json_util.c \
+	src/common/buf.c src/quality/degrade.h src/quality/degrade_int.h src/quality/oom_message.h src/common/json_util.h src/common/buf.h \
 	src/config/config.h
 FUZZ_LIBS_fuzz_degrade = -lcjson
 FUZZ_DEPS_fuzz_validate = src/quality/validate.c src/quality/validate_json.c src/quality/validate_glb.c \

@@ -3,7 +3,7 @@
 # Quiet when everything is already there. Runs apt-get as root (or through sudo).
 set -eu
 PKGS="build-essential pkg-config clang libclang-rt-14-dev libuv1-dev libcjson-dev libyaml-dev \
-libcmocka-dev libsqlite3-dev libsystemd-dev cppcheck universal-ctags python3 python3-pytest python3-requests python3-yaml \
+libcmocka-dev libsqlite3-dev libsystemd-dev cppcheck universal-ctags python3 python3-pytest python3-pytest-xdist python3-requests python3-yaml \
 curl wget nginx-light haproxy iproute2 wrk procps chromium prometheus"
 missing=""
 for p in $PKGS; do

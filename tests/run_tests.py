@@ -5,7 +5,8 @@ Stages, for each build directory given (plain, then ASan+UBSan):
   unit    every cmocka binary build*/tests/test_* (TAP output, one line per test)
   fuzz    every corpus replayer build*/tests/replay_* over tests/fuzz/corpus/<name>/
   e2e     pytest over every tests/<dir>/ with test_*.py files, VRAMD_BUILD pointing at the build
-          (tests/gpu is included too; it skips itself where there is no NVIDIA GPU)
+          (tests/gpu is included too; it skips itself where there is no NVIDIA GPU), in
+          VRAMD_TEST_JOBS (default 3) parallel processes with pytest-xdist
 
 Each test counts once per build. A stage that cannot run (binary crashed before printing
 anything) counts as one failure. Exit status: 0 when nothing failed.
@@ -66,6 +67,26 @@ def run_fuzz_replay(build, env):
     return passed, failed
 
 
+def parallel_args():
+    """pytest-xdist options: the suites spend most of their time waiting (simulated GPU
+    work, timeouts, polls), so N test processes (VRAMD_TEST_JOBS, default 3; 1 = serial)
+    take a fraction of the time on 2 cores. Files stay whole (--dist loadfile): a file's
+    tests run in order in one process, as they were written. Each process picks its
+    listening ports from its own slice (vramdkit.net.free_port)."""
+    try:
+        jobs = int(os.environ.get("VRAMD_TEST_JOBS", "3"))
+    except ValueError:
+        jobs = 3
+    if jobs <= 1:
+        return []
+    try:
+        import xdist  # noqa: F401  (python3-pytest-xdist, installed by make deps)
+    except ImportError:
+        print("  pytest: python3-pytest-xdist missing, running serially", flush=True)
+        return []
+    return ["-n", str(jobs), "--dist", "loadfile"]
+
+
 def run_pytest(build, env, label):
     # every tests/<dir>/ holding test_*.py files (unit and fuzz are C, run above)
     dirs = sorted(os.path.relpath(os.path.dirname(f), ROOT) for f in glob.glob(os.path.join(ROOT, "tests", "*", "test_*.py")))
@@ -74,7 +95,9 @@ def run_pytest(build, env, label):
         return 0, 0
     junit = os.path.join(ROOT, build, f"pytest-{label}.xml")
     e = dict(env, VRAMD_BUILD=build, PYTHONDONTWRITEBYTECODE="1")
-    cmd = ["/usr/bin/python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", junit] + dirs
+    cmd = ["/usr/bin/python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", junit]
+    cmd += parallel_args()
+    cmd += dirs
     print(f"  pytest ({build}): {' '.join(cmd[3:])}", flush=True)
     p = subprocess.run(cmd, cwd=ROOT, env=e, timeout=1800)
     passed = failed = 0

@@ -59,7 +59,8 @@ int main(int argc, char **argv)
             cands[n_cands++] = (placer_candidate_t){.instance = &owner[m], .gpu_pos = (size_t)(m % N_GPUS),
                                                     .bytes = size, .priority = m % 10,
                                                     .last_used_ms = (uint64_t)(m * 37 % 1000),
-                                                    .reload_cost_ms = (uint64_t)(m * 13 % 500)};
+                                                    .return_cost_ms = (uint64_t)(m * 13 % 500),
+                                                    .gap_ms = (uint64_t)(m * 7 % 900), .keep_alive_left_ms = 600000};
         queue_init(&queues[m], 1024, 30000);
         for (int k = 0; k < PER_QUEUE; k++) {
             queue_entry_init(&entries[m][k]);

@@ -1,11 +1,8 @@
 /*
  * simgpu.c: simulated GPUs in POSIX shared memory (see simgpu.h for the contract).
  *
- * Layout of the shm object "/simgpu.NAME" (one mapping, fixed-size records):
- *
- *     struct set_header                      magic, version, layout sizes, robust mutex,
- *                                            n_gpus, release delays
- *     struct gpu_record gpus[n_gpus]         total, name, uuid, slots[SIMGPU_MAX_PROCS]
+ * Layout of the shm object "/simgpu.NAME": see simgpu_int.h (shared with simgpu_park.c,
+ * which keeps the CUDA checkpoint state).
  *
  * A slot is one process's holding on one GPU: (pid, starttime, bytes, dead, dead_since_ms,
  * utilization). A process is identified by pid AND its /proc starttime, so a recycled pid is
@@ -37,6 +34,7 @@
  * buffer is given).
  */
 #include "simgpu.h"
+#include "simgpu_int.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -53,47 +51,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SET_MAGIC 0x31555047304d4953ULL /* "SIM0GPU1" */
-#define SET_VERSION 1u
-#define SET_NAME_LEN_MAX 200
 #define OPEN_WAIT_MS 2000 /* how long an opener waits for a set being created */
 #define DEFAULT_MODEL_NAME "NVIDIA Simulated GPU"
-
-struct proc_slot {
-    uint32_t in_use; /* written last when a slot is taken */
-    int32_t pid;
-    uint64_t starttime; /* /proc/PID/stat field 22, clock ticks since boot */
-    uint64_t bytes;
-    uint32_t dead;
-    uint32_t utilization; /* 0..100, set by the process itself */
-    uint64_t dead_since_ms;
-};
-
-struct gpu_record {
-    uint64_t total;
-    char name[SIMGPU_NAME_MAX];
-    char uuid[SIMGPU_UUID_LEN];
-    struct proc_slot slots[SIMGPU_MAX_PROCS];
-};
-
-struct set_header {
-    uint64_t magic; /* published last by the creator */
-    uint32_t version;
-    uint32_t header_size;     /* sizeof(struct set_header), a layout check */
-    uint32_t gpu_record_size; /* sizeof(struct gpu_record) */
-    uint32_t n_gpus;
-    pthread_mutex_t lock;
-    uint64_t release_delay_sim_ms;  /* as given to simgpu_create */
-    uint64_t release_delay_real_ms; /* scaled by the creator's SIMGPU_TIMESCALE */
-    char set_name[SET_NAME_LEN_MAX + 1];
-    struct gpu_record gpus[];
-};
-
-struct simgpu {
-    struct set_header *hdr;
-    size_t map_len;
-    int n_gpus;
-};
 
 /* ---- small helpers ---- */
 
@@ -110,7 +69,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-static uint64_t monotonic_ms(void)
+uint64_t sg_monotonic_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -177,8 +136,6 @@ static void uuid_for(const char *set_name, int index, char *out, size_t cap)
 
 /* ---- process identity ---- */
 
-enum proc_state { PROC_ALIVE, PROC_GONE, PROC_UNKNOWN };
-
 /* Read state and starttime from /proc/PID/stat. Returns 0, or -1 when unreadable
  * (errno ENOENT when the process does not exist). */
 static int proc_stat_read(pid_t pid, char *state, uint64_t *starttime)
@@ -223,7 +180,7 @@ static int proc_stat_read(pid_t pid, char *state, uint64_t *starttime)
     return 0;
 }
 
-static uint64_t self_starttime(void)
+uint64_t sg_self_starttime(void)
 {
     char state;
     uint64_t st = 0;
@@ -233,7 +190,7 @@ static uint64_t self_starttime(void)
 }
 
 /* Is (pid, starttime) still the live process that took the slot? */
-static enum proc_state proc_check(pid_t pid, uint64_t starttime)
+enum proc_state sg_proc_check(pid_t pid, uint64_t starttime)
 {
     if (pid <= 0)
         return PROC_GONE;
@@ -252,7 +209,7 @@ static enum proc_state proc_check(pid_t pid, uint64_t starttime)
 
 /* ---- locking ---- */
 
-static int set_lock(simgpu_t *s)
+int sg_lock(simgpu_t *s)
 {
     int rc = pthread_mutex_lock(&s->hdr->lock);
     if (rc == EOWNERDEAD) {
@@ -267,16 +224,16 @@ static int set_lock(simgpu_t *s)
     return 0;
 }
 
-static void set_unlock(simgpu_t *s)
+void sg_unlock(simgpu_t *s)
 {
     pthread_mutex_unlock(&s->hdr->lock);
 }
 
 /* ---- reaping (caller holds the lock) ---- */
 
-static void reap_locked(simgpu_t *s)
+void sg_reap_locked(simgpu_t *s)
 {
-    uint64_t now = monotonic_ms();
+    uint64_t now = sg_monotonic_ms();
     uint64_t delay = s->hdr->release_delay_real_ms;
     for (int g = 0; g < s->n_gpus; g++) {
         struct gpu_record *gpu = &s->hdr->gpus[g];
@@ -284,7 +241,7 @@ static void reap_locked(simgpu_t *s)
             struct proc_slot *slot = &gpu->slots[i];
             if (!slot->in_use)
                 continue;
-            if (!slot->dead && proc_check(slot->pid, slot->starttime) == PROC_GONE) {
+            if (!slot->dead && sg_proc_check(slot->pid, slot->starttime) == PROC_GONE) {
                 slot->dead_since_ms = now;
                 slot->utilization = 0;
                 slot->dead = 1;
@@ -293,9 +250,10 @@ static void reap_locked(simgpu_t *s)
                 slot->in_use = 0;
         }
     }
+    sg_park_reap_locked(s);
 }
 
-static uint64_t used_locked(const struct gpu_record *gpu)
+uint64_t sg_used_locked(const struct gpu_record *gpu)
 {
     uint64_t used = 0;
     for (int i = 0; i < SIMGPU_MAX_PROCS; i++)
@@ -304,7 +262,7 @@ static uint64_t used_locked(const struct gpu_record *gpu)
     return used;
 }
 
-static struct proc_slot *own_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime)
+struct proc_slot *sg_own_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime)
 {
     for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
         struct proc_slot *slot = &gpu->slots[i];
@@ -315,7 +273,7 @@ static struct proc_slot *own_slot_locked(struct gpu_record *gpu, pid_t pid, uint
 }
 
 /* Take an unused slot for (pid, starttime) holding bytes; NULL when the table is full. */
-static struct proc_slot *take_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime,
+struct proc_slot *sg_take_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime,
                                           uint64_t bytes)
 {
     for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
@@ -332,6 +290,13 @@ static struct proc_slot *take_slot_locked(struct gpu_record *gpu, pid_t pid, uin
         return slot;
     }
     return NULL;
+}
+
+/* A locked or checkpointed process's CUDA calls block in the real driver; here they fail. */
+static void set_unlock_busy(simgpu_t *s)
+{
+    sg_unlock(s);
+    errno = EBUSY;
 }
 
 static bool gpu_index_ok(simgpu_t *s, int gpu)
@@ -444,6 +409,7 @@ int simgpu_create(const char *name, int n_gpus, uint64_t memory_per_gpu, const c
     hdr->n_gpus = (uint32_t)n_gpus;
     hdr->release_delay_sim_ms = release_delay_ms;
     hdr->release_delay_real_ms = simgpu_scaled_ms(release_delay_ms);
+    hdr->pcie_bw = sg_default_pcie_bw();
     snprintf(hdr->set_name, sizeof hdr->set_name, "%s", name);
     for (int g = 0; g < n_gpus; g++) {
         struct gpu_record *gpu = &hdr->gpus[g];
@@ -558,6 +524,7 @@ simgpu_t *simgpu_open(const char *name, char *err, size_t errlen)
     s->hdr = hdr;
     s->map_len = len;
     s->n_gpus = (int)hdr->n_gpus;
+    s->park_index = -1;
     return s;
 }
 
@@ -584,15 +551,15 @@ int simgpu_info(simgpu_t *s, int gpu, simgpu_info_t *out)
         errno = EINVAL;
         return -1;
     }
-    if (set_lock(s) < 0)
+    if (sg_lock(s) < 0)
         return -1;
-    reap_locked(s);
+    sg_reap_locked(s);
     struct gpu_record *rec = &s->hdr->gpus[gpu];
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", rec->name);
     snprintf(out->uuid, sizeof out->uuid, "%s", rec->uuid);
     out->total = rec->total;
-    out->used = used_locked(rec);
+    out->used = sg_used_locked(rec);
     out->free = out->used >= out->total ? 0 : out->total - out->used;
     unsigned util = 0;
     for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
@@ -605,7 +572,7 @@ int simgpu_info(simgpu_t *s, int gpu, simgpu_info_t *out)
         rec->total ? (unsigned)((out->used * 100.0) / (double)rec->total + 0.5) : 0;
     if (out->utilization_memory > 100)
         out->utilization_memory = 100;
-    set_unlock(s);
+    sg_unlock(s);
     return 0;
 }
 
@@ -615,9 +582,9 @@ int simgpu_processes(simgpu_t *s, int gpu, simgpu_proc_t *out, size_t cap, size_
         errno = EINVAL;
         return -1;
     }
-    if (set_lock(s) < 0)
+    if (sg_lock(s) < 0)
         return -1;
-    reap_locked(s);
+    sg_reap_locked(s);
     struct gpu_record *rec = &s->hdr->gpus[gpu];
     size_t count = 0;
     for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
@@ -631,7 +598,7 @@ int simgpu_processes(simgpu_t *s, int gpu, simgpu_proc_t *out, size_t cap, size_
         }
         count++;
     }
-    set_unlock(s);
+    sg_unlock(s);
     *n = count;
     return 0;
 }
@@ -641,29 +608,33 @@ int simgpu_alloc(simgpu_t *s, int gpu, uint64_t bytes)
     if (!gpu_index_ok(s, gpu))
         return -1;
     pid_t pid = getpid();
-    uint64_t starttime = self_starttime();
-    if (set_lock(s) < 0)
+    uint64_t starttime = sg_self_starttime();
+    if (sg_lock(s) < 0)
         return -1;
-    reap_locked(s);
+    sg_reap_locked(s);
+    if (sg_park_blocks_locked(s, pid, starttime)) {
+        set_unlock_busy(s);
+        return -1;
+    }
     struct gpu_record *rec = &s->hdr->gpus[gpu];
-    uint64_t used = used_locked(rec);
+    uint64_t used = sg_used_locked(rec);
     if (bytes > rec->total || used > rec->total - bytes) {
-        set_unlock(s);
+        sg_unlock(s);
         errno = ENOMEM;
         return -1;
     }
-    struct proc_slot *slot = own_slot_locked(rec, pid, starttime);
+    struct proc_slot *slot = sg_own_slot_locked(rec, pid, starttime);
     if (slot) {
         slot->bytes += bytes;
-        set_unlock(s);
+        sg_unlock(s);
         return 0;
     }
     if (bytes == 0) {
-        set_unlock(s);
+        sg_unlock(s);
         return 0;
     }
-    slot = take_slot_locked(rec, pid, starttime, bytes);
-    set_unlock(s);
+    slot = sg_take_slot_locked(rec, pid, starttime, bytes);
+    sg_unlock(s);
     if (slot)
         return 0;
     errno = ENOSPC; /* SIMGPU_MAX_PROCS processes already hold memory on this GPU */
@@ -675,14 +646,18 @@ int simgpu_free(simgpu_t *s, int gpu, uint64_t bytes)
     if (!gpu_index_ok(s, gpu))
         return -1;
     pid_t pid = getpid();
-    uint64_t starttime = self_starttime();
-    if (set_lock(s) < 0)
+    uint64_t starttime = sg_self_starttime();
+    if (sg_lock(s) < 0)
         return -1;
-    reap_locked(s);
-    struct proc_slot *slot = own_slot_locked(&s->hdr->gpus[gpu], pid, starttime);
+    sg_reap_locked(s);
+    if (sg_park_blocks_locked(s, pid, starttime)) {
+        set_unlock_busy(s);
+        return -1;
+    }
+    struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[gpu], pid, starttime);
     uint64_t held = slot ? slot->bytes : 0;
     if (bytes > held) {
-        set_unlock(s);
+        sg_unlock(s);
         errno = EINVAL; /* freeing more than this process holds */
         return -1;
     }
@@ -691,7 +666,7 @@ int simgpu_free(simgpu_t *s, int gpu, uint64_t bytes)
         if (slot->bytes == 0)
             slot->in_use = 0;
     }
-    set_unlock(s);
+    sg_unlock(s);
     return 0;
 }
 
@@ -700,13 +675,13 @@ uint64_t simgpu_held(simgpu_t *s, int gpu)
     if (!gpu_index_ok(s, gpu))
         return 0;
     pid_t pid = getpid();
-    uint64_t starttime = self_starttime();
-    if (set_lock(s) < 0)
+    uint64_t starttime = sg_self_starttime();
+    if (sg_lock(s) < 0)
         return 0;
-    reap_locked(s);
-    struct proc_slot *slot = own_slot_locked(&s->hdr->gpus[gpu], pid, starttime);
+    sg_reap_locked(s);
+    struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[gpu], pid, starttime);
     uint64_t held = slot ? slot->bytes : 0;
-    set_unlock(s);
+    sg_unlock(s);
     return held;
 }
 
@@ -717,33 +692,33 @@ int simgpu_set_utilization(simgpu_t *s, int gpu, unsigned percent)
     if (percent > 100)
         percent = 100;
     pid_t pid = getpid();
-    uint64_t starttime = self_starttime();
-    if (set_lock(s) < 0)
+    uint64_t starttime = sg_self_starttime();
+    if (sg_lock(s) < 0)
         return -1;
-    reap_locked(s);
+    sg_reap_locked(s);
     struct gpu_record *rec = &s->hdr->gpus[gpu];
-    struct proc_slot *slot = own_slot_locked(rec, pid, starttime);
+    struct proc_slot *slot = sg_own_slot_locked(rec, pid, starttime);
     if (!slot && percent > 0) {
         /* A process busy on the GPU without memory of its own: give it an empty slot. */
-        slot = take_slot_locked(rec, pid, starttime, 0);
+        slot = sg_take_slot_locked(rec, pid, starttime, 0);
         if (!slot) {
-            set_unlock(s);
+            sg_unlock(s);
             errno = ENOSPC;
             return -1;
         }
     }
     if (slot)
         slot->utilization = percent;
-    set_unlock(s);
+    sg_unlock(s);
     return 0;
 }
 
 void simgpu_reap(simgpu_t *s)
 {
-    if (!s || set_lock(s) < 0)
+    if (!s || sg_lock(s) < 0)
         return;
-    reap_locked(s);
-    set_unlock(s);
+    sg_reap_locked(s);
+    sg_unlock(s);
 }
 
 /* ---- additions beyond the original interface (declared in simgpu.h) ---- */

@@ -88,4 +88,72 @@ int simgpu_release_delay(simgpu_t *s, uint64_t *simulated_ms, uint64_t *real_ms)
 int simgpu_find_uuid(simgpu_t *s, const char *uuid);
 bool simgpu_name_valid(const char *name);
 
+/* ---- CUDA checkpoint state (simgpu_park.c), what libcuda-sim.so and simworker share ----
+ *
+ * Each process has a CUDA state: RUNNING (no park slot), LOCKED, CHECKPOINTED, FAILED, as
+ * the driver's cuCheckpointProcess* calls move it:
+ *   lock        RUNNING -> LOCKED. A process that registered (simgpu_gate_register, as
+ *               simworker does) is asked to stop its GPU work and the call waits (up to
+ *               timeout_ms, 0 = no limit) until it says it has (simgpu_gate_ack): ETIMEDOUT
+ *               leaves it RUNNING. A process that did not register is locked at once, and
+ *               its simgpu_alloc/simgpu_free fail with EBUSY until it runs again.
+ *   checkpoint  LOCKED -> CHECKPOINTED: takes bytes / bandwidth (simulated, scaled by the
+ *               caller's SIMGPU_TIMESCALE) in the caller, then moves the process's memory
+ *               from every GPU (NVML no longer lists it) to its host account.
+ *   restore     CHECKPOINTED -> LOCKED: ENOMEM (nothing changed) when the memory no longer
+ *               fits each GPU it came from; else it is on the GPUs again at once, the copy
+ *               takes bytes / bandwidth, then the host account is freed.
+ *   unlock      LOCKED -> RUNNING; a registered process resumes its GPU work.
+ * A process that dies is forgotten with its host bytes. An operation whose caller dies is
+ * ended by the next access: a checkpoint is abandoned (LOCKED, memory still on the GPU), a
+ * restore is completed (LOCKED, memory on the GPU).
+ * Errors: ESRCH the pid is not a live process of this set (no memory on it, never
+ * registered), EBUSY the process is not in the state the call needs or another call is at
+ * work on it, ETIMEDOUT, ENOMEM, ENOSPC (the park table is full), EINVAL.
+ */
+#define SIMGPU_DEFAULT_PCIE_BW 20000000000ULL /* 20 GB/s */
+
+enum simgpu_cuda_state {
+    SIMGPU_CUDA_RUNNING = 0,
+    SIMGPU_CUDA_LOCKED = 1,
+    SIMGPU_CUDA_CHECKPOINTED = 2,
+    SIMGPU_CUDA_FAILED = 3
+};
+enum simgpu_park_op { SIMGPU_OP_NONE = 0, SIMGPU_OP_CHECKPOINTING = 1, SIMGPU_OP_RESTORING = 2 };
+
+typedef struct simgpu_park_info {
+    pid_t pid;
+    int state; /* enum simgpu_cuda_state */
+    int op;    /* enum simgpu_park_op */
+    bool gate; /* registered */
+    uint64_t parked[SIMGPU_MAX_GPUS];
+    uint64_t parked_total;
+} simgpu_park_info_t;
+
+const char *simgpu_cuda_state_name(int state); /* "running", "locked", ... */
+const char *simgpu_park_op_name(int op);       /* "", "checkpointing", "restoring" */
+/* The set's copy bandwidth in bytes per simulated second (from simgpu create). */
+uint64_t simgpu_pcie_bandwidth(simgpu_t *s);
+/* Real milliseconds that copying bytes takes in this process (bandwidth, SIMGPU_TIMESCALE). */
+uint64_t simgpu_copy_ms(simgpu_t *s, uint64_t bytes);
+/* Parse "20GB/s", "16GiB/s", "2e9" (bytes per second). 0 ok, -1 bad. */
+int simgpu_parse_bandwidth(const char *text, uint64_t *out);
+
+/* The parked process's side. */
+int simgpu_gate_register(simgpu_t *s);
+/* 1: the calling process must hold its GPU work (*seq: the lock request to acknowledge once
+ * it has, 0 none); 0: it may run; -1 error. Cheap: no reaping, no /proc reads. */
+int simgpu_gate_poll(simgpu_t *s, uint32_t *seq);
+int simgpu_gate_ack(simgpu_t *s, uint32_t seq);
+
+/* The controller's side (libcuda-sim.so). */
+int simgpu_cuda_state(simgpu_t *s, pid_t pid, int *state);
+int simgpu_cuda_lock(simgpu_t *s, pid_t pid, uint64_t timeout_ms);
+int simgpu_cuda_checkpoint(simgpu_t *s, pid_t pid);
+int simgpu_cuda_restore(simgpu_t *s, pid_t pid);
+int simgpu_cuda_unlock(simgpu_t *s, pid_t pid);
+/* Every process in the park table (registered, or not RUNNING). *n = how many
+ * exist; at most cap are written. */
+int simgpu_park_list(simgpu_t *s, simgpu_park_info_t *out, size_t cap, size_t *n);
+
 #endif

@@ -2,6 +2,7 @@
  * simgpu: the command-line tool for simulated GPU sets (sim/lib/simgpu.h).
  *
  *   simgpu create NAME --memory SIZE [--gpus N] [--model-name TEXT] [--release-delay DUR]
+ *                 [--pcie-bandwidth RATE]
  *   simgpu show NAME [--json]
  *   simgpu rm NAME
  *   simgpu alloc NAME --bytes SIZE [--gpu I] [--hold DUR]
@@ -13,6 +14,9 @@
  * for --hold (simulated time, scaled by SIMGPU_TIMESCALE; default: until SIGTERM/SIGINT),
  * frees it (as cudaFree would) and exits 0. A SIGKILLed holder leaves its memory to the
  * set's release delay, like a crashed CUDA process.
+ * `--pcie-bandwidth` is the simulated host<->GPU copy rate of checkpoint/restore
+ * (libcuda-sim.so): "20GB/s" (the default, or $SIMGPU_PCIE_BW), "16GiB/s", "2e9".
+ * `show` lists each process's CUDA checkpoint state and its parked (host) bytes, per GPU.
  *
  * Exit codes: 0 ok, 1 error (message on stderr), 2 usage.
  */
@@ -40,12 +44,13 @@
 
 static const char usage_text[] =
     "usage: simgpu create NAME --memory SIZE [--gpus N] [--model-name TEXT] [--release-delay DUR]\n"
+    "                     [--pcie-bandwidth RATE]\n"
     "       simgpu show NAME [--json]\n"
     "       simgpu rm NAME\n"
     "       simgpu alloc NAME --bytes SIZE [--gpu I] [--hold DUR]\n"
     "       simgpu list [--json]\n"
     "SIZE: 24GiB, 512MiB, 1.5GiB, 1000000 (bytes). DUR: 500ms, 1.5s, 2m (simulated time;\n"
-    "SIMGPU_TIMESCALE=0.01 makes it 100x shorter).\n";
+    "SIMGPU_TIMESCALE=0.01 makes it 100x shorter). RATE: 20GB/s (default), 16GiB/s, 2e9.\n";
 
 /* Print "simgpu: PROBLEM[ 'ARG']" and the usage; returns the usage exit code. */
 static int usage_error(const char *problem, const char *arg)
@@ -151,12 +156,13 @@ static simgpu_t *open_set(const char *name)
 static int cmd_create(int argc, char **argv)
 {
     const char *name = NULL, *gpus_text = NULL, *memory_text = NULL, *model = NULL,
-               *delay_text = NULL;
+               *delay_text = NULL, *bw_text = NULL;
     struct option_spec specs[] = {
         {"--gpus", true, &gpus_text},
         {"--memory", true, &memory_text},
         {"--model-name", true, &model},
         {"--release-delay", true, &delay_text},
+        {"--pcie-bandwidth", true, &bw_text},
     };
     int rc = parse_options(argc, argv, 2, &name, specs, sizeof specs / sizeof specs[0]);
     if (rc)
@@ -177,6 +183,15 @@ static int cmd_create(int argc, char **argv)
     }
     if (delay_text && parse_duration_arg("--release-delay", delay_text, &delay_ms) < 0)
         return EXIT_USAGE;
+    if (bw_text) {
+        uint64_t bw = 0;
+        if (simgpu_parse_bandwidth(bw_text, &bw) < 0) {
+            fprintf(stderr, "simgpu: --pcie-bandwidth: invalid rate '%s' (e.g. 20GB/s, 16GiB/s, 2e9)\n",
+                    bw_text);
+            return EXIT_USAGE;
+        }
+        setenv("SIMGPU_PCIE_BW", bw_text, 1); /* simgpu_create takes the set's rate from it */
+    }
     char err[ERR_LEN] = "";
     if (simgpu_create(name, n_gpus, memory, model, delay_ms, err, sizeof err) < 0) {
         fprintf(stderr, "simgpu: create: %s\n", err);
@@ -203,6 +218,66 @@ static int cmd_rm(int argc, char **argv)
 
 /* ---- show ---- */
 
+static int park_state_of(const simgpu_park_info_t *parks, size_t n, pid_t pid)
+{
+    for (size_t i = 0; i < n; i++)
+        if (parks[i].pid == pid)
+            return parks[i].state;
+    return SIMGPU_CUDA_RUNNING;
+}
+
+/* "checkpoint": every process with a CUDA state (registered or parked), "parked": the host
+ * bytes of all. */
+static bool add_parks_json(cJSON *root, const simgpu_park_info_t *parks, size_t *n)
+{
+    if (*n > SIMGPU_MAX_PROCS)
+        *n = SIMGPU_MAX_PROCS;
+    cJSON *list = cJSON_AddArrayToObject(root, "cuda_processes");
+    if (!list)
+        return false;
+    uint64_t total = 0;
+    for (size_t i = 0; i < *n; i++) {
+        cJSON *p = cJSON_CreateObject();
+        if (!p)
+            return false;
+        cJSON_AddItemToArray(list, p);
+        cJSON_AddNumberToObject(p, "pid", parks[i].pid);
+        cJSON_AddStringToObject(p, "state", simgpu_cuda_state_name(parks[i].state));
+        cJSON_AddStringToObject(p, "op", simgpu_park_op_name(parks[i].op));
+        cJSON_AddBoolToObject(p, "registered", parks[i].gate);
+        cJSON_AddNumberToObject(p, "parked", (double)parks[i].parked_total);
+        total += parks[i].parked_total;
+    }
+    cJSON_AddNumberToObject(root, "parked", (double)total);
+    return true;
+}
+
+/* Per GPU: "parked" (host bytes that came from it) and "parked_processes". */
+static bool add_gpu_parked_json(cJSON *gpu, int g, const simgpu_park_info_t *parks, size_t n)
+{
+    cJSON *list = cJSON_CreateArray();
+    if (!list)
+        return false;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!parks[i].parked[g])
+            continue;
+        cJSON *p = cJSON_CreateObject();
+        if (!p) {
+            cJSON_Delete(list);
+            return false;
+        }
+        cJSON_AddItemToArray(list, p);
+        cJSON_AddNumberToObject(p, "pid", parks[i].pid);
+        cJSON_AddNumberToObject(p, "parked", (double)parks[i].parked[g]);
+        cJSON_AddStringToObject(p, "state", simgpu_cuda_state_name(parks[i].state));
+        total += parks[i].parked[g];
+    }
+    cJSON_AddNumberToObject(gpu, "parked", (double)total);
+    cJSON_AddItemToObject(gpu, "parked_processes", list);
+    return true;
+}
+
 static cJSON *set_to_json(simgpu_t *s, const char *name)
 {
     cJSON *root = cJSON_CreateObject();
@@ -217,8 +292,13 @@ static cJSON *set_to_json(simgpu_t *s, const char *name)
     cJSON_AddStringToObject(root, "name", name);
     cJSON_AddNumberToObject(root, "release_delay_ms", (double)delay_sim);
     cJSON_AddNumberToObject(root, "release_delay_real_ms", (double)delay_real);
+    cJSON_AddNumberToObject(root, "pcie_bandwidth", (double)simgpu_pcie_bandwidth(s));
     cJSON_AddItemToObject(root, "gpus", gpus);
     static simgpu_proc_t procs[SIMGPU_MAX_PROCS];
+    static simgpu_park_info_t parks[SIMGPU_MAX_PROCS];
+    size_t n_parks = 0;
+    if (simgpu_park_list(s, parks, SIMGPU_MAX_PROCS, &n_parks) < 0 || !add_parks_json(root, parks, &n_parks))
+        goto fail;
     for (int g = 0; g < simgpu_count(s); g++) {
         simgpu_info_t info;
         size_t n = 0;
@@ -252,11 +332,34 @@ static cJSON *set_to_json(simgpu_t *s, const char *name)
             cJSON_AddNumberToObject(p, "used", (double)procs[i].used);
             cJSON_AddBoolToObject(p, "dead", procs[i].dead);
         }
+        if (!add_gpu_parked_json(gpu, g, parks, n_parks))
+            goto fail;
     }
     return root;
 fail:
     cJSON_Delete(root);
     return NULL;
+}
+
+/* "  parked 4GiB in host memory" and one line per parked process of GPU g. */
+static void show_parked_human(int g, const simgpu_park_info_t *parks, size_t n)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += parks[i].parked[g];
+    if (!total)
+        return;
+    char a[32];
+    units_format_size(total, a, sizeof a);
+    printf("  parked %s in host memory\n", a);
+    for (size_t i = 0; i < n; i++) {
+        if (!parks[i].parked[g])
+            continue;
+        units_format_size(parks[i].parked[g], a, sizeof a);
+        printf("  pid %-8d %10s  parked (%s%s%s)\n", (int)parks[i].pid, a,
+               simgpu_cuda_state_name(parks[i].state), parks[i].op ? ", " : "",
+               simgpu_park_op_name(parks[i].op));
+    }
 }
 
 static int show_human(simgpu_t *s, const char *name)
@@ -267,9 +370,15 @@ static int show_human(simgpu_t *s, const char *name)
     units_format_duration(delay_sim, a, sizeof a);
     units_format_duration(delay_real, b, sizeof b);
     int n_gpus = simgpu_count(s);
-    printf("%s: %d GPU%s, release delay %s (%s real)\n", name, n_gpus, n_gpus == 1 ? "" : "s", a,
-           b);
+    printf("%s: %d GPU%s, release delay %s (%s real), PCIe %.1f GB/s\n", name, n_gpus,
+           n_gpus == 1 ? "" : "s", a, b, (double)simgpu_pcie_bandwidth(s) / 1e9);
     static simgpu_proc_t procs[SIMGPU_MAX_PROCS];
+    static simgpu_park_info_t parks[SIMGPU_MAX_PROCS];
+    size_t n_parks = 0;
+    if (simgpu_park_list(s, parks, SIMGPU_MAX_PROCS, &n_parks) < 0)
+        n_parks = 0;
+    if (n_parks > SIMGPU_MAX_PROCS)
+        n_parks = SIMGPU_MAX_PROCS;
     for (int g = 0; g < n_gpus; g++) {
         simgpu_info_t info;
         size_t n = 0;
@@ -289,9 +398,12 @@ static int show_human(simgpu_t *s, const char *name)
             printf("  no processes\n");
         for (size_t i = 0; i < n; i++) {
             units_format_size(procs[i].used, a, sizeof a);
-            printf("  pid %-8d %10s%s\n", (int)procs[i].pid, a,
-                   procs[i].dead ? "  (dead, release pending)" : "");
+            int st = park_state_of(parks, n_parks, procs[i].pid);
+            printf("  pid %-8d %10s%s%s%s\n", (int)procs[i].pid, a,
+                   procs[i].dead ? "  (dead, release pending)" : "", st ? "  " : "",
+                   st ? simgpu_cuda_state_name(st) : "");
         }
+        show_parked_human(g, parks, n_parks);
     }
     return EXIT_OK;
 }

@@ -99,12 +99,14 @@ double sw_rand01(sw_worker_t *w)
 
 void sw_maybe_exit(sw_worker_t *w)
 {
-    if (!w->stopping || w->closing || w->n_running || w->n_waiting || w->admin_req || w->locking)
+    if (!w->stopping || w->closing || w->n_running || w->n_waiting || w->admin_req || w->locking ||
+        w->n_deferred)
         return;
     w->closing = true;
     log_event(LOG_INFO, "exit", "model=%s reason=%s", w->f.name, "signal");
     uv_close((uv_handle_t *)&w->job_timer, NULL);
     uv_close((uv_handle_t *)&w->model_timer, NULL);
+    sw_gate_close(w);
     uv_close((uv_handle_t *)&w->sigterm, NULL);
     uv_close((uv_handle_t *)&w->sigint, NULL);
 }
@@ -452,7 +454,7 @@ static void on_locked(void *ctx, bool ok, int errno_value)
 static bool pump(sw_worker_t *w)
 {
     bool changed = false;
-    while (w->n_running < slots(w) && !list_empty(&w->waiting)) {
+    while (!w->gpu_held && w->n_running < slots(w) && !list_empty(&w->waiting)) {
         sw_job_t *j = list_entry(list_first(&w->waiting), sw_job_t, link);
         if (w->state != SW_READY) {
             list_remove(&j->link);
@@ -503,7 +505,7 @@ static void progress_update(sw_worker_t *w)
     list_foreach(it, &w->running)
     {
         sw_job_t *j = list_entry(it, sw_job_t, link);
-        if (!j->hung && now > j->last)
+        if (!j->hung && !w->gpu_held && now > j->last)
             j->done += (now - j->last) / w->timescale * rate;
         j->last = now;
     }
@@ -518,6 +520,10 @@ static void reschedule(sw_worker_t *w)
 {
     if (w->closing)
         return;
+    if (w->gpu_held) {
+        uv_timer_stop(&w->job_timer);
+        return;
+    }
     double rate = current_rate(w);
     double best = -1;
     list_foreach(it, &w->running)
@@ -541,7 +547,7 @@ static void reschedule(sw_worker_t *w)
 
 static void update_utilization(sw_worker_t *w)
 {
-    unsigned u = w->n_running ? 100 : 0;
+    unsigned u = w->n_running && !w->gpu_held ? 100 : 0;
     if (u != w->utilization_set) {
         sw_gpumem_set_utilization(&w->mem, u);
         w->utilization_set = u;
@@ -575,6 +581,25 @@ static void tick(sw_worker_t *w)
 
 void sw_jobs_kick(sw_worker_t *w)
 {
+    tick(w);
+}
+
+void sw_jobs_hold(sw_worker_t *w)
+{
+    tick(w); /* everything due up to now happens first */
+    w->gpu_held = true;
+    tick(w); /* then: timer stopped, utilization 0 */
+}
+
+void sw_jobs_resume(sw_worker_t *w)
+{
+    double now = sw_now_ms();
+    list_foreach(it, &w->running)
+    {
+        sw_job_t *j = list_entry(it, sw_job_t, link);
+        j->last = now; /* the time held is not progress */
+    }
+    w->gpu_held = false;
     tick(w);
 }
 

@@ -122,10 +122,22 @@ static void unload_finish(sw_worker_t *w)
 static void on_model_timer(uv_timer_t *t)
 {
     sw_worker_t *w = t->data;
+    if (w->gpu_held) { /* a locked process's CUDA calls block: the step waits */
+        w->model_deferred = true;
+        return;
+    }
     if (w->state == SW_LOADING)
         load_advance(w);
     else if (w->state == SW_UNLOADING)
         unload_finish(w);
+}
+
+void sw_model_resume(sw_worker_t *w)
+{
+    if (!w->model_deferred)
+        return;
+    w->model_deferred = false;
+    on_model_timer(&w->model_timer);
 }
 
 void sw_model_init(sw_worker_t *w)

@@ -9,7 +9,8 @@
  *   GET  /v1/models                        OpenAI-style model list
  *   POST /unload_models/  /reload_models/  seed001's validator hooks (memory before/after, time)
  *   POST /clear_cache/  /cleanup_gpu/  /cleanup-memory   empty the allocator cache
- *   GET  /gpu_status/  /status/            memory as this process and the GPU see it
+ *   GET  /gpu_status/  /status/            memory as this process and the GPU see it, and
+ *                                          whether its GPU work is held by a CUDA lock
  * Paths match with or without a trailing slash. Unknown path: 404; wrong method: 405.
  */
 #include <stdarg.h>
@@ -105,7 +106,7 @@ static void gpu_status(sw_worker_t *w, sw_http_req_t *r)
         "\"process\": {\"held_bytes\": %llu, \"context_bytes\": %llu, \"resident_bytes\": %llu, "
         "\"active_bytes\": %llu, \"cached_bytes\": %llu, \"leaked_bytes\": %llu, \"peak_bytes\": %llu}, "
         "\"requests\": {\"running\": %u, \"waiting\": %u, \"started\": %llu, \"completed\": %llu, "
-        "\"oom\": %llu, \"failed\": %llu}, "
+        "\"oom\": %llu, \"failed\": %llu}, \"gpu_held\": %s, \"holds\": %llu, "
         "\"allocated_gb\": %.3f, \"reserved_gb\": %.3f, \"total_gb\": %.3f, \"free_gb\": %.3f}",
         name, sw_model_state_name(w->state), (int)getpid(), w->mem.index, gname, info.uuid,
         (unsigned long long)info.total, (unsigned long long)info.used, (unsigned long long)info.free,
@@ -113,12 +114,15 @@ static void gpu_status(sw_worker_t *w, sw_http_req_t *r)
         (unsigned long long)m->resident, (unsigned long long)m->active, (unsigned long long)m->pool,
         (unsigned long long)m->leaked, (unsigned long long)m->peak, w->n_running, w->n_waiting,
         (unsigned long long)w->started, (unsigned long long)w->completed, (unsigned long long)w->ooms,
-        (unsigned long long)w->failures, (double)allocated / GIB, (double)reserved / GIB,
+        (unsigned long long)w->failures, w->gpu_held ? "true" : "false", (unsigned long long)w->holds,
+        (double)allocated / GIB, (double)reserved / GIB,
         (double)info.total / GIB, (double)info.free / GIB);
 }
 
 static void clear_cache(sw_worker_t *w, sw_http_req_t *r)
 {
+    if (sw_gate_defer(w, r))
+        return;
     uint64_t freed = sw_gpumem_clear_cache(&w->mem);
     log_event(LOG_INFO, "cache_cleared", "model=%s freed=%llu", w->f.name, (unsigned long long)freed);
     sw_respond_json(r, 200, NULL, "{\"status\": \"success\", \"freed_bytes\": %llu, \"held_bytes\": %llu}",
@@ -137,6 +141,8 @@ static void models(sw_worker_t *w, sw_http_req_t *r)
 
 static void unload(sw_worker_t *w, sw_http_req_t *r)
 {
+    if (sw_gate_defer(w, r))
+        return;
     if (w->stopping) {
         sw_respond_json(r, 503, NULL, "{\"status\": \"error\", \"error\": \"shutting down\"}");
         return;
@@ -159,6 +165,8 @@ static void unload(sw_worker_t *w, sw_http_req_t *r)
 
 static void reload(sw_worker_t *w, sw_http_req_t *r)
 {
+    if (sw_gate_defer(w, r))
+        return;
     if (w->stopping) {
         sw_respond_json(r, 503, NULL, "{\"status\": \"error\", \"error\": \"shutting down\"}");
         return;

@@ -9,6 +9,8 @@
  *             progress shared between concurrent requests, OOM / failure / hang / crash,
  *             outputs and SSE streams.
  *   routes.c  the HTTP endpoints, dispatching to the two above.
+ *   gate.c    the simulated CUDA lock: GPU work held while the process is locked or
+ *             checkpointed (gate.h), /health answering all along.
  *
  * Model states: LOADING (health 503 {"status":"loading"}), READY (200 ok), UNLOADING and
  * UNLOADED (200 {"status":"unloading"|"unloaded"}; generation answers 503 "models unloaded").
@@ -26,6 +28,7 @@
 
 #include "common/list.h"
 #include "flags.h"
+#include "gate.h"
 #include "glock.h"
 #include "gpumem.h"
 #include "httpd.h"
@@ -62,6 +65,15 @@ typedef struct sw_worker {
     unsigned utilization_set;
     uint64_t started, completed, ooms, failures, outputs;
 
+    /* gate.c */
+    uv_timer_t gate_timer;
+    bool gpu_held;       /* locked/checkpointed: no GPU work advances or starts */
+    uint32_t gate_acked; /* the last lock request acknowledged */
+    sw_http_req_t *deferred[SW_GATE_DEFERRED]; /* admin requests held until resumed */
+    unsigned n_deferred;
+    bool model_deferred; /* a load/unload step fell due while held */
+    uint64_t holds;
+
     bool stopping; /* SIGTERM: finish what runs, then exit */
     bool closing;  /* idle while stopping: own handles closed; uv_run returns when the
                     * last connection has written its answer and closed */
@@ -73,6 +85,8 @@ void sw_model_init(sw_worker_t *w);
 void sw_model_start_load(sw_worker_t *w, sw_http_req_t *admin_req);
 void sw_model_start_unload(sw_worker_t *w, sw_http_req_t *admin_req);
 const char *sw_model_state_name(enum sw_model_state s);
+/* The GPU work resumes: run the load/unload step that fell due while held. */
+void sw_model_resume(sw_worker_t *w);
 
 /* jobs.c */
 void sw_jobs_init(sw_worker_t *w);
@@ -80,6 +94,9 @@ void sw_jobs_init(sw_worker_t *w);
 void sw_jobs_submit(sw_worker_t *w, sw_http_req_t *req, int kind);
 /* Called when the model becomes ready again, or anything else that may let jobs start. */
 void sw_jobs_kick(sw_worker_t *w);
+/* gate.c: stop / resume GPU work (requests advance to now first; held time is not progress). */
+void sw_jobs_hold(sw_worker_t *w);
+void sw_jobs_resume(sw_worker_t *w);
 double sw_now_ms(void); /* monotonic real ms */
 uint64_t sw_rand(sw_worker_t *w);
 double sw_rand01(sw_worker_t *w);

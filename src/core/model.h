@@ -168,6 +168,8 @@ struct model {
     uint64_t peaks[MODEL_PEAK_SAMPLES];
     unsigned n_peaks, peak_next;
     uint64_t load_ms_ewma, run_ms_ewma;
+    uint64_t last_arrival_ms;  /* when its last request arrived (0 = none yet) */
+    uint64_t arrival_gap_ms;   /* mean gap between its requests (EWMA; 0 = fewer than two) */
     uint64_t oom_total;
     uint64_t deadline_rejections;
     uint64_t degraded_total;   /* retries at a lower ladder level */

@@ -44,6 +44,8 @@ static void conn_close_after_flush(conn_t *c);
 static int conn_write_now(conn_t *c, const void *data, size_t len);
 static void schedule_resume(conn_t *c);
 static void watch_arm(conn_t *c);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
 
 static const char *conn_state_name(enum conn_state s)
 {
@@ -340,7 +342,13 @@ static void on_shutdown(uv_shutdown_t *sr, int status)
     }
     /* Lingering close: keep reading (and discarding) until the client closes or
      * LINGER_MS passes, so unread client bytes do not turn our FIN into a RST that
-     * destroys the response in flight. */
+     * destroys the response in flight. Pipelined bytes that paused reading will never be
+     * served: drop them and read on, or the client's FIN is never seen (LINGER_MS wasted). */
+    if (c->read_paused) {
+        c->read_paused = false;
+        buf_reset(&c->in);
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    }
     uv_timer_start(&c->timer, on_linger_timeout, LINGER_MS, 0);
 }
 

@@ -208,6 +208,7 @@ void dispatch_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
         return;
     }
     m->requests_total++;
+    sched_note_arrival(m);
     dispatch_clients_queued(r);
     enqueued(r, deadline);
     dispatch_pump(&m->pump);

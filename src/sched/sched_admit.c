@@ -173,23 +173,52 @@ void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, boo
         sched_pump_all(m->core);
 }
 
-void sched_note_oom(model_t *m)
+void sched_note_oom(model_t *m, uint64_t process_need)
 {
     m->oom_total++;
     uint64_t est = sched_request_estimate(m);
     uint64_t raised = est + est / 4;
     if (raised < est + 256ULL * 1024 * 1024)
         raised = est + 256ULL * 1024 * 1024;
+    /* the answer said how much the process wanted (PyTorch's message: held + tried to
+     * allocate): beyond the model's resident memory, that much was one request's need at
+     * least. Without it, one OOM of an under-declared model would leave the estimate far
+     * below what the next such request grabs before it fails, and neighbours admitted
+     * beside it (a worker's start, another request) would run out of memory with it. */
+    uint64_t resident = m->cfg->memory.resident;
+    uint64_t evidence = process_need > resident ? process_need - resident : 0;
+    if (evidence > raised)
+        raised = evidence;
     /* never past what the largest allowed GPU can give a request next to the model: the
      * request ran there, so it can fit; an estimate over the card would refuse every later
      * request with 422 cannot_fit, for good (an OOM can also come from memory others took) */
     uint64_t room = sched_largest_room(m);
-    uint64_t resident = m->cfg->memory.resident;
     if (room > resident && raised > room - resident)
         raised = room - resident > est ? room - resident : est;
-    log_event(LOG_WARN, "per_request_raised", "model=%s from=%llu to=%llu reason=%s", m->name,
-              (unsigned long long)est, (unsigned long long)raised, "oom");
+    log_event(LOG_WARN, "per_request_raised", "model=%s from=%llu to=%llu reason=%s evidence=%llu", m->name,
+              (unsigned long long)est, (unsigned long long)raised, "oom", (unsigned long long)evidence);
     m->est_per_request = raised;
+}
+
+void sched_note_arrival(model_t *m)
+{
+    uint64_t now = core_now();
+    if (m->last_arrival_ms && now >= m->last_arrival_ms) {
+        uint64_t gap = now - m->last_arrival_ms;
+        m->arrival_gap_ms = m->arrival_gap_ms ? (m->arrival_gap_ms * 7 + gap * 3) / 10 : gap;
+        if (m->arrival_gap_ms == 0)
+            m->arrival_gap_ms = 1;
+    }
+    m->last_arrival_ms = now;
+}
+
+uint64_t sched_expected_gap_ms(const model_t *m)
+{
+    if (!m->last_arrival_ms)
+        return 0;
+    uint64_t since = core_now() - m->last_arrival_ms;
+    uint64_t gap = m->arrival_gap_ms ? m->arrival_gap_ms : since;
+    return gap > since ? gap : (since ? since : 1);
 }
 
 void sched_note_load(model_t *m, uint64_t load_ms)

@@ -4,6 +4,8 @@
  * instances of other models are evicted for it, it waits (running work, memory on its way
  * back) and claims the GPU once it starves, or it can never fit. Also books an instance's
  * RESIDENT entry when it is placed and starts the verified reclaim when it unloads.
+ * Which idle instances go is placer.c's choice (least expected delay); this file gives it
+ * each candidate's learned return cost, its model's gap between requests and keep-alive.
  * Invariants: only idle instances are evicted (evictable), never more while memory
  * already on its way back would cover the need; an eviction is always made under the
  * claimant's claim on that GPU; a queued model is evicted only for a claimant whose oldest
@@ -49,6 +51,16 @@ static bool evictable(const instance_t *in, const model_t *for_m)
             return false; /* sched_admit lets this model's work go ahead of the claim instead */
     }
     return true;
+}
+
+/* How long until in's keep-alive would free it anyway (an eviction now saves that wait). */
+static uint64_t keep_alive_left(const instance_t *in, uint64_t now)
+{
+    uint64_t ka = in->model->cfg->keep_alive_ms;
+    if (ka == CONFIG_FOREVER)
+        return UINT64_MAX / 4;
+    uint64_t idle = now > in->last_used_ms ? now - in->last_used_ms : 0;
+    return ka > idle ? ka - idle : 0;
 }
 
 /* Memory on GPU pos that is on its way back: evicted or stopping instances whose entries
@@ -103,6 +115,7 @@ static void claim_if_starving(model_t *m, const bool allowed[LEDGER_MAX_GPUS], u
 /* The idle instances that may be evicted for m, into sched_state.cands; their count. */
 static size_t gather_candidates(const model_t *m)
 {
+    uint64_t now = core_now();
     placer_candidate_t *cands = sched_state.cands;
     size_t n = 0;
     list_foreach(mi, &sched_state.core->models) {
@@ -118,7 +131,10 @@ static size_t gather_candidates(const model_t *m)
                                               .bytes = in->mem.bytes,
                                               .priority = om->cfg->priority,
                                               .last_used_ms = in->last_used_ms,
-                                              .reload_cost_ms = om->load_ms_ewma};
+                                              .return_cost_ms = om->load_ms_ewma,
+                                              .gap_ms = sched_expected_gap_ms(om),
+                                              .keep_alive_left_ms = keep_alive_left(in, now),
+                                              .queued = om->queue.depth};
         }
     }
     return n;

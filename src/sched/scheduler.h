@@ -108,10 +108,20 @@ bool sched_request_fits_now(const instance_t *inst);
  * shows the memory back. */
 void sched_instance_unloading(instance_t *inst);
 bool sched_instance_holds_memory(const instance_t *inst);
+/* A request for m arrived (first attempts only): the mean gap between its requests is
+ * learned for eviction cost (placer.h, rule 2b). */
+void sched_note_arrival(model_t *m);
+/* The expected time until m's next request: its mean gap, at least the time since its
+ * last one (an idle model's gap grows); 0 when no request was ever seen. */
+uint64_t sched_expected_gap_ms(const model_t *m);
 /* Learned load time (ms) for eviction cost and deadlines. */
 void sched_note_load(model_t *m, uint64_t load_ms);
-/* An OOM was seen for m: raise the estimate now. */
-void sched_note_oom(model_t *m);
+/* An OOM was seen for m: raise the estimate now, by a quarter (at least 256 MiB), or to
+ * what the answer said the process needed beyond the model's resident memory when that is
+ * more (process_need: oom_message_need of the answer, 0 when unknown); never past what the
+ * largest allowed GPU can give a request beside the model. With several requests in one
+ * process, process_need holds all of them, so the raise errs on the large side. */
+void sched_note_oom(model_t *m, uint64_t process_need);
 
 /* Add the "gpus" array and memory fields to a status object (cJSON *). */
 void sched_status_json(void *gpus_array);

@@ -16,7 +16,9 @@
  *   3. runs degrade_is_oom over the body (and the body as the header block) under fixed
  *      detect configs: defaults, a status list, a status list + regex, the json rule, the
  *      header rule and the SPEC example; a status-only rule must answer exactly "status is
- *      listed", and the defaults never call a 2xx/4xx non-JSON answer an OOM.
+ *      listed", and the defaults never call a 2xx/4xx non-JSON answer an OOM;
+ *   4. reads the body as an OOM message (oom_message_need): a need only where the text says
+ *      "Tried to allocate".
  * Any broken promise aborts. No global state: the same input always does the same work.
  * Replayed over tests/fuzz/corpus/degrade by replay_main.c.
  */
@@ -27,6 +29,7 @@
 #include <string.h>
 
 #include "quality/degrade.h"
+#include "quality/oom_message.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -175,6 +178,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     static const int statuses[] = {200, 500, 503, 507};
     run_detection(statuses[size ? data[0] % 4 : 0], body, body_len);
+    /* what an OOM answer says the process needed: only ever from "Tried to allocate" */
+    uint64_t need = oom_message_need(body, body_len);
+    check(need == 0 || memmem(body, body_len, "Tried to allocate ", 18) != NULL);
 
     cJSON_Delete(empty);
     cJSON_Delete(set);

@@ -1,9 +1,12 @@
-/* Unit tests for sched/placer: best fit, eviction order and choice, wait, never. */
+/* Unit tests for sched/placer: best fit; the eviction set (priority first, then the least
+ * expected delay, then the fewest bytes), exact and greedy; the GPU choice; wait; never. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+
+#include <string.h>
 
 #include "sched/placer.h"
 
@@ -44,35 +47,137 @@ static void test_never_when_bigger_than_any_gpu(void **state)
     assert_int_equal(placer_choose(&l, all, 30 * GiB, NULL, NULL, 0, &p), PLACER_FITS);
 }
 
-static void test_eviction_order_priority_then_lru_then_cost(void **state)
+/* A GPU of 24 GiB whose memory is all held by the candidates' resident entries. */
+static void fill(ledger_t *l, ledger_entry_t *e, int *owners, placer_candidate_t *c, size_t n)
+{
+    ledger_init(l);
+    ledger_set_gpu(l, 0, 0, 24 * GiB, 0);
+    for (size_t i = 0; i < n; i++) {
+        c[i].instance = &owners[i];
+        ledger_entry_init(&e[i]);
+        ledger_force(l, c[i].gpu_pos, &e[i], LEDGER_RESIDENT, c[i].bytes, "m", &owners[i]);
+    }
+}
+
+static void test_expected_delay(void **state)
+{
+    (void)state;
+    placer_candidate_t c = {.return_cost_ms = 40000, .gap_ms = 0, .keep_alive_left_ms = 600000};
+    assert_true(placer_expected_delay_ms(&c) == 0.0); /* never asked for */
+    c.gap_ms = 60000;                                  /* one a minute, 10 minutes of keep-alive left */
+    assert_true(placer_expected_delay_ms(&c) > 39990 && placer_expected_delay_ms(&c) < 40000);
+    c.keep_alive_left_ms = 0; /* would be freed now anyway */
+    assert_true(placer_expected_delay_ms(&c) == 0.0);
+    c.queued = 2; /* two waiting: both pay the whole return */
+    assert_true(placer_expected_delay_ms(&c) == 80000.0);
+    c.return_cost_ms = 0; /* never timed: the default */
+    c.queued = 1;
+    assert_true(placer_expected_delay_ms(&c) == (double)PLACER_UNKNOWN_RETURN_MS);
+}
+
+static void test_priority_before_cost(void **state)
 {
     (void)state;
     ledger_t l;
-    ledger_init(&l);
-    ledger_set_gpu(&l, 0, 0, 24 * GiB, 0);
-    ledger_entry_t e[4];
-    int owners[4];
-    placer_candidate_t c[4] = {
-        {.instance = &owners[0], .gpu_pos = 0, .bytes = 6 * GiB, .priority = 5, .last_used_ms = 100, .reload_cost_ms = 10},
-        {.instance = &owners[1], .gpu_pos = 0, .bytes = 6 * GiB, .priority = 2, .last_used_ms = 900, .reload_cost_ms = 10},
-        {.instance = &owners[2], .gpu_pos = 0, .bytes = 6 * GiB, .priority = 5, .last_used_ms = 50, .reload_cost_ms = 99},
-        {.instance = &owners[3], .gpu_pos = 0, .bytes = 6 * GiB, .priority = 5, .last_used_ms = 50, .reload_cost_ms = 1},
+    ledger_entry_t e[3];
+    int o[3];
+    /* the low-priority model is busy and slow to reload, the others idle for long: it still goes
+     * first, as long as it frees enough */
+    placer_candidate_t c[3] = {
+        {.gpu_pos = 0, .bytes = 8 * GiB, .priority = 2, .return_cost_ms = 90000, .gap_ms = 1000, .keep_alive_left_ms = 600000},
+        {.gpu_pos = 0, .bytes = 8 * GiB, .priority = 5, .return_cost_ms = 1000, .gap_ms = 0, .keep_alive_left_ms = 600000},
+        {.gpu_pos = 0, .bytes = 8 * GiB, .priority = 5, .return_cost_ms = 1000, .gap_ms = 0, .keep_alive_left_ms = 600000},
     };
-    for (int i = 0; i < 4; i++) {
-        ledger_entry_init(&e[i]);
-        assert_int_equal(ledger_reserve(&l, 0, &e[i], LEDGER_RESIDENT, 6 * GiB, "m", &owners[i]), 0);
-    }
+    fill(&l, e, o, c, 3);
     placer_plan_t p;
-    /* need 12 GiB: two evictions; the low-priority one first, then among priority 5 the
-     * least recently used, and of two equally old the cheaper to reload */
-    assert_int_equal(placer_choose(&l, all, 12 * GiB, NULL, c, 4, &p), PLACER_EVICT);
+    assert_int_equal(placer_choose(&l, all, 8 * GiB, NULL, c, 3, &p), PLACER_EVICT);
+    assert_int_equal(p.n_evict, 1);
+    assert_int_equal(p.evict[0], 0);
+    /* 16 GiB: priority 2 alone is not enough, so a priority-5 model must go; below that cap
+     * the expected delay decides: the two idle priority-5 models cost nothing, the busy one
+     * 90 s, so they go and it stays */
+    assert_int_equal(placer_choose(&l, all, 16 * GiB, NULL, c, 3, &p), PLACER_EVICT);
     assert_int_equal(p.n_evict, 2);
+    assert_true((p.evict[0] == 1 && p.evict[1] == 2) || (p.evict[0] == 2 && p.evict[1] == 1));
+}
+
+static void test_least_expected_delay_wins(void **state)
+{
+    (void)state;
+    ledger_t l;
+    ledger_entry_t e[3];
+    int o[3];
+    placer_candidate_t c[3] = {
+        /* used every 2 s, 40 s to reload */
+        {.gpu_pos = 0, .bytes = 8 * GiB, .priority = 5, .last_used_ms = 10, .return_cost_ms = 40000, .gap_ms = 2000, .keep_alive_left_ms = 600000},
+        /* used once an hour: its keep-alive will likely run out first */
+        {.gpu_pos = 0, .bytes = 8 * GiB, .priority = 5, .last_used_ms = 90, .return_cost_ms = 40000, .gap_ms = 3600000, .keep_alive_left_ms = 600000},
+        /* busy, but back in 100 ms (a parked tier) */
+        {.gpu_pos = 0, .bytes = 8 * GiB, .priority = 5, .last_used_ms = 50, .return_cost_ms = 100, .gap_ms = 2000, .keep_alive_left_ms = 600000},
+    };
+    fill(&l, e, o, c, 3);
+    placer_plan_t p;
+    /* LRU would take 0 (used longest ago); the cheapest wait is 2 (100 ms), then 1 */
+    assert_int_equal(placer_choose(&l, all, 8 * GiB, NULL, c, 3, &p), PLACER_EVICT);
+    assert_int_equal(p.n_evict, 1);
+    assert_int_equal(p.evict[0], 2);
+    assert_int_equal(placer_choose(&l, all, 16 * GiB, NULL, c, 3, &p), PLACER_EVICT);
+    assert_int_equal(p.n_evict, 2);
+    assert_true((p.evict[0] == 1 && p.evict[1] == 2) || (p.evict[0] == 2 && p.evict[1] == 1));
+}
+
+static void test_frees_only_what_is_needed(void **state)
+{
+    (void)state;
+    ledger_t l;
+    ledger_entry_t e[3];
+    int o[3];
+    /* the old rule took the least recently used first (4 GiB) and then still needed the
+     * 12 GiB one: two evictions where one was enough */
+    placer_candidate_t c[3] = {
+        {.gpu_pos = 0, .bytes = 4 * GiB, .priority = 5, .last_used_ms = 1, .return_cost_ms = 20000, .gap_ms = 600000, .keep_alive_left_ms = 300000},
+        {.gpu_pos = 0, .bytes = 12 * GiB, .priority = 5, .last_used_ms = 9, .return_cost_ms = 20000, .gap_ms = 600000, .keep_alive_left_ms = 300000},
+        {.gpu_pos = 0, .bytes = 8 * GiB, .priority = 5, .last_used_ms = 5, .return_cost_ms = 20000, .gap_ms = 0, .keep_alive_left_ms = 300000},
+    };
+    fill(&l, e, o, c, 3);
+    placer_plan_t p;
+    assert_int_equal(placer_choose(&l, all, 10 * GiB, NULL, c, 3, &p), PLACER_EVICT);
+    assert_int_equal(p.n_evict, 1);
     assert_int_equal(p.evict[0], 1);
-    assert_int_equal(p.evict[1], 3);
-    /* need 18 GiB: three */
-    assert_int_equal(placer_choose(&l, all, 18 * GiB, NULL, c, 4, &p), PLACER_EVICT);
-    assert_int_equal(p.n_evict, 3);
-    assert_int_equal(p.evict[2], 2);
+    /* equal cost (none was ever asked for): the fewest bytes that suffice */
+    c[0].gap_ms = c[1].gap_ms = 0;
+    assert_int_equal(placer_choose(&l, all, 6 * GiB, NULL, c, 3, &p), PLACER_EVICT);
+    assert_int_equal(p.n_evict, 1);
+    assert_int_equal(p.evict[0], 2);
+}
+
+static void test_many_candidates_greedy(void **state)
+{
+    (void)state;
+    enum { N = 20 };
+    ledger_t l;
+    ledger_entry_t e[N];
+    int o[N];
+    placer_candidate_t c[N];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < N; i++) {
+        c[i].gpu_pos = 0;
+        c[i].bytes = GiB;
+        c[i].priority = 5;
+        c[i].return_cost_ms = 1000 * (uint64_t)(N - i); /* later ones are cheaper */
+        c[i].gap_ms = 1000;
+        c[i].keep_alive_left_ms = 600000;
+        c[i].last_used_ms = (uint64_t)i;
+    }
+    c[3].bytes = 4 * GiB; /* one bigger and dearer per byte: not needed */
+    c[3].return_cost_ms = 100000;
+    fill(&l, e, o, c, N);
+    placer_plan_t p;
+    /* 23 GiB held: 1 free, 5 missing */
+    assert_int_equal(placer_choose(&l, all, 6 * GiB, NULL, c, N, &p), PLACER_EVICT);
+    assert_int_equal(p.n_evict, 5);
+    for (size_t k = 0; k < p.n_evict; k++)
+        assert_true(p.evict[k] >= N - 5); /* the five cheapest */
 }
 
 static void test_wait_when_busy_memory_blocks(void **state)
@@ -131,7 +236,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_best_fit_picks_smallest_hole),
         cmocka_unit_test(test_never_when_bigger_than_any_gpu),
-        cmocka_unit_test(test_eviction_order_priority_then_lru_then_cost),
+        cmocka_unit_test(test_expected_delay),
+        cmocka_unit_test(test_priority_before_cost),
+        cmocka_unit_test(test_least_expected_delay_wins),
+        cmocka_unit_test(test_frees_only_what_is_needed),
+        cmocka_unit_test(test_many_candidates_greedy),
         cmocka_unit_test(test_wait_when_busy_memory_blocks),
         cmocka_unit_test(test_prefers_gpu_with_cheaper_plan),
         cmocka_unit_test(test_claim_of_another_blocks_fit),

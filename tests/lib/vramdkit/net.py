@@ -34,11 +34,28 @@ def _ephemeral_low():
         return 32768
 
 
+def _port_range():
+    """This test process's share of the range: under pytest-xdist (make test runs the
+    suites in parallel) each worker gwN of K picks from its own slice, so two tests running
+    at once never pick the same port between checking it and listening on it."""
+    low, high = _PORT_LOW, min(_PORT_HIGH, _ephemeral_low())
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        index = int(worker[2:]) if worker.startswith("gw") else 0
+    except ValueError:
+        count, index = 1, 0
+    if count > 1 and 0 <= index < count:
+        width = (high - low) // count
+        low, high = low + index * width, low + (index + 1) * width
+    return low, high
+
+
 def free_port():
     """A loopback port that is free now and outside the ephemeral range."""
-    high = min(_PORT_HIGH, _ephemeral_low())
+    low, high = _port_range()
     for _ in range(500):
-        port = _port_rng.randrange(_PORT_LOW, high)
+        port = _port_rng.randrange(low, high)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))

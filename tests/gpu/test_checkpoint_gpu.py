@@ -1,0 +1,197 @@
+"""tests/gpu: a real PyTorch worker parked into host memory and restored through the real
+CUDA driver's checkpoint calls, by vramd's own interface (src/gpu/cuda.c, driven by
+build/bin/simcuda-checkpoint with VRAMD_CUDA_LIBRARY=libcuda.so.1: the code path that answers
+from libcuda-sim.so elsewhere). Prints the measured checkpoint and restore rates in GB/s.
+
+Skips itself unless: NVML reports a device, its driver is 550 or later, libcuda.so.1 has the
+checkpoint driver API (cuCheckpointProcess*: driver 570+, CUDA 12.8), and a python3 with
+torch and CUDA is found ($VRAMD_TORCH_PYTHON, else python3 on PATH).
+
+Run alone: VRAMD_BUILD=build /usr/bin/python3 -m pytest -s tests/gpu/test_checkpoint_gpu.py
+"""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if os.path.join(ROOT, "tests", "lib") not in sys.path:
+    sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))  # the vramdkit package
+
+from vramdkit import binary, free_port  # noqa: E402
+
+RESIDENT_MIB = 4096  # the "model": 4 GiB of weights on the card
+HTTP_TIMEOUT = 300
+
+
+class NvmlProcess(ctypes.Structure):  # nvmlProcessInfo_v2_t (the _v3 call's record)
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+def nvml():
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    return lib if lib.nvmlInit_v2() == 0 else None
+
+
+def driver_major():
+    """The display driver's major version (550, 570, ...), 0 when there is no usable GPU."""
+    lib = nvml()
+    if lib is None:
+        return 0
+    count = ctypes.c_uint(0)
+    buf = ctypes.create_string_buffer(96)
+    ok = (lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 and count.value > 0 and
+          lib.nvmlSystemGetDriverVersion(buf, 96) == 0)
+    lib.nvmlShutdown()
+    try:
+        return int(buf.value.decode().split(".")[0]) if ok else 0
+    except ValueError:
+        return 0
+
+
+def checkpoint_api_present():
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return all(hasattr(cuda, name) for name in
+               ("cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint",
+                "cuCheckpointProcessRestore", "cuCheckpointProcessUnlock",
+                "cuCheckpointProcessGetState"))
+
+
+def gpu_bytes_of(pid):
+    """What NVML says pid holds on any device (0 when it is not listed)."""
+    lib = nvml()
+    assert lib is not None
+    total = 0
+    count = ctypes.c_uint(0)
+    lib.nvmlDeviceGetCount_v2(ctypes.byref(count))
+    for i in range(count.value):
+        handle = ctypes.c_void_p()
+        if lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0:
+            continue
+        n = ctypes.c_uint(64)
+        procs = (NvmlProcess * 64)()
+        if lib.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(n), procs) != 0:
+            continue
+        total += sum(procs[k].usedGpuMemory for k in range(n.value) if procs[k].pid == pid)
+    lib.nvmlShutdown()
+    return total
+
+
+def torch_python():
+    import shutil
+    for py in filter(None, [os.environ.get("VRAMD_TORCH_PYTHON"), shutil.which("python3"), "/usr/bin/python3"]):
+        try:
+            out = subprocess.run([py, "-c", "import torch; print(torch.cuda.is_available())"],
+                                 capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.stdout.strip() == "True":
+            return py
+    return None
+
+
+MAJOR = driver_major()
+SKIP = ("no NVIDIA GPU with NVML on this machine" if MAJOR == 0 else
+        f"driver {MAJOR} is older than 550: no CUDA checkpoint" if MAJOR < 550 else
+        "libcuda.so.1 lacks the checkpoint driver API (cuCheckpointProcess*: driver 570+)"
+        if not checkpoint_api_present() else None)
+PY = torch_python() if SKIP is None else None
+if SKIP is None and PY is None:
+    SKIP = "no python3 with torch and CUDA ($VRAMD_TORCH_PYTHON)"
+pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+
+
+def ckpt(*args):
+    """simcuda-checkpoint ARGS --json over the real driver; returns (exit code, result)."""
+    env = dict(os.environ)
+    env["VRAMD_CUDA_LIBRARY"] = "libcuda.so.1"
+    res = subprocess.run([str(binary("simcuda-checkpoint")), *[str(a) for a in args], "--json"],
+                         capture_output=True, text=True, env=env, timeout=HTTP_TIMEOUT)
+    try:
+        return res.returncode, json.loads(res.stdout)
+    except ValueError:
+        pytest.fail(f"simcuda-checkpoint printed no JSON ({res.returncode}): {res.stdout} {res.stderr}")
+
+
+def http(url, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, {}
+
+
+@pytest.fixture
+def worker():
+    if not os.path.exists(binary("simcuda-checkpoint")):
+        pytest.fail(f"{binary('simcuda-checkpoint')} is missing: build first (make)")
+    port = free_port()
+    p = subprocess.Popen([PY, os.path.join(ROOT, "tests", "gpu", "torch_worker.py"), "--port", str(port),
+                          "--resident-mib", str(RESIDENT_MIB)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if http(base + "/health")[0] == 200:
+                break
+        except OSError:
+            if p.poll() is not None:
+                pytest.fail(f"torch worker exited {p.returncode}: {p.stderr.read().decode()[-2000:]}")
+            time.sleep(0.2)
+    yield p, base
+    p.kill()
+    p.wait(timeout=60)
+
+
+def test_park_and_restore_a_pytorch_worker(worker):
+    proc, base = worker
+    pid = proc.pid
+    assert http(base + "/generate", {"mib": 256, "ms": 100})[0] == 200  # CUDA warmed up
+    before = gpu_bytes_of(pid)
+    assert before >= RESIDENT_MIB << 20
+    rc, st = ckpt("--get-state", "--pid", pid)
+    assert rc == 0 and st["state"] == "running", st
+
+    rc, park = ckpt("--toggle", "--pid", pid, "--timeout", 30000)
+    assert rc == 0 and park["status"] == "ok" and park["state"] == "checkpointed", park
+    assert gpu_bytes_of(pid) < before - (RESIDENT_MIB << 20) // 2  # NVML: the memory left
+
+    # parked: its CPU side still answers; GPU work waits for the restore
+    assert http(base + "/health")[0] == 200
+    done = {}
+    t = threading.Thread(target=lambda: done.update(r=http(base + "/generate", {"mib": 64, "ms": 50})))
+    t.start()
+    t.join(1.0)
+    assert "r" not in done, "a CUDA call in a checkpointed process must block"
+
+    rc, unpark = ckpt("--toggle", "--pid", pid)
+    assert rc == 0 and unpark["status"] == "ok" and unpark["state"] == "running", unpark
+    t.join(HTTP_TIMEOUT)
+    assert done.get("r", (None,))[0] == 200, done
+    assert gpu_bytes_of(pid) >= before - (64 << 20)  # back (the allocator may have trimmed a little)
+    assert http(base + "/generate", {"mib": 256, "ms": 100})[0] == 200
+
+    gb = before / 1e9
+    out_rate = gb / (park["copy_ms"] / 1000) if park["copy_ms"] > 0 else float("inf")
+    in_rate = gb / (unpark["copy_ms"] / 1000) if unpark["copy_ms"] > 0 else float("inf")
+    print(f"\ncheckpoint: {gb:.2f} GB in {park['copy_ms']:.0f} ms = {out_rate:.1f} GB/s "
+          f"(lock {park['lock_ms']:.0f} ms); restore: {unpark['copy_ms']:.0f} ms = "
+          f"{in_rate:.1f} GB/s (unlock {unpark['unlock_ms']:.0f} ms)")
