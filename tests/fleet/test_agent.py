@@ -33,7 +33,7 @@ def start(sched, **fleet):
         "chat": sched.model("chat", ["--resident", "3.7GiB", "--per-request", "1GiB", "--cache", "release",
                                      "--run-time", sim_s(RUN_S)], "4GiB", "1GiB", queue_max=8),
         "big": sched.model("big", ["--resident", "30GiB"], "30GiB", "1GiB"),
-    }, fleet={"agent_listen": f"127.0.0.1:{port}", "agent_wait": "100ms", "agent_timeout": "1s", **fleet})
+    }, fleet={"agent_listen": f"127.0.0.1:{port}", "agent_wait": "300ms", "agent_timeout": "1s", **fleet})
     return gpu, vd, port
 
 
@@ -41,12 +41,12 @@ def test_agent_lines_follow_the_ledger(sched):
     gpu, vd, port = start(sched)
     host = ask(port)  # no agent-send: the host, once agent_wait passed in silence
     assert host.up and host.admin == "ready" and host.weight == 100, host
-    assert 0.09 <= host.elapsed < 0.9, host
+    assert 0.29 <= host.elapsed < 1.5, host
     assert host.maxconn == 1000 + 1 + 1, host  # limits.queue_max + every model's slots
     cold = ask(port, "chat\n")
     assert cold.up and 2 <= cold.weight <= 10, cold  # it would have to load: a little
     assert cold.maxconn == 1 + 8, cold  # slots + queue_max
-    assert cold.elapsed < 0.09, cold  # a full line is answered at once
+    assert cold.elapsed < 0.25, cold  # a full line is answered at once, not after agent_wait
     assert ask(port, "model=chat\r\n").weight == cold.weight
 
     r = vd.generate("chat")
@@ -96,9 +96,9 @@ def test_agent_down_reasons_and_bad_strings(sched):
         assert a.down and "bad agent-send" in a.reason and why in a.reason, (bad, a)
     # no end of line: answered once agent_wait passed; a FIN answers at once
     no_eol = ask(port, "chat")
-    assert no_eol.up and 0.09 <= no_eol.elapsed < 0.9, no_eol
+    assert no_eol.up and 0.29 <= no_eol.elapsed < 1.5, no_eol
     fin = ask(port, "chat", half_close=True)
-    assert fin.up and fin.elapsed < 0.09, fin
+    assert fin.up and fin.elapsed < 0.25, fin
     # a trickle (a byte every 50 ms, never quiet for agent_wait) is cut at agent_timeout
     t0 = time.monotonic()
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
