@@ -149,12 +149,14 @@ unsigned agent_weight(const agent_figures_t *f)
     }
     case AGENT_ROOM_WARMING:
         return load ? 50 : 10;
+    case AGENT_ROOM_QUEUE:
+        return load ? 100 : one ? 10 : 0;
     case AGENT_ROOM_PARKED:
         return load ? 50 : one ? 10 : 0;
     case AGENT_ROOM_COLD_FITS: {
         if (!one && !load)
             return 0;
-        unsigned lo = one ? 2 : 20, span = one ? 8 : 80;
+        unsigned lo = one ? 2 : 20, span = one ? 8 : 40;
         if (f->capacity == 0 || f->free <= f->need)
             return lo;
         uint64_t spare = f->free - f->need;
@@ -163,7 +165,7 @@ unsigned agent_weight(const agent_figures_t *f)
         return lo + (unsigned)scale(span, spare, f->capacity);
     }
     case AGENT_ROOM_COLD_EVICT:
-        return load ? 10 : one ? 1 : 0;
+        return load ? 2 : one ? 1 : 0;
     case AGENT_ROOM_WAIT:
         return load && !f->foreign_blocked ? 1 : 0;
     case AGENT_ROOM_FULL:
@@ -213,6 +215,7 @@ size_t agent_format(const agent_figures_t *f, char out[AGENT_LINE_MAX])
 
 const char *agent_room_name(enum agent_room r)
 {
-    static const char *const names[] = {"resident", "warming", "parked", "cold_fits", "cold_evict", "wait", "full"};
+    static const char *const names[] = {"resident", "warming",    "queue", "parked",
+                                        "cold_fits", "cold_evict", "wait",  "full"};
     return (unsigned)r < sizeof names / sizeof names[0] ? names[r] : "unknown";
 }

@@ -33,10 +33,13 @@
  *   RESIDENT  an instance is ready with a free slot and the request's memory is free:
  *             R = 50 + 50 * free slots / slots of the ready instances   R        R       100
  *   WARMING   an instance is starting or reloading and will take it:    10       10      50
+ *   QUEUE     loaded here, every slot busy, and the predicted wait for a
+ *             slot (queue ahead / slots x learned run time) is at most its
+ *             learned load time: waiting here beats a load anywhere:    10       0       100
  *   PARKED    an instance sits unloaded (reload hook), the reload fits: 10       0       50
  *   COLD_FITS a new instance fits now without evicting anything,
- *             s = (free - need) / capacity:                    2 + 8s   0       20 + 80s
- *   COLD_EVICT a new instance fits once idle models are evicted:        1        0       10
+ *             s = (free - need) / capacity:                    2 + 8s   0       20 + 40s
+ *   COLD_EVICT a new instance fits once idle models are evicted:        1        0       2
  *   WAIT      nothing can start here now: behind vramd's own work       0        0       1
  *             (running requests, other models), or blocked by memory
  *             vramd does not manage (foreign_blocked: the GPU's capacity
@@ -47,9 +50,11 @@
  * tiers (the resident answer on the servers, the load answer on `backup` servers of the
  * same hosts with `option allbackups`; contrib/haproxy/haproxy.cfg): every request goes
  * where the model is loaded and has room, and only when no such host is left does HAProxy
- * turn to the backups, which spread loads by spare memory, and when nothing can start
- * anywhere, queue at the hosts busy with their own work (1) rather than fail; a host whose
- * GPU is taken by memory vramd does not manage gets none of it (0).
+ * turn to the backups: the host where it is loaded, when waiting there for a slot is
+ * shorter than a load (100), hosts with free memory by how much (20..60), a host that
+ * would have to evict another model barely (2: the evicted model reloads later, somewhere),
+ * and when nothing can start anywhere, the hosts busy with their own work (1) rather than
+ * fail; a host whose GPU is taken by memory vramd does not manage gets none of it (0).
  * For the whole host: 100 * free to admit / (total - headroom) summed over its GPUs (100
  * when it has none), at least 1 while any memory is free.
  */
@@ -83,6 +88,7 @@ bool agent_request_complete(const char *buf, size_t len);
 enum agent_room {
     AGENT_ROOM_RESIDENT = 0,
     AGENT_ROOM_WARMING,
+    AGENT_ROOM_QUEUE,
     AGENT_ROOM_PARKED,
     AGENT_ROOM_COLD_FITS,
     AGENT_ROOM_COLD_EVICT,

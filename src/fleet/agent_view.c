@@ -51,6 +51,12 @@ static void model_room(const model_t *m, agent_figures_t *f)
         f->room = AGENT_ROOM_WARMING;
         return;
     }
+    /* loaded here with every slot busy (not blocked on memory): a short wait beats a load */
+    uint64_t wait = sched_predicted_start_ms(m);
+    if (ready_slots > 0 && free_slots == 0 && (m->load_ms_ewma == 0 || wait <= m->load_ms_ewma)) {
+        f->room = AGENT_ROOM_QUEUE;
+        return;
+    }
     bool can_add = m->n_instances < mc->instances || parked;
     if (!can_add || load == PLACER_WAIT || load == PLACER_NEVER)
         f->room = AGENT_ROOM_WAIT;

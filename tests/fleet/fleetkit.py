@@ -204,7 +204,8 @@ class Fleet:
         return self.hosts
 
     # HAProxy -------------------------------------------------------------------------------
-    def start_haproxy(self):
+    def start_haproxy(self, cfg=None):
+        """HAProxy on contrib/haproxy/haproxy.cfg (or cfg: another file, for the bench)."""
         env = dict(os.environ)
         env.update({
             "VRAMD_FRONT": f"127.0.0.1:{self.front_port}",
@@ -219,7 +220,7 @@ class Fleet:
         for h in self.hosts:
             env[f"VRAMD_HOST{h.i}"] = h.addr
         self.hap_log = open(self.tmp / "haproxy.log", "ab")
-        self.haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(HAPROXY_CFG)], stdout=self.hap_log,
+        self.haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(cfg or HAPROXY_CFG)], stdout=self.hap_log,
                                         stderr=subprocess.STDOUT, env=env)
         wait_for(lambda: self._hap_alive() and os.path.exists(self.socket_path), timeout=10, what="haproxy up")
 

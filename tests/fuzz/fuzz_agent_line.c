@@ -86,7 +86,7 @@ static void check_answer(const uint8_t *data, size_t size)
     uint64_t flags = take(&p, &left, 1);
     f.draining = flags & 1;
     f.host = flags & 2;
-    f.room = (enum agent_room)(take(&p, &left, 1) % 8); /* one past the last: treated as none */
+    f.room = (enum agent_room)(take(&p, &left, 1) % 9); /* one past the last: treated as none */
     f.tier = (enum agent_tier)((flags >> 3) % 3);
     f.foreign_blocked = flags & 0x20;
     f.slots_ready = (unsigned)take(&p, &left, 4);

@@ -156,8 +156,9 @@ static void test_weights_by_tier(void **state)
         unsigned one, resident, load;
     } rows[] = {
         {AGENT_ROOM_RESIDENT, false, 100, 100, 100}, {AGENT_ROOM_WARMING, false, 10, 10, 50},
-        {AGENT_ROOM_PARKED, false, 10, 0, 50},      {AGENT_ROOM_COLD_FITS, false, 10, 0, 100},
-        {AGENT_ROOM_COLD_EVICT, false, 1, 0, 10},   {AGENT_ROOM_WAIT, false, 0, 0, 1},
+        {AGENT_ROOM_QUEUE, false, 10, 0, 100},      {AGENT_ROOM_PARKED, false, 10, 0, 50},
+        {AGENT_ROOM_COLD_FITS, false, 10, 0, 60},   {AGENT_ROOM_COLD_EVICT, false, 1, 0, 2},
+        {AGENT_ROOM_WAIT, false, 0, 0, 1},
         {AGENT_ROOM_WAIT, true, 0, 0, 0},           {AGENT_ROOM_FULL, false, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -175,8 +176,11 @@ static void test_weights_by_tier(void **state)
                          .need = 4 * GiB, .free = 20 * GiB};
     agent_figures_t b = a;
     b.free = 6 * GiB;
-    assert_int_equal(agent_weight(&a), 20 + 64);
-    assert_int_equal(agent_weight(&b), 20 + 8);
+    assert_int_equal(agent_weight(&a), 20 + 32);
+    assert_int_equal(agent_weight(&b), 20 + 4);
+    /* a short queue where it is loaded beats any load elsewhere */
+    agent_figures_t q = {.tier = AGENT_TIER_LOAD, .room = AGENT_ROOM_QUEUE};
+    assert_true(agent_weight(&q) >= agent_weight(&a) && agent_weight(&q) > 20 * 2);
 }
 
 static void test_host_weight(void **state)
