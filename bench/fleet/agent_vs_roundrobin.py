@@ -37,7 +37,7 @@ os.environ.setdefault("VRAMD_BUILD", "build")
 from fleet import fleetkit  # noqa: E402
 from vramdkit import sim_s  # noqa: E402
 
-MODELS = ("a", "b", "c")
+MODELS = ["a", "b", "c"]  # --names
 
 
 def models(fleet, host):
@@ -144,8 +144,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--clients", type=int, default=6)
+    ap.add_argument("--names", default="a,b,c", help="the three models' names (the hash is of the name)")
     ap.add_argument("--only", choices=("agent", "agent-rr", "rr"), help="run one setup only")
     args = ap.parse_args()
+    MODELS[:] = args.names.split(",")
     why = fleetkit.netns_unavailable()
     if why:
         sys.exit(f"fleet bench: {why}")

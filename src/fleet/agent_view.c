@@ -8,6 +8,7 @@
 #include "workers/supervisor.h"
 
 #define MAXCONN_CAP 1000000u
+#define AGENT_QUEUE_LOADS 2 /* QUEUE while the predicted wait <= this many learned load times */
 
 static unsigned cap_u(uint64_t v, unsigned hi) { return v == 0 ? 1 : v > hi ? hi : (unsigned)v; }
 
@@ -51,9 +52,11 @@ static void model_room(const model_t *m, agent_figures_t *f)
         f->room = AGENT_ROOM_WARMING;
         return;
     }
-    /* loaded here with every slot busy (not blocked on memory): a short wait beats a load */
+    /* loaded here with every slot busy (not blocked on memory): a wait shorter than a load
+     * elsewhere beats it; a load that evicts another model costs that model a load too, so
+     * the wait is weighed against two loads (AGENT_QUEUE_LOADS) */
     uint64_t wait = sched_predicted_start_ms(m);
-    if (ready_slots > 0 && free_slots == 0 && (m->load_ms_ewma == 0 || wait <= m->load_ms_ewma)) {
+    if (ready_slots > 0 && free_slots == 0 && (m->load_ms_ewma == 0 || wait <= AGENT_QUEUE_LOADS * m->load_ms_ewma)) {
         f->room = AGENT_ROOM_QUEUE;
         return;
     }
