@@ -17,6 +17,7 @@ typedef struct agent_conn {
     uint64_t deadline_ms; /* accept + agent_timeout */
     size_t len;
     bool answered;        /* the line is being written */
+    bool peer_eof;        /* the peer sent FIN: close once the line is written */
     bool closing;
     int open_handles;
     char in[AGENT_REQ_MAX + 1]; /* one byte past the bound: a request that long is refused */
@@ -67,9 +68,11 @@ static void on_written(uv_write_t *wr, int status)
 {
     agent_conn_t *a = wr->data;
     a->sd.data = a;
-    if (status != 0 || a->closing || uv_shutdown(&a->sd, (uv_stream_t *)&a->tcp, on_shutdown) != 0)
+    if (status != 0 || a->closing || a->peer_eof || uv_shutdown(&a->sd, (uv_stream_t *)&a->tcp, on_shutdown) != 0)
         conn_close(a);
 }
+
+static void on_timer(uv_timer_t *t);
 
 static void answer(agent_conn_t *a)
 {
@@ -97,8 +100,12 @@ static void answer(agent_conn_t *a)
               (int)(n ? n - 1 : 0), a->line);
     uv_buf_t buf = uv_buf_init(a->line, (unsigned)n);
     a->wr.data = a;
-    if (uv_write(&a->wr, (uv_stream_t *)&a->tcp, &buf, 1, on_written) != 0)
+    if (uv_write(&a->wr, (uv_stream_t *)&a->tcp, &buf, 1, on_written) != 0) {
         conn_close(a);
+        return;
+    }
+    uint64_t now = core_now(); /* from now on the timer is the deadline only */
+    uv_timer_start(&a->timer, on_timer, a->deadline_ms > now ? a->deadline_ms - now : 0, 0);
 }
 
 static void on_timer(uv_timer_t *t)
@@ -106,9 +113,6 @@ static void on_timer(uv_timer_t *t)
     agent_conn_t *a = t->data;
     if (!a->answered && core_now() < a->deadline_ms) {
         answer(a); /* quiet for agent_wait: what arrived is the request */
-        uint64_t now = core_now();
-        if (!a->closing)
-            uv_timer_start(&a->timer, on_timer, a->deadline_ms > now ? a->deadline_ms - now : 0, 0);
         return;
     }
     if (!a->answered)
@@ -147,6 +151,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (nread == UV_EOF) {
+        a->peer_eof = true;
         answer(a);
         return;
     }

@@ -34,8 +34,9 @@
  *             R = 50 + 50 * free slots / slots of the ready instances   R        R       100
  *   WARMING   an instance is starting or reloading and will take it:    10       10      50
  *   QUEUE     loaded here, every slot busy, and the predicted wait for a
- *             slot (queue ahead / slots x learned run time) is at most its
- *             learned load time: waiting here beats a load anywhere:    10       0       100
+ *             slot (queue ahead / slots x learned run time) is at most two
+ *             learned load times (a load elsewhere that evicts another model
+ *             costs that model a load too): waiting here is cheaper:   10       0       100
  *   PARKED    an instance sits unloaded (reload hook), the reload fits: 10       0       50
  *   COLD_FITS a new instance fits now without evicting anything,
  *             s = (free - need) / capacity:                    2 + 8s   0       20 + 40s
@@ -51,7 +52,7 @@
  * same hosts with `option allbackups`; contrib/haproxy/haproxy.cfg): every request goes
  * where the model is loaded and has room, and only when no such host is left does HAProxy
  * turn to the backups: the host where it is loaded, when waiting there for a slot is
- * shorter than a load (100), hosts with free memory by how much (20..60), a host that
+ * cheaper than a load (100), hosts with free memory by how much (20..60), a host that
  * would have to evict another model barely (2: the evicted model reloads later, somewhere),
  * and when nothing can start anywhere, the hosts busy with their own work (1) rather than
  * fail; a host whose GPU is taken by memory vramd does not manage gets none of it (0).
