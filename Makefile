@@ -31,7 +31,7 @@ Q =
 else
 Q = @
 endif
-PKGS = libuv libcjson yaml-0.1 sqlite3 libsystemd
+PKGS = libuv libcjson yaml-0.1 sqlite3 libsystemd libpq
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -65,6 +65,9 @@ BENCH_SRCS := $(wildcard bench/*/*.c)
 BENCH_BINS := $(foreach f,$(BENCH_SRCS),$(BUILD)/bench/$(basename $(notdir $(f))))
 TESTHELPER_SRCS := $(wildcard tests/helpers/*.c)
 TESTHELPER_BINS := $(TESTHELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/%)
+# LD_PRELOAD shims for tests (tests/preload/NAME.c -> $(BUILD)/tests/NAME.so)
+PRELOAD_SRCS := $(wildcard tests/preload/*.c)
+PRELOAD_LIBS := $(PRELOAD_SRCS:tests/preload/%.c=$(BUILD)/tests/%.so)
 
 BINS = $(BUILD)/bin/vramd
 ifneq ($(CLI_SRCS),)
@@ -87,7 +90,7 @@ BINS += $(BUILD)/bin/simcuda-checkpoint
 endif
 
 .PHONY: all deps test demo fuzz lint clean check-build
-all: $(BINS) $(UNIT_BINS) $(REPLAY_BINS) $(TESTHELPER_BINS) $(BENCH_BINS)
+all: $(BINS) $(UNIT_BINS) $(REPLAY_BINS) $(TESTHELPER_BINS) $(PRELOAD_LIBS) $(BENCH_BINS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -164,8 +167,9 @@ $(BUILD)/tests/test_cli_http: src/cli/cli_http.c src/cli/cli_http.h src/cli/cli.
 $(BUILD)/tests/test_validate $(BUILD)/tests/test_validate_mesh: tests/unit/validate_test_util.h
 $(BUILD)/tests/test_process $(BUILD)/tests/test_process_child: tests/unit/process_test_util.h
 $(BUILD)/tests/test_config_model $(BUILD)/tests/test_config_top $(BUILD)/tests/test_config_errors \
-	$(BUILD)/tests/test_config_fleet: tests/unit/config_test.h
-$(BUILD)/tests/test_journal $(BUILD)/tests/test_journal_store: tests/unit/journal_fixture.h
+	$(BUILD)/tests/test_config_park $(BUILD)/tests/test_config_limits $(BUILD)/tests/test_config_fleet: \
+	tests/unit/config_test.h
+$(BUILD)/tests/test_journal $(BUILD)/tests/test_journal_store $(BUILD)/tests/test_jstore_sqlite: tests/unit/journal_fixture.h
 $(BUILD)/tests/test_request_path $(BUILD)/tests/test_request_path_queue: tests/unit/path_fixture.h \
 	tests/unit/path_upstream.h
 
@@ -178,6 +182,14 @@ $(BUILD)/tests/%: tests/helpers/%.c $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a
 	@mkdir -p $(dir $@)
 	@echo "  LD   $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libvramd.a $(BUILD)/libsimgpu.a $(LDFLAGS_COMMON) $(LIBS) -ldl
+
+# A preload shim is loaded into vramd in both builds: like the NVML simulation it must not
+# drag in the sanitizer runtime, so it gets the warnings but not $(SANFLAGS).
+$(BUILD)/tests/%.so: tests/preload/%.c
+	@mkdir -p $(dir $@)
+	@echo "  LD   $@"
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -g -O2 -fPIC -shared -Wall -Wextra -Werror -Wshadow \
+		-Wstrict-prototypes -Wmissing-prototypes -o $@ $< -ldl -pthread
 
 $(BUILD)/bench/%: $(BUILD)/libvramd.a $(BENCH_SRCS)
 	@mkdir -p $(dir $@)

@@ -39,6 +39,9 @@ void sw_flags_usage(FILE *out)
         "  --cache keep|release     keep freed request memory cached until /clear_cache/ (default keep)\n"
         "  --leak SIZE              memory never freed, per successful request\n"
         "  --unload-residue SIZE    memory /unload_models/ does not return\n"
+        "  --sleep-time DUR         how long /sleep (vLLM sleep mode) takes (default 300ms)\n"
+        "  --wake-time DUR          how long /wake_up takes (default 500ms)\n"
+        "  --sleep-residue SIZE     memory /sleep does not return (default 0)\n"
         "  --hang-after N           request N+1 hangs forever (holding its memory)\n"
         "  --crash-after N          request N+1 kills the process mid-run (_exit, no cleanup)\n"
         "  --fail-prob P            probability a request fails (not OOM) at its end\n"
@@ -129,6 +132,8 @@ static void set_defaults(sw_flags_t *f)
     snprintf(f->name, sizeof(f->name), "%s", model && *model ? model : "sim-model");
     f->context = 300 * MIB;
     f->unload_ms = 300;
+    f->sleep_ms = 300;
+    f->wake_ms = 500;
     f->run_ms = 1000;
     f->contention = 1.0;
     f->cache = SW_CACHE_KEEP;
@@ -178,6 +183,12 @@ static int apply_flag(sw_flags_t *f, const char *name, const char *v, char *err,
         if (units_parse_size(v, &f->leak)) BAD("a size like 200MiB");
     } else if (!strcmp(name, "unload-residue")) {
         if (units_parse_size(v, &f->unload_residue)) BAD("a size like 500MiB");
+    } else if (!strcmp(name, "sleep-residue")) {
+        if (units_parse_size(v, &f->sleep_residue)) BAD("a size like 2GiB");
+    } else if (!strcmp(name, "sleep-time")) {
+        if (units_parse_duration_ms(v, &f->sleep_ms)) BAD("a duration like 1s");
+    } else if (!strcmp(name, "wake-time")) {
+        if (units_parse_duration_ms(v, &f->wake_ms)) BAD("a duration like 1s");
     } else if (!strcmp(name, "output-size")) {
         if (units_parse_size(v, &f->output_size) || f->output_size > 256 * MIB) BAD("a size up to 256MiB");
     } else if (!strcmp(name, "max-body")) {

@@ -57,6 +57,9 @@ typedef struct sw_flags {
     enum sw_cache_mode cache;
     uint64_t leak;           /* per successful request, never freed */
     uint64_t unload_residue; /* held after /unload_models/ */
+    uint64_t sleep_ms;       /* simulated time /sleep takes (weights copied to host memory) */
+    uint64_t wake_ms;        /* simulated time /wake_up takes (weights copied back) */
+    uint64_t sleep_residue;  /* held after /sleep besides the context (vLLM leaves 1-7 GiB) */
     int64_t hang_after;      /* -1 = never; else request number hang_after + 1 hangs */
     int64_t crash_after;     /* -1 = never; else request number crash_after + 1 crashes */
     double fail_prob;

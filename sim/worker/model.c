@@ -6,7 +6,9 @@
  * model is READY. The context (--context) is taken once at process start, not here.
  * Unloading takes --unload-time, then frees the resident memory except --unload-residue and
  * empties the allocator cache (what the seed001 validator's "aggressive cleanup" does); a
- * later reload allocates only what is missing. Out of memory while loading: at start-up the
+ * later reload allocates only what is missing. /sleep is an unload with --sleep-time and
+ * --sleep-residue, /wake_up a load with --wake-time (vLLM's sleep mode level 1: the weights
+ * wait in host memory, so waking is a copy, not a read from disk). Out of memory while loading: at start-up the
  * process prints PyTorch's error and exits 1; on /reload_models/ the partial load is given
  * back and the request gets HTTP 500 with the error.
  */
@@ -94,28 +96,36 @@ static void load_advance(sw_worker_t *w)
             return;
         }
         w->load_step++;
-        uv_timer_start(&w->model_timer, on_model_timer,
-                       real_ms(w, (double)w->f.load_ms / SW_LOAD_STEPS), 0);
+        uv_timer_start(&w->model_timer, on_model_timer, real_ms(w, (double)w->op_ms / SW_LOAD_STEPS), 0);
         return;
     }
     set_state(w, SW_READY);
-    w->loads++;
+    bool woke = w->asleep;
+    if (woke)
+        w->wakes++;
+    else
+        w->loads++;
+    w->asleep = false;
     log_event(LOG_INFO, "model_loaded", "model=%s resident=%llu held=%llu", w->f.name,
               (unsigned long long)w->mem.resident, (unsigned long long)sw_gpumem_held(&w->mem));
-    admin_answer(w, "models reloaded");
+    admin_answer(w, woke ? "woken up" : "models reloaded");
     sw_jobs_kick(w);
 }
 
 static void unload_finish(sw_worker_t *w)
 {
-    uint64_t keep = w->f.unload_residue < w->mem.resident ? w->f.unload_residue : w->mem.resident;
+    uint64_t residue = w->asleep ? w->f.sleep_residue : w->f.unload_residue;
+    uint64_t keep = residue < w->mem.resident ? residue : w->mem.resident;
     uint64_t freed = sw_gpumem_shrink_resident(&w->mem, keep);
     freed += sw_gpumem_clear_cache(&w->mem);
     set_state(w, SW_UNLOADED);
-    w->unloads++;
-    log_event(LOG_INFO, "model_unloaded", "model=%s freed=%llu residue=%llu", w->f.name,
+    if (w->asleep)
+        w->sleeps++;
+    else
+        w->unloads++;
+    log_event(LOG_INFO, w->asleep ? "model_asleep" : "model_unloaded", "model=%s freed=%llu residue=%llu", w->f.name,
               (unsigned long long)freed, (unsigned long long)keep);
-    admin_answer(w, "models unloaded");
+    admin_answer(w, w->asleep ? "asleep" : "models unloaded");
     sw_jobs_kick(w);
 }
 
@@ -147,8 +157,9 @@ void sw_model_init(sw_worker_t *w)
     w->state = SW_UNLOADED;
 }
 
-void sw_model_start_load(sw_worker_t *w, sw_http_req_t *admin_req)
+static void start_load(sw_worker_t *w, sw_http_req_t *admin_req, uint64_t op_ms)
 {
+    w->op_ms = op_ms;
     w->admin_req = admin_req;
     w->admin_started = sw_now_ms();
     w->admin_mem_before = sw_gpumem_held(&w->mem);
@@ -160,11 +171,29 @@ void sw_model_start_load(sw_worker_t *w, sw_http_req_t *admin_req)
     load_advance(w);
 }
 
+void sw_model_start_load(sw_worker_t *w, sw_http_req_t *admin_req)
+{
+    w->asleep = false; /* a reload after a sleep loads from disk */
+    start_load(w, admin_req, w->f.load_ms);
+}
+
 void sw_model_start_unload(sw_worker_t *w, sw_http_req_t *admin_req)
 {
     w->admin_req = admin_req;
     w->admin_started = sw_now_ms();
     w->admin_mem_before = sw_gpumem_held(&w->mem);
     set_state(w, SW_UNLOADING);
-    uv_timer_start(&w->model_timer, on_model_timer, real_ms(w, (double)w->f.unload_ms), 0);
+    w->op_ms = w->asleep ? w->f.sleep_ms : w->f.unload_ms;
+    uv_timer_start(&w->model_timer, on_model_timer, real_ms(w, (double)w->op_ms), 0);
+}
+
+void sw_model_start_sleep(sw_worker_t *w, sw_http_req_t *admin_req)
+{
+    w->asleep = true;
+    sw_model_start_unload(w, admin_req);
+}
+
+void sw_model_start_wake(sw_worker_t *w, sw_http_req_t *admin_req)
+{
+    start_load(w, admin_req, w->asleep ? w->f.wake_ms : w->f.load_ms); /* after /unload_models/: a full load */
 }

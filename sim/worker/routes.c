@@ -8,6 +8,8 @@
  *   POST /v1/chat/completions              OpenAI-style chat ("stream": true -> SSE)
  *   GET  /v1/models                        OpenAI-style model list
  *   POST /unload_models/  /reload_models/  seed001's validator hooks (memory before/after, time)
+ *   POST /sleep[?level=N]  /wake_up        vLLM's sleep mode (also SGLang's names:
+ *        /release_memory_occupation  /resume_memory_occupation); GET /is_sleeping
  *   POST /clear_cache/  /cleanup_gpu/  /cleanup-memory   empty the allocator cache
  *   GET  /gpu_status/  /status/            memory as this process and the GPU see it, and
  *                                          whether its GPU work is held by a CUDA lock
@@ -59,6 +61,7 @@ void sw_respond_json(sw_http_req_t *req, int status, const char *extra_headers, 
 static void normalize(const char *path, char *out, size_t cap)
 {
     snprintf(out, cap, "%s", path);
+    out[strcspn(out, "?")] = 0; /* /sleep?level=1: the query is not part of the route */
     size_t n = strlen(out);
     while (n > 1 && out[n - 1] == '/')
         out[--n] = 0;
@@ -139,7 +142,8 @@ static void models(sw_worker_t *w, sw_http_req_t *r)
                     name, (long)time(NULL));
 }
 
-static void unload(sw_worker_t *w, sw_http_req_t *r)
+/* /unload_models/, or /sleep (vLLM sleep mode; SGLang's /release_memory_occupation) when sleep. */
+static void unload(sw_worker_t *w, sw_http_req_t *r, bool sleep)
 {
     if (sw_gate_defer(w, r))
         return;
@@ -160,10 +164,14 @@ static void unload(sw_worker_t *w, sw_http_req_t *r)
                         (unsigned long long)held, (unsigned long long)held, (double)held / GIB, (double)held / GIB);
         return;
     }
-    sw_model_start_unload(w, r);
+    if (sleep)
+        sw_model_start_sleep(w, r);
+    else
+        sw_model_start_unload(w, r);
 }
 
-static void reload(sw_worker_t *w, sw_http_req_t *r)
+/* /reload_models/, or /wake_up (SGLang's /resume_memory_occupation) when wake. */
+static void reload(sw_worker_t *w, sw_http_req_t *r, bool wake)
 {
     if (sw_gate_defer(w, r))
         return;
@@ -184,7 +192,10 @@ static void reload(sw_worker_t *w, sw_http_req_t *r)
                         (unsigned long long)held, (unsigned long long)held, (double)held / GIB, (double)held / GIB);
         return;
     }
-    sw_model_start_load(w, r);
+    if (wake)
+        sw_model_start_wake(w, r);
+    else
+        sw_model_start_load(w, r);
 }
 
 static bool is_generate_path(const sw_worker_t *w, const char *p)
@@ -233,14 +244,19 @@ void sw_routes_handle(sw_http_req_t *r, void *ctx)
             models(w, r);
         else
             known = false;
-    } else if (!strcmp(p, "/unload_models")) {
+    } else if (!strcmp(p, "/unload_models") || !strcmp(p, "/sleep") || !strcmp(p, "/release_memory_occupation")) {
         if (post)
-            unload(w, r);
+            unload(w, r, strcmp(p, "/unload_models") != 0);
         else
             known = false;
-    } else if (!strcmp(p, "/reload_models")) {
+    } else if (!strcmp(p, "/reload_models") || !strcmp(p, "/wake_up") || !strcmp(p, "/resume_memory_occupation")) {
         if (post)
-            reload(w, r);
+            reload(w, r, strcmp(p, "/reload_models") != 0);
+        else
+            known = false;
+    } else if (!strcmp(p, "/is_sleeping")) {
+        if (is_get(r))
+            sw_respond_json(r, 200, NULL, "{\"is_sleeping\": %s}", w->asleep ? "true" : "false");
         else
             known = false;
     } else if (!strcmp(p, "/clear_cache") || !strcmp(p, "/cleanup_gpu") || !strcmp(p, "/cleanup-memory")) {

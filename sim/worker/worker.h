@@ -14,6 +14,8 @@
  *
  * Model states: LOADING (health 503 {"status":"loading"}), READY (200 ok), UNLOADING and
  * UNLOADED (200 {"status":"unloading"|"unloaded"}; generation answers 503 "models unloaded").
+ * /sleep and /wake_up (vLLM sleep mode) are an unload and a load with their own times and
+ * residue (w->asleep between them).
  * Invariant: at most one admin operation (load / unload) is in progress (w->admin_req holds
  * the HTTP request it must answer, NULL for the start-up load).
  *
@@ -53,6 +55,9 @@ typedef struct sw_worker {
     uint64_t admin_mem_before;
     sw_http_req_t *admin_req; /* the reload/unload request to answer; NULL at start-up */
     uint64_t loads, unloads;
+    bool asleep;            /* unloaded by /sleep (vLLM sleep mode): /wake_up loads in wake_ms */
+    uint64_t op_ms;         /* simulated length of the load or unload under way */
+    uint64_t sleeps, wakes;
 
     /* jobs.c */
     list_t waiting; /* sw_job_t, FIFO */
@@ -84,6 +89,10 @@ typedef struct sw_worker {
 void sw_model_init(sw_worker_t *w);
 void sw_model_start_load(sw_worker_t *w, sw_http_req_t *admin_req);
 void sw_model_start_unload(sw_worker_t *w, sw_http_req_t *admin_req);
+/* vLLM's sleep mode: an unload that takes --sleep-time and keeps --sleep-residue; the wake
+ * is a load that takes --wake-time (the weights come from host memory, not disk). */
+void sw_model_start_sleep(sw_worker_t *w, sw_http_req_t *admin_req);
+void sw_model_start_wake(sw_worker_t *w, sw_http_req_t *admin_req);
 const char *sw_model_state_name(enum sw_model_state s);
 /* The GPU work resumes: run the load/unload step that fell due while held. */
 void sw_model_resume(sw_worker_t *w);

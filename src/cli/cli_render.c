@@ -326,6 +326,90 @@ static void join_instances(const cJSON *m, const char *key, char *out, size_t ca
     }
 }
 
+/* Parked instances (sleep, checkpoint) and the host-memory budget they are booked on;
+ * nothing when no instance is parked. */
+static int render_parked(buf_t *out, const cJSON *status)
+{
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(status, "host_memory");
+    if (!h || bytes_of(h, "parked") == 0)
+        return 0;
+    char parked[32], budget[32], reserve[32];
+    cli_format_bytes(bytes_of(h, "parked"), parked, sizeof parked);
+    cli_format_bytes(bytes_of(h, "budget"), budget, sizeof budget);
+    cli_format_bytes(bytes_of(h, "reserve"), reserve, sizeof reserve);
+    int rc = buf_printf(out, "\nPARKED  %s in host memory of a %s budget (reserve %s)\n", parked, budget, reserve);
+    const cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(status, "models")) {
+        const cJSON *in;
+        cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(m, "instances")) {
+            if (bytes_of(in, "parked_bytes") == 0)
+                continue;
+            char b[32], left[32];
+            cli_format_bytes(bytes_of(in, "parked_bytes"), b, sizeof b);
+            cli_format_bytes(bytes_of(in, "reserved_bytes"), left, sizeof left);
+            const char *tier = str(in, "tier");
+            rc |= buf_printf(out, "  %s instance %d: %s, %s parked, %s left on GPU\n", str(m, "name") ? str(m, "name") : "?",
+                             (int)num(in, "id"), tier ? tier : "?", b, left);
+        }
+    }
+    return rc;
+}
+
+/* Instances out of rotation: suspect (until a health check passes) or ejected (for how long). */
+static int render_out_of_rotation(buf_t *out, const cJSON *m)
+{
+    int rc = 0;
+    const char *name = str(m, "name") ? str(m, "name") : "?";
+    const cJSON *in;
+    cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(m, "instances")) {
+        bool suspect = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(in, "suspect"));
+        bool ejected = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(in, "ejected"));
+        if (!suspect && !ejected)
+            continue;
+        rc |= buf_printf(out, "  %s instance %d:", name, (int)num(in, "id"));
+        if (suspect)
+            rc |= buf_append_str(out, " suspect (until a health check passes)");
+        if (ejected) {
+            char left[32];
+            cli_format_elapsed(bytes_of(in, "ejected_for_ms"), left, sizeof left);
+            rc |= buf_printf(out, "%s ejected for %s more (ejection %d)", suspect ? "," : "", left,
+                             (int)num(in, "ejections"));
+        }
+        rc |= buf_append_str(out, "\n");
+    }
+    return rc;
+}
+
+/* One line for the guards when any has acted: client timeouts, the reserve, refused
+ * connections, vramd's own shortages. Nothing when all are 0 (or the fields are absent). */
+static int render_guards(buf_t *out, const cJSON *status)
+{
+    const cJSON *conns = cJSON_GetObjectItemCaseSensitive(status, "connections");
+    const cJSON *rv = cJSON_GetObjectItemCaseSensitive(conns, "reserve");
+    const cJSON *to = cJSON_GetObjectItemCaseSensitive(status, "client_timeouts");
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(status, "local_resource_exhausted");
+    double timeouts = num(to, "header") + num(to, "body") + num(to, "send");
+    double reserve = num(rv, "accepted_total") + num(conns, "refused_total");
+    double local = num(lo, "proxy") + num(lo, "health") + num(lo, "hook");
+    if (timeouts + reserve + local <= 0)
+        return 0;
+    int rc = buf_append_str(out, "  guards:");
+    if (timeouts > 0)
+        rc |= buf_printf(out, " timeouts header %d, body %d, send %d;", (int)num(to, "header"), (int)num(to, "body"),
+                         (int)num(to, "send"));
+    if (reserve > 0)
+        rc |= buf_printf(out, " reserve %d/%d open (accepted %llu, refused %llu), connections refused %llu;",
+                         (int)num(rv, "open"), (int)num(rv, "max"), (unsigned long long)bytes_of(rv, "accepted_total"),
+                         (unsigned long long)bytes_of(rv, "refused_total"),
+                         (unsigned long long)bytes_of(conns, "refused_total"));
+    if (local > 0)
+        rc |= buf_printf(out, " vramd short of descriptors: proxy %d, health %d, hook %d;", (int)num(lo, "proxy"),
+                         (int)num(lo, "health"), (int)num(lo, "hook"));
+    if (out->len && out->data[out->len - 1] == ';')
+        out->len--;
+    return rc | buf_append_str(out, "\n");
+}
+
 static int render_models(buf_t *out, const cJSON *status, const cli_view_opts_t *v)
 {
     const cJSON *models = cJSON_GetObjectItemCaseSensitive(status, "models");
@@ -361,7 +445,9 @@ static int render_models(buf_t *out, const cJSON *status, const cli_view_opts_t 
         const char *reason = str(m, "failed_reason");
         if (reason && reason[0])
             rc |= buf_printf(out, "  %s failed: %s\n", str(m, "name") ? str(m, "name") : "?", reason);
+        rc |= render_out_of_rotation(out, m);
     }
+    rc |= render_parked(out, status);
     return rc;
 }
 
@@ -411,6 +497,7 @@ int cli_render_status(buf_t *out, const cJSON *status, const cli_view_opts_t *v)
     rc |= buf_printf(out, "\n  requests %llu, queued %d/%d, in flight %d, connections %d/%d\n",
                      (unsigned long long)bytes_of(status, "requests_total"), (int)num(q, "queued"),
                      (int)num(q, "max"), (int)num(q, "in_flight"), (int)num(conns, "open"), (int)num(conns, "max"));
+    rc |= render_guards(out, status);
 
     const cJSON *nvml = cJSON_GetObjectItemCaseSensitive(status, "nvml");
     const cJSON *gpus = cJSON_GetObjectItemCaseSensitive(status, "gpus");

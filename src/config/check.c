@@ -1,8 +1,9 @@
 /*
  * check: the checks that need more than one key: a model's cmd xor url, hooks with a path,
  * validate kind cmd with a cmd; names and aliases as one namespace and unique routes;
- * the admin token file (read, trimmed, required off loopback); state_dir resolved against
- * the config's directory; the VRAMD_NVML_LIBRARY override; jobs limits against each other.
+ * sleep with wake; the admin token file (read, trimmed, required off loopback); state_dir
+ * resolved against the config's directory; the VRAMD_NVML_LIBRARY and VRAMD_CUDA_LIBRARY
+ * overrides; host_memory.budget above its reserve; jobs limits against each other.
  *
  * Invariants: they run after the keys are parsed, in a fixed order, and the first failing
  * one reports; an error points at the key that was last set (the model's own mapping,
@@ -136,12 +137,23 @@ int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_nod
     struct {
         const char *key;
         config_hook_t *hook;
-    } hooks[] = {{"unload", &m->unload}, {"reload", &m->reload}, {"clear_cache", &m->clear_cache}};
+    } hooks[] = {{"unload", &m->unload}, {"reload", &m->reload}, {"clear_cache", &m->clear_cache},
+                 {"sleep", &m->sleep}, {"wake", &m->wake}};
     for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
         if (hooks[i].hook->set && hooks[i].hook->path == NULL) {
             yaml_node_t *n = model_key_node(c, m->name, where, hooks[i].key);
             return ydoc_fail(c, n, "path is required (like /unload_models/)");
         }
+    }
+    if (m->sleep.set != m->wake.set) {
+        /* point at the key that removed one, else the one given, else the preset that set it */
+        const char *keys[] = {m->sleep.set ? "wake" : "sleep", m->sleep.set ? "sleep" : "wake", "preset"};
+        size_t k = 0;
+        while (k < 2 && !ydoc_find_value(c, where, keys[k]) && !ydoc_find_value(c, c->defaults_node, keys[k]))
+            k++;
+        yaml_node_t *n = model_key_node(c, m->name, where, keys[k]);
+        return ydoc_fail(c, n, "sleep and wake go together: a parked server is brought back by its wake hook "
+                               "(set both, or neither)");
     }
     if (m->validate.kind == VALIDATE_CMD && m->validate.n_cmd == 0) {
         yaml_node_t *n = model_key_node(c, m->name, where, "validate");
@@ -237,6 +249,22 @@ int cfg_check_top(ctx_t *c, config_t *cfg, yaml_node_t *root)
         free(cfg->gpu.nvml_library);
         cfg->gpu.nvml_library = copy;
     }
+    const char *cuda_override = getenv("VRAMD_CUDA_LIBRARY");
+    if (cuda_override != NULL && cuda_override[0] != '\0') {
+        char *copy = strdup(cuda_override);
+        if (copy == NULL)
+            return ydoc_fail(c, root, "out of memory");
+        free(cfg->gpu.cuda_library);
+        cfg->gpu.cuda_library = copy;
+    }
+    if (cfg->host_memory.budget && cfg->host_memory.budget <= cfg->host_memory.reserve) {
+        yaml_node_t *node = ydoc_find_value(c, ydoc_find_value(c, root, "host_memory"), "budget");
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "host_memory.budget");
+        return ydoc_fail(c, node ? node : root,
+                         "%llu bytes is not more than host_memory.reserve (%llu): nothing could ever be parked",
+                         (unsigned long long)cfg->host_memory.budget, (unsigned long long)cfg->host_memory.reserve);
+    }
     if (cfg->memory_budget && cfg->memory_budget < cfg->limits.max_body) {
         yaml_node_t *node = ydoc_find_value(c, ydoc_find_value(c, root, "limits"), "memory_budget");
         ydoc_path_reset(c);
@@ -282,6 +310,20 @@ int cfg_check_jobs(ctx_t *c, config_t *cfg, yaml_node_t *root)
         return ydoc_fail(c, node != NULL ? node : root,
                          "records_ttl (%s) must be at least results_ttl (%s): a stored result needs its job record",
                          records, results);
+    }
+    yaml_node_t *pg = ydoc_find_value(c, jobs, "postgres");
+    if (cfg->jobs.backend == JOBS_BACKEND_POSTGRES && cfg->jobs.pg.url == NULL) {
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "jobs.postgres.url");
+        yaml_node_t *backend = ydoc_find_value(c, jobs, "backend");
+        return ydoc_fail(c, pg != NULL ? pg : (backend != NULL ? backend : root),
+                         "jobs.backend postgres needs jobs.postgres.url (a libpq connection string)");
+    }
+    if (cfg->jobs.pg.max_result_bytes > (1ULL << 30)) {
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "jobs.postgres.max_result_bytes");
+        return ydoc_fail(c, ydoc_find_value(c, pg, "max_result_bytes"),
+                         "must be at most 1GiB (PostgreSQL's largest bytea value)");
     }
     return 0;
 }

@@ -27,6 +27,8 @@
 #define CONFIG_FOREVER UINT64_MAX
 #define CONFIG_ERR_MAX 1024
 
+enum config_jobs_backend { JOBS_BACKEND_SQLITE = 0, JOBS_BACKEND_POSTGRES = 1 };
+
 typedef struct config_kv {
     char *key;
     char *value;
@@ -36,8 +38,21 @@ typedef struct config_hook { /* an HTTP call to an external/supervised server */
     bool set;
     char *method; /* default "POST" */
     char *path;
-    uint64_t timeout_ms; /* default 30s for unload/clear_cache, 60s for reload */
+    char *body;          /* JSON text sent with the call (Content-Type: application/json), or NULL */
+    uint64_t timeout_ms; /* default 30s for unload/clear_cache/sleep, 60s for reload/wake */
 } config_hook_t;
+
+/* preset: hooks, health path, route and OOM detection filled from what a server documents
+ * (config/presets.c); every key set by hand overrides them. */
+enum config_preset {
+    PRESET_NONE = 0,
+    PRESET_VLLM,
+    PRESET_SGLANG,
+    PRESET_COMFYUI,
+    PRESET_LLAMACPP,
+    PRESET_OLLAMA,
+    PRESET_COUNT
+};
 
 typedef struct config_health {
     char *path;           /* default "/health" */
@@ -135,6 +150,9 @@ typedef struct model_config {
     int priority;         /* 0..9, default 5 */
     uint64_t keep_alive_ms; /* default 10m; CONFIG_FOREVER = pinned */
     config_hook_t unload, reload, clear_cache;
+    config_hook_t sleep, wake; /* eviction tier: the server parks its weights in host memory and back */
+    bool checkpoint;           /* eviction tier: the CUDA driver parks the instance's processes */
+    enum config_preset preset; /* PRESET_NONE unless `preset:` */
     config_recycle_t recycle;
     config_degrade_t degrade;
     config_validate_t validate;
@@ -155,6 +173,7 @@ typedef struct config {
     int log_level;     /* enum log_level */
     struct {
         char *nvml_library; /* default "libnvidia-ml.so.1"; VRAMD_NVML_LIBRARY overrides */
+        char *cuda_library; /* default "libcuda.so.1"; VRAMD_CUDA_LIBRARY overrides (start-only) */
         int *devices;       /* NULL = all */
         size_t n_devices;
         char **device_uuids; /* devices given by UUID */
@@ -187,6 +206,15 @@ typedef struct config {
                                        jobs handed to the model queues at once, all models together */
         uint64_t records_ttl_ms;    /* default 7d: finished job records are kept this long;
                                        must be >= results_ttl */
+        unsigned backend;           /* JOBS_BACKEND_SQLITE (default) or JOBS_BACKEND_POSTGRES */
+        struct {
+            char *url;                 /* jobs.postgres.url: libpq connection string or URI
+                                          (required with backend postgres; never logged) */
+            char *host_id;             /* NULL = "<hostname>:<listen port>" */
+            uint64_t lease_ms;         /* default 30s: a claim lasts this long unless renewed */
+            uint64_t aging_ms;         /* default 60s: a queued job gains one priority step per this */
+            uint64_t max_result_bytes; /* default 256MiB: results kept in PostgreSQL up to this */
+        } pg;
     } jobs;
     model_config_t *models;
     size_t n_models;
@@ -215,6 +243,12 @@ typedef struct config {
         unsigned agent_max_connections; /* default 64: agent connections open at once */
         char *host_name;        /* default: this machine's hostname (the /metrics host label) */
     } fleet;
+    /* host_memory: where parked GPU memory (sleep, checkpoint) lives; workers/park.c books it */
+    struct {
+        uint64_t budget;  /* bytes that parked instances may hold; 0 = auto (half of min(MemAvailable,
+                             cgroup room) at start) */
+        uint64_t reserve; /* default 2GiB: host memory never used for parking */
+    } host_memory;
 } config_t;
 
 /* Parse and validate. On failure returns NULL and writes "file:line:col: key.path: message"
@@ -224,6 +258,9 @@ config_t *config_load(const char *path, char *err, size_t errlen);
 config_t *config_parse(const char *text, size_t len, const char *name, char *err, size_t errlen);
 config_t *config_ref(config_t *c);
 void config_unref(config_t *c);
+
+/* "vllm", "sglang", ... ("none" for PRESET_NONE). */
+const char *config_preset_name(enum config_preset p);
 
 const model_config_t *config_find_model(const config_t *c, const char *name_or_alias);
 /* A loopback listen host (127.0.0.0/8, ::1, "localhost"): the admin token may be absent. */

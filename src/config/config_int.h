@@ -88,6 +88,14 @@ int cfg_fp_retry(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec
 void cfg_degrade_free(config_degrade_t *deg);
 void cfg_validate_reset(config_validate_t *val);
 
+/* presets.c */
+/* The preset a model names (its own `preset:`, else the one in `defaults:`); PRESET_NONE when
+ * none or not a known name (the key's parser reports that, with its place). */
+enum config_preset cfg_preset_of(ctx_t *c, yaml_node_t *model_node);
+/* Fill what preset p documents into m (built-in values only so far); 0 or -1 (out of memory). */
+int cfg_apply_preset(ctx_t *c, model_config_t *m, enum config_preset p, yaml_node_t *where);
+int cfg_fp_preset(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+
 /* top_keys.c */
 extern const section_t cfg_top_section;
 

@@ -18,6 +18,7 @@ static void hook_init(config_hook_t *hook, uint64_t timeout_ms)
     hook->set = false;
     hook->method = strdup("POST");
     hook->path = NULL;
+    hook->body = NULL;
     hook->timeout_ms = timeout_ms;
 }
 
@@ -41,6 +42,8 @@ int cfg_model_init_builtin(model_config_t *m)
     hook_init(&m->unload, 30000);
     hook_init(&m->reload, 60000);
     hook_init(&m->clear_cache, 30000);
+    hook_init(&m->sleep, 30000);
+    hook_init(&m->wake, 60000);
     m->degrade.when = DEGRADE_ON_OOM;
     m->validate.kind = VALIDATE_NONE;
     m->validate.timeout_ms = 30000;
@@ -48,7 +51,8 @@ int cfg_model_init_builtin(model_config_t *m)
     m->response_timeout_ms = 10 * 60 * 1000; /* seconds-to-minutes GPU work; docs/config.md */
     m->retry_budget.percent = 20;
     m->retry_budget.min = 3;
-    bool ok = m->health.path && m->unload.method && m->reload.method && m->clear_cache.method;
+    bool ok = m->health.path && m->unload.method && m->reload.method && m->clear_cache.method && m->sleep.method &&
+              m->wake.method;
     return ok ? 0 : -1;
 }
 
@@ -68,12 +72,12 @@ void cfg_model_free(model_config_t *m)
     free(m->url_host);
     free(m->health.path);
     free(m->gpus);
-    free(m->unload.method);
-    free(m->unload.path);
-    free(m->reload.method);
-    free(m->reload.path);
-    free(m->clear_cache.method);
-    free(m->clear_cache.path);
+    config_hook_t *hooks[] = {&m->unload, &m->reload, &m->clear_cache, &m->sleep, &m->wake};
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
+        free(hooks[i]->method);
+        free(hooks[i]->path);
+        free(hooks[i]->body);
+    }
     cfg_degrade_free(&m->degrade);
     cfg_validate_reset(&m->validate);
 }
@@ -90,7 +94,10 @@ void cfg_config_free(config_t *cfg)
     free(cfg->admin_token_file);
     free(cfg->admin_token);
     free(cfg->state_dir);
+    free(cfg->jobs.pg.url);
+    free(cfg->jobs.pg.host_id);
     free(cfg->gpu.nvml_library);
+    free(cfg->gpu.cuda_library);
     free(cfg->gpu.devices);
     cfg_free_argv(cfg->gpu.device_uuids, cfg->gpu.n_device_uuids);
     free(cfg->per_client.header);
@@ -127,6 +134,7 @@ config_t *cfg_config_new_builtin(void)
     cfg->log_format = LOG_FORMAT_JSON;
     cfg->log_level = LOG_INFO;
     cfg->gpu.nvml_library = strdup("libnvidia-ml.so.1");
+    cfg->gpu.cuda_library = strdup("libcuda.so.1");
     cfg->gpu.headroom = 512ULL << 20;
     cfg->gpu.poll_ms = 100;
     cfg->gpu.foreign_measure = true;
@@ -146,6 +154,9 @@ config_t *cfg_config_new_builtin(void)
     cfg->jobs.max_attempts = 3;
     cfg->jobs.max_active = 64;
     cfg->jobs.records_ttl_ms = 7ULL * 24 * 3600 * 1000;
+    cfg->jobs.pg.lease_ms = 30000;
+    cfg->jobs.pg.aging_ms = 60000;
+    cfg->jobs.pg.max_result_bytes = 256ULL << 20;
     cfg->per_client.max_queued = 32;
     cfg->per_client.max_in_flight = 8;
     cfg->per_client.max_clients = 4096;
@@ -153,8 +164,10 @@ config_t *cfg_config_new_builtin(void)
     cfg->fleet.agent_timeout_ms = 2000;
     cfg->fleet.agent_max_connections = 64;
     cfg->fleet.host_name = default_host_name();
+    cfg->host_memory.budget = 0; /* auto */
+    cfg->host_memory.reserve = 2ULL << 30;
     if (cfg->listen_host == NULL || cfg->state_dir == NULL || cfg->gpu.nvml_library == NULL ||
-        cfg->fleet.host_name == NULL) {
+        cfg->gpu.cuda_library == NULL || cfg->fleet.host_name == NULL) {
         cfg_config_free(cfg);
         return NULL;
     }

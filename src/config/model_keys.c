@@ -1,9 +1,10 @@
 /*
  * model_keys: the keys of a model (route, aliases, cmd, env, cwd, url, health, timeouts,
- * gpus, memory, concurrency, queue, deadline, priority, keep_alive, hooks, recycle; the
- * quality keys degrade, validate and retry come from quality_keys.c), the model table,
- * and cfg_parse_models(), which builds every model: built-in defaults, then `defaults:`,
- * then the model's own mapping, then the per-model and cross-model checks (check.c).
+ * gpus, memory, concurrency, queue, deadline, priority, keep_alive, hooks, recycle,
+ * checkpoint; the quality keys degrade, validate and retry come from quality_keys.c,
+ * preset from presets.c), the model table, and cfg_parse_models(), which builds every
+ * model: built-in defaults, then its preset (presets.c), then `defaults:`, then the
+ * model's own mapping, then the per-model and cross-model checks (check.c).
  *
  * Invariants: lists (cmd, aliases, gpus) are replaced whole and env overlays per
  * variable (a null value is kept as {name, NULL}: the worker must not inherit it); null
@@ -380,20 +381,43 @@ static int fp_http_method(ctx_t *c, yaml_node_t *v, void *field, const field_spe
     return cfg_set_string(c, v, field);
 }
 
+/* A hook's body: any YAML value, sent as its JSON text; null removes it. */
+static int fp_hook_body(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    char **body = field;
+    char *text = NULL;
+    if (!ydoc_is_null(v)) {
+        cJSON *json = cfg_yaml_to_json(c, v, 0);
+        if (json == NULL)
+            return -1;
+        text = cJSON_PrintUnformatted(json);
+        cJSON_Delete(json);
+        if (text == NULL)
+            return ydoc_fail(c, v, "out of memory");
+    }
+    free(*body);
+    *body = text;
+    return 0;
+}
+
 static const field_spec_t hook_fields[] = {
     {"method", fp_http_method, offsetof(config_hook_t, method), 0, 0, NULL},
     {"path", cfg_fp_http_path, offsetof(config_hook_t, path), 0, 0, NULL},
+    {"body", fp_hook_body, offsetof(config_hook_t, body), 0, 0, NULL},
     {"timeout", cfg_fp_duration, offsetof(config_hook_t, timeout_ms), 1, 0, NULL},
 };
 static const section_t hook_section = SECTION(hook_fields);
 
-/* unload/reload/clear_cache: a mapping sets the hook; null removes it. spec->min = default timeout. */
+/* unload/reload/clear_cache/sleep/wake: a mapping sets the hook; null removes it.
+ * spec->min = default timeout. */
 static int fp_hook(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     config_hook_t *hook = field;
     if (ydoc_is_null(v)) {
         free(hook->path);
+        free(hook->body);
         hook->path = NULL;
+        hook->body = NULL;
         hook->set = false;
         hook->timeout_ms = spec->min;
         char *post = strdup("POST");
@@ -461,6 +485,10 @@ static const field_spec_t model_fields[] = {
     {"unload", fp_hook, offsetof(model_config_t, unload), 30000, 0, NULL},
     {"reload", fp_hook, offsetof(model_config_t, reload), 60000, 0, NULL},
     {"clear_cache", fp_hook, offsetof(model_config_t, clear_cache), 30000, 0, NULL},
+    {"sleep", fp_hook, offsetof(model_config_t, sleep), 30000, 0, NULL},
+    {"wake", fp_hook, offsetof(model_config_t, wake), 60000, 0, NULL},
+    {"checkpoint", cfg_fp_bool, offsetof(model_config_t, checkpoint), 0, 0, NULL},
+    {"preset", cfg_fp_preset, offsetof(model_config_t, preset), 0, 0, NULL},
     {"recycle", cfg_fp_section, offsetof(model_config_t, recycle), 0, 0, &recycle_section},
     {"degrade", cfg_fp_degrade, offsetof(model_config_t, degrade), 0, 0, NULL},
     {"validate", cfg_fp_validate, offsetof(model_config_t, validate), 0, 0, NULL},
@@ -529,7 +557,9 @@ int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
             rc = ydoc_fail(c, k, "out of memory");
             break;
         }
-        if (c->defaults_node != NULL) {
+        /* the preset first: `defaults:` and the model's own keys override what it fills */
+        rc = cfg_apply_preset(c, m, cfg_preset_of(c, v), k);
+        if (rc == 0 && c->defaults_node != NULL) {
             ydoc_path_reset(c);
             ydoc_path_push_key(c, "defaults");
             rc = cfg_apply_mapping(c, c->defaults_node, &model_section, m);

@@ -1,6 +1,6 @@
 /*
  * top_keys: the top-level keys (listen, admin_token_file, state_dir, log, gpu, limits,
- * jobs, defaults, models) and their tables; cfg_top_section is the root table.
+ * jobs, host_memory, defaults, models) and their tables; cfg_top_section is the root table.
  *
  * Invariants: listen is host:port with an IP address or localhost (stored as 127.0.0.1);
  * gpu.devices is all or a list of distinct indexes and/or UUIDs; `defaults:` and `models:`
@@ -153,6 +153,7 @@ static const field_spec_t log_fields[] = {
 
 static const field_spec_t gpu_fields[] = {
     {"nvml_library", cfg_fp_string, offsetof(config_t, gpu.nvml_library), 0, 0, NULL},
+    {"cuda_library", cfg_fp_string, offsetof(config_t, gpu.cuda_library), 0, 0, NULL},
     {"devices", fp_devices, 0, 0, 0, NULL},
     {"headroom", cfg_fp_size, offsetof(config_t, gpu.headroom), 0, 0, NULL},
     {"poll", cfg_fp_duration, offsetof(config_t, gpu.poll_ms), 1, 0, NULL},
@@ -201,7 +202,7 @@ static int fp_per_client(ctx_t *c, yaml_node_t *v, void *field, const field_spec
     return cfg_apply_mapping(c, v, &per_client_section, cfg);
 }
 
-/* limits.memory_budget: auto or a size (at least 1MiB) */
+/* limits.memory_budget, host_memory.budget: auto or a size (at least 1MiB) */
 static int fp_memory_budget(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     if (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "auto") == 0) {
@@ -226,7 +227,32 @@ static const field_spec_t limits_fields[] = {
     {"memory_budget", fp_memory_budget, offsetof(config_t, memory_budget), 0, 0, NULL},
 };
 
+/* jobs.backend: sqlite | postgres */
+static int fp_jobs_backend(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    char d[DESCRIBE_MAX];
+    if (ydoc_need_scalar(c, v, "sqlite or postgres") != 0)
+        return -1;
+    const char *s = ydoc_scalar_text(v);
+    if (strcmp(s, "sqlite") == 0 || strcmp(s, "postgres") == 0) {
+        *(unsigned *)field = s[0] == 's' ? JOBS_BACKEND_SQLITE : JOBS_BACKEND_POSTGRES;
+        return 0;
+    }
+    return ydoc_fail(c, v, "expected sqlite or postgres, got %s", ydoc_describe(v, d, sizeof d));
+}
+
+static const field_spec_t jobs_pg_fields[] = {
+    {"url", cfg_fp_string, offsetof(config_t, jobs.pg.url), 0, 0, NULL},
+    {"host_id", cfg_fp_string_opt, offsetof(config_t, jobs.pg.host_id), 0, 0, NULL},
+    {"lease", cfg_fp_duration, offsetof(config_t, jobs.pg.lease_ms), 300, 0, NULL},
+    {"aging", cfg_fp_duration, offsetof(config_t, jobs.pg.aging_ms), 1, 0, NULL},
+    {"max_result_bytes", cfg_fp_size, offsetof(config_t, jobs.pg.max_result_bytes), 1, 1ULL << 30, NULL},
+};
+static const section_t jobs_pg_section = SECTION(jobs_pg_fields);
+
 static const field_spec_t jobs_fields[] = {
+    {"backend", fp_jobs_backend, offsetof(config_t, jobs.backend), 0, 0, NULL},
+    {"postgres", cfg_fp_section, 0, 0, 0, &jobs_pg_section},
     {"results_max_bytes", cfg_fp_size, offsetof(config_t, jobs.results_max_bytes), 0, 0, NULL},
     {"results_ttl", cfg_fp_duration, offsetof(config_t, jobs.results_ttl_ms), 1, 0, NULL},
     {"min_free_disk", cfg_fp_size, offsetof(config_t, jobs.min_free_disk), 0, 0, NULL},
@@ -235,7 +261,13 @@ static const field_spec_t jobs_fields[] = {
     {"records_ttl", cfg_fp_duration, offsetof(config_t, jobs.records_ttl_ms), 1000, 0, NULL},
 };
 
+static const field_spec_t host_memory_fields[] = {
+    {"budget", fp_memory_budget, offsetof(config_t, host_memory.budget), 0, 0, NULL}, /* auto or a size */
+    {"reserve", cfg_fp_size, offsetof(config_t, host_memory.reserve), 0, 0, NULL},
+};
+
 static const section_t log_section = SECTION(log_fields);
+static const section_t host_memory_section = SECTION(host_memory_fields);
 static const section_t gpu_section = SECTION(gpu_fields);
 static const section_t limits_section = SECTION(limits_fields);
 static const section_t jobs_section = SECTION(jobs_fields);
@@ -249,6 +281,7 @@ static const field_spec_t top_fields[] = {
     {"limits", cfg_fp_section, 0, 0, 0, &limits_section},
     {"jobs", cfg_fp_section, 0, 0, 0, &jobs_section},
     {"fleet", cfg_fp_section, 0, 0, 0, &cfg_fleet_section},
+    {"host_memory", cfg_fp_section, 0, 0, 0, &host_memory_section},
     {"defaults", fp_defaults, 0, 0, 0, NULL},
     {"models", fp_models, 0, 0, 0, NULL},
 };

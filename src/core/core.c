@@ -11,6 +11,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "common/check.h"
@@ -96,6 +97,10 @@ void core_init(core_t *c, uv_loop_t *loop, config_t *cfg)
     c->prepare.data = c;
     uv_prepare_start(&c->prepare, on_prepare);
     uv_unref((uv_handle_t *)&c->prepare);
+    unsigned char rnd[(CORE_JOB_SECRET_SIZE - 1) / 2];
+    if (getrandom(rnd, sizeof rnd, 0) == (ssize_t)sizeof rnd)
+        for (size_t i = 0; i < sizeof rnd; i++)
+            snprintf(c->job_secret + 2 * i, 3, "%02x", rnd[i]);
 }
 
 void core_close(core_t *c)
@@ -152,6 +157,36 @@ void core_conn_removed(core_t *c, list_t *link)
     BUG_ON(c->n_conns == 0);
     list_remove(link);
     c->n_conns--;
+}
+
+void core_conn_reserve(core_t *c, bool on)
+{
+    if (on) {
+        c->n_reserve_conns++;
+        c->counts[CORE_CNT_RESERVE_ACCEPTED]++;
+        return;
+    }
+    CHECK_IF(c->n_reserve_conns == 0);
+    if (c->n_reserve_conns)
+        c->n_reserve_conns--;
+}
+
+void core_count(core_t *c, enum core_counter k)
+{
+    if ((unsigned)k < CORE_COUNTERS)
+        c->counts[k]++;
+}
+
+const char *core_counter_name(enum core_counter k)
+{
+    static const char *const names[CORE_COUNTERS] = {
+        [CORE_CNT_HEADER_TIMEOUT] = "header",   [CORE_CNT_BODY_TIMEOUT] = "body",
+        [CORE_CNT_SEND_TIMEOUT] = "send",       [CORE_CNT_RESERVE_ACCEPTED] = "reserve_accepted",
+        [CORE_CNT_RESERVE_REFUSED] = "reserve_refused", [CORE_CNT_CONN_REFUSED] = "refused",
+        [CORE_CNT_LOCAL_PROXY] = "proxy",       [CORE_CNT_LOCAL_HEALTH] = "health",
+        [CORE_CNT_LOCAL_HOOK] = "hook",
+    };
+    return (unsigned)k < CORE_COUNTERS ? names[k] : "?";
 }
 
 void core_requeue(core_t *c, request_t *r, const char *why)

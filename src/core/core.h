@@ -35,6 +35,7 @@
 #define VRAMD_VERSION "0.1.0"
 #define CORE_EVENTS_KEPT 64 /* recent notable events kept for /v1/status */
 #define CORE_LISTENERS_MAX 16
+#define CORE_JOB_SECRET_SIZE 33
 
 /* One-to-many notifications. The subject's type is given per event. */
 enum core_event {
@@ -48,6 +49,20 @@ enum core_event {
     CORE_EV_RELOADED,           /* config_t *: the new config is in place */
     CORE_EV_DRAINING,           /* const char *: why */
     CORE_EV_COUNT
+};
+
+/* Things counted daemon-wide (core_count), shown in /v1/status and /metrics. */
+enum core_counter {
+    CORE_CNT_HEADER_TIMEOUT = 0, /* 408: a request head not complete within limits.header_timeout */
+    CORE_CNT_BODY_TIMEOUT,       /* 408: a request body idle past limits.body_timeout */
+    CORE_CNT_SEND_TIMEOUT,       /* client closed: it read nothing for limits.send_timeout */
+    CORE_CNT_RESERVE_ACCEPTED,   /* connections accepted onto the reserve (past max_connections) */
+    CORE_CNT_RESERVE_REFUSED,    /* requests on a reserve connection refused 503 overloaded */
+    CORE_CNT_CONN_REFUSED,       /* connections closed at accept: reserve full too */
+    CORE_CNT_LOCAL_PROXY,        /* vramd's own shortage (EMFILE ...): proxied requests refused */
+    CORE_CNT_LOCAL_HEALTH,       /* ... health checks not made */
+    CORE_CNT_LOCAL_HOOK,         /* ... unload/reload hooks not made */
+    CORE_COUNTERS
 };
 
 typedef void (*core_listener_fn)(void *ctx, enum core_event ev, void *subject);
@@ -68,6 +83,7 @@ struct core {
     list_t models;           /* model_t.link, config order */
     list_t conns;            /* conn_t.link */
     unsigned n_conns;
+    unsigned n_reserve_conns; /* of n_conns, those accepted onto the reserve */
     bool draining;           /* stop admitting (composition root) */
     bool stopping;           /* workers being stopped, loop about to end (composition root) */
     bool ready;              /* config loaded, listener bound (composition root) */
@@ -76,6 +92,10 @@ struct core {
     uint64_t started_wall_ms;
     uint64_t requests_total; /* request heads parsed */
     unsigned retries_in_flight; /* requests queued or running again after an OOM or invalid output */
+    uint64_t counts[CORE_COUNTERS]; /* core_count */
+    /* random at core_init (32 hex; "" when no randomness): the job runner's attempts name
+     * their submitter with it (X-Vramd-Job-Client, net/conn_request.c); never shown */
+    char job_secret[CORE_JOB_SECRET_SIZE];
     /* recent notable events for /v1/status */
     core_note_t notes[CORE_EVENTS_KEPT];
     unsigned notes_next, notes_count;
@@ -116,6 +136,11 @@ void core_retry_begin(core_t *c);
 void core_retry_end(core_t *c);
 void core_conn_added(core_t *c, list_t *link);
 void core_conn_removed(core_t *c, list_t *link);
+/* A connection went onto the reserve (on) or, having been on it, closed (off). */
+void core_conn_reserve(core_t *c, bool on);
+/* Count one event of kind k; core_counter_name: its label in /metrics and /v1/status. */
+void core_count(core_t *c, enum core_counter k);
+const char *core_counter_name(enum core_counter k);
 
 /* Retry a request from its queue (core->requeue). */
 void core_requeue(core_t *c, request_t *r, const char *why);

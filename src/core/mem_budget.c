@@ -1,92 +1,27 @@
 /* mem_budget: the host-memory budget for request buffers. See mem_budget.h. */
 #include "core/mem_budget.h"
 
-#include <inttypes.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "common/log.h"
 #include "common/units.h"
 #include "core/request.h"
+#include "gpu/host_mem.h"
 
 static buf_budget_t g_budget;
 static const char *g_source = "fallback";
 static uint64_t g_auto;  /* the auto figure measured at start, 0 until then */
 
-/* "MemAvailable:  N kB" in bytes; 0 when unknown. */
-static uint64_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    uint64_t kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1)
-            break;
-    fclose(f);
-    return kb * 1024;
-}
-
-/* A number in a file; 0 when missing or not a number ("max"). */
-static uint64_t file_u64(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    uint64_t v = 0;
-    if (fscanf(f, "%" SCNu64, &v) != 1)
-        v = 0;
-    fclose(f);
-    return v;
-}
-
-/* What the cgroup (v2: memory.max - memory.current) still allows; 0 when unlimited or unknown. */
-static uint64_t cgroup_room(void)
-{
-    char dir[512] = "/sys/fs/cgroup";
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (f) {
-        char line[400];
-        while (fgets(line, sizeof line, f)) {
-            if (strncmp(line, "0::", 3) == 0) {
-                line[strcspn(line, "\n")] = '\0';
-                snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", strcmp(line + 3, "/") == 0 ? "" : line + 3);
-                break;
-            }
-        }
-        fclose(f);
-    }
-    char path[600];
-    snprintf(path, sizeof path, "%s/memory.max", dir);
-    uint64_t max = file_u64(path);
-    if (max == 0) {
-        snprintf(path, sizeof path, "/sys/fs/cgroup/memory.max"); /* a namespaced view */
-        max = file_u64(path);
-        snprintf(dir, sizeof dir, "/sys/fs/cgroup");
-    }
-    if (max == 0)
-        return 0;
-    snprintf(path, sizeof path, "%s/memory.current", dir);
-    uint64_t cur = file_u64(path);
-    return max > cur ? max - cur : 1;
-}
-
-/* A quarter of min(MemAvailable, cgroup room), at least max_body; the fallback when neither is known. */
+/* A quarter of min(MemAvailable, cgroup room) (gpu/host_mem.h), at least max_body; the fallback when neither is known. */
 static uint64_t auto_limit(uint64_t max_body, uint64_t *avail, uint64_t *room)
 {
-    *avail = mem_available();
-    *room = cgroup_room();
-    uint64_t base = *avail;
-    g_source = "meminfo";
-    if (*room && (!base || *room < base)) {
-        base = *room;
-        g_source = "cgroup";
-    }
+    const char *source;
+    uint64_t base = host_mem_room(&source, avail, room);
     if (!base) {
         g_source = "fallback";
         return MEM_BUDGET_FALLBACK > max_body ? MEM_BUDGET_FALLBACK : max_body;
     }
+    g_source = source;
     return base / 4 > max_body ? base / 4 : max_body;
 }
 

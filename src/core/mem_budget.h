@@ -7,9 +7,11 @@
  * freed, failed or reset to nothing, so however a request ends its charge goes with it.
  *
  * The limit: limits.memory_budget when given; else ("auto") a quarter of what the host can
- * spare at start: min(MemAvailable from /proc/meminfo, the cgroup's memory.max - its
- * memory.current), never less than limits.max_body (so one body of the largest size always
- * fits); 1 GiB when neither can be read. The figure and where it came from are logged at
+ * spare at start: min(MemAvailable from /proc/meminfo, the cgroup's room), never less than
+ * limits.max_body (so one body of the largest size always fits); 1 GiB when neither can be
+ * read. The cgroup's room: v2, the least memory.max - memory.current of the cgroup and its
+ * ancestors; else v1 (memory controller mounted at /sys/fs/cgroup/memory),
+ * hierarchical_memory_limit - memory.usage_in_bytes. The figure and where it came from are logged at
  * start (event memory_budget) and shown in /v1/status. A reload re-applies an explicit value
  * (auto keeps the figure measured at start).
  *

@@ -28,6 +28,7 @@
 #include "core/types.h"
 #include "config/config.h"
 #include "obs/histogram.h"
+#include "sched/host_ledger.h"
 #include "sched/ledger.h"
 #include "sched/queue.h"
 
@@ -41,7 +42,13 @@ enum instance_state {
     INST_UNLOADING, /* its unload hook was called; waiting for NVML to show memory back */
     INST_UNLOADED,  /* process (or external server) up, models unloaded; reload hook brings it back */
     INST_RELOADING, /* reload hook called */
+    INST_PARKING,   /* a park tier started (sleep hook called); waiting for NVML to show the memory gone */
+    INST_PARKED,    /* parked: the process lives, its weights in host memory (inst->park_tier says how) */
+    INST_RESUMING,  /* the tier's return started (wake hook); waiting for NVML to show the memory back */
 };
+
+/* How an instance in PARKING, PARKED or RESUMING is parked (workers/park.c). */
+enum park_tier { PARK_NONE = 0, PARK_SLEEP, PARK_CHECKPOINT };
 
 enum model_state {
     MODEL_STOPPED = 0,
@@ -137,6 +144,15 @@ struct instance {
     uint64_t ejected_until_ms;
     unsigned ejections;      /* times it was ejected; the next ejection lasts 30 s x this */
     bool hang_killed;        /* SIGABRT sent for a hang; SIGKILL follows after stop_timeout */
+    /* parking (workers/park.c): set while PARKING, PARKED or RESUMING */
+    enum park_tier park_tier;
+    uint64_t park_before;    /* GPU bytes booked when the park began */
+    uint64_t park_left;      /* GPU bytes NVML still showed once parked (booked on the GPU ledger) */
+    uint64_t park_since_ms;  /* when the park, or the return, began */
+    uint64_t wake_seq;       /* RESUMING: the first NVML snapshot (sched_snapshot_seq) read after the wake answered */
+    bool wake_found;         /* RESUMING an external server found at start (maybe left asleep) */
+    host_entry_t parked_host; /* the host memory it holds while parked (workers/host_book.c) */
+    uint64_t local_retry_ms; /* a hook failed for vramd's own shortage (EMFILE ...): no new try before this */
 };
 
 struct model {
@@ -157,6 +173,7 @@ struct model {
     char failed_reason[160];
     bool unload_requested;   /* admin unload in progress */
     bool load_requested;     /* admin load waiting for an instance to be READY */
+    bool unload_local_failed; /* admin unload: the hook could not be called for vramd's own shortage (503) */
     unsigned consecutive_failures;
     uint64_t failure_times[MODEL_FAILURE_WINDOW]; /* ring of monotonic ms */
     unsigned failure_next;
@@ -168,6 +185,8 @@ struct model {
     uint64_t peaks[MODEL_PEAK_SAMPLES];
     unsigned n_peaks, peak_next;
     uint64_t load_ms_ewma, run_ms_ewma;
+    uint64_t wake_ms_ewma;     /* learned time from the wake hook's call to the memory back (park.c) */
+    uint64_t parks_total, wakes_total, park_refusals; /* sleep tier: parks done, returns, parks the host refused */
     uint64_t last_arrival_ms;  /* when its last request arrived (0 = none yet) */
     uint64_t arrival_gap_ms;   /* mean gap between its requests (EWMA; 0 = fewer than two) */
     uint64_t oom_total;
@@ -176,6 +195,8 @@ struct model {
     uint64_t invalid_total;    /* outputs that failed validation */
     uint64_t hangs_total;
     uint64_t recycles_total;
+    uint64_t retry_budget_refusals; /* 503 retry_budget_exhausted (quality/verdict.c) */
+    uint64_t ejections_total;  /* outlier ejections of its instances, replaced ones included */
     bool claiming;
     /* counters */
     uint64_t requests_total;

@@ -138,8 +138,9 @@ static int check_listen(const vramd_t *d, const config_t *cfg, char *err, size_t
     return 0;
 }
 
-/* GPU settings take effect at start only (the NVML library is loaded and the devices and
- * poll timer set up once): a reload that changes one is refused, naming the key. */
+/* GPU settings take effect at start only (the NVML and CUDA libraries are loaded and the
+ * devices and poll timer set up once), and so does the job store (opened once, jobs_init):
+ * a reload that changes one is refused, naming the key. */
 static int check_start_only(const config_t *old, const config_t *cfg, char *err, size_t errlen)
 {
     const char *key = NULL;
@@ -147,6 +148,8 @@ static int check_start_only(const config_t *old, const config_t *cfg, char *err,
         key = "gpu.nvml_library";
     else if (!same_str(old->fleet.agent_host, cfg->fleet.agent_host) || old->fleet.agent_port != cfg->fleet.agent_port)
         key = "fleet.agent_listen";
+    else if (!same_str(old->gpu.cuda_library, cfg->gpu.cuda_library))
+        key = "gpu.cuda_library";
     else if (old->gpu.poll_ms != cfg->gpu.poll_ms)
         key = "gpu.poll";
     else if (old->gpu.n_devices != cfg->gpu.n_devices || old->gpu.n_device_uuids != cfg->gpu.n_device_uuids)
@@ -157,6 +160,12 @@ static int check_start_only(const config_t *old, const config_t *cfg, char *err,
     for (size_t i = 0; !key && i < cfg->gpu.n_device_uuids; i++)
         if (!same_str(old->gpu.device_uuids[i], cfg->gpu.device_uuids[i]))
             key = "gpu.devices";
+    if (!key && old->jobs.backend != cfg->jobs.backend)
+        key = "jobs.backend";
+    else if (!key && (!same_str(old->jobs.pg.url, cfg->jobs.pg.url) || !same_str(old->jobs.pg.host_id, cfg->jobs.pg.host_id) ||
+                      old->jobs.pg.lease_ms != cfg->jobs.pg.lease_ms || old->jobs.pg.aging_ms != cfg->jobs.pg.aging_ms ||
+                      old->jobs.pg.max_result_bytes != cfg->jobs.pg.max_result_bytes))
+        key = "jobs.postgres";
     if (!key)
         return 0;
     snprintf(err, errlen, "%s: %s changed; it takes effect only at start (restart vramd to change it)", cfg->path,

@@ -12,7 +12,8 @@ void wiring_connect(core_t *core, const api_admin_ops_t *admin)
     dispatch_init(core);
     proxy_init(core);
     static const sched_actions_t actions = {
-        .evict = instance_evict, .recycle = instance_recycle, .reclaimed = instance_reclaimed};
+        .evict = instance_evict, .recycle = instance_recycle, .reclaimed = instance_reclaimed,
+        .return_cost_ms = instance_return_cost_ms};
     sched_init(core, &actions);
     api_init(core, admin);
 }

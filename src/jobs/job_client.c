@@ -9,6 +9,7 @@
 #include "jobs/job_client.h"
 
 #include <stdlib.h>
+#include <strings.h>
 
 #include <cjson/cJSON.h>
 
@@ -18,9 +19,24 @@
 
 #define JOB_CLIENT_MAX_REQUEST_HEAD (256 * 1024)
 
+/* The submitter's headers; the name of the job header they replace (NULL = none). */
+static const char *origin_headers(buf_t *b, const job_client_origin_t *o)
+{
+    if (!o || !o->submitter)
+        return NULL;
+    const job_submitter_t *s = o->submitter;
+    if (o->secret && o->secret[0] && s->peer[0])
+        http_out_header(b, "X-Vramd-Job-Client", "%s %s%s%s", o->secret, s->peer, s->key[0] ? " " : "", s->key);
+    if (!o->key_header || !s->header[0] || strcasecmp(o->key_header, s->header) != 0)
+        return NULL;
+    http_out_header(b, o->key_header, "%s", s->value);
+    return o->key_header;
+}
+
 int job_client_build_request(const char *method, const char *path, const char *headers_json,
                              const void *body, size_t body_len, const char *request_id, int priority,
-                             uint64_t deadline_left_ms, char **out, size_t *out_len)
+                             uint64_t deadline_left_ms, const job_client_origin_t *origin, char **out,
+                             size_t *out_len)
 {
     cJSON *hdrs = headers_json ? cJSON_Parse(headers_json) : NULL;
     if (headers_json && !cJSON_IsObject(hdrs)) {
@@ -34,9 +50,10 @@ int job_client_build_request(const char *method, const char *path, const char *h
     http_out_header(&b, "X-Vramd-Priority", "%d", priority);
     if (deadline_left_ms > 0)
         http_out_header(&b, "X-Vramd-Deadline", "%llums", (unsigned long long)deadline_left_ms);
+    const char *replaced = origin_headers(&b, origin);
     const cJSON *h;
     cJSON_ArrayForEach(h, hdrs) {
-        if (h->string && cJSON_IsString(h) && h->valuestring)
+        if (h->string && cJSON_IsString(h) && h->valuestring && !(replaced && strcasecmp(h->string, replaced) == 0))
             http_out_header(&b, h->string, "%s", h->valuestring);
     }
     cJSON_Delete(hdrs);

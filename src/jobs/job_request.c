@@ -111,7 +111,7 @@ static bool is_header_value(const char *s)
 static const char *const refused_headers[] = {
     "Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Transfer-Encoding",
     "Upgrade", "Proxy-Authenticate", "Proxy-Authorization", "Content-Length", "Host",
-    "Expect", "X-Request-Id", "X-Vramd-Priority", "X-Vramd-Deadline",
+    "Expect", "X-Request-Id", "X-Vramd-Priority", "X-Vramd-Deadline", "X-Vramd-Job-Client",
 };
 
 static bool header_refused(const char *name)

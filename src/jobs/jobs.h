@@ -61,9 +61,9 @@ int jobs_count_by_state(core_t *d, uint64_t out[JOB_STATE_COUNT]);
 
 /* For jobs_api.c. */
 jobs_t *jobs_get(const core_t *d);
-struct journal *jobs_journal(jobs_t *J);
+struct jstore *jobs_store(jobs_t *J);
 struct result_store *jobs_results(jobs_t *J);
-/* Cancel a job's attempt in flight, if it has one (after journal_cancel succeeded). */
+/* Cancel a job's attempt in flight, if it has one (after jstore_cancel succeeded). */
 void jobs_cancel_attempt(jobs_t *J, const char *id);
 
 /* Wall-clock milliseconds (unix epoch). */

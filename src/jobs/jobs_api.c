@@ -2,8 +2,10 @@
  * jobs_api: HTTP routes of durable jobs (see jobs_api.h; rules in docs/jobs.md).
  *
  * Every handler answers exactly once (conn_respond / conn_respond_error, or a result send
- * that ends with conn_request_done). Journal calls are synchronous on the loop thread; a
- * submit costs one fsync'd SQLite commit before its 202.
+ * that ends with conn_request_done). Store calls (jobs/jstore.h) answer through a callback:
+ * at once for SQLite (one fsync'd commit on the loop thread before a 202), later for
+ * PostgreSQL. Meanwhile the request is owned by an api_wait_t (its ops): a client that
+ * leaves only marks it gone, and the answer that comes later is dropped.
  */
 #include "jobs/jobs_api.h"
 
@@ -21,8 +23,11 @@
 #include "jobs/job_request.h"
 #include "jobs/jobs.h"
 #include "jobs/journal.h"
+#include "jobs/jstore.h"
 #include "jobs/result_send.h"
 #include "jobs/result_store.h"
+#include "jobs/job_submitter.h"
+#include "sched/client_limit.h"
 #include "net/http_auth.h"
 #include "net/conn.h"
 #include "net/router.h"
@@ -34,6 +39,56 @@
 #define JOBS_QUERY_VALUE_MAX 256
 
 /* ---- small helpers ------------------------------------------------------------------ */
+
+/* A request waiting for the store's answer. */
+typedef struct api_wait {
+    conn_t *c;
+    request_t *r;
+    bool gone; /* the client left: answer nobody */
+    jobs_t *J;
+    char id[JOB_ID_SIZE];
+    char model[128];
+} api_wait_t;
+
+static void wait_cancel(request_t *r)
+{
+    api_wait_t *w = r->owner;
+    if (w)
+        w->gone = true;
+    r->owner = NULL;
+    request_set_ops(r, NULL);
+}
+
+static const request_ops_t wait_ops = {.cancel = wait_cancel};
+
+/* Own r until the store answers. NULL when out of memory (answered with 500 then). */
+static api_wait_t *wait_new(conn_t *c, request_t *r, jobs_t *J, const char *id)
+{
+    api_wait_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        conn_respond_error(c, 500, "internal", NULL, -1, false, "out of memory");
+        return NULL;
+    }
+    w->c = c;
+    w->r = r;
+    w->J = J;
+    if (id)
+        snprintf(w->id, sizeof w->id, "%s", id);
+    r->owner = w;
+    request_set_ops(r, &wait_ops);
+    return w;
+}
+
+/* The store answered: true when the client is still there (the request is the conn's again;
+ * answer it now). Frees nothing: the caller frees w with free() when done. */
+static bool wait_take(api_wait_t *w)
+{
+    if (w->gone)
+        return false;
+    w->r->owner = NULL;
+    request_set_ops(w->r, NULL);
+    return true;
+}
 
 static void respond_json(conn_t *c, int status, cJSON *doc, const char *extra)
 {
@@ -210,6 +265,57 @@ static char *headers_json(const job_request_t *jr)
 
 /* ---- POST /v1/jobs ------------------------------------------------------------------- */
 
+static void after_insert(void *ctx, int rc, const char *err)
+{
+    api_wait_t *w = ctx;
+    if (rc != JOURNAL_OK)
+        log_event(LOG_ERROR, "job_journal_error", "job_id=%s op=%s error=%s", w->id, "insert", err);
+    if (!wait_take(w)) {
+        free(w);
+        return;
+    }
+    conn_t *c = w->c;
+    if (rc == JOURNAL_FULL) {
+        conn_respond_error(c, 507, "disk_full", w->model, 60, false, "the job journal cannot grow: %s", err);
+    } else if (rc == JOURNAL_UNAVAILABLE || (rc == JOURNAL_ERROR && jobs_store(w->J)->lease_ms)) {
+        conn_respond_error(c, 503, "jobs_unavailable", w->model, 5, false, "the job could not be stored: %s", err);
+    } else if (rc != JOURNAL_OK) {
+        /* not stored (journal_insert settles a failed write, see journal.h): never a 202 */
+        conn_respond_error(c, 503, "journal_error", w->model, 5, false, "the job could not be stored: %s", err);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        char url[64], extra[96];
+        snprintf(url, sizeof url, "/v1/jobs/%s", w->id);
+        snprintf(extra, sizeof extra, "Location: %s\r\n", url);
+        if (o) {
+            cJSON_AddStringToObject(o, "id", w->id);
+            cJSON_AddStringToObject(o, "state", "queued");
+            cJSON_AddStringToObject(o, "url", url);
+        }
+        core_t *d = c->core;
+        respond_json(c, 202, o, extra);
+        jobs_pump(d);
+    }
+    free(w);
+}
+
+/* Who submits the job, as limits.per_client will count its attempts (jobs/job_submitter.h):
+ * the JSON to store (malloc'd), or NULL when out of memory. */
+static char *submitter_json(const conn_t *c, const request_t *r)
+{
+    const config_t *cfg = c->core->cfg;
+    job_submitter_t sub;
+    job_submitter_capture(&sub, c->peer, cfg->per_client.key == CLIENT_KEY_HEADER ? cfg->per_client.header : NULL,
+                          r->head, &r->msg);
+    if (cfg->per_client.key == CLIENT_KEY_TOKEN) {
+        char key[CLIENT_KEY_MAX];
+        client_key(CLIENT_KEY_TOKEN, NULL, r->head, &r->msg, c->peer, key);
+        if (strncmp(key, "token#", 6) == 0)
+            job_submitter_set_key(&sub, key); /* a digest, never the token */
+    }
+    return job_submitter_to_json(&sub);
+}
+
 static void submit(conn_t *c, request_t *r, jobs_t *J)
 {
     core_t *d = c->core;
@@ -227,7 +333,7 @@ static void submit(conn_t *c, request_t *r, jobs_t *J)
         conn_respond_error(c, 400, "bad_request", NULL, -1, false, "%s", err);
         return;
     }
-    char *path = NULL, *hjson = NULL;
+    char *path = NULL, *hjson = NULL, *cjson = NULL;
     const model_config_t *mc = config_find_model(cfg, jr.model);
     model_t *m = mc ? runtime_model(d, mc->name) : NULL;
     if (!m) {
@@ -278,35 +384,23 @@ static void submit(conn_t *c, request_t *r, jobs_t *J)
     rec.deadline_wall_ms = jr.deadline_ms ? now + (int64_t)jr.deadline_ms : 0;
     rec.max_attempts = (int)cfg->jobs.max_attempts;
     rec.created_ms = now;
-    journal_t *jn = jobs_journal(J);
-    int rc = journal_insert(jn, &rec);
-    if (rc == JOURNAL_FULL) {
-        conn_respond_error(c, 507, "disk_full", m->name, 60, false, "the job journal cannot grow: %s",
-                           journal_errmsg(jn));
+    rec.est_bytes = sched_model_uses_gpu(mc) ? sched_request_estimate(m) : 0;
+    rec.client_json = cjson = submitter_json(c, r);
+    if (!cjson) {
+        conn_respond_error(c, 500, "internal", m->name, -1, false, "out of memory");
         goto out;
     }
-    if (rc != JOURNAL_OK) {
-        log_event(LOG_ERROR, "job_journal_error", "op=%s error=%s", "insert", journal_errmsg(jn));
-        conn_respond_error(c, 500, "internal", m->name, -1, false, "the job could not be stored: %s",
-                           journal_errmsg(jn));
+    api_wait_t *w = wait_new(c, r, J, rec.id);
+    if (!w)
         goto out;
-    }
+    snprintf(w->model, sizeof w->model, "%s", m->name);
     log_event(LOG_INFO, "job_submitted", "job_id=%s model=%s method=%s path=%s priority=%d body_bytes=%zu peer=%s",
               rec.id, m->name, rec.method, rec.path, rec.priority, rec.body_len, c->peer);
-    cJSON *o = cJSON_CreateObject();
-    char url[64], extra[96];
-    snprintf(url, sizeof url, "/v1/jobs/%s", rec.id);
-    snprintf(extra, sizeof extra, "Location: %s\r\n", url);
-    if (o) {
-        cJSON_AddStringToObject(o, "id", rec.id);
-        cJSON_AddStringToObject(o, "state", "queued");
-        cJSON_AddStringToObject(o, "url", url);
-    }
-    respond_json(c, 202, o, extra);
-    jobs_pump(d);
+    jstore_insert(jobs_store(J), &rec, after_insert, w); /* copies what it keeps */
 out:
     free(path);
     free(hjson);
+    free(cjson);
     job_request_free(&jr);
 }
 
@@ -348,21 +442,41 @@ static int query_decode(const char *s, size_t n, char *out, size_t cap)
     return 0;
 }
 
-typedef struct list_ctx {
-    cJSON *arr;
-    bool oom;
-} list_ctx_t;
-
-static int list_one(const job_record_t *rec, void *ctx)
+static void after_list(void *ctx, int rc, const char *err, const job_record_t *recs, size_t n,
+                       const journal_cursor_t *next)
 {
-    list_ctx_t *lc = ctx;
-    cJSON *o = render_job(rec);
-    if (!o || !cJSON_AddItemToArray(lc->arr, o)) {
-        cJSON_Delete(o);
-        lc->oom = true;
-        return 1;
+    api_wait_t *w = ctx;
+    if (!wait_take(w)) {
+        free(w);
+        return;
     }
-    return 0;
+    conn_t *c = w->c;
+    free(w);
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+    bool oom = !o || !arr;
+    for (size_t i = 0; !oom && rc == JOURNAL_OK && i < n; i++) {
+        cJSON *one = render_job(&recs[i]);
+        if (!one || !cJSON_AddItemToArray(arr, one)) {
+            cJSON_Delete(one);
+            oom = true;
+        }
+    }
+    if (rc != JOURNAL_OK || oom) {
+        cJSON_Delete(o);
+        cJSON_Delete(arr);
+        conn_respond_error(c, rc == JOURNAL_OK ? 500 : 503, rc == JOURNAL_OK ? "internal" : "jobs_unavailable", NULL,
+                           rc == JOURNAL_OK ? -1 : 5, false, "listing jobs failed: %s", oom ? "out of memory" : err);
+        return;
+    }
+    cJSON_AddItemToObject(o, "jobs", arr);
+    if (next && next->valid) {
+        char text[JOURNAL_CURSOR_TEXT_MAX];
+        journal_cursor_format(next, text, sizeof text);
+        cJSON_AddStringToObject(o, "next_cursor", text);
+    } else {
+        cJSON_AddNullToObject(o, "next_cursor");
+    }
+    respond_json(c, 200, o, NULL);
 }
 
 static void list_jobs(conn_t *c, request_t *r, jobs_t *J)
@@ -431,125 +545,155 @@ static void list_jobs(conn_t *c, request_t *r, jobs_t *J)
             p = stop + 1;
         }
     }
-    list_ctx_t lc = {.arr = cJSON_CreateArray()};
-    journal_cursor_t next = {.valid = false};
-    journal_t *jn = jobs_journal(J);
-    if (!lc.arr || journal_list(jn, &filter, &cursor, limit, list_one, &lc, &next, NULL) != JOURNAL_OK || lc.oom) {
-        cJSON_Delete(lc.arr);
-        conn_respond_error(c, 500, "internal", NULL, -1, false, "listing jobs failed: %s", journal_errmsg(jn));
-        return;
-    }
-    cJSON *o = cJSON_CreateObject();
-    if (!o) {
-        cJSON_Delete(lc.arr);
-        conn_respond_error(c, 500, "internal", NULL, -1, false, "out of memory");
-        return;
-    }
-    cJSON_AddItemToObject(o, "jobs", lc.arr);
-    if (next.valid) {
-        char text[JOURNAL_CURSOR_TEXT_MAX];
-        journal_cursor_format(&next, text, sizeof text);
-        cJSON_AddStringToObject(o, "next_cursor", text);
-    } else {
-        cJSON_AddNullToObject(o, "next_cursor");
-    }
-    respond_json(c, 200, o, NULL);
+    api_wait_t *w = wait_new(c, r, J, NULL);
+    if (w)
+        jstore_list(jobs_store(J), &filter, &cursor, limit, after_list, w);
 }
 
 /* ---- one job ------------------------------------------------------------------------ */
 
-static void show_job(conn_t *c, jobs_t *J, const char *id)
+static void store_failed(conn_t *c, const char *err)
 {
-    job_record_t rec;
-    job_record_init(&rec);
-    int rc = journal_get(jobs_journal(J), id, false, &rec);
-    if (rc == JOURNAL_NOT_FOUND) {
-        conn_respond_error(c, 404, "not_found", NULL, -1, false, "no job %s", id);
-    } else if (rc != JOURNAL_OK) {
-        conn_respond_error(c, 500, "internal", NULL, -1, false, "%s", journal_errmsg(jobs_journal(J)));
-    } else {
-        respond_json(c, 200, render_job(&rec), NULL);
-    }
-    job_record_clear(&rec);
+    conn_respond_error(c, 503, "jobs_unavailable", NULL, 5, false, "the job store failed: %s", err);
 }
 
-static void cancel_job(conn_t *c, jobs_t *J, const char *id)
+static void after_get(void *ctx, int rc, const char *err, const job_record_t *rec)
 {
-    enum job_state was = JOB_QUEUED;
-    journal_t *jn = jobs_journal(J);
-    int rc = journal_cancel(jn, id, jobs_wall_ms(), &was);
+    api_wait_t *w = ctx;
+    if (wait_take(w)) {
+        if (rc == JOURNAL_NOT_FOUND)
+            conn_respond_error(w->c, 404, "not_found", NULL, -1, false, "no job %s", w->id);
+        else if (rc != JOURNAL_OK)
+            store_failed(w->c, err);
+        else
+            respond_json(w->c, 200, render_job(rec), NULL);
+    }
+    free(w);
+}
+
+static void show_job(conn_t *c, request_t *r, jobs_t *J, const char *id)
+{
+    api_wait_t *w = wait_new(c, r, J, id);
+    if (w)
+        jstore_get(jobs_store(J), id, after_get, w);
+}
+
+static void after_cancel(void *ctx, int rc, const char *err, enum job_state was)
+{
+    api_wait_t *w = ctx;
+    const char *id = w->id;
+    if (rc == JOURNAL_OK) {
+        log_event(LOG_INFO, "job_cancelled", "job_id=%s was=%s", id, job_state_name(was));
+        jobs_cancel_attempt(w->J, id); /* closes its loopback request, if one is in flight here */
+    }
+    if (!wait_take(w)) {
+        free(w);
+        return;
+    }
+    conn_t *c = w->c;
     if (rc == JOURNAL_NOT_FOUND) {
         conn_respond_error(c, 404, "not_found", NULL, -1, false, "no job %s", id);
-        return;
-    }
-    if (rc == JOURNAL_CONFLICT) {
+    } else if (rc == JOURNAL_CONFLICT) {
         conn_respond_error(c, 409, "already_finished", NULL, -1, false, "job %s is already %s", id,
                            job_state_name(was));
+    } else if (rc == JOURNAL_FULL) {
+        conn_respond_error(c, 507, "disk_full", NULL, 60, false, "the cancel could not be recorded: %s", err);
+    } else if (rc != JOURNAL_OK) {
+        store_failed(c, err);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        if (o) {
+            cJSON_AddStringToObject(o, "id", id);
+            cJSON_AddStringToObject(o, "state", "cancelled");
+            cJSON_AddStringToObject(o, "was", job_state_name(was));
+        }
+        respond_json(c, 200, o, NULL);
+    }
+    free(w);
+}
+
+static void cancel_job(conn_t *c, request_t *r, jobs_t *J, const char *id)
+{
+    api_wait_t *w = wait_new(c, r, J, id);
+    if (w)
+        jstore_cancel(jobs_store(J), id, jobs_wall_ms(), after_cancel, w);
+}
+
+/* 409/404 for a job that has no result to give; false when it has one (succeeded). */
+static bool refuse_result(conn_t *c, const job_record_t *rec)
+{
+    const char *id = rec->id;
+    switch (rec->state) {
+    case JOB_QUEUED:
+    case JOB_RUNNING:
+        conn_respond_error(c, 409, "not_done", rec->model, 2, false, "job %s is %s", id, job_state_name(rec->state));
+        return true;
+    case JOB_FAILED:
+        conn_respond_error(c, 409, "job_failed", rec->model, -1, false, "job %s failed: %s: %s", id,
+                           rec->error_code ? rec->error_code : "error", rec->error_message ? rec->error_message : "");
+        return true;
+    case JOB_CANCELLED:
+        conn_respond_error(c, 409, "job_cancelled", rec->model, -1, false, "job %s was cancelled", id);
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void result_gone(conn_t *c, const job_record_t *rec)
+{
+    conn_respond_error(c, 410, "result_expired", rec->model, -1, false,
+                       "the result of job %s was removed (jobs.results_ttl or jobs.results_max_bytes)", rec->id);
+}
+
+static void after_get_result(void *ctx, int rc, const char *err, const job_record_t *rec, const void *data, size_t len)
+{
+    api_wait_t *w = ctx;
+    if (!wait_take(w)) {
+        free(w);
         return;
     }
-    if (rc == JOURNAL_FULL) {
-        conn_respond_error(c, 507, "disk_full", NULL, 60, false, "the cancel could not be recorded: %s",
-                           journal_errmsg(jn));
+    conn_t *c = w->c;
+    request_t *r = w->r;
+    jobs_t *J = w->J;
+    if (rc == JOURNAL_NOT_FOUND)
+        conn_respond_error(c, 404, "not_found", NULL, -1, false, "no job %s", w->id);
+    free(w);
+    if (rc == JOURNAL_NOT_FOUND)
         return;
-    }
     if (rc != JOURNAL_OK) {
-        conn_respond_error(c, 500, "internal", NULL, -1, false, "%s", journal_errmsg(jn));
+        store_failed(c, err);
         return;
     }
-    log_event(LOG_INFO, "job_cancelled", "job_id=%s was=%s peer=%s", id, job_state_name(was), c->peer);
-    jobs_cancel_attempt(J, id); /* closes its loopback request, if one is in flight */
-    cJSON *o = cJSON_CreateObject();
-    if (o) {
-        cJSON_AddStringToObject(o, "id", id);
-        cJSON_AddStringToObject(o, "state", "cancelled");
-        cJSON_AddStringToObject(o, "was", job_state_name(was));
+    if (refuse_result(c, rec))
+        return;
+    const char *type = rec->result_type ? rec->result_type : "application/octet-stream";
+    if (jobs_store(J)->inline_results) {
+        if (rec->result_state != JOB_RESULT_STORED || !data)
+            result_gone(c, rec);
+        else
+            conn_respond(c, 200, type, data, len, NULL);
+        return;
     }
-    respond_json(c, 200, o, NULL);
+    int fd = -1;
+    uint64_t size = 0;
+    int orc = rec->result_state == JOB_RESULT_STORED ? result_store_open_read(jobs_results(J), rec->id, &fd, &size)
+                                                     : -ENOENT;
+    if (orc != 0) {
+        if (rec->result_state == JOB_RESULT_STORED && orc == -ENOENT)
+            jstore_result_removed(jobs_store(J), rec->id, NULL, NULL);
+        result_gone(c, rec);
+        return;
+    }
+    if (result_send_start(c, r, fd, size, rec->result_type) != 0)
+        conn_abort(c);
 }
 
 static void send_result(conn_t *c, request_t *r, jobs_t *J, const char *id)
 {
-    job_record_t rec;
-    job_record_init(&rec);
-    journal_t *jn = jobs_journal(J);
-    int rc = journal_get(jn, id, false, &rec);
-    if (rc == JOURNAL_NOT_FOUND) {
-        conn_respond_error(c, 404, "not_found", NULL, -1, false, "no job %s", id);
-        goto out;
-    }
-    if (rc != JOURNAL_OK) {
-        conn_respond_error(c, 500, "internal", NULL, -1, false, "%s", journal_errmsg(jn));
-        goto out;
-    }
-    switch (rec.state) {
-    case JOB_QUEUED:
-    case JOB_RUNNING:
-        conn_respond_error(c, 409, "not_done", rec.model, 2, false, "job %s is %s", id, job_state_name(rec.state));
-        goto out;
-    case JOB_FAILED:
-        conn_respond_error(c, 409, "job_failed", rec.model, -1, false, "job %s failed: %s: %s", id,
-                           rec.error_code ? rec.error_code : "error", rec.error_message ? rec.error_message : "");
-        goto out;
-    case JOB_CANCELLED:
-        conn_respond_error(c, 409, "job_cancelled", rec.model, -1, false, "job %s was cancelled", id);
-        goto out;
-    default:
-        break;
-    }
-    int fd = -1;
-    uint64_t size = 0;
-    int orc = rec.result_state == JOB_RESULT_STORED ? result_store_open_read(jobs_results(J), id, &fd, &size) : -ENOENT;
-    if (orc != 0) {
-        if (rec.result_state == JOB_RESULT_STORED && orc == -ENOENT)
-            journal_mark_result_removed(jn, id);
-        conn_respond_error(c, 410, "result_expired", rec.model, -1, false,
-                           "the result of job %s was removed (jobs.results_ttl or jobs.results_max_bytes)", id);
-        goto out;
-    }
-    if (result_send_start(c, r, fd, size, rec.result_type) != 0)
-        conn_abort(c);
-out:
-    job_record_clear(&rec);
+    api_wait_t *w = wait_new(c, r, J, id);
+    if (w)
+        jstore_get_result(jobs_store(J), id, after_get_result, w);
 }
 
 /* ---- dispatch ------------------------------------------------------------------------- */
@@ -593,9 +737,9 @@ bool jobs_api_handle(conn_t *c, request_t *r, const char *path, size_t len)
             else
                 method_not_allowed(c, "GET, HEAD");
         } else if (get) {
-            show_job(c, J, id);
+            show_job(c, r, J, id);
         } else if (del) {
-            cancel_job(c, J, id);
+            cancel_job(c, r, J, id);
         } else {
             method_not_allowed(c, "GET, HEAD, DELETE");
         }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/list.h"
@@ -36,6 +37,14 @@ int64_t jobs_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void jobs_default_host_id(const config_t *cfg, char *out, size_t outlen)
+{
+    char host[200] = "";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+        snprintf(host, sizeof host, "localhost");
+    snprintf(out, outlen, "%s:%d", host, cfg->listen_port);
+}
+
 job_run_t *jobs_run_find(jobs_t *J, const char *id)
 {
     list_foreach(it, &J->runs) {
@@ -49,6 +58,7 @@ job_run_t *jobs_run_find(jobs_t *J, const char *id)
 void jobs_run_free(job_run_t *run)
 {
     buf_free(&run->excerpt);
+    free(run->inline_data);
     free(run);
 }
 
@@ -91,19 +101,61 @@ bool jobs_backing_off(jobs_t *J, const char *model)
 
 /* A journal write failed (disk full, I/O error): start nothing for a while, so a job whose
  * state cannot be recorded is not run again and again meanwhile. */
-void jobs_journal_trouble(jobs_t *J, const char *id, const char *op)
+void jobs_journal_trouble(jobs_t *J, const char *id, const char *op, const char *err)
 {
     J->paused_until_ms = core_now() + JOBS_JOURNAL_PAUSE_MS;
-    log_event(LOG_ERROR, "job_journal_error", "job_id=%s op=%s error=%s pause_ms=%d", id, op,
-              journal_errmsg(J->journal), JOBS_JOURNAL_PAUSE_MS);
+    J->orphans_maybe = true;
+    log_event(LOG_ERROR, "job_journal_error", "job_id=%s op=%s error=%s pause_ms=%d", id, op, err,
+              JOBS_JOURNAL_PAUSE_MS);
+}
+
+jobs_write_t *jobs_write_new(jobs_t *J, const char *id, const job_run_t *run, const char *op, jobs_write_then then)
+{
+    jobs_write_t *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->J = J;
+    snprintf(w->id, sizeof w->id, "%s", id);
+    w->serial = run ? run->serial : 0;
+    if (run)
+        snprintf(w->model, sizeof w->model, "%s", run->model);
+    w->op = op;
+    w->then = then;
+    J->n_writes++;
+    return w;
+}
+
+job_run_t *jobs_write_run(const jobs_write_t *w)
+{
+    if (!w->serial)
+        return NULL;
+    job_run_t *run = jobs_run_find(w->J, w->id);
+    return run && run->serial == w->serial ? run : NULL;
+}
+
+void jobs_write_done(void *ctx, int rc, const char *err)
+{
+    jobs_write_t *w = ctx;
+    if (!w)
+        return; /* out of memory when it was sent: nobody waits for it */
+    jobs_t *J = w->J;
+    J->n_writes--;
+    if (w->then)
+        w->then(J, w, rc, err);
+    else if (rc != JOURNAL_OK && rc != JOURNAL_CONFLICT)
+        jobs_journal_trouble(J, w->id, w->op, err);
+    else if (rc == JOURNAL_CONFLICT)
+        log_event(LOG_INFO, "job_outcome_ignored", "job_id=%s op=%s reason=%s", w->id, w->op,
+                  "the job is final already, or its lease was taken over");
+    free(w);
+    if (!J->closing && J->n_writes == 0)
+        core_emit(J->core, CORE_EV_REQUEST_ENDED, NULL); /* drain may be waiting for it */
 }
 
 void jobs_on_result_removed(const char *id, void *ctx)
 {
     jobs_t *J = ctx;
-    if (journal_mark_result_removed(J->journal, id) != JOURNAL_OK)
-        log_event(LOG_WARN, "job_journal_error", "job_id=%s op=%s error=%s", id, "mark_result_removed",
-                  journal_errmsg(J->journal));
+    jstore_result_removed(J->store, id, jobs_write_done, jobs_write_new(J, id, NULL, "mark_result_removed", NULL));
 }
 
 const char *job_run_state_name(enum job_run_state s)

@@ -7,8 +7,10 @@
  * journal_internal.h: errors, statements, transactions, reading a record. One job's changes
  * are in journal_jobs.c; listing, run order and counts in journal_list.c.
  *
- * Schema (user_version 2): one table `jobs`, one row per job, the request body as the LAST
- * column so that reading the other columns never walks a large body's overflow pages. States
+ * Schema (user_version 3): one table `jobs`, one row per job, the request body as the LAST
+ * column so that reading the other columns never walks a large body's overflow pages
+ * (`client`, the submitter for limits.per_client, comes after the body in a journal migrated
+ * from version 2: it is read only together with the body, by the job runner). States
  * are stored by name (readable with the sqlite3 shell) under a CHECK constraint. The job's
  * sequence number is `rowid_`, an INTEGER PRIMARY KEY: SQLite gives a new row max(rowid) + 1,
  * so among the rows present it is the order of insertion (created_ms is not: one millisecond
@@ -19,8 +21,10 @@
  *                                                      listing newest first, filtered; counts
  *   jobs_finished (finished_ms) WHERE finished_ms > 0  purge
  *   jobs_overdue (deadline_ms) WHERE queued with one   journal_overdue
- * Version 1 had the same table with created_ms in place of rowid_ in its indexes; opening
- * it replaces those indexes (one transaction) and sets version 2.
+ * Version 1 had the same table with created_ms in place of rowid_ in its indexes; version 2
+ * had no `client` column. Opening either migrates it in place, in one transaction: the
+ * indexes replaced (both), `ALTER TABLE jobs ADD COLUMN client TEXT` (its jobs keep NULL:
+ * submitter unknown), version 3.
  *
  * Invariants:
  *   - every statement is prepared once at open and reset (bindings cleared) after each use,
@@ -80,6 +84,7 @@ static const char *const schema_sql =
     " result_type TEXT,"
     " result_bytes INTEGER NOT NULL DEFAULT 0,"
     " result_state TEXT NOT NULL DEFAULT 'none' CHECK (result_state IN ('none','stored','removed')),"
+    " client TEXT,"
     " body BLOB"
     ");"
     "CREATE INDEX jobs_finished ON jobs (finished_ms) WHERE finished_ms > 0;";
@@ -108,10 +113,10 @@ const char *const jnl_stmt_sql[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_INSERT] = "INSERT INTO jobs (id, model, method, path, headers, request_id, priority,"
-                  " deadline_ms, state, attempts, max_attempts, created_ms, body)"
-                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'queued', 0, ?9, ?10, ?11)",
+                  " deadline_ms, state, attempts, max_attempts, created_ms, body, client)"
+                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'queued', 0, ?9, ?10, ?11, ?12)",
     [ST_GET] = "SELECT " RECORD_COLUMNS " FROM jobs WHERE id = ?1",
-    [ST_GET_BODY] = "SELECT " RECORD_COLUMNS ", body FROM jobs WHERE id = ?1",
+    [ST_GET_BODY] = "SELECT " RECORD_COLUMNS ", body, client FROM jobs WHERE id = ?1",
     [ST_PEEK] = "SELECT state, result_state FROM jobs WHERE id = ?1",
     [ST_MARK_RUNNING] = "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_ms = ?2,"
                         " gpu = ?3 WHERE id = ?1 AND state = 'queued'",
@@ -178,6 +183,8 @@ int jnl_fail_sqlite(journal_t *j, const char *what)
     int sys = sqlite3_system_errno(j->db);
     int rc = JOURNAL_ERROR;
 
+    if ((ext & 0xff) == SQLITE_FULL || (ext & 0xff) == SQLITE_IOERR)
+        j->in_doubt = true; /* a write may have left frames in the WAL: journal_settle */
     if ((ext & 0xff) == SQLITE_FULL || ((ext & 0xff) == SQLITE_IOERR && (sys == ENOSPC || sys == EDQUOT)))
         rc = JOURNAL_FULL;
     else if (ext == SQLITE_CONSTRAINT_UNIQUE || ext == SQLITE_CONSTRAINT_PRIMARYKEY)
@@ -192,6 +199,27 @@ int jnl_fail_sqlite(journal_t *j, const char *what)
 const char *journal_errmsg(const journal_t *j)
 {
     return j == NULL ? "no journal" : j->err;
+}
+
+bool journal_in_doubt(const journal_t *j)
+{
+    return j != NULL && j->in_doubt;
+}
+
+int journal_settle(journal_t *j)
+{
+    char sql[48];
+    if (!j->in_doubt)
+        return JOURNAL_OK;
+    if (!sqlite3_get_autocommit(j->db))
+        return jnl_error(j, JOURNAL_ERROR, "settling a failed write inside a transaction");
+    /* rewriting the version dirties page 1: one frame, written where the failed commit's
+     * first frame is, and synced (synchronous=FULL); the frames after it no longer chain */
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", JOURNAL_SCHEMA_VERSION);
+    if (sqlite3_exec(j->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return jnl_fail_sqlite(j, "settling a failed write");
+    j->in_doubt = false;
+    return JOURNAL_OK;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -270,6 +298,7 @@ void job_record_clear(job_record_t *r)
     free(r->method);
     free(r->path);
     free(r->headers_json);
+    free(r->client_json);
     free(r->body);
     free(r->request_id);
     free(r->error_code);
@@ -347,6 +376,8 @@ int jnl_read_record(journal_t *j, sqlite3_stmt *s, job_record_t *r)
                 r->body_len = (size_t)n;
             }
         }
+        if (sqlite3_column_count(s) > RECORD_NCOLUMNS + 1)
+            r->client_json = column_strdup(s, RECORD_NCOLUMNS + 1, &oom);
     }
     if (r->model == NULL || r->method == NULL || r->path == NULL || r->headers_json == NULL)
         oom = true; /* NOT NULL columns: only a failed copy leaves them NULL */
@@ -395,11 +426,13 @@ static int count_tables(sqlite3 *db, int64_t *n)
     return rc;
 }
 
-/* In one transaction: the table (create_table: a new journal), the order indexes and the
- * version. A crash leaves the database as it was, never half a schema. 0, or -1 with the
- * reason in err. */
-static int schema_write(sqlite3 *db, bool create_table, const char *what, const char *path, char *err,
-                        size_t errlen)
+#define ADD_CLIENT_SQL "ALTER TABLE jobs ADD COLUMN client TEXT"
+
+/* In one transaction: the table (create_table: a new journal) or the client column
+ * (add_client: a version 1 or 2 journal), the order indexes and the version. A crash leaves
+ * the database as it was, never half a schema. 0, or -1 with the reason in err. */
+static int schema_write(sqlite3 *db, bool create_table, bool add_client, const char *what, const char *path,
+                        char *err, size_t errlen)
 {
     char version_sql[48];
     char *msg = NULL;
@@ -407,6 +440,7 @@ static int schema_write(sqlite3 *db, bool create_table, const char *what, const 
     snprintf(version_sql, sizeof version_sql, "PRAGMA user_version = %d", JOURNAL_SCHEMA_VERSION);
     if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, &msg) != SQLITE_OK ||
         (create_table && sqlite3_exec(db, schema_sql, NULL, NULL, &msg) != SQLITE_OK) ||
+        (add_client && sqlite3_exec(db, ADD_CLIENT_SQL, NULL, NULL, &msg) != SQLITE_OK) ||
         sqlite3_exec(db, order_indexes_sql, NULL, NULL, &msg) != SQLITE_OK ||
         sqlite3_exec(db, version_sql, NULL, NULL, &msg) != SQLITE_OK ||
         sqlite3_exec(db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
@@ -420,18 +454,21 @@ static int schema_write(sqlite3 *db, bool create_table, const char *what, const 
 }
 
 /* A version 1 journal has the table of version 2 (rowid_ included); only its indexes order
- * by created_ms. Check the column is there, then replace the indexes. */
-static int schema_migrate_v1(sqlite3 *db, const char *path, char *err, size_t errlen)
+ * by created_ms. A version 2 one lacks the client column. Check rowid_ is there, then
+ * replace the indexes and add the column. */
+static int schema_migrate(sqlite3 *db, long version, const char *path, char *err, size_t errlen)
 {
     sqlite3_stmt *s = NULL;
     if (sqlite3_prepare_v2(db, "SELECT rowid_ FROM jobs LIMIT 0", -1, &s, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "journal %s: schema version 1 without a rowid_ column in jobs: %s", path,
-                 sqlite3_errmsg(db));
+        snprintf(err, errlen, "journal %s: schema version %ld without a rowid_ column in jobs: %s", path,
+                 version, sqlite3_errmsg(db));
         sqlite3_finalize(s);
         return -1;
     }
     sqlite3_finalize(s);
-    return schema_write(db, false, "migrating schema version 1 to 2", path, err, errlen);
+    char what[64];
+    snprintf(what, sizeof what, "migrating schema version %ld to %d", version, JOURNAL_SCHEMA_VERSION);
+    return schema_write(db, false, true, what, path, err, errlen);
 }
 
 /* Create the schema in an empty database, migrate an older version, or check the version. */
@@ -454,8 +491,8 @@ static int schema_ensure(sqlite3 *db, const char *path, char *err, size_t errlen
     }
     if (version == JOURNAL_SCHEMA_VERSION)
         return 0;
-    if (version == 1)
-        return schema_migrate_v1(db, path, err, errlen);
+    if (version == 1 || version == 2)
+        return schema_migrate(db, version, path, err, errlen);
     if (count_tables(db, &tables) != SQLITE_OK) {
         snprintf(err, errlen, "journal %s: %s", path, sqlite3_errmsg(db));
         return -1;
@@ -464,7 +501,7 @@ static int schema_ensure(sqlite3 *db, const char *path, char *err, size_t errlen
         snprintf(err, errlen, "journal %s: not a vramd job journal (tables without a schema version)", path);
         return -1;
     }
-    return schema_write(db, true, "creating schema", path, err, errlen);
+    return schema_write(db, true, false, "creating schema", path, err, errlen);
 }
 
 journal_t *journal_open(const char *path, char *err, size_t errlen)

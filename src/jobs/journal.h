@@ -49,7 +49,7 @@
 #include "jobs/job_id.h"
 #include "jobs/job_state.h"
 
-#define JOURNAL_SCHEMA_VERSION 2
+#define JOURNAL_SCHEMA_VERSION 3
 #define JOURNAL_ERR_MAX 512
 #define JOURNAL_LIST_MAX 10000 /* upper bound for a list/next-queued limit; larger is clamped */
 
@@ -60,7 +60,9 @@ enum journal_rc {
     JOURNAL_NOT_FOUND = -3, /* no job with that id */
     JOURNAL_CONFLICT = -4,  /* the job exists but its state does not allow the change, or
                                (insert) the id is already taken */
-    JOURNAL_INVALID = -5    /* bad argument (id not valid, NULL model, priority out of 0..9...) */
+    JOURNAL_INVALID = -5,   /* bad argument (id not valid, NULL model, priority out of 0..9...) */
+    JOURNAL_UNAVAILABLE = -6 /* (job stores, jobs/jstore.h) the store cannot be reached now, e.g.
+                                PostgreSQL is down: the operation was not sent, nothing changed */
 };
 
 typedef struct journal journal_t;
@@ -72,6 +74,8 @@ typedef struct job_record {
     char *method;                /* (in) "POST"... */
     char *path;                  /* (in) upstream path, e.g. "/generate" */
     char *headers_json;          /* (in) JSON object text of the headers to send; NULL = "{}" */
+    char *client_json;           /* (in) who submitted it, for limits.per_client (jobs/job_submitter.h):
+                                    NULL = unknown; read back only with the body */
     unsigned char *body;         /* (in) request body bytes (already decoded from body_base64) */
     size_t body_len;             /* (in) */
     char *request_id;            /* (in) X-Request-Id used for every attempt; NULL = none */
@@ -92,6 +96,9 @@ typedef struct job_record {
     char *result_type;           /* Content-Type of the stored result; NULL = none */
     uint64_t result_bytes;       /* size of the stored result */
     enum job_result_state result_state;
+    uint64_t est_bytes;          /* (in) GPU memory a request of its model was estimated to need
+                                    at submit (claims by fit; the SQLite journal ignores it) */
+    char token[40];              /* lease token of a claim (jobs/jstore.h); "" = none */
 } job_record_t;
 
 /* What ended an attempt: the argument of journal_mark_finished. */
@@ -130,6 +137,19 @@ journal_t *journal_open(const char *path, char *err, size_t errlen);
 void journal_close(journal_t *j);
 /* Why the last failing call failed ("" when none). Valid until the next call. */
 const char *journal_errmsg(const journal_t *j);
+
+/* A failed write, settled. When a commit fails on an I/O error (a sync that returned EIO)
+ * or a full disk, SQLite has already written the transaction's frames to the WAL, commit
+ * frame included; they are not visible to this process, but if vramd stopped now, the WAL
+ * recovery of the next start would find them and the refused change would come back (a
+ * submit answered with an error would run). The next successful commit overwrites them
+ * (SQLite writes it at the same place in the WAL), so after such a failure the journal is
+ * "in doubt" until one: journal_settle makes that commit at once (a synced rewrite of the
+ * schema version, one page), and the caller retries it while the disk fails (jobs: every
+ * tick). journal_insert settles by itself before it returns a failure.
+ * journal_settle: JOURNAL_OK when nothing is in doubt (any more), else the write's error. */
+int journal_settle(journal_t *j);
+bool journal_in_doubt(const journal_t *j);
 
 /* Store a new queued job (attempts 0, result none). rec->id must be valid and unused.
  * JOURNAL_OK = durable: now answer 202. JOURNAL_FULL = disk full (answer 507 disk_full),

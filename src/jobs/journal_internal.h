@@ -55,6 +55,8 @@ struct journal {
     sqlite3 *db;
     sqlite3_stmt *st[ST_COUNT];
     char err[JOURNAL_ERR_MAX];
+    bool in_doubt; /* a write failed with an I/O error or a full disk and no write has
+                      succeeded since: its frames may still be in the WAL (journal_settle) */
 };
 
 extern const char *const jnl_stmt_sql[ST_COUNT];

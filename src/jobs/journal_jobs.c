@@ -15,6 +15,7 @@
  */
 #include "jobs/journal_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,9 +56,20 @@ int journal_insert(journal_t *j, const job_record_t *rec)
         sqlite3_bind_blob64(s, 11, rec->body, (sqlite3_uint64)rec->body_len, SQLITE_TRANSIENT);
     else
         sqlite3_bind_null(s, 11);
+    jnl_bind_text_or_null(s, 12, rec->client_json);
     int rc = jnl_exec(j, s, "insert job");
     if (rc == JOURNAL_CONFLICT)
         return jnl_error(j, JOURNAL_CONFLICT, "job id %s is already taken", rec->id);
+    if (rc != JOURNAL_OK && j->in_doubt) {
+        /* the refused job must not come back after a restart: overwrite its frames now */
+        char why[JOURNAL_ERR_MAX], settle[JOURNAL_ERR_MAX];
+        snprintf(why, sizeof why, "%s", j->err);
+        if (journal_settle(j) == JOURNAL_OK)
+            return jnl_error(j, rc, "%s (the job is not stored)", why);
+        snprintf(settle, sizeof settle, "%s", j->err); /* j->err is written by jnl_error */
+        return jnl_error(j, rc, "%s (not stored, but the disk still fails: %s; a restart before a write"
+                                " succeeds may bring the job back)", why, settle);
+    }
     return rc;
 }
 

@@ -57,16 +57,33 @@ static bool waiter_satisfied(model_t *m, request_t *r)
     if (r->wait == WAIT_LOAD)
         return model_state(m) == MODEL_READY || m->failed;
     if (r->wait == WAIT_UNLOAD)
-        return m->n_instances == 0 || (m->cfg->url != NULL && (m->failed || !model_unload_pending(m)));
+        return model_unload_done(m) || m->unload_local_failed;
+    return true;
+}
+
+/* An admin unload whose hook vramd could not call for want of its own descriptors or
+ * memory: 503, not the model's failure. True when it answered. */
+static bool answer_local_shortage(conn_t *c, model_t *m)
+{
+    if (!m->unload_local_failed)
+        return false;
+    m->unload_local_failed = false;
+    conn_respond_error(c, 503, "local_resource_exhausted", m->name, 1, false,
+                       "model %s: vramd could not call the unload hook: it is short of descriptors or memory "
+                       "itself (see limits.max_connections and RLIMIT_NOFILE); the server was not touched",
+                       m->name);
     return true;
 }
 
 static void answer_waiter(model_t *m, request_t *r)
 {
     conn_t *c = r->conn;
+    bool unload = r->wait == WAIT_UNLOAD;
     list_remove(&r->wait_link);
     r->wait = WAIT_NONE;
     request_set_ops(r, NULL);
+    if (unload && answer_local_shortage(c, m))
+        return;
     if (m->failed) {
         conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s",
                            m->name, m->failed_reason);
@@ -102,18 +119,21 @@ static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
     r->model = m;
     request_set_state(r, REQ_LOCAL);
     log_event(LOG_INFO, load ? "admin_load" : "admin_unload", "model=%s peer=%s", m->name, c->peer);
-    if (!load && m->cfg->url && !m->cfg->unload.set) {
+    if (!load && m->cfg->url && !m->cfg->unload.set && !m->cfg->sleep.set) {
         conn_respond_error(c, 409, "no_unload_hook", m->name, -1, false,
                            "model %s is an external server without an unload hook: vramd cannot unload it", m->name);
         return;
     }
     r->wait = load ? WAIT_LOAD : WAIT_UNLOAD;
+    m->unload_local_failed = false;
     if (load)
         model_load(m);
     else
         model_unload(m, "admin");
     if (waiter_satisfied(m, r)) {
         r->wait = WAIT_NONE;
+        if (!load && answer_local_shortage(c, m))
+            return;
         if (load && m->failed) {
             conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s",
                                m->name, m->failed_reason);
@@ -340,6 +360,7 @@ static bool reserve_route(const request_t *r, const char *path, size_t len)
 
 static void refuse_reserve(conn_t *c)
 {
+    core_count(c->core, CORE_CNT_RESERVE_REFUSED);
     conn_respond_error(c, 503, "overloaded", NULL, 1, true,
                        "connection limit (%u) reached: this connection may only reach /healthz, /readyz, "
                        "/v1/status, /metrics and the admin routes",

@@ -47,32 +47,6 @@ static void watch_arm(conn_t *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
 
-static const char *conn_state_name(enum conn_state s)
-{
-    static const char *n[] = {"head", "body", "active", "closing"};
-    return n[s];
-}
-
-/* allowed[from]: the states `from` may change to (CLOSING is terminal) */
-static const unsigned conn_allowed[] = {
-    [CONN_HEAD] = 1u << CONN_BODY | 1u << CONN_ACTIVE | 1u << CONN_CLOSING,
-    [CONN_BODY] = 1u << CONN_ACTIVE | 1u << CONN_CLOSING,
-    [CONN_ACTIVE] = 1u << CONN_HEAD | 1u << CONN_CLOSING,
-    [CONN_CLOSING] = 0,
-};
-
-#define conn_set_state(c, s) conn_set_state_at((c), (s), __LINE__)
-static void conn_set_state_at(conn_t *c, enum conn_state s, int line)
-{
-    if (c->state == s)
-        return;
-    CHECK_IF(!(conn_allowed[c->state] & (1u << s)));
-    if (log_enabled(LOG_DEBUG))
-        log_event(LOG_DEBUG, "conn_state", "peer=%s from=%s to=%s line=%d", c->peer, conn_state_name(c->state),
-                  conn_state_name(s), line);
-    c->state = s;
-}
-
 /* ---- writing ---------------------------------------------------------------------- */
 
 size_t conn_write_backlog(const conn_t *c) { return c->write_bytes_pending; }
@@ -308,6 +282,8 @@ static void conn_close(conn_t *c)
     core_defer_cancel(&c->resume);
     c->want_drained = false;
     core_conn_removed(c->core, &c->link);
+    if (c->reserve)
+        core_conn_reserve(c->core, false);
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_timer_stop(&c->timer);
     c->corked = 0;
@@ -393,6 +369,7 @@ static void on_head_timeout(uv_timer_t *t)
     }
     if (c->state == CONN_HEAD) {
         request_cancel(c);
+        core_count(c->core, CORE_CNT_HEADER_TIMEOUT);
         conn_respond_error(c, 408, "request_timeout", NULL, -1, true,
                            "request head not received within %llu ms",
                            (unsigned long long)c->core->cfg->limits.header_timeout_ms);
@@ -412,6 +389,7 @@ static void on_body_timeout(uv_timer_t *t)
         return;
     }
     request_cancel(c);
+    core_count(c->core, CORE_CNT_BODY_TIMEOUT);
     conn_respond_error(c, 408, "request_timeout", NULL, -1, true, "request body stalled: no bytes for %llu ms",
                        (unsigned long long)limit);
 }
@@ -444,6 +422,7 @@ static void on_watch(uv_timer_t *t)
         log_event(LOG_WARN, "client_send_timeout", "peer=%s request_id=%s waiting_bytes=%zu stalled_ms=%llu limit_ms=%llu",
                   c->peer, c->req ? c->req->id : NULL, conn_send_waiting(&c->tcp), (unsigned long long)stalled,
                   (unsigned long long)limit);
+        core_count(c->core, CORE_CNT_SEND_TIMEOUT);
         conn_close(c); /* cancels the request: its slot and reservation are released */
         return;
     }
@@ -787,12 +766,14 @@ void conn_accept(core_t *d, uv_stream_t *listener, conn_request_fn on_request)
     if (d->n_conns > cap + reserved) {
         log_event(LOG_WARN, "connection_refused", "peer=%s reason=%s limit=%u reserved=%u", c->peer,
                   "max_connections", cap, reserved);
+        core_count(d, CORE_CNT_CONN_REFUSED);
         conn_close(c);
         return;
     }
     if (d->n_conns > cap) {
         /* past the cap: for operators (health, status, metrics, admin: net/api.c), one answer */
         c->reserve = true;
+        core_conn_reserve(d, true);
         log_event(LOG_WARN, "connection_reserved", "peer=%s limit=%u reserved=%u", c->peer, cap, reserved);
     }
     arm_head_timer(c);

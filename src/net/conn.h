@@ -104,6 +104,7 @@ struct conn {
     buf_t out;
     int handles_open;
     char peer[64];
+    char client_key[64];   /* a job attempt's submitter key (limits.per_client, key: token); "" = none */
     /* reliability (conn_watch.c) */
     uv_timer_t watch;       /* send progress and peer-gone checks; armed only while needed */
     conn_send_watch_t send; /* write progress, for limits.send_timeout */

@@ -30,6 +30,13 @@ int conn_refusal_status(const http1_error_t *e, const char **code);
 int conn_error_body(char *out, size_t cap, const char *code, const char *model, int retry_after_s,
                     const char *msg);
 
+/* conn_state.c ------------------------------------------------------------------------ */
+
+/* Change c's state (a no-op when it is already s): an illegal transition is a bug
+ * (CHECK_IF); the change is logged at debug level with the caller's line. */
+void conn_set_state_at(conn_t *c, enum conn_state s, int line);
+#define conn_set_state(c, s) conn_set_state_at((c), (s), __LINE__)
+
 /* conn_watch.c ------------------------------------------------------------------------ */
 
 /* The peer has sent FIN or RST (TCP state CLOSE_WAIT or CLOSE), seen without reading the

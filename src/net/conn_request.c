@@ -10,6 +10,52 @@
 #include "core/core.h"
 #include "core/mem_budget.h"
 
+static bool loopback_peer(const char *peer)
+{
+    return strncmp(peer, "127.", 4) == 0 || strncmp(peer, "[::1]:", 6) == 0 ||
+           strncmp(peer, "[::ffff:127.", 12) == 0;
+}
+
+/* A job attempt (jobs/jobs_attempt.c) comes from vramd itself over loopback and names its
+ * submitter: "X-Vramd-Job-Client: <core->job_secret> <ip:port>[ <key>]". Such a connection
+ * takes the submitter's address as its peer (logs, X-Forwarded-For, limits.per_client keyed
+ * by address) and, under key: token, the submitter's token key as its client key, so a job
+ * counts as its submitter's request, not as one of 127.0.0.1's. Without
+ * the secret, or from another address, the header is ignored (the proxy never forwards it).
+ * Each attempt has a connection of its own (Connection: close). */
+static void adopt_job_submitter(conn_t *c, const request_t *r)
+{
+    const char *secret = c->core->job_secret;
+    size_t sl = strlen(secret);
+    const http1_header_t *h = http1_find_header(r->head, &r->msg, "X-Vramd-Job-Client");
+    if (!h || sl == 0 || !loopback_peer(c->peer))
+        return;
+    const char *v = r->head + h->value.off;
+    size_t len = h->value.len;
+    if (len <= sl + 1 || memcmp(v, secret, sl) != 0 || v[sl] != ' ')
+        return;
+    const char *peer = v + sl + 1;
+    size_t rest = len - sl - 1;
+    const char *sp = memchr(peer, ' ', rest);
+    size_t plen = sp ? (size_t)(sp - peer) : rest;
+    const char *key = sp ? sp + 1 : NULL;
+    size_t klen = sp ? rest - plen - 1 : 0;
+    if (plen == 0 || plen >= sizeof c->peer || (key && (klen == 0 || klen >= sizeof c->client_key)))
+        return;
+    for (size_t i = 0; i < plen; i++)
+        if (!strchr("0123456789abcdefABCDEF.:[]", peer[i]))
+            return;
+    for (size_t i = 0; i < klen; i++)
+        if (!strchr("0123456789abcdefghijklmnopqrstuvwxyz#", key[i]))
+            return;
+    memcpy(c->peer, peer, plen);
+    c->peer[plen] = '\0';
+    if (key) {
+        memcpy(c->client_key, key, klen);
+        c->client_key[klen] = '\0';
+    }
+}
+
 request_t *conn_request_new(conn_t *c, const http1_msg_t *msg, const http1_header_t *hdrs)
 {
     const config_t *cfg = c->core->cfg;
@@ -43,6 +89,7 @@ request_t *conn_request_new(conn_t *c, const http1_msg_t *msg, const http1_heade
     r->head_method = http1_span_eq(r->head, msg->method, "HEAD");
     const http1_header_t *rid = http1_find_header(r->head, &r->msg, "X-Request-Id");
     request_make_id(r, rid ? r->head + rid->value.off : NULL, rid ? rid->value.len : 0);
+    adopt_job_submitter(c, r);
     return r;
 }
 

@@ -50,6 +50,7 @@ struct http_client {
     size_t request_len;
     bool request_was_head;
     int write_error; /* libuv error of the request write, 0 if none (yet) */
+    int sys_error;   /* libuv error behind a failed end, 0 if none (http_client_result_t) */
 
     buf_t head; /* answer bytes until the head is parsed; then the head itself */
     size_t scan_from;
@@ -106,6 +107,11 @@ static void close_all(http_client_t *c)
         uv_close((uv_handle_t *)&c->timer, on_closed);
 }
 
+bool http_client_local_shortage(int uv_err)
+{
+    return uv_err == UV_EMFILE || uv_err == UV_ENFILE || uv_err == UV_ENOBUFS || uv_err == UV_ENOMEM;
+}
+
 static void end(http_client_t *c, http_client_end_t how, const char *error)
 {
     if (c->finished)
@@ -120,6 +126,7 @@ static void end(http_client_t *c, http_client_end_t how, const char *error)
         .msg = c->head_done ? &c->msg : NULL,
         .body = buffered ? (c->body.data ? c->body.data : "") : NULL,
         .body_len = buffered ? c->body.len : 0,
+        .sys_error = how == HTTP_CLIENT_COMPLETE ? 0 : c->sys_error,
     };
     c->o.on_end(c->o.ctx, &r);
 }
@@ -231,9 +238,10 @@ static void feed(http_client_t *c, const char *data, size_t n)
 
 static void on_eof(http_client_t *c)
 {
-    if (!c->head_done && c->head.len == 0 && c->write_error)
+    if (!c->head_done && c->head.len == 0 && c->write_error) {
+        c->sys_error = c->write_error;
         fail(c, HTTP_CLIENT_DROPPED, "write: %s", uv_strerror(c->write_error));
-    else if (!c->head_done && c->head.len == 0)
+    } else if (!c->head_done && c->head.len == 0)
         fail(c, HTTP_CLIENT_DROPPED, "connection closed without a response");
     else if (!c->head_done)
         fail(c, HTTP_CLIENT_DROPPED, "malformed response: connection closed inside the head");
@@ -266,8 +274,10 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
         feed(c, b->base, (size_t)n);
     else if (n == UV_EOF)
         on_eof(c);
-    else if (n < 0)
+    else if (n < 0) {
+        c->sys_error = (int)n;
         fail(c, HTTP_CLIENT_DROPPED, "read: %s", uv_strerror((int)n));
+    }
 }
 
 static void on_written(uv_write_t *req, int status)
@@ -285,20 +295,24 @@ static void on_connect(uv_connect_t *req, int status)
     if (c->finished)
         return; /* cancelled or timed out: ECANCELED */
     if (status < 0) {
+        c->sys_error = status;
         fail(c, HTTP_CLIENT_CONNECT_FAILED, "connect: %s", uv_strerror(status));
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
     int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (rc != 0) {
+        c->sys_error = rc;
         fail(c, HTTP_CLIENT_CONNECT_FAILED, "read: %s", uv_strerror(rc));
         return;
     }
     uv_buf_t b = uv_buf_init(c->request, (unsigned)c->request_len);
     c->write_req.data = c;
     rc = uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &b, 1, on_written);
-    if (rc != 0)
+    if (rc != 0) {
+        c->sys_error = rc;
         fail(c, HTTP_CLIENT_CONNECT_FAILED, "write: %s", uv_strerror(rc));
+    }
 }
 
 static void on_timeout(uv_timer_t *t)
@@ -333,7 +347,7 @@ int http_client_start(uv_loop_t *loop, const struct sockaddr *addr, char *reques
         snprintf(err, errlen, "out of memory");
     if (!c) {
         free(request);
-        return -1;
+        return opts && opts->on_end && addr && request ? -2 : -1;
     }
     c->o = *opts;
     c->request = request;
@@ -357,7 +371,7 @@ int http_client_start(uv_loop_t *loop, const struct sockaddr *addr, char *reques
         snprintf(err, errlen, "connect: %s", uv_strerror(rc));
         c->finished = true; /* no callback; freed by the close callbacks */
         close_all(c);
-        return -1;
+        return http_client_local_shortage(rc) ? -2 : -1;
     }
     if (out)
         *out = c;

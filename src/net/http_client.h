@@ -19,11 +19,17 @@
  * on_end(HTTP_CLIENT_SINK_FAILED). on_end runs with the handles already closing, so it may
  * free the caller's context and start new exchanges. The http_client_t is freed by the
  * module after on_end returns (or after cancel); do not use it afterwards.
- * Return convention: 0 ok (on_end will follow), -1 error (err filled, no callback).
+ * vramd's own shortage: an exchange that fails because vramd could not get a descriptor or
+ * memory (EMFILE, ENFILE, ENOBUFS, ENOMEM: http_client_local_shortage) says so, in the
+ * result's sys_error or by http_client_start's -2; callers must not hold it against the
+ * server, which was never reached (or not fully).
+ * Return convention: 0 ok (on_end will follow), -1 error (err filled, no callback), -2 the
+ * same for vramd's own shortage of descriptors or memory.
  */
 #ifndef VRAMD_NET_HTTP_CLIENT_H
 #define VRAMD_NET_HTTP_CLIENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -55,6 +61,7 @@ typedef struct http_client_result {
     const http1_msg_t *msg;   /* the final head; NULL when none was parsed */
     const char *body;         /* buffered: the body kept (never NULL); streamed: NULL */
     size_t body_len;
+    int sys_error;            /* the libuv error behind a failed end (connect, read, write), else 0 */
 } http_client_result_t;
 
 typedef struct http_client_opts {
@@ -67,6 +74,9 @@ typedef struct http_client_opts {
     uint64_t timeout_ms; /* the whole exchange; 0 = no timeout */
     size_t max_body;     /* buffered body cap; 0 = HTTP_CLIENT_DEFAULT_MAX_BODY */
 } http_client_opts_t;
+
+/* Is uv_err (a libuv error code) vramd's own shortage: EMFILE, ENFILE, ENOBUFS or ENOMEM? */
+bool http_client_local_shortage(int uv_err);
 
 /* host: a numeric IPv4/IPv6 address or "localhost" (127.0.0.1). 0 ok, -1 not one of those
  * or a port outside 1..65535. */

@@ -29,6 +29,7 @@
 #include "core/request.h"
 #include "net/conn.h"
 #include "net/http1.h"
+#include "net/http_client.h"
 #include "net/proxy_int.h"
 #include "quality/verdict.h"
 #include "sched/scheduler.h"
@@ -252,6 +253,57 @@ static void fail_request(upstream_t *up, const char *why, bool conn_broke)
     } else {
         fail_unsent(r, inst, why, false);
     }
+}
+
+/* vramd itself ran short (EMFILE, ENFILE, ENOBUFS, ENOMEM) opening, writing or reading
+ * the worker's connection: not the worker's failure. No suspect mark, no outlier count, no
+ * retry onto it; the slot is released as neither a broken nor a sound exchange, and the
+ * client gets 503 local_resource_exhausted (Retry-After: 1), or a cut stream when the
+ * head was already sent. */
+static void fail_local(upstream_t *up, const char *why)
+{
+    request_t *r = up->req;
+    if (!r) {
+        up_close(up);
+        return;
+    }
+    conn_t *c = r->conn;
+    instance_t *inst = up->inst;
+    model_t *m = inst->model;
+    bool streamed = r->state == REQ_STREAMING && !r->buffering;
+    r->up = NULL;
+    up->req = NULL;
+    request_set_ops(r, NULL);
+    up_close(up);
+    core_count(m->core, CORE_CNT_LOCAL_PROXY);
+    log_event(LOG_WARN, "local_resource_exhausted", "request_id=%s model=%s instance=%u pid=%d call=%s error=%s",
+              r->id, m->name, inst->id, (int)inst->pid, "proxy", why);
+    if (r->instance) {
+        instance_t *held = r->instance;
+        r->instance = NULL;
+        sched_request_finished(r, held, core_now() - r->t_dispatched, false);
+        instance_request_done_local(held);
+    }
+    r->outcome = "local_resource_exhausted";
+    if (streamed) {
+        conn_abort(c);
+        return;
+    }
+    conn_respond_error(c, 503, "local_resource_exhausted", m->name, 1, false,
+                       "model %s: vramd is short of descriptors or memory itself (%s); the worker is not at fault",
+                       m->name, why);
+}
+
+/* An I/O failure on the worker's connection: vramd's own shortage (fail_local), else a
+ * broken connection (fail_request). */
+static void fail_io(upstream_t *up, const char *what, int uv_err)
+{
+    char why[160];
+    snprintf(why, sizeof why, "%s%s", what, uv_strerror(uv_err));
+    if (http_client_local_shortage(uv_err))
+        fail_local(up, why);
+    else
+        fail_request(up, why, true);
 }
 
 /* ---- the worker's silence ---------------------------------------------------------- */
@@ -495,7 +547,10 @@ static void on_up_read_body(upstream_t *up, ssize_t nread, const uv_buf_t *b)
             finish_ok(up);
             return;
         }
-        fail_request(up, nread == UV_EOF ? "worker closed the connection" : uv_strerror((int)nread), true);
+        if (nread == UV_EOF)
+            fail_request(up, "worker closed the connection", true);
+        else
+            fail_io(up, "", (int)nread);
         return;
     }
     if (nread == 0)
@@ -570,7 +625,7 @@ static void on_up_written(uv_write_t *w, int status)
     if (up->state == UP_CLOSED || !up->req)
         return;
     if (status < 0) {
-        fail_request(up, uv_strerror(status), true);
+        fail_io(up, "", status);
         return;
     }
     if (up->state == UP_SENDING)
@@ -607,7 +662,7 @@ static void send_request(upstream_t *up)
     }
     if (sent < 0 && sent != UV_EAGAIN && sent != UV_ENOSYS) {
         buf_free(&h);
-        fail_request(up, uv_strerror(sent), true);
+        fail_io(up, "", sent);
         return;
     }
     size_t skip = sent > 0 ? (size_t)sent : 0;
@@ -627,10 +682,11 @@ static void send_request(upstream_t *up)
         size_t bskip = skip > hl ? skip - hl : 0;
         bufs[nbufs++] = uv_buf_init(r->body.data + bskip, (unsigned)(r->body.len - bskip));
     }
-    if (uv_write(&uw->req, (uv_stream_t *)&up->tcp, bufs, (unsigned)nbufs, on_up_written) != 0) {
+    int wrc = uv_write(&uw->req, (uv_stream_t *)&up->tcp, bufs, (unsigned)nbufs, on_up_written);
+    if (wrc != 0) {
         free(uw->head);
         free(uw);
-        fail_request(up, "write failed", true);
+        fail_io(up, "write: ", wrc);
         return;
     }
     if (up->paused)
@@ -655,9 +711,7 @@ static void on_connected(uv_connect_t *cr, int status)
         return;
     }
     if (status < 0) {
-        char why[128];
-        snprintf(why, sizeof why, "connect: %s", uv_strerror(status));
-        fail_request(up, why, true);
+        fail_io(up, "connect: ", status);
         return;
     }
     uv_tcp_nodelay(&up->tcp, 1);
@@ -718,9 +772,7 @@ static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_poo
     if (rc == 0)
         rc = uv_tcp_connect(&up->connect_req, &up->tcp, (struct sockaddr *)&addr, on_connected);
     if (rc != 0) {
-        char why[128];
-        snprintf(why, sizeof why, "connect: %s", uv_strerror(rc));
-        fail_request(up, why, true);
+        fail_io(up, "connect: ", rc);
         return;
     }
     uv_timer_start(&up->timer, on_connect_timeout, PROXY_CONNECT_TIMEOUT_MS, 0);

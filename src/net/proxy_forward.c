@@ -180,8 +180,9 @@ void proxy_hold_response_head(upstream_t *up, const char *buf, const http1_msg_t
     up->client_chunked = false;
 }
 
-/* Hop-by-hop headers and Content-Length never pass; Expect was answered by vramd. */
-static const char *const request_skip[] = {"Expect", "X-Request-Id", NULL};
+/* Hop-by-hop headers and Content-Length never pass; Expect was answered by vramd;
+ * X-Vramd-Job-Client (a job attempt's submitter, with vramd's secret) stays inside. */
+static const char *const request_skip[] = {"Expect", "X-Request-Id", "X-Vramd-Job-Client", NULL};
 
 void proxy_request_head(request_t *r, buf_t *h)
 {

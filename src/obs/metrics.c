@@ -12,6 +12,7 @@
 #include "jobs/jobs.h"
 #include "obs/histogram.h"
 #include "sched/scheduler.h"
+#include "workers/host_book.h"
 #include "workers/supervisor.h"
 
 #define METRICS_PIECE_MAX 1024 /* the longest single append (a # HELP line) is well under this */
@@ -115,6 +116,44 @@ static void daemon_metrics(buf_t *b, core_t *d)
     sample_u64(b, "vramd_queued", NULL, NULL, NULL, NULL, core_queued_total(d));
 }
 
+/* One unlabelled counter or gauge. */
+static void single(buf_t *b, const char *name, const char *type, const char *help, uint64_t v)
+{
+    family(b, name, type, help);
+    sample_u64(b, name, NULL, NULL, NULL, NULL, v);
+}
+
+/* Client timeouts, the connection reserve, and vramd's own shortages (core_count). */
+static void guard_metrics(buf_t *b, core_t *d)
+{
+    family(b, "vramd_client_timeouts_total", "counter",
+           "Client connections ended by a timeout, by kind: header (408, limits.header_timeout), body (408, "
+           "limits.body_timeout), send (closed, limits.send_timeout: the client read nothing).");
+    static const enum core_counter timeouts[] = {CORE_CNT_HEADER_TIMEOUT, CORE_CNT_BODY_TIMEOUT, CORE_CNT_SEND_TIMEOUT};
+    for (size_t i = 0; i < sizeof timeouts / sizeof timeouts[0]; i++)
+        sample_u64(b, "vramd_client_timeouts_total", "kind", core_counter_name(timeouts[i]), NULL, NULL,
+                   d->counts[timeouts[i]]);
+    single(b, "vramd_reserve_connections", "gauge",
+           "Connections open now on the reserve (past limits.max_connections, limits.reserved_connections).",
+           d->n_reserve_conns);
+    single(b, "vramd_reserve_connections_total", "counter", "Connections accepted onto the reserve.",
+           d->counts[CORE_CNT_RESERVE_ACCEPTED]);
+    single(b, "vramd_reserve_refused_total", "counter",
+           "Requests on a reserve connection for a route other than health, status, metrics and admin "
+           "(503 overloaded).",
+           d->counts[CORE_CNT_RESERVE_REFUSED]);
+    single(b, "vramd_connections_refused_total", "counter",
+           "Connections closed at accept: max_connections and the reserve were both full.",
+           d->counts[CORE_CNT_CONN_REFUSED]);
+    family(b, "vramd_local_resource_exhausted_total", "counter",
+           "Calls vramd could not make for want of its own descriptors or memory (EMFILE, ENFILE, ENOBUFS, "
+           "ENOMEM), not counted against any worker, by call: proxy (503 local_resource_exhausted), health, hook.");
+    static const enum core_counter local[] = {CORE_CNT_LOCAL_PROXY, CORE_CNT_LOCAL_HEALTH, CORE_CNT_LOCAL_HOOK};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+        sample_u64(b, "vramd_local_resource_exhausted_total", "call", core_counter_name(local[i]), NULL, NULL,
+                   d->counts[local[i]]);
+}
+
 static void gpu_metrics(buf_t *b)
 {
     family(b, "vramd_nvml_up", "gauge", "1 when NVML answered and GPU figures are current, else 0.");
@@ -186,7 +225,13 @@ static uint64_t v_loads(const model_t *m) { return m->loads_total; }
 static uint64_t v_oom(const model_t *m) { return m->oom_total; }
 static uint64_t v_deadline_rejections(const model_t *m) { return m->deadline_rejections; }
 static uint64_t v_invalid(const model_t *m) { return m->invalid_total; }
+static uint64_t v_retry_budget(const model_t *m) { return m->retry_budget_refusals; }
+static uint64_t v_ejections(const model_t *m) { return m->ejections_total; }
 static uint64_t v_estimate(const model_t *m) { return sched_request_estimate(m); }
+static uint64_t v_parked(const model_t *m) { return host_book_parked_by(m->name); }
+static uint64_t v_parks(const model_t *m) { return m->parks_total; }
+static uint64_t v_wakes(const model_t *m) { return m->wakes_total; }
+static uint64_t v_park_refusals(const model_t *m) { return m->park_refusals; }
 
 static void model_family(buf_t *b, core_t *d, const char *name, const char *type, const char *help,
                          model_value_fn get)
@@ -290,6 +335,50 @@ static void model_metrics(buf_t *b, core_t *d)
                  v_deadline_rejections);
     model_family(b, d, "vramd_invalid_outputs_total", "counter", "Worker outputs that failed validation.",
                  v_invalid);
+    model_family(b, d, "vramd_retry_budget_exhausted_total", "counter",
+                 "Retries (after an OOM or an invalid output) refused by the model's retry_budget "
+                 "(503 retry_budget_exhausted).",
+                 v_retry_budget);
+    model_family(b, d, "vramd_worker_ejections_total", "counter",
+                 "Outlier ejections of the model's instances (broken exchanges in a row).", v_ejections);
+}
+
+/* Per instance: out of rotation as suspect or ejected. */
+static void instance_metrics(buf_t *b, core_t *d)
+{
+    static const struct {
+        const char *name, *help;
+    } fams[] = {
+        {"vramd_instance_suspect", "1 while the instance is suspect (its connection broke; no new requests until "
+                                   "a health check passes), else 0."},
+        {"vramd_instance_ejected", "1 while the instance is ejected as an outlier, else 0."},
+        {"vramd_instance_ejected_until_seconds", "When the instance's ejection ends, in seconds since the Unix "
+                                                 "epoch; 0 when not ejected."},
+        {"vramd_instance_ejections", "Times the instance was ejected (the next ejection lasts 30 s x this + 1)."},
+    };
+    uint64_t now = core_now();
+    for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
+        family(b, fams[k].name, "gauge", fams[k].help);
+        list_foreach(it, &d->models) {
+            const model_t *m = list_entry(it, model_t, link);
+            list_foreach(ii, &m->instances) {
+                const instance_t *in = list_entry(ii, instance_t, link);
+                char id[16];
+                snprintf(id, sizeof id, "%u", in->id);
+                bool ejected = in->ejected_until_ms > now;
+                if (k == 2) {
+                    double until = ejected ? (double)(d->started_wall_ms + (in->ejected_until_ms - d->started_ms)) / 1000.0 : 0;
+                    series(b, fams[k].name, "model", m->name, "instance", id);
+                    char num[40];
+                    format_double(num, sizeof num, until);
+                    buf_printf(b, " %s\n", num);
+                    continue;
+                }
+                uint64_t v = k == 0 ? in->suspect : k == 1 ? ejected : in->ejections;
+                sample_u64(b, fams[k].name, "model", m->name, "instance", id, v);
+            }
+        }
+    }
 }
 
 static void job_metrics(buf_t *b, core_t *d)
@@ -341,6 +430,24 @@ static void fleet_metrics(buf_t *b, core_t *d)
     sample_u64(b, "vramd_agent_errors_total", "reason", "bad_request", NULL, NULL, a->bad_requests);
     sample_u64(b, "vramd_agent_errors_total", "reason", "refused", NULL, NULL, a->refused);
     sample_u64(b, "vramd_agent_errors_total", "reason", "timeout", NULL, NULL, a->timed_out);
+/* host_memory: the budget for parked instances and what each model holds there */
+static void host_memory_metrics(buf_t *b, core_t *d)
+{
+    const host_ledger_t *h = host_book(d->cfg);
+    family(b, "vramd_host_memory_budget_bytes", "gauge",
+           "Host memory parked instances may hold (host_memory.budget, or its auto figure).");
+    sample_u64(b, "vramd_host_memory_budget_bytes", NULL, NULL, NULL, NULL, h->budget);
+    family(b, "vramd_host_memory_reserve_bytes", "gauge", "Host memory parking never uses (host_memory.reserve).");
+    sample_u64(b, "vramd_host_memory_reserve_bytes", NULL, NULL, NULL, NULL, h->reserve);
+    model_family(b, d, "vramd_host_memory_parked_bytes", "gauge",
+                 "Host memory the model's parked instances hold (what left the GPU when they slept).", v_parked);
+    model_family(b, d, "vramd_model_parks_total", "counter", "Times an instance of the model was parked (sleep tier).",
+                 v_parks);
+    model_family(b, d, "vramd_model_wakes_total", "counter",
+                 "Times a parked instance of the model was brought back (wake, memory back on the GPU).", v_wakes);
+    model_family(b, d, "vramd_model_park_refusals_total", "counter",
+                 "Parks of the model skipped because the host could not afford them (budget, MemAvailable, cgroup).",
+                 v_park_refusals);
 }
 
 char *metrics_render(core_t *d, size_t *len)
@@ -350,10 +457,13 @@ char *metrics_render(core_t *d, size_t *len)
     if (buf_reserve(&b, 64 * 1024) != 0)
         return NULL;
     daemon_metrics(&b, d);
+    guard_metrics(&b, d);
     gpu_metrics(&b);
     model_metrics(&b, d);
+    instance_metrics(&b, d);
     job_metrics(&b, d);
     fleet_metrics(&b, d);
+    host_memory_metrics(&b, d);
     /* Every single append is under METRICS_PIECE_MAX bytes, so one that did not fit left
      * the buffer within that distance of the limit: better no answer than a truncated one. */
     if (b.len + METRICS_PIECE_MAX > METRICS_MAX_BYTES) {

@@ -8,7 +8,26 @@
 #include "core/mem_budget.h"
 #include "sched/dispatch_clients.h"
 #include "sched/scheduler.h"
+#include "workers/host_book.h"
 #include "workers/supervisor.h"
+
+/* Out of rotation: suspect (its connection broke; a passing health check clears it) and
+ * outlier ejection (until a wall-clock time; the count makes the next one longer). */
+static void outlier_json(cJSON *j, const instance_t *in, uint64_t now)
+{
+    const core_t *d = in->model->core;
+    bool ejected = in->ejected_until_ms > now;
+    cJSON_AddBoolToObject(j, "suspect", in->suspect);
+    cJSON_AddBoolToObject(j, "ejected", ejected);
+    if (ejected) {
+        cJSON_AddNumberToObject(j, "ejected_for_ms", (double)(in->ejected_until_ms - now));
+        cJSON_AddNumberToObject(j, "ejected_until", (double)(d->started_wall_ms + (in->ejected_until_ms - d->started_ms)));
+    } else {
+        cJSON_AddNumberToObject(j, "ejected_for_ms", 0);
+        cJSON_AddNullToObject(j, "ejected_until");
+    }
+    cJSON_AddNumberToObject(j, "ejections", in->ejections);
+}
 
 static cJSON *model_json(model_t *m, uint64_t now)
 {
@@ -57,14 +76,27 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(rs, "invalid_total", (double)m->invalid_total);
     cJSON_AddNumberToObject(rs, "hangs_total", (double)m->hangs_total);
     cJSON_AddNumberToObject(rs, "recycles_total", (double)m->recycles_total);
+    cJSON_AddNumberToObject(rs, "retry_budget_exhausted", (double)m->retry_budget_refusals);
+    cJSON_AddNumberToObject(rs, "ejections_total", (double)m->ejections_total);
     cJSON_AddNumberToObject(o, "learned_load_ms", (double)m->load_ms_ewma);
     cJSON_AddNumberToObject(o, "learned_run_ms", (double)m->run_ms_ewma);
+    cJSON_AddNumberToObject(o, "learned_wake_ms", (double)m->wake_ms_ewma);
+    cJSON_AddNumberToObject(o, "parked_bytes", (double)host_book_parked_by(m->name));
+    cJSON *pk = cJSON_AddObjectToObject(o, "parking");
+    cJSON_AddBoolToObject(pk, "sleep", m->cfg->sleep.set);
+    cJSON_AddBoolToObject(pk, "checkpoint", m->cfg->checkpoint);
+    cJSON_AddStringToObject(pk, "preset", config_preset_name(m->cfg->preset));
+    cJSON_AddNumberToObject(pk, "parks_total", (double)m->parks_total);
+    cJSON_AddNumberToObject(pk, "wakes_total", (double)m->wakes_total);
+    cJSON_AddNumberToObject(pk, "refused_total", (double)m->park_refusals);
     cJSON *is = cJSON_AddArrayToObject(o, "instances");
     list_foreach(it, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
         cJSON *j = cJSON_CreateObject();
         cJSON_AddNumberToObject(j, "id", in->id);
         cJSON_AddStringToObject(j, "state", instance_state_name(in->state));
+        cJSON_AddStringToObject(j, "tier", instance_tier_name(in));
+        cJSON_AddNumberToObject(j, "parked_bytes", (double)(in->parked_host.held ? in->parked_host.bytes : 0));
         if (in->pid > 0)
             cJSON_AddNumberToObject(j, "pid", in->pid);
         else
@@ -81,6 +113,7 @@ static cJSON *model_json(model_t *m, uint64_t now)
         cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->baseline);
         cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);
         cJSON_AddNumberToObject(j, "failed_in_row", in->failed_in_row);
+        outlier_json(j, in, now);
         cJSON_AddNumberToObject(j, "idle_connections", in->pool_size);
         cJSON_AddNumberToObject(j, "uptime_ms", in->started_ms ? (double)(now - in->started_ms) : 0);
         cJSON_AddItemToArray(is, j);
@@ -125,6 +158,20 @@ static void mem_budget_json(cJSON *o)
     cJSON_AddStringToObject(m, "source", mem_budget_source());
 }
 
+/* host_memory: the budget for parked instances (workers/host_book.c) */
+static void host_memory_json(cJSON *o, const config_t *cfg)
+{
+    const host_ledger_t *h = host_book(cfg);
+    cJSON *m = cJSON_AddObjectToObject(o, "host_memory");
+    cJSON_AddNumberToObject(m, "budget", (double)h->budget);
+    cJSON_AddNumberToObject(m, "reserve", (double)h->reserve);
+    cJSON_AddNumberToObject(m, "parked", (double)h->parked);
+    cJSON_AddNumberToObject(m, "free", (double)host_ledger_free(h));
+    cJSON_AddNumberToObject(m, "peak", (double)h->peak);
+    cJSON_AddNumberToObject(m, "refused", (double)(h->refused_budget + h->refused_host));
+    cJSON_AddStringToObject(m, "source", host_book_source());
+}
+
 char *status_render(core_t *d)
 {
     uint64_t now = core_now();
@@ -138,6 +185,20 @@ char *status_render(core_t *d)
     cJSON *c = cJSON_AddObjectToObject(o, "connections");
     cJSON_AddNumberToObject(c, "open", d->n_conns);
     cJSON_AddNumberToObject(c, "max", d->cfg->limits.max_connections);
+    cJSON_AddNumberToObject(c, "refused_total", (double)d->counts[CORE_CNT_CONN_REFUSED]);
+    cJSON *rv = cJSON_AddObjectToObject(c, "reserve");
+    cJSON_AddNumberToObject(rv, "open", d->n_reserve_conns);
+    cJSON_AddNumberToObject(rv, "max", d->cfg->limits.reserved_connections);
+    cJSON_AddNumberToObject(rv, "accepted_total", (double)d->counts[CORE_CNT_RESERVE_ACCEPTED]);
+    cJSON_AddNumberToObject(rv, "refused_total", (double)d->counts[CORE_CNT_RESERVE_REFUSED]);
+    cJSON *to = cJSON_AddObjectToObject(o, "client_timeouts");
+    static const enum core_counter timeouts[] = {CORE_CNT_HEADER_TIMEOUT, CORE_CNT_BODY_TIMEOUT, CORE_CNT_SEND_TIMEOUT};
+    for (size_t i = 0; i < sizeof timeouts / sizeof timeouts[0]; i++)
+        cJSON_AddNumberToObject(to, core_counter_name(timeouts[i]), (double)d->counts[timeouts[i]]);
+    cJSON *lo = cJSON_AddObjectToObject(o, "local_resource_exhausted");
+    static const enum core_counter local[] = {CORE_CNT_LOCAL_PROXY, CORE_CNT_LOCAL_HEALTH, CORE_CNT_LOCAL_HOOK};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+        cJSON_AddNumberToObject(lo, core_counter_name(local[i]), (double)d->counts[local[i]]);
     cJSON *q = cJSON_AddObjectToObject(o, "queues");
     cJSON_AddNumberToObject(q, "queued", core_queued_total(d));
     cJSON_AddNumberToObject(q, "max", d->cfg->limits.queue_max);
@@ -145,6 +206,7 @@ char *status_render(core_t *d)
     cJSON_AddNumberToObject(o, "requests_total", (double)d->requests_total);
     clients_json(o, d->cfg);
     mem_budget_json(o);
+    host_memory_json(o, d->cfg);
     cJSON *gpu = cJSON_AddObjectToObject(o, "nvml");
     cJSON_AddBoolToObject(gpu, "ok", sched_gpu_ok());
     if (!sched_gpu_ok())

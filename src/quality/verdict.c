@@ -140,6 +140,7 @@ static void refuse_over_budget(request_t *r, const char *what)
     model_t *m = r->model;
     const config_retry_budget_t *b = &m->cfg->retry_budget;
     uint64_t after = m->run_ms_ewma / 1000 + 1;
+    m->retry_budget_refusals++;
     log_event(LOG_WARN, "retry_budget_exhausted", "request_id=%s model=%s reason=%s retries_in_flight=%u", r->id,
               m->name, what, m->core->retries_in_flight);
     conn_respond_error(r->conn, 503, "retry_budget_exhausted", m->name, (int)(after > 60 ? 60 : after), false,

@@ -42,7 +42,11 @@ bool dispatch_clients_admit(conn_t *c, request_t *r, model_t *m)
     if (!cfg->per_client.on)
         return true;
     char key[CLIENT_KEY_MAX];
-    client_key((enum client_key_kind)cfg->per_client.key, cfg->per_client.header, r->head, &r->msg, c->peer, key);
+    if (cfg->per_client.key == CLIENT_KEY_TOKEN && c->client_key[0]) /* a job attempt's submitter */
+        snprintf(key, sizeof key, "%s", c->client_key);
+    else
+        client_key((enum client_key_kind)cfg->per_client.key, cfg->per_client.header, r->head, &r->msg, c->peer,
+                   key);
     client_rec_t *rec = client_get(table(cfg), key, core_now());
     if (!rec) {
         g_refused++;

@@ -5,7 +5,8 @@
  * back) and claims the GPU once it starves, or it can never fit. Also books an instance's
  * RESIDENT entry when it is placed and starts the verified reclaim when it unloads.
  * Which idle instances go is placer.c's choice (least expected delay); this file gives it
- * each candidate's learned return cost, its model's gap between requests and keep-alive.
+ * each candidate's return cost (actions.return_cost_ms: the tier evict would take, e.g. a
+ * learned wake instead of a reload), its model's gap between requests and keep-alive.
  * Invariants: only idle instances are evicted (evictable), never more while memory
  * already on its way back would cover the need; an eviction is always made under the
  * claimant's claim on that GPU; a queued model is evicted only for a claimant whose oldest
@@ -38,11 +39,15 @@ static bool evictable(const instance_t *in, const model_t *for_m)
     if (in->state == INST_UNLOADED && !in->external && in->proc && in->mem.gpu >= 0 && in->mem.bytes > 0 &&
         !in->hook_call)
         return m->queue.depth == 0;
+    /* parked (asleep) with memory still on the GPU: the next tier frees it (workers/park.c) */
+    if (in->state == INST_PARKED && in->mem.gpu >= 0 && in->mem.bytes > 0 && !in->hook_call &&
+        (!in->external || m->cfg->unload.set))
+        return m->queue.depth == 0;
     if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->gpu_pos < 0 || in->hook_call)
         return false;
     if (m->cfg->keep_alive_ms == CONFIG_FOREVER)
         return false;
-    if (in->external && !m->cfg->unload.set)
+    if (in->external && !m->cfg->unload.set && !m->cfg->sleep.set)
         return false;
     if (m->queue.depth > 0) {
         uint64_t own_oldest = queue_oldest_ms(&m->queue);
@@ -51,6 +56,25 @@ static bool evictable(const instance_t *in, const model_t *for_m)
             return false; /* sched_admit lets this model's work go ahead of the claim instead */
     }
     return true;
+}
+
+uint64_t sched_room_with_evictions(size_t pos)
+{
+    ledger_t *l = &sched_state.ledger;
+    if (pos >= l->n_gpus || !sched_state.core)
+        return 0;
+    uint64_t room = ledger_free(l, pos);
+    list_foreach(mi, &sched_state.core->models) {
+        model_t *om = list_entry(mi, model_t, link);
+        if (om->queue.depth > 0)
+            continue; /* its queue is about to use it */
+        list_foreach(ii, &om->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if (in->gpu_pos == (int)pos && in->mem.gpu >= 0 && evictable(in, om))
+                room += in->mem.bytes;
+        }
+    }
+    return room;
 }
 
 /* How long until in's keep-alive would free it anyway (an eviction now saves that wait). */
@@ -74,7 +98,8 @@ static uint64_t incoming(size_t pos)
             instance_t *in = list_entry(ii, instance_t, link);
             if (in->gpu_pos != (int)pos || in->mem.gpu < 0)
                 continue;
-            if (in->reclaiming || in->state == INST_UNLOADING || in->state == INST_STOPPING ||
+            if (in->reclaiming || in->state == INST_UNLOADING || in->state == INST_PARKING ||
+                in->state == INST_STOPPING ||
                 (in->stop_requested && in->state == INST_READY))
                 sum += in->mem.bytes;
         }
@@ -131,7 +156,9 @@ static size_t gather_candidates(const model_t *m)
                                               .bytes = in->mem.bytes,
                                               .priority = om->cfg->priority,
                                               .last_used_ms = in->last_used_ms,
-                                              .return_cost_ms = om->load_ms_ewma,
+                                              .return_cost_ms = sched_state.actions.return_cost_ms
+                                                                    ? sched_state.actions.return_cost_ms(in)
+                                                                    : om->load_ms_ewma,
                                               .gap_ms = sched_expected_gap_ms(om),
                                               .keep_alive_left_ms = keep_alive_left(in, now),
                                               .queued = om->queue.depth};

@@ -286,8 +286,8 @@ static void book_instance(core_t *d, model_t *m, instance_t *in, uint64_t now)
     } else if (in->in_flight > 0) {
         if (in->measured > in->run_peak)
             in->run_peak = in->measured;
-    } else if (in->state == INST_UNLOADED || in->state == INST_DOWN) {
-        /* unloaded (residue, context) or an external server that is down: vramd does
+    } else if (in->state == INST_UNLOADED || in->state == INST_DOWN || in->state == INST_PARKED) {
+        /* unloaded or parked (residue, context) or an external server that is down: vramd does
          * not control it, so it is booked at exactly what NVML shows it holding */
         if (in->measured != in->mem.bytes)
             ledger_resize(&sched_state.ledger, &in->mem, in->measured);
@@ -314,6 +314,16 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
 
 /* ---- NVML: start, snapshots, stop ---------------------------------------------------- */
 
+static uint64_t g_snapshot_seq; /* snapshots applied (sched_snapshot_seq) */
+
+uint64_t sched_snapshot_seq(void) { return g_snapshot_seq; }
+
+void sched_poll_now(void)
+{
+    if (sched_state.gpu)
+        gpu_poll_now(sched_state.gpu);
+}
+
 static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
 {
     (void)ctx;
@@ -329,6 +339,7 @@ static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
     sched_state.ok = true;
     sched_state.error[0] = '\0';
     memcpy(sched_state.snap, snap, sizeof *snap);
+    g_snapshot_seq++;
     apply_snapshot(sched_state.snap);
 }
 

@@ -51,9 +51,12 @@
 /* What the scheduler decides and the supervisor carries out (set by the composition root,
  * so that the policy never calls the mechanism by name). */
 typedef struct sched_actions {
-    void (*evict)(instance_t *inst, const char *why);     /* make room: unload hook or stop */
+    void (*evict)(instance_t *inst, const char *why);     /* make room: the cheapest tier (park, unload, stop) */
     void (*recycle)(instance_t *inst, const char *why);   /* replace once idle (memory growth) */
     void (*reclaimed)(instance_t *inst, bool ok);         /* NVML shows its memory back (or gave up) */
+    /* how long a request would wait for inst to come back if evicted now (the tier evict
+     * would take: a learned wake or restore, a reload, a start); NULL = its learned load time */
+    uint64_t (*return_cost_ms)(const instance_t *inst);
 } sched_actions_t;
 
 void sched_init(core_t *d, const sched_actions_t *actions);
@@ -139,6 +142,11 @@ typedef struct sched_gpu_figures {
  * "KV cache utilization", /metrics vramd_model_memory_reserved_ratio); a model without
  * GPU memory: requests running over its slots; no instance on a GPU: 0. */
 double sched_model_reserved_ratio(const model_t *m);
+/* What a new request could get on the GPU at ledger position pos right now if the idle
+ * instances there (evictable: nothing in flight or queued, not pinned) were evicted: its
+ * free memory plus their resident entries. For job claims (jobs/jobs_attempt.c): work
+ * that fits this is worth taking, the scheduler makes the room. */
+uint64_t sched_room_with_evictions(size_t pos);
 /* GPUs in the ledger (0 before NVML answered). */
 size_t sched_gpu_count(void);
 /* The figures of the GPU at ledger position pos; false when pos is out of range. */
@@ -146,6 +154,11 @@ bool sched_gpu_figures(size_t pos, sched_gpu_figures_t *out);
 /* An instance just became READY: take its post-load baseline from a snapshot read now
  * (its first request waits for it, one NVML read). */
 void sched_instance_ready(instance_t *inst);
+/* NVML snapshots applied so far (+1 per reading, after it was booked). A reading asked for
+ * with sched_poll_now at seq s is applied by s + 2 at the latest (one in flight may be older). */
+uint64_t sched_snapshot_seq(void);
+/* Ask for an NVML reading now (queued after the one in flight, if any). */
+void sched_poll_now(void);
 /* Pump every model that has queued requests (memory was released). */
 void sched_pump_all(core_t *d);
 

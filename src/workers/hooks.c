@@ -4,14 +4,23 @@
  * --reload hook (instance_reload)--> RELOADING --> STARTING (health checks) --> READY.
  * Without an unload hook, eviction stops the worker.
  *
+ * The unload hook is also the tier after a park (park.c): from PARKING or PARKED.
  * Invariants: at most one hook call per instance is pending (inst->hook_call, cleared when
  * it answers); an answer that arrives after the instance left UNLOADING or RELOADING is
  * only logged. A supervised worker whose memory does not come back is killed; an external
  * server is marked failed. Calls instance.c and model_state.c, never supervisor.c (see
  * supervisor_int.h for the order).
+ *
+ * vramd's own shortage: a hook that cannot be called, or fails, for want of vramd's own
+ * descriptors or memory (HTTP_CALL_LOCAL_SHORTAGE) is not the worker's failure: nothing is
+ * stopped, failed or counted; the instance stays as it was (READY, or UNLOADED for a
+ * reload), an admin unload is answered 503 local_resource_exhausted, and no hook of that
+ * instance is tried again for HOOK_LOCAL_RETRY_MS (then every model is pumped: eviction and
+ * reload try again).
  */
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/log.h"
 #include "core/core.h"
@@ -21,7 +30,30 @@
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
-static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb)
+#define HOOK_LOCAL_RETRY_MS 1000
+
+static void on_local_retry(uv_timer_t *t)
+{
+    model_t *m = t->data;
+    sched_pump_all(m->core);
+}
+
+/* A hook was not made for vramd's own shortage: log and count it, and hold further hooks of
+ * this instance for HOOK_LOCAL_RETRY_MS (no busy loop of pumps while descriptors lack). */
+void instance_hook_local_shortage(instance_t *inst, const char *hook, const char *error)
+{
+    model_t *m = inst->model;
+    core_count(m->core, CORE_CNT_LOCAL_HOOK);
+    log_event(LOG_WARN, "local_resource_exhausted", "model=%s instance=%u pid=%d call=%s error=%s", m->name,
+              inst->id, (int)inst->pid, hook, error);
+    inst->local_retry_ms = core_now() + HOOK_LOCAL_RETRY_MS;
+    if (!uv_is_active((uv_handle_t *)&m->backoff_timer))
+        uv_timer_start(&m->backoff_timer, on_local_retry, HOOK_LOCAL_RETRY_MS, 0);
+}
+
+static bool hook_cooling(const instance_t *inst) { return core_now() < inst->local_retry_ms; }
+
+int instance_call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb)
 {
     model_t *m = inst->model;
     http_call_req_t req = {
@@ -29,20 +61,24 @@ static int call_hook(instance_t *inst, const config_hook_t *hook, uint64_t defau
         .port = inst->port,
         .method = hook->method ? hook->method : "POST",
         .path = hook->path,
+        .body = hook->body,
+        .body_len = hook->body ? strlen(hook->body) : 0,
         .timeout_ms = hook->timeout_ms ? hook->timeout_ms : default_timeout,
         .max_response = 64 * 1024,
     };
     char err[160];
-    if (http_call_start(m->core->loop, &req, cb, inst, &inst->hook_call, err, sizeof err) != 0) {
-        inst->hook_call = NULL;
+    int rc = http_call_start(m->core->loop, &req, cb, inst, &inst->hook_call, err, sizeof err);
+    if (rc == 0)
+        return 0;
+    inst->hook_call = NULL;
+    if (rc == -2)
+        instance_hook_local_shortage(inst, hook->path, err);
+    else
         log_event(LOG_WARN, "hook_failed", "model=%s instance=%u path=%s error=%s", m->name, inst->id, hook->path, err);
-        return -1;
-    }
-    return 0;
+    return rc;
 }
 
-/* A hook call ended: it is no longer pending; log it; was it a 2xx? */
-static bool hook_answered(instance_t *inst, const char *event, int status, const char *error)
+bool instance_hook_answered(instance_t *inst, const char *event, int status, const char *error)
 {
     inst->hook_call = NULL;
     bool ok = status >= 200 && status < 300;
@@ -57,7 +93,16 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
     (void)len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    bool ok = hook_answered(inst, "unload_hook_done", status, error);
+    bool ok = instance_hook_answered(inst, "unload_hook_done", status, error);
+    if (status == HTTP_CALL_LOCAL_SHORTAGE) {
+        instance_hook_local_shortage(inst, m->cfg->unload.path, error);
+        if (inst->state != INST_UNLOADING)
+            return;
+        if (inst->unload_reason == UNLOAD_ADMIN)
+            m->unload_local_failed = true; /* before the state change answers the admin call */
+        instance_set_state(inst, INST_READY, "unload hook not made: vramd short of descriptors or memory");
+        return;
+    }
     if (inst->state != INST_UNLOADING)
         return;
     if (!ok) {
@@ -75,7 +120,7 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
     m->unloads_total++;
     m->unloads_by_reason[inst->unload_reason]++;
     if (!sched_instance_holds_memory(inst)) {
-        instance_reclaimed(inst, true); /* no GPU memory booked: the hook's 2xx is the answer */
+        hooks_reclaimed(inst, true); /* no GPU memory booked: the hook's 2xx is the answer */
         return;
     }
     sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory back */
@@ -84,18 +129,36 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
 int instance_unload(instance_t *inst, enum unload_reason reason, const char *why)
 {
     model_t *m = inst->model;
-    if (!m->cfg->unload.set || inst->state != INST_READY)
+    bool parked = inst->state == INST_PARKING || inst->state == INST_PARKED; /* the next tier after a park */
+    if (!m->cfg->unload.set || (inst->state != INST_READY && !parked) || inst->hook_call)
         return -1;
+    if (hook_cooling(inst)) {
+        if (reason == UNLOAD_ADMIN) {
+            m->unload_local_failed = true;
+            core_emit(m->core, CORE_EV_MODEL_CHANGED, m); /* answers a waiting admin call */
+        }
+        return -2;
+    }
     uv_timer_stop(&inst->idle_timer);
     inst->unload_reason = reason;
     instance_set_state(inst, INST_UNLOADING, why);
-    if (call_hook(inst, &m->cfg->unload, 30000, on_unload_answer) == 0)
+    int rc = instance_call_hook(inst, &m->cfg->unload, 30000, on_unload_answer);
+    if (rc == 0)
         return 0;
-    instance_set_state(inst, INST_READY, "unload hook could not be called");
-    return -1;
+    if (rc == -2 && reason == UNLOAD_ADMIN)
+        m->unload_local_failed = true; /* before the state change answers the admin call */
+    if (!parked) {
+        instance_set_state(inst, INST_READY, rc == -2 ? "unload hook not made: vramd short of descriptors or memory"
+                                                      : "unload hook could not be called");
+        return rc;
+    }
+    /* parked, the next tier could not even be asked: nothing vramd can do but say so */
+    instance_set_state(inst, INST_UNLOADED, "unload hook could not be called after a park");
+    model_set_failed(m, "unload hook could not be called after a park");
+    return 0;
 }
 
-void instance_evict(instance_t *inst, const char *why)
+void hooks_evict(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     uv_timer_stop(&inst->idle_timer);
@@ -109,8 +172,9 @@ void instance_evict(instance_t *inst, const char *why)
             process_stop(inst->proc, m->cfg->stop_timeout_ms);
         return;
     }
-    if (instance_unload(inst, UNLOAD_EVICTED, why) == 0)
-        return;
+    int rc = instance_unload(inst, UNLOAD_EVICTED, why);
+    if (rc == 0 || rc == -2)
+        return; /* -2: vramd's own shortage; eviction tries again after HOOK_LOCAL_RETRY_MS */
     if (inst->external) {
         model_set_failed(m, "external server cannot be unloaded");
         return;
@@ -118,7 +182,7 @@ void instance_evict(instance_t *inst, const char *why)
     instance_stop(inst, why);
 }
 
-void instance_reclaimed(instance_t *inst, bool ok)
+void hooks_reclaimed(instance_t *inst, bool ok)
 {
     model_t *m = inst->model;
     if (!inst->proc && !inst->external) {
@@ -148,7 +212,13 @@ static void on_reload_answer(void *ctx, int status, const char *body, size_t len
     (void)len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    bool ok = hook_answered(inst, "reload_hook_done", status, error);
+    bool ok = instance_hook_answered(inst, "reload_hook_done", status, error);
+    if (status == HTTP_CALL_LOCAL_SHORTAGE) {
+        instance_hook_local_shortage(inst, m->cfg->reload.path, error);
+        if (inst->state == INST_RELOADING)
+            instance_set_state(inst, INST_UNLOADED, "reload hook not made: vramd short of descriptors or memory");
+        return;
+    }
     if (inst->state != INST_RELOADING)
         return;
     if (!ok) {
@@ -166,6 +236,8 @@ void instance_reload(instance_t *inst)
 {
     model_t *m = inst->model;
     ledger_t *l = sched_ledger();
+    if (hook_cooling(inst))
+        return; /* vramd's own shortage a moment ago: on_local_retry pumps again */
     if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
         uint64_t want = m->cfg->memory.resident + sched_request_estimate(m);
         uint64_t held = inst->mem.bytes;
@@ -186,7 +258,10 @@ void instance_reload(instance_t *inst)
         return;
     }
     instance_set_state(inst, INST_RELOADING, "needed again");
-    if (call_hook(inst, &m->cfg->reload, 60000, on_reload_answer) != 0) {
+    int rc = instance_call_hook(inst, &m->cfg->reload, 60000, on_reload_answer);
+    if (rc == -2) {
+        instance_set_state(inst, INST_UNLOADED, "reload hook not made: vramd short of descriptors or memory");
+    } else if (rc != 0) {
         instance_set_state(inst, INST_UNLOADED, "reload hook could not be called");
         model_record_failure(m, RESTART_RELOAD_FAILED, "reload hook could not be called");
     }

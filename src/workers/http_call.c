@@ -5,7 +5,8 @@
  * numeric or localhost, content type a header value), writing its bytes with http_out, and
  * turning the client's end into the callback's (status, body, error): COMPLETE and
  * TOO_LARGE are answers (health checks and hooks care about the status; a hook answering
- * 200 with a big body has still succeeded), every other end is status -1 with the error.
+ * 200 with a big body has still succeeded), every other end is status -1 with the error
+ * (HTTP_CALL_LOCAL_SHORTAGE when vramd itself ran short: http_client_local_shortage).
  *
  * Invariants: the http_call_t lives from a successful start until the callback returns
  * or the cancel; it owns the client handle and nothing else. A cancel from inside the
@@ -41,7 +42,7 @@ static void on_end(void *ctx, const http_client_result_t *r)
     if (r->how == HTTP_CLIENT_COMPLETE || r->how == HTTP_CLIENT_TOO_LARGE)
         c->cb(c->ctx, r->msg->status, r->body, r->body_len, NULL);
     else
-        c->cb(c->ctx, -1, NULL, 0, r->error);
+        c->cb(c->ctx, http_client_local_shortage(r->sys_error) ? HTTP_CALL_LOCAL_SHORTAGE : -1, NULL, 0, r->error);
     free(c);
 }
 
@@ -142,7 +143,7 @@ int http_call_start(uv_loop_t *loop, const http_call_req_t *req, http_call_cb cb
     if (!bytes) {
         snprintf(err, errlen, "%s", bad ? bad : "out of memory");
         free(c);
-        return -1;
+        return bad ? -1 : -2;
     }
     c->cb = cb;
     c->ctx = ctx;
@@ -150,9 +151,10 @@ int http_call_start(uv_loop_t *loop, const http_call_req_t *req, http_call_cb cb
                             .ctx = c,
                             .timeout_ms = req->timeout_ms ? req->timeout_ms : HTTP_CALL_DEFAULT_TIMEOUT_MS,
                             .max_body = req->max_response};
-    if (http_client_start(loop, (const struct sockaddr *)&addr, bytes, len, &o, &c->client, err, errlen) != 0) {
+    int rc = http_client_start(loop, (const struct sockaddr *)&addr, bytes, len, &o, &c->client, err, errlen);
+    if (rc != 0) {
         free(c);
-        return -1;
+        return rc;
     }
     if (out)
         *out = c;

@@ -9,11 +9,14 @@
  *
  * The callback runs exactly once, unless http_call_cancel() was called first: then never.
  * status is the HTTP status, or -1 when there was no valid response (error says why:
- * "connect: connection refused", "timeout after 2000 ms", "malformed response: ...").
+ * "connect: connection refused", "timeout after 2000 ms", "malformed response: ..."), or
+ * HTTP_CALL_LOCAL_SHORTAGE when the call failed for want of vramd's own descriptors or memory
+ * (EMFILE, ENFILE, ENOBUFS, ENOMEM): not the worker's doing, never to be held against it.
  * A body longer than max_response still counts as an answer: the status and its first
  * max_response bytes, error NULL. body is valid only during the callback. The handle is
  * freed by the module after the callback returns (or at cancel); do not use it afterwards.
- * Return convention: 0 ok (callback will follow), -1 error (err filled, no callback).
+ * Return convention: 0 ok (callback will follow), -1 error (err filled, no callback), -2 the
+ * same for vramd's own shortage (as HTTP_CALL_LOCAL_SHORTAGE).
  */
 #ifndef VRAMD_WORKERS_HTTP_CALL_H
 #define VRAMD_WORKERS_HTTP_CALL_H
@@ -21,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
+
+#define HTTP_CALL_LOCAL_SHORTAGE (-2) /* the callback's status: vramd's own descriptors or memory ran out */
 
 typedef struct http_call http_call_t;
 

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "sched/scheduler.h"
+#include "workers/host_book.h"
 #include "workers/http_call.h"
 #include "workers/process.h"
 #include "workers/supervisor.h"
@@ -50,6 +51,7 @@ void instance_maybe_free(instance_t *inst)
         sched_instance_holds_memory(inst))
         return;
     model_t *m = inst->model;
+    host_book_release(inst); /* released at its last state change already; never outlives it */
     list_remove(&inst->link);
     m->n_instances--;
     m->instances_closing++;
@@ -91,6 +93,7 @@ static instance_t *instance_new(model_t *m)
     inst->gpu = -1;
     inst->gpu_pos = -1;
     ledger_entry_init(&inst->mem);
+    host_entry_init(&inst->parked_host);
     list_init(&inst->pool);
     uv_timer_init(m->core->loop, &inst->timer);
     uv_timer_init(m->core->loop, &inst->idle_timer);
@@ -199,20 +202,6 @@ static bool health_failed(instance_t *inst, int status, const char *error)
     return true;
 }
 
-/* The call failed because vramd itself could not open a socket or get memory (EMFILE,
- * ENFILE, ENOBUFS, ENOMEM: the client reports uv_strerror's text), not because of the
- * worker. Classified by the error text, the one thing every HTTP client here reports. */
-static bool local_resource_error(int status, const char *error)
-{
-    static const int codes[] = {UV_EMFILE, UV_ENFILE, UV_ENOBUFS, UV_ENOMEM};
-    if (status >= 0 || !error)
-        return false;
-    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
-        if (strstr(error, uv_strerror(codes[i])))
-            return true;
-    return strstr(error, "out of memory") != NULL;
-}
-
 static void on_health_answer(void *ctx, int status, const char *body, size_t body_len, const char *error)
 {
     (void)body;
@@ -226,8 +215,9 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
         instance_maybe_free(inst);
         return;
     }
-    if (!ok && local_resource_error(status, error)) {
-        /* vramd's own shortage (descriptors, memory): not the worker's failure; try later */
+    if (status == HTTP_CALL_LOCAL_SHORTAGE) {
+        /* vramd's own shortage (EMFILE, ENFILE, ENOBUFS, ENOMEM): not the worker's failure; try later */
+        core_count(m->core, CORE_CNT_LOCAL_HEALTH);
         log_event(LOG_WARN, "local_resource_exhausted", "model=%s instance=%u pid=%d call=%s error=%s", m->name,
                   inst->id, (int)inst->pid, "health", error);
         uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
@@ -255,7 +245,8 @@ void instance_health_tick(uv_timer_t *t)
     instance_t *inst = t->data;
     model_t *m = inst->model;
     if (inst->health_call || inst->state == INST_STOPPING || inst->state == INST_UNLOADING ||
-        inst->state == INST_UNLOADED || inst->state == INST_RELOADING)
+        inst->state == INST_UNLOADED || inst->state == INST_RELOADING || inst->state == INST_PARKING ||
+        inst->state == INST_PARKED || inst->state == INST_RESUMING)
         return;
     http_call_req_t req = {
         .host = inst->host,
@@ -266,9 +257,10 @@ void instance_health_tick(uv_timer_t *t)
         .max_response = 64 * 1024,
     };
     char err[160];
-    if (http_call_start(m->core->loop, &req, on_health_answer, inst, &inst->health_call, err, sizeof err) != 0) {
+    int rc = http_call_start(m->core->loop, &req, on_health_answer, inst, &inst->health_call, err, sizeof err);
+    if (rc != 0) {
         inst->health_call = NULL;
-        on_health_answer(inst, -1, NULL, 0, err);
+        on_health_answer(inst, rc == -2 ? HTTP_CALL_LOCAL_SHORTAGE : -1, NULL, 0, err);
     }
 }
 
@@ -581,6 +573,7 @@ static void instance_note_outlier(instance_t *inst)
         return;
     }
     inst->ejections++;
+    m->ejections_total++;
     uint64_t ms = (uint64_t)INSTANCE_EJECT_BASE_MS * inst->ejections;
     if (ms > INSTANCE_EJECT_MAX_MS)
         ms = INSTANCE_EJECT_MAX_MS;
@@ -591,14 +584,16 @@ static void instance_note_outlier(instance_t *inst)
                     (unsigned long long)(ms / 1000), in_row);
 }
 
-void instance_request_done(instance_t *inst, bool worker_broken)
+/* broken: 1 a broken exchange, 0 a sound one, -1 neither (vramd's own shortage). */
+static void request_done(instance_t *inst, int broken)
 {
     model_t *m = inst->model;
     if (inst->in_flight)
         inst->in_flight--;
     if (m->in_flight)
         m->in_flight--;
-    inst->failed_in_row = worker_broken ? inst->failed_in_row + 1 : 0;
+    if (broken >= 0)
+        inst->failed_in_row = broken ? inst->failed_in_row + 1 : 0;
     const config_recycle_t *rc = &m->cfg->recycle;
     if (inst->failed_in_row >= INSTANCE_OUTLIER_IN_ROW)
         instance_note_outlier(inst);
@@ -612,6 +607,10 @@ void instance_request_done(instance_t *inst, bool worker_broken)
     model_schedule_pump(m);
     core_emit(m->core, CORE_EV_REQUEST_ENDED, NULL);
 }
+
+void instance_request_done(instance_t *inst, bool worker_broken) { request_done(inst, worker_broken ? 1 : 0); }
+
+void instance_request_done_local(instance_t *inst) { request_done(inst, -1); }
 
 void model_arm_idle_timers(model_t *m)
 {

@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "core/core.h"
+#include "workers/host_book.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
@@ -25,8 +26,25 @@
 
 const char *instance_state_name(enum instance_state s)
 {
-    static const char *n[] = {"starting", "ready", "down", "stopping", "unloading", "unloaded", "reloading"};
-    return n[s];
+    static const char *n[] = {"starting",  "ready",   "down",    "stopping", "unloading",
+                              "unloaded",  "reloading", "parking", "parked", "resuming"};
+    return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
+}
+
+const char *instance_tier_name(const instance_t *in)
+{
+    switch (in->state) {
+    case INST_PARKING:
+    case INST_PARKED:
+    case INST_RESUMING:
+        return in->park_tier == PARK_CHECKPOINT ? "checkpointed" : "sleeping";
+    case INST_UNLOADING:
+    case INST_UNLOADED:
+    case INST_RELOADING:
+        return "unloaded";
+    default:
+        return "resident";
+    }
 }
 
 const char *model_state_name(enum model_state s)
@@ -87,9 +105,9 @@ enum model_state model_state(const model_t *m)
             ready = true;
         else if (in->state == INST_READY && in->stop_requested)
             draining = true;
-        else if (in->state == INST_STARTING || in->state == INST_RELOADING)
+        else if (in->state == INST_STARTING || in->state == INST_RELOADING || in->state == INST_RESUMING)
             starting = true;
-        else if (in->state == INST_STOPPING || in->state == INST_UNLOADING)
+        else if (in->state == INST_STOPPING || in->state == INST_UNLOADING || in->state == INST_PARKING)
             stopping = true;
     }
     if (ready)
@@ -109,12 +127,16 @@ enum model_state model_state(const model_t *m)
  * state: the instance is freed once its process is gone and its handles closed) */
 static const unsigned allowed[] = {
     [INST_STARTING] = BIT(INST_READY) | BIT(INST_STOPPING),
-    [INST_READY] = BIT(INST_DOWN) | BIT(INST_STOPPING) | BIT(INST_UNLOADING),
+    [INST_READY] = BIT(INST_DOWN) | BIT(INST_STOPPING) | BIT(INST_UNLOADING) | BIT(INST_PARKING) |
+                   BIT(INST_RESUMING), /* an external server found at start: woken (park_wake_found) */
     [INST_DOWN] = BIT(INST_READY) | BIT(INST_STOPPING),
     [INST_STOPPING] = 0,
     [INST_UNLOADING] = BIT(INST_READY) | BIT(INST_UNLOADED) | BIT(INST_STOPPING),
     [INST_UNLOADED] = BIT(INST_RELOADING) | BIT(INST_STARTING) | BIT(INST_STOPPING),
     [INST_RELOADING] = BIT(INST_STARTING) | BIT(INST_UNLOADED) | BIT(INST_STOPPING),
+    [INST_PARKING] = BIT(INST_PARKED) | BIT(INST_READY) | BIT(INST_STOPPING) | BIT(INST_UNLOADING),
+    [INST_PARKED] = BIT(INST_RESUMING) | BIT(INST_STOPPING) | BIT(INST_UNLOADING),
+    [INST_RESUMING] = BIT(INST_READY) | BIT(INST_PARKED) | BIT(INST_STOPPING),
 };
 
 bool instance_transition_ok(enum instance_state from, enum instance_state to)
@@ -145,6 +167,11 @@ void instance_set_state_at(instance_t *inst, enum instance_state s, const char *
                   m->name, inst->id, (int)inst->pid, instance_state_name(inst->state), instance_state_name(s), why,
                   file, line);
         inst->state = s;
+    }
+    if (s != INST_PARKING && s != INST_PARKED && s != INST_RESUMING) {
+        /* however a park ends (back, stopped, died, escalated), its host memory is given back */
+        host_book_release(inst);
+        inst->park_tier = PARK_NONE;
     }
     model_note_state(m, before, why);
     core_emit(m->core, CORE_EV_MODEL_CHANGED, m);

@@ -85,8 +85,12 @@ void model_load(model_t *m)
 
 void supervisor_prepare(model_t *m)
 {
-    if (m->cfg->url)
-        model_ensure_external(m);
+    if (!m->cfg->url)
+        return;
+    bool found = list_empty(&m->instances);
+    model_ensure_external(m);
+    if (found && !list_empty(&m->instances))
+        park_wake_found(list_entry(list_first(&m->instances), instance_t, link));
 }
 
 /* Start (or reload) an instance when the queue, a pin or an admin load wants one. */
@@ -96,12 +100,15 @@ static int start_on_demand(model_t *m, uint64_t now)
     instance_t *to_reload = NULL;
     list_foreach(it, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_STARTING || in->state == INST_RELOADING || in->state == INST_UNLOADING)
+        if (in->state == INST_STARTING || in->state == INST_RELOADING || in->state == INST_UNLOADING ||
+            in->state == INST_PARKING || in->state == INST_RESUMING)
             starting++;
-        if (in->state == INST_UNLOADED)
+        if (in->state == INST_UNLOADED || in->state == INST_PARKED)
             to_reload = in;
     }
-    if (starting == 0 && to_reload) {
+    if (starting == 0 && to_reload && to_reload->state == INST_PARKED) {
+        park_wake(to_reload);
+    } else if (starting == 0 && to_reload) {
         instance_reload(to_reload);
     } else if (starting == 0 && m->n_instances < m->cfg->instances && !m->cfg->url) {
         /* one start at a time; scale out only while the queue waits for a slot */
@@ -157,8 +164,12 @@ static void unload_external_when_idle(model_t *m)
         if (in->state == INST_READY && in->in_flight > 0)
             return; /* again at the pump after its requests end */
         m->unload_requested = false;
-        if (in->state == INST_READY && instance_unload(in, UNLOAD_ADMIN, "admin unload") != 0)
-            model_set_failed(m, "external server: unload hook could not be called");
+        int rc = in->state == INST_READY ? park_sleep(in, UNLOAD_ADMIN, "admin unload") : 0;
+        if (rc == -1)
+            rc = instance_unload(in, UNLOAD_ADMIN, "admin unload");
+        if (rc == -1)
+            model_set_failed(m, "external server: neither sleep nor unload hook could be called");
+        /* -2: vramd's own shortage: the admin call is answered 503 (unload_local_failed) */
     }
     m->unload_requested = false;
 }
@@ -169,30 +180,57 @@ bool model_unload_pending(const model_t *m)
         return true;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_UNLOADING)
+        if (in->state == INST_UNLOADING || in->state == INST_PARKING)
             return true;
     }
     return false;
+}
+
+bool model_unload_done(const model_t *m)
+{
+    if (m->n_instances == 0)
+        return true;
+    if (m->cfg->url)
+        return m->failed || !model_unload_pending(m);
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        if (in->state != INST_PARKED)
+            return false; /* still loaded, parking or stopping */
+    }
+    return true;
 }
 
 void model_unload(model_t *m, const char *reason)
 {
     if (m->cfg->url) {
         /* external: never stopped; its unload hook (callers refuse a model without one) */
-        m->unload_requested = m->cfg->unload.set;
+        m->unload_requested = m->cfg->unload.set || m->cfg->sleep.set;
         if (m->unload_requested)
             unload_external_when_idle(m);
         return;
     }
-    m->unload_requested = true;
+    bool stopping = false;
     list_foreach_safe(it, tmp, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
+        /* an idle loaded instance is parked when its model has a sleep tier the host can
+         * afford; a parked one asked again is stopped (the next tier) */
+        if (in->state == INST_PARKING || in->state == INST_PARKED) {
+            if (in->state == INST_PARKED) {
+                in->unload_reason = UNLOAD_ADMIN;
+                instance_stop(in, reason);
+                stopping = true;
+            }
+            continue;
+        }
+        int rc = park_sleep(in, UNLOAD_ADMIN, reason);
+        if (rc == 0 || rc == -2) /* -2: answered 503 local_resource_exhausted, nothing touched */
+            continue;
         if (in->state != INST_STOPPING)
             in->unload_reason = UNLOAD_ADMIN;
         instance_stop(in, reason);
+        stopping = true;
     }
-    if (!model_has_live_instances(m))
-        m->unload_requested = false;
+    m->unload_requested = stopping && model_has_live_instances(m);
 }
 
 void model_remove(model_t *m)

@@ -12,6 +12,10 @@
  *   READY --unload hook--> UNLOADING --NVML shows memory back--> UNLOADED --reload hook-->
  *   RELOADING --> STARTING (health) --> READY. A supervised worker whose memory does not
  *   come back within stop_timeout is killed; an external one is marked failed.
+ *   Parking through sleep/wake hooks (park.c), tried first when the model has them and the
+ *   host can afford it: READY --sleep hook--> PARKING --NVML shows it gone--> PARKED
+ *   --wake hook--> RESUMING --NVML shows it back--> READY; too little back, or evicted again
+ *   while parked: the next tier (unload hook, stop).
  *
  * Model state (what /v1/status shows) is derived: failed > ready (some instance READY) >
  * starting > draining (admin unload waiting for in-flight) > unloading (instances
@@ -57,6 +61,8 @@ void model_remove(model_t *m);
 enum model_state model_state(const model_t *m);
 const char *model_state_name(enum model_state s);
 const char *instance_state_name(enum instance_state s);
+/* Its eviction tier now: "resident", "sleeping", "checkpointed" or "unloaded" (/v1/status). */
+const char *instance_tier_name(const instance_t *in);
 
 /* The supervisor's part of a pump (sched/dispatch.c runs it): before dispatch, make sure an
  * external model's instance exists; after it, start or reload instances on demand, arm idle
@@ -67,13 +73,18 @@ int supervisor_tend(model_t *m);
 
 /* Admin load: clear FAILED and backoff, start an instance if none. */
 void model_load(model_t *m);
-/* Admin unload: stop every instance once idle (in-flight ones finish first). An external
- * server (url:) is never stopped: its unload hook is called once it is idle (a model
- * without one: nothing happens; the admin route answers 409 no_unload_hook). */
+/* Admin unload: park every idle instance by its sleep hook when the model has one and the
+ * host can afford it (workers/park.c), stop the others once idle (in-flight ones finish
+ * first); a parked instance unloaded again is stopped. An external server (url:) is never
+ * stopped: its sleep hook, else its unload hook, is called once it is idle (a model with
+ * neither: nothing happens; the admin route answers 409 no_unload_hook). */
 void model_unload(model_t *m, const char *reason);
 /* An admin unload of an external server is still under way (hook not called or answered,
  * memory not back yet). */
 bool model_unload_pending(const model_t *m);
+/* An admin unload has done what it can: no instance left, or every one parked (supervised),
+ * or (external) the hook answered and the memory is back, or the model failed. */
+bool model_unload_done(const model_t *m);
 /* Start pinned (keep_alive: forever) models and external health checks at startup. */
 void model_start_pinned(model_t *m);
 /* Drain: stop every instance (after in-flight), no restarts. */
@@ -97,10 +108,19 @@ const char *restart_reason_name(enum restart_reason r);
 #define INSTANCE_EJECT_BASE_MS 30000
 #define INSTANCE_EJECT_MAX_MS 300000
 void instance_request_done(instance_t *inst, bool worker_broken);
+/* The same for a request that ended for vramd's own shortage (EMFILE ...): neither a
+ * broken nor a sound exchange, so the run of failures is left as it was. */
+void instance_request_done_local(instance_t *inst);
 /* May the instance take a new request now (READY, not stopping, suspect nor ejected)? */
 bool instance_usable(const instance_t *inst, uint64_t now);
-/* Make room: the unload hook when the model has one, else stop the process. */
+/* Make room by the cheapest tier the model has and the host affords (workers/park.c): its
+ * sleep hook (parked), else the unload hook, else stop the process; a parked instance goes
+ * to the next tier. */
 void instance_evict(instance_t *inst, const char *why);
+/* What instance_evict(inst) would cost to come back from, in ms: the learned wake time when
+ * it would be parked (1 s until measured), else the learned load time. For the scheduler's
+ * cost-aware eviction (a candidate's return cost); reads the host's free memory. */
+uint64_t instance_return_cost_ms(const instance_t *inst);
 /* Replace the instance: stop it once its in-flight requests are done (recycling: after
  * N requests, memory growth, OOM with recycle.on_oom). */
 void instance_recycle(instance_t *inst, const char *why);

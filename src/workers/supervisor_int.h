@@ -5,9 +5,11 @@
  *
  * Calls between the files go one way only (mk/lint_layers.py rejects a cycle):
  *   supervisor.c (model runtime, demand, admin load/unload)
- *     -> hooks.c (unload/reload hooks, eviction, reclaim)
+ *     -> park.c (the park tiers: sleep/wake; eviction and reclaim entry points)
+ *     -> hooks.c (unload/reload hooks, eviction without parking, reclaim)
  *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
  *     -> model_state.c (names, derived model state, state changes, failure counting)
+ *     -> host_book.c (the host-memory ledger of parked instances)
  * A file may call any file below it, never one above.
  */
 #ifndef VRAMD_WORKERS_SUPERVISOR_INT_H
@@ -16,6 +18,7 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "workers/http_call.h"
 #include "workers/supervisor.h"
 
 /* ---- model_state.c ---- */
@@ -52,11 +55,44 @@ void model_arm_idle_timers(model_t *m);
 void model_maybe_free(model_t *m);
 
 /* ---- hooks.c ---- */
+/* Call one of the model's hooks (method, path, body, timeout) for inst: 0; -1 when it could
+ * not be started (logged); -2 not made for vramd's own shortage (descriptors, memory: logged,
+ * counted, further hooks of the instance held back for a second). At most one at a time
+ * (inst->hook_call). */
+int instance_call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb);
+/* A hook was not made for vramd's own shortage: logged, counted, the instance's hooks held
+ * back for a second (then the model is pumped again). */
+void instance_hook_local_shortage(instance_t *inst, const char *hook, const char *error);
+/* A hook call ended: no longer pending; logged as `event`; true for a 2xx. */
+bool instance_hook_answered(instance_t *inst, const char *event, int status, const char *error);
+/* Make room without parking: the unload hook when the model has one, else stop the process
+ * (an external server without one: marked failed). */
+void hooks_evict(instance_t *inst, const char *why);
+/* NVML shows an unloading or stopped instance's memory back (ok) or the wait ran out. */
+void hooks_reclaimed(instance_t *inst, bool ok);
 /* An UNLOADED instance is needed again: book its memory back and call the reload hook. */
 void instance_reload(instance_t *inst);
-/* A READY instance's unload hook (eviction, an admin unload of an external server):
+/* A READY (or PARKING/PARKED: the tier after a park) instance's unload hook (eviction, an
+ * admin unload of an external server):
  * UNLOADING, then UNLOADED once its memory is back (at once without GPU memory booked).
- * -1 when the model has no unload hook or the hook could not be called (still READY). */
+ * -1 when the model has no unload hook or the hook could not be called (still READY);
+ * -2 when vramd's own shortage of descriptors or memory kept it from being called (still
+ * READY; an admin unload is then answered 503 local_resource_exhausted). */
 int instance_unload(instance_t *inst, enum unload_reason reason, const char *why);
+
+/* ---- park.c ---- */
+/* Park an idle READY instance by its sleep hook (eviction, admin unload): 0 started, -1 when
+ * it cannot (no sleep tier, not idle, the host cannot afford it, the hook could not be
+ * called): the caller takes the next tier; -2 not now for vramd's own shortage (an admin
+ * unload is answered 503 local_resource_exhausted): try again later, no other tier. */
+int park_sleep(instance_t *inst, enum unload_reason reason, const char *why);
+/* A PARKED instance is needed again: book its memory back and call its wake hook. */
+void park_wake(instance_t *inst);
+/* An external server just found (its instance created at start): call its wake hook, in
+ * case a vramd that stopped while it was parked left it asleep; READY again once it holds
+ * still (a failed wake: its health checks decide). */
+void park_wake_found(instance_t *inst);
+/* A PARKED instance must free what it still holds: the next tier (unload hook, stop). */
+void park_escalate(instance_t *inst, const char *why);
 
 #endif

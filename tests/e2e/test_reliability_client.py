@@ -35,6 +35,14 @@ def totals(vd):
     return q["queued"], q["in_flight"]
 
 
+def metric(vd, series):
+    """The value of one series of GET /metrics, by its exact name{labels}; None if absent."""
+    for line in vd.get("/metrics", timeout=15).body.decode().splitlines():
+        if line.startswith(series + " "):
+            return float(line.split(" ", 1)[1])
+    return None
+
+
 def worker_targets(vd):
     r = vd.get("/w/count", timeout=15)
     assert r.status == 200, r
@@ -64,6 +72,9 @@ def test_send_timeout_closes_a_client_that_never_reads(vramd):
         assert r.status == 200, r
     finally:
         s.close()
+    # counted: /v1/status and /metrics
+    assert vd.status()["client_timeouts"] == {"header": 0, "body": 0, "send": 1}
+    assert metric(vd, 'vramd_client_timeouts_total{kind="send"}') == 1
 
 
 # --- case 27: body idle timeout -----------------------------------------------------------
@@ -106,6 +117,22 @@ def test_stalled_upload_gets_408_after_body_timeout(vramd):
         assert 0.8 <= elapsed < 5, elapsed
         assert c.closed_by_peer(5)
     assert "/stalled" not in worker_targets(vd)
+    assert vd.status()["client_timeouts"] == {"header": 0, "body": 1, "send": 0}
+    assert metric(vd, 'vramd_client_timeouts_total{kind="body"}') == 1
+
+
+def test_head_timeout_is_counted(vramd):
+    """A head that never completes gets 408 after header_timeout (1 s), and is counted as a
+    header timeout in /v1/status and /metrics; an idle keep-alive connection that times out
+    is closed quietly and not counted."""
+    vd = vramd.start(models=echo_model(vramd), limits={"header_timeout": "1s"})
+    with vd.conn(timeout=10) as idle, vd.conn(timeout=10) as c:
+        c.send(b"GET /w/echo HTTP/1.1\r\nHost: x\r\n")
+        r = c.read_response(timeout=5)
+        assert r.status == 408 and r.error_code() == "request_timeout", r
+        assert idle.closed_by_peer(5)
+    assert vd.status()["client_timeouts"] == {"header": 1, "body": 0, "send": 0}
+    assert metric(vd, 'vramd_client_timeouts_total{kind="header"}') == 1
 
 
 # --- case 29: client gone while reading is paused -------------------------------------------
@@ -166,6 +193,10 @@ def test_health_and_status_reachable_at_the_connection_cap(vramd):
                 assert r.status == 200, (path, r)
                 assert r.headers.get("connection", "").lower() == "close", r
                 assert c.closed_by_peer(5), path
+        # /v1/status on the reserve counts itself there (and the /healthz before it at least)
+        reserve = r.json()["connections"]["reserve"]
+        assert reserve["open"] == 1 and reserve["max"] == 2 and reserve["accepted_total"] >= 2, reserve
+        accepted = reserve["accepted_total"]
         with vd.conn(timeout=10) as c:
             r = c.request("GET", "/w/echo")
             assert r.status == 503, r
@@ -186,6 +217,21 @@ def test_health_and_status_reachable_at_the_connection_cap(vramd):
     finally:
         for s in idle:
             s.close()
+    # counted: the 503 and the 2 idle ones on the reserve since, one 503, at least one closed
+    # at accept (a status poll can be one more while vramd has not yet seen the closes)
+    def reserve_empty():
+        try:
+            return vd.status()["connections"]["reserve"]["open"] == 0
+        except (AssertionError, OSError, ValueError):
+            return False  # refused: vramd had not seen the closes yet
+    wait_for(reserve_empty, timeout=5, what="the reserve empty again")
+    conns = vd.status()["connections"]
+    assert conns["reserve"]["accepted_total"] >= accepted + 3, (accepted, conns)
+    assert conns["reserve"]["refused_total"] == 1 and conns["refused_total"] >= 1, conns
+    assert metric(vd, "vramd_reserve_connections") == 0
+    assert metric(vd, "vramd_reserve_connections_total") == conns["reserve"]["accepted_total"]
+    assert metric(vd, "vramd_reserve_refused_total") == 1
+    assert metric(vd, "vramd_connections_refused_total") == conns["refused_total"]
     # the cap is free again: the model is served normally
     wait_for(lambda: vd.get("/w/echo", timeout=10).status == 200, timeout=15,
              what="a model request served after the idle connections left")

@@ -16,9 +16,11 @@
 Every case ends with faults.check_clean and faults.finish (see test_crashes.py).
 """
 import os
+import shutil
 import signal
 import socket
 import statistics
+import subprocess
 import time
 
 from vramdkit import PYTHON, Background, RawConn, build_request, request, sim_s, wait_for
@@ -53,6 +55,28 @@ def ext_model(worker, **overrides):
     if m.get("memory") is None:
         del m["memory"]
     return m
+
+
+def metrics(vd):
+    """GET /metrics as {name{labels}: value}."""
+    r = vd.get("/metrics", timeout=15)
+    assert r.status == 200, r
+    out = {}
+    for line in r.body.decode().splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            out[series] = float(value)
+    return out
+
+
+def promtool_check(vd):
+    """promtool check metrics accepts the exposition as it is now (skipped without promtool)."""
+    promtool = shutil.which("promtool")
+    if not promtool:
+        return
+    text = vd.get("/metrics", timeout=15).body.decode()
+    p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and not p.stdout.strip() and not p.stderr.strip(), (p.stdout, p.stderr)
 
 
 def in_flight(vd):
@@ -229,6 +253,24 @@ def test_broken_exchanges_eject_one_instance_never_the_last_healthy(faults):
     ej = vd.events("worker_ejected", model="dr")
     assert len(ej) == 1, ej
     assert ej[0]["ejection_ms"] == 30000 and ej[0]["ejections"] == 1, ej
+    # shown: the ejected instance in /v1/status and /metrics, until a wall-clock time
+    now_ms = time.time() * 1000
+    shown = {i["id"]: i for i in vd.instances("dr")}
+    out = shown[ej[0]["instance"]]
+    assert out["ejected"] is True and out["ejections"] == 1, out
+    assert 0 < out["ejected_for_ms"] <= 30000, out
+    assert now_ms < out["ejected_until"] <= now_ms + 30000 + 1000, (now_ms, out)
+    other = shown[kept[0]["instance"]] if (kept := vd.events("worker_outlier_kept", model="dr")) else None
+    assert other and other["ejected"] is False and other["ejected_until"] is None, other
+    assert resilience(vd, "dr")["ejections_total"] == 1
+    mx = metrics(vd)
+    assert mx['vramd_instance_ejected{model="dr",instance="%d"}' % out["id"]] == 1, mx
+    assert mx['vramd_instance_ejections{model="dr",instance="%d"}' % out["id"]] == 1, mx
+    assert abs(mx['vramd_instance_ejected_until_seconds{model="dr",instance="%d"}' % out["id"]]
+               - out["ejected_until"] / 1000) < 2, mx
+    assert mx['vramd_instance_ejected{model="dr",instance="%d"}' % other["id"]] == 0, mx
+    assert mx['vramd_worker_ejections_total{model="dr"}'] == 1, mx
+    promtool_check(vd)
     kept = vd.events("worker_outlier_kept", model="dr")
     assert kept and kept[0]["instance"] != ej[0]["instance"], kept
     assert not vd.events("worker_recycle", model="dr")
@@ -292,6 +334,9 @@ def test_retry_budget_has_a_floor_and_its_own_refusal(faults):
             assert r.headers.get("x-vramd-degrade-level", "0") in ("0", "1"), r.headers
         else:
             assert int(r.headers.get("retry-after", "0")) >= 1, r.headers
+    refused = codes.count((503, "retry_budget_exhausted"))
+    assert resilience(vd, "rb")["retry_budget_exhausted"] == refused, (refused, resilience(vd, "rb"))
+    assert metrics(vd)['vramd_retry_budget_exhausted_total{model="rb"}'] == refused
     faults.check_clean(vd, base)
     faults.finish()
 

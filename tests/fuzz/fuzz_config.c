@@ -34,6 +34,17 @@ static void check_model(const model_config_t *m)
     }
     if (m->priority < 0 || m->priority > 9 || m->concurrency < 1 || m->instances < 1 || m->queue_max < 1)
         abort();
+    if (m->sleep.set != m->wake.set || (m->sleep.set && (m->sleep.path == NULL || m->wake.path == NULL)))
+        abort();
+    if ((unsigned)m->preset >= PRESET_COUNT)
+        abort();
+    const config_hook_t *hooks[] = {&m->unload, &m->reload, &m->clear_cache, &m->sleep, &m->wake};
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
+        cJSON *body = hooks[i]->body ? cJSON_Parse(hooks[i]->body) : NULL;
+        if (hooks[i]->body && body == NULL) /* a hook body is always JSON text */
+            abort();
+        cJSON_Delete(body);
+    }
     for (size_t i = 0; i < m->degrade.n_ladder; i++)
         if (!cJSON_IsObject(m->degrade.ladder[i].set))
             abort();

@@ -174,7 +174,9 @@ static void test_table_aligns_columns(void **state)
 
 static const char status_doc[] =
     "{\"version\":\"0.1.0\",\"uptime_ms\":65000,\"draining\":false,"
-    "\"connections\":{\"open\":1,\"max\":100},\"queues\":{\"queued\":2,\"max\":1024,\"in_flight\":1},"
+    "\"connections\":{\"open\":1,\"max\":100,\"refused_total\":2,\"reserve\":{\"open\":1,\"max\":16,"
+    "\"accepted_total\":5,\"refused_total\":1}},\"client_timeouts\":{\"header\":3,\"body\":0,\"send\":1},"
+    "\"local_resource_exhausted\":{\"proxy\":0,\"health\":0,\"hook\":0},\"queues\":{\"queued\":2,\"max\":1024,\"in_flight\":1},"
     "\"requests_total\":7,\"nvml\":{\"ok\":true,\"attribution\":\"pid\"},"
     "\"gpus\":[{\"index\":0,\"uuid\":\"GPU-1\",\"name\":\"Test Card\",\"total\":25769803776,"
     "\"used\":10737418240,\"foreign\":1073741824,\"headroom\":536870912,\"reserved\":9663676416,"
@@ -183,7 +185,9 @@ static const char status_doc[] =
     "{\"owner\":\"gen\",\"kind\":\"request\",\"bytes\":2147483648,\"request_id\":\"r1\"},"
     "{\"owner\":\"val\",\"kind\":\"resident\",\"bytes\":1073741824}]}],"
     "\"models\":[{\"name\":\"gen\",\"state\":\"ready\",\"kind\":\"supervised\",\"in_flight\":1,"
-    "\"queue\":{\"depth\":2,\"max\":16,\"oldest_wait_ms\":1500},\"instances\":[{\"pid\":4242,\"gpu\":0}]},"
+    "\"queue\":{\"depth\":2,\"max\":16,\"oldest_wait_ms\":1500},\"instances\":[{\"id\":1,\"pid\":4242,\"gpu\":0,"
+    "\"suspect\":false,\"ejected\":false},{\"id\":2,\"suspect\":true,\"ejected\":true,\"ejected_for_ms\":25000,"
+    "\"ejections\":2}]},"
     "{\"name\":\"val\",\"state\":\"failed\",\"failed_reason\":\"5 failed starts\",\"kind\":\"external\","
     "\"in_flight\":0,\"queue\":{\"depth\":0,\"max\":64,\"oldest_wait_ms\":0},\"instances\":[]}],"
     "\"events\":[{\"ts_ms\":1,\"text\":\"e1\"},{\"ts_ms\":2,\"text\":\"e2\"},{\"ts_ms\":3,\"text\":\"e3\"}]}";
@@ -205,7 +209,13 @@ static void test_status_view(void **state)
     assert_non_null(strstr(out, "# gen 6.0  = val 1.0  + requests 2.0  x foreign 1.0  / headroom 0.5  . free 13.5"));
     /* bar 74 wide: gen 6/24 -> 18.5 -> 19 cells */
     assert_non_null(strstr(out, "[###################===++++++x"));
-    assert_non_null(strstr(out, "gen    ready   supervised  1     4242  0    1          2/16   1.5s"));
+    assert_non_null(strstr(out, "gen    ready   supervised  2     4242  0    1          2/16   1.5s"));
+    assert_non_null(strstr(out, "  gen instance 2: suspect (until a health check passes), ejected for 25.0s more "
+                                "(ejection 2)\n"));
+    assert_null(strstr(out, "gen instance 1"));
+    assert_non_null(strstr(out, "  guards: timeouts header 3, body 0, send 1; reserve 1/16 open (accepted 5, "
+                                "refused 1), connections refused 2\n"));
+    assert_null(strstr(out, "short of descriptors"));
     assert_non_null(strstr(out, "val failed: 5 failed starts"));
     /* only the last two events */
     assert_null(strstr(out, "e1\n"));
@@ -229,9 +239,41 @@ static void test_status_view_without_gpus(void **state)
     assert_non_null(strstr(b.data, "NVML unavailable: libnvidia-ml.so.1: not found"));
     assert_non_null(strstr(b.data, "not found\n  none (models that declare no memory run without one)"));
     assert_non_null(strstr(b.data, "MODELS: none configured"));
+    assert_null(strstr(b.data, "guards:"));
     assert_non_null(strstr(b.data, "RECENT EVENTS\n  (none)"));
     buf_free(&b);
     cJSON_Delete(j);
+}
+
+/* Parked instances: a PARKED section with the host budget and one line per parked instance;
+ * none at all when nothing is parked (the status_doc above has no host_memory). */
+static void test_status_view_parked(void **state)
+{
+    (void)state;
+    const char *doc =
+        "{\"version\":\"0.1.0\",\"uptime_ms\":1,\"queues\":{},\"connections\":{},\"gpus\":[],"
+        "\"host_memory\":{\"budget\":17179869184,\"reserve\":2147483648,\"parked\":4294967296},"
+        "\"models\":[{\"name\":\"llm\",\"state\":\"stopped\",\"kind\":\"supervised\",\"queue\":{},"
+        "\"instances\":[{\"id\":1,\"pid\":7,\"tier\":\"sleeping\",\"parked_bytes\":4294967296,"
+        "\"reserved_bytes\":1073741824}]},"
+        "{\"name\":\"sd\",\"state\":\"ready\",\"kind\":\"supervised\",\"queue\":{},"
+        "\"instances\":[{\"id\":2,\"pid\":8,\"tier\":\"resident\",\"parked_bytes\":0}]}],\"events\":[]}";
+    cJSON *j = cJSON_Parse(doc);
+    assert_non_null(j);
+    buf_t b;
+    buf_init(&b, 1 << 20);
+    cli_view_opts_t v = {.color = false, .width = 80, .url = "http://h:1", .max_events = 0};
+    assert_int_equal(cli_render_status(&b, j, &v), 0);
+    assert_non_null(strstr(b.data, "\nPARKED  4.0 GiB in host memory of a 16.0 GiB budget (reserve 2.0 GiB)\n"));
+    assert_non_null(strstr(b.data, "  llm instance 1: sleeping, 4.0 GiB parked, 1.0 GiB left on GPU\n"));
+    assert_null(strstr(b.data, "sd instance"));
+    cJSON_Delete(j);
+    buf_reset(&b);
+    j = cJSON_Parse(status_doc);
+    assert_int_equal(cli_render_status(&b, j, &v), 0);
+    assert_null(strstr(b.data, "PARKED"));
+    cJSON_Delete(j);
+    buf_free(&b);
 }
 
 int main(void)
@@ -246,6 +288,7 @@ int main(void)
         cmocka_unit_test(test_table_aligns_columns),
         cmocka_unit_test(test_status_view),
         cmocka_unit_test(test_status_view_without_gpus),
+        cmocka_unit_test(test_status_view_parked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

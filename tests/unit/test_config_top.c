@@ -288,6 +288,51 @@ static void test_jobs_section(void **state)
                  "test.yaml:2:3: jobs.max_attempt: unknown key \"max_attempt\"");
 }
 
+/* jobs.backend and jobs.postgres.* (defaults, values, the url it needs, bounds). */
+static void test_jobs_backend(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("models: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->jobs.backend, JOBS_BACKEND_SQLITE);
+    assert_null(c->jobs.pg.url);
+    assert_null(c->jobs.pg.host_id);
+    assert_int_equal(c->jobs.pg.lease_ms, 30000);
+    assert_int_equal(c->jobs.pg.aging_ms, 60000);
+    assert_int_equal(c->jobs.pg.max_result_bytes, 256 * MiB);
+    config_unref(c);
+
+    c = parse_ok("jobs:\n  backend: postgres\n  postgres:\n    url: \"host=db dbname=vramd password=x\"\n"
+                 "    host_id: gpu-3\n    lease: 10s\n    aging: 2m\n    max_result_bytes: 1GiB\n"
+                 "models: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->jobs.backend, JOBS_BACKEND_POSTGRES);
+    assert_string_equal(c->jobs.pg.url, "host=db dbname=vramd password=x");
+    assert_string_equal(c->jobs.pg.host_id, "gpu-3");
+    assert_int_equal(c->jobs.pg.lease_ms, 10000);
+    assert_int_equal(c->jobs.pg.aging_ms, 120000);
+    assert_int_equal(c->jobs.pg.max_result_bytes, GiB);
+    config_unref(c);
+
+    /* a url alone does not switch the backend */
+    c = parse_ok("jobs: {postgres: {url: \"host=db\"}}\nmodels: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->jobs.backend, JOBS_BACKEND_SQLITE);
+    config_unref(c);
+
+    expect_error("jobs:\n  backend: postgres\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:12: jobs.postgres.url: jobs.backend postgres needs jobs.postgres.url (a libpq connection"
+                 " string)");
+    expect_error("jobs:\n  backend: mysql\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:2:12: jobs.backend: expected sqlite or postgres, got \"mysql\"");
+    expect_error("jobs:\n  postgres:\n    url: \"\"\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:3:10: jobs.postgres.url: must not be empty");
+    expect_error("jobs:\n  postgres:\n    lease: 100ms\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:3:12: jobs.postgres.lease: must be at least 300ms, got \"100ms\"");
+    expect_error("jobs:\n  postgres:\n    max_result_bytes: 2GiB\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:3:23: jobs.postgres.max_result_bytes: must be at most 1GiB (PostgreSQL's largest bytea"
+                 " value)");
+    expect_error("jobs:\n  postgres:\n    uri: x\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:3:5: jobs.postgres.uri: unknown key \"uri\"");
+}
+
 /* limits.send_timeout, body_timeout (idle bounds of a client, at most 1h) and
  * reserved_connections (0..10000). */
 static void test_client_limits(void **state)
@@ -325,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_gpus_and_devices),
         cmocka_unit_test(test_nvml_env_override),
         cmocka_unit_test(test_jobs_section),
+        cmocka_unit_test(test_jobs_backend),
         cmocka_unit_test(test_client_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

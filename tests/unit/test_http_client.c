@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "net/http_client.h"
 
@@ -164,6 +166,7 @@ typedef struct sink {
     char body[8192];
     size_t body_len;
     bool refuse_head, cancel_in_head, cancel_in_body;
+    int sys_error; /* from on_end */
 } sink_t;
 
 static int on_head(void *ctx, const char *head, const http1_msg_t *msg)
@@ -197,6 +200,7 @@ static void on_end(void *ctx, const http_client_result_t *r)
     k->ends++;
     k->how = r->how;
     k->end_status = r->msg ? r->msg->status : -1;
+    k->sys_error = r->sys_error;
     snprintf(k->error, sizeof k->error, "%s", r->error ? r->error : "");
     assert_true(r->how == HTTP_CLIENT_COMPLETE ? r->error == NULL : r->error != NULL);
     if (r->body) { /* buffered */
@@ -494,6 +498,62 @@ static void test_bad_arguments(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* vramd's own shortage is told apart: a refused connect reports its error (not a shortage);
+ * with the process's descriptors exhausted (RLIMIT_NOFILE at the lowest free descriptor)
+ * start fails with -2 and says why; a complete exchange has no sys_error. */
+static void test_local_shortage(void **state)
+{
+    (void)state;
+    assert_true(http_client_local_shortage(UV_EMFILE));
+    assert_true(http_client_local_shortage(UV_ENFILE));
+    assert_true(http_client_local_shortage(UV_ENOBUFS));
+    assert_true(http_client_local_shortage(UV_ENOMEM));
+    assert_false(http_client_local_shortage(UV_ECONNREFUSED));
+    assert_false(http_client_local_shortage(0));
+
+    sink_t ok = {0};
+    const char *p[] = {"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"};
+    exchange(&ok, false, 0, false, 1, p);
+    assert_int_equal(ok.how, HTTP_CLIENT_COMPLETE);
+    assert_int_equal(ok.sys_error, 0);
+
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    server_t s;
+    server_start(&s, &loop); /* a port that was listening, then closed: refused */
+    int port = s.port;
+    server_stop(&s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    s.port = port;
+    sink_t k = {0};
+    start(&s, &k, false, 0, 2000);
+    run_until_end(&loop, &k);
+    assert_int_equal(k.how, HTTP_CLIENT_CONNECT_FAILED);
+    assert_int_equal(k.sys_error, UV_ECONNREFUSED);
+    assert_false(http_client_local_shortage(k.sys_error));
+
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int lowest = dup(0);
+    assert_true(lowest >= 0);
+    close(lowest);
+    struct rlimit low = {.rlim_cur = (rlim_t)lowest, .rlim_max = old.rlim_max};
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    struct sockaddr_in addr;
+    uv_ip4_addr("127.0.0.1", port, &addr);
+    http_client_opts_t o = {.on_end = on_end, .ctx = &k};
+    http_client_t *c = NULL;
+    char err[256];
+    int rc = http_client_start(&loop, (struct sockaddr *)&addr, strdup("GET / HTTP/1.1\r\n\r\n"), 18, &o, &c, err,
+                               sizeof err);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_equal(rc, -2);
+    assert_null(c);
+    assert_non_null(strstr(err, "too many open files"));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 static void test_addr_and_head(void **state)
 {
     (void)state;
@@ -530,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_head_refused_and_101),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_addr_and_head),
+        cmocka_unit_test(test_local_shortage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -194,7 +194,7 @@ static void start_client(uv_loop_t *loop, int port, sink_t *k, http_client_t **o
 {
     char *req = NULL;
     size_t len = 0;
-    assert_int_equal(job_client_build_request("POST", "/w/work", "{\"X-A\":\"1\"}", "{}", 2, "job-abc-123", 5, 0, &req,
+    assert_int_equal(job_client_build_request("POST", "/w/work", "{\"X-A\":\"1\"}", "{}", 2, "job-abc-123", 5, 0, NULL, &req,
                                               &len),
                      0);
     struct sockaddr_in addr;
@@ -241,7 +241,7 @@ static void test_build_request(void **state)
     char *req = NULL;
     size_t len = 0;
     assert_int_equal(job_client_build_request("PUT", "/x?y=1", "{\"Content-Type\":\"image/png\",\"X-B\":\"v w\"}", "ab",
-                                              2, "job-id-nonce", 7, 1500, &req, &len),
+                                              2, "job-id-nonce", 7, 1500, NULL, &req, &len),
                      0);
     assert_int_equal(len, strlen(req));
     assert_non_null(strstr(req, "PUT /x?y=1 HTTP/1.1\r\n"));
@@ -255,10 +255,84 @@ static void test_build_request(void **state)
     assert_true(len > 6 && memcmp(req + len - 6, "\r\n\r\nab", 6) == 0);
     free(req);
     /* no deadline, no headers */
-    assert_int_equal(job_client_build_request("GET", "/", NULL, NULL, 0, "r", 0, 0, &req, &len), 0);
+    assert_int_equal(job_client_build_request("GET", "/", NULL, NULL, 0, "r", 0, 0, NULL, &req, &len), 0);
     assert_null(strstr(req, "X-Vramd-Deadline"));
     free(req);
-    assert_int_equal(job_client_build_request("GET", "/", "[1]", NULL, 0, "r", 0, 0, &req, &len), -1);
+    assert_int_equal(job_client_build_request("GET", "/", "[1]", NULL, 0, "r", 0, 0, NULL, &req, &len), -1);
+}
+
+/* The submitter: X-Vramd-Job-Client with the secret, and the per-client header's captured
+ * value in place of the job's own header of that name; nothing without a secret or peer. */
+static void test_build_request_with_submitter(void **state)
+{
+    (void)state;
+    job_submitter_t sub;
+    static const char head[] = "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Tenant: acme\r\n\r\n";
+    http1_header_t hdrs[4];
+    http1_msg_t msg;
+    http1_limits_t lim = {.max_header_bytes = 1024, .max_headers = 4};
+    size_t scan = 0;
+    http1_error_t err;
+    assert_int_equal(http1_parse_request(head, sizeof head - 1, &lim, &msg, hdrs, &scan, &err), HTTP1_OK);
+    job_submitter_capture(&sub, "10.1.2.3:4567", "x-tenant", head, &msg);
+    char *json = job_submitter_to_json(&sub);
+    assert_non_null(json);
+    job_submitter_t back;
+    assert_int_equal(job_submitter_from_json(json, &back), 0);
+    free(json);
+    assert_string_equal(back.peer, "10.1.2.3:4567");
+    assert_string_equal(back.value, "acme");
+    job_client_origin_t o = {.secret = "s3cr3t", .submitter = &back, .key_header = "X-Tenant"};
+    char *req = NULL;
+    size_t len = 0;
+    assert_int_equal(job_client_build_request("POST", "/g", "{\"x-tenant\":\"other\",\"X-C\":\"1\"}", NULL, 0, "r", 0, 0,
+                                              &o, &req, &len),
+                     0);
+    assert_non_null(strstr(req, "X-Vramd-Job-Client: s3cr3t 10.1.2.3:4567\r\n"));
+    assert_non_null(strstr(req, "X-Tenant: acme\r\n"));
+    assert_null(strstr(req, "other"));
+    assert_non_null(strstr(req, "X-C: 1\r\n"));
+    free(req);
+    /* keyed by address now: the header is not replayed; no secret: no X-Vramd-Job-Client */
+    o.key_header = NULL;
+    o.secret = "";
+    assert_int_equal(job_client_build_request("POST", "/g", "{\"x-tenant\":\"other\"}", NULL, 0, "r", 0, 0, &o, &req,
+                                              &len),
+                     0);
+    assert_null(strstr(req, "X-Vramd-Job-Client"));
+    assert_non_null(strstr(req, "x-tenant: other\r\n"));
+    free(req);
+    /* what the journal may hold: anything else is refused, never put in a head */
+    assert_int_equal(job_submitter_from_json(NULL, &back), 0);
+    assert_string_equal(back.peer, "");
+    assert_int_equal(job_submitter_from_json("{\"peer\":\"1.2.3.4:5 x\"}", &back), -1);
+    assert_int_equal(job_submitter_from_json("{\"peer\":\"1.2.3.4:5\",\"header\":\"X-T\",\"value\":\"a\\r\\nB: c\"}", &back),
+                     -1);
+    assert_int_equal(job_submitter_from_json("[1]", &back), -1);
+    assert_string_equal(back.peer, "");
+    /* a value over JOB_SUBMITTER_VALUE_MAX is not captured; no header name: only the peer */
+    job_submitter_capture(&sub, "[::1]:80", NULL, head, &msg);
+    assert_string_equal(sub.peer, "[::1]:80");
+    assert_string_equal(sub.header, "");
+    job_submitter_capture(&sub, "not a peer", "X-Missing", head, &msg);
+    assert_string_equal(sub.peer, "");
+    assert_string_equal(sub.header, "");
+    /* a token key (key: token) goes to the journal and behind the peer; only [0-9a-z#] */
+    job_submitter_capture(&sub, "10.0.0.9:1", NULL, head, &msg);
+    assert_int_equal(job_submitter_set_key(&sub, "token#0123456789abcdef"), 0);
+    json = job_submitter_to_json(&sub);
+    assert_non_null(json);
+    assert_int_equal(job_submitter_from_json(json, &back), 0);
+    free(json);
+    assert_string_equal(back.key, "token#0123456789abcdef");
+    o.secret = "s3cr3t";
+    o.submitter = &back;
+    assert_int_equal(job_client_build_request("GET", "/g", NULL, NULL, 0, "r", 0, 0, &o, &req, &len), 0);
+    assert_non_null(strstr(req, "X-Vramd-Job-Client: s3cr3t 10.0.0.9:1 token#0123456789abcdef\r\n"));
+    free(req);
+    assert_int_equal(job_submitter_set_key(&sub, "Bearer alice"), -1);
+    assert_string_equal(sub.key, "");
+    assert_int_equal(job_submitter_from_json("{\"peer\":\"1.2.3.4:5\",\"key\":\"a b\"}", &back), -1);
 }
 
 static void test_content_length_in_pieces(void **state)
@@ -398,6 +472,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN); /* the server may write to a client that already left */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_build_request),
+        cmocka_unit_test(test_build_request_with_submitter),
         cmocka_unit_test(test_content_length_in_pieces),
         cmocka_unit_test(test_chunked_split),
         cmocka_unit_test(test_until_close_and_interim),

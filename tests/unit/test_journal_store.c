@@ -6,7 +6,8 @@
  * up: skipped with a message when tmpfs cannot be mounted); reopen keeps everything; a child
  * SIGKILLed right after insert returned leaves the job readable; schema versioning (a newer
  * version and a foreign database are refused; a version 1 journal, a burst in one
- * millisecond in it, is migrated to version 2 and keeps its jobs in order of insertion).
+ * millisecond in it, is migrated to version 3 and keeps its jobs in order of insertion; a
+ * version 2 journal gets the client column in place, its jobs with no submitter).
  * Run: make build/tests/test_journal_store && build/tests/test_journal_store (and SAN=1).
  */
 #include "journal_fixture.h"
@@ -173,10 +174,10 @@ static void test_schema_versions(void **state)
     journal_close(f->j);
     f->j = NULL;
     assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 3", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 4", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     assert_null(journal_open(f->path, err, sizeof err));
-    assert_non_null(strstr(err, "schema version 3 is newer than this vramd understands (2)"));
+    assert_non_null(strstr(err, "schema version 4 is newer than this vramd understands (3)"));
 
     /* a database that is not a journal is refused, not modified */
     snprintf(path, sizeof path, "%s/other.db", f->dir);
@@ -192,9 +193,9 @@ static void test_schema_versions(void **state)
     assert_non_null(strstr(err, "missing/jobs.db"));
     assert_null(journal_open("", err, sizeof err));
 
-    /* reopen the real one at version 2 for teardown */
+    /* reopen the real one at version 3 for teardown */
     assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 2", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 3", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     f->j = journal_open(f->path, err, sizeof err);
     assert_non_null(f->j);
@@ -259,7 +260,7 @@ static void test_schema_v1_migrated(void **state)
     if (j == NULL)
         fail_msg("open v1: %s", err);
     assert_int_equal(pragma_text(j->db, "PRAGMA user_version", text, sizeof text), SQLITE_OK);
-    assert_string_equal(text, "2");
+    assert_string_equal(text, "3");
     assert_false(has_index(j->db, "jobs_created"));
     assert_false(has_index(j->db, "jobs_state_created"));
     assert_true(has_index(j->db, "jobs_state"));
@@ -299,6 +300,76 @@ static void test_schema_v1_migrated(void **state)
     assert_non_null(strstr(err, "without a rowid_ column"));
 }
 
+/* A journal written by version 2 (v1's table, v2's indexes, a queued job with a body) opens
+ * as version 3 in place: the old job reads back whole with no submitter (client NULL), a new
+ * job stores and reads back its submitter with its body (not without it), and opening
+ * again changes nothing. */
+static void test_schema_v2_migrated(void **state)
+{
+    fixture_t *f = *state;
+    char err[JOURNAL_ERR_MAX], path[160], text[32];
+    sqlite3 *db;
+
+    snprintf(path, sizeof path, "%s/v2.db", f->dir);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, v1_schema_sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "DROP INDEX jobs_queue; DROP INDEX jobs_run; DROP INDEX jobs_created;"
+                                  "DROP INDEX jobs_state_created; DROP INDEX jobs_model_created;"
+                                  "CREATE INDEX jobs_queue ON jobs (state, model, priority DESC, rowid_);"
+                                  "CREATE INDEX jobs_run ON jobs (state, priority DESC, rowid_);"
+                                  "CREATE INDEX jobs_state ON jobs (state, rowid_);"
+                                  "CREATE INDEX jobs_model ON jobs (model, rowid_);"
+                                  "INSERT INTO jobs (id, model, method, path, priority, state, max_attempts, created_ms,"
+                                  " body) VALUES ('00000000000000000000000000000001', 'a', 'POST', '/g', 1, 'queued',"
+                                  " 3, 1764000000123, X'7b7d');"
+                                  "PRAGMA user_version = 2;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+
+    journal_t *j = journal_open(path, err, sizeof err);
+    if (j == NULL)
+        fail_msg("open v2: %s", err);
+    assert_int_equal(pragma_text(j->db, "PRAGMA user_version", text, sizeof text), SQLITE_OK);
+    assert_string_equal(text, "3");
+    job_record_t got;
+    assert_int_equal(journal_get(j, "00000000000000000000000000000001", true, &got), JOURNAL_OK);
+    assert_int_equal(got.body_len, 2);
+    assert_memory_equal(got.body, "{}", 2);
+    assert_null(got.client_json);
+    job_record_clear(&got);
+
+    job_record_t rec;
+    job_record_init(&rec);
+    assert_int_equal(job_id_generate(rec.id), 0);
+    rec.model = "a";
+    rec.method = "POST";
+    rec.path = "/g";
+    rec.priority = 1;
+    rec.max_attempts = 3;
+    rec.created_ms = 1764000000999;
+    rec.body = (unsigned char *)"xy";
+    rec.body_len = 2;
+    rec.client_json = "{\"peer\":\"10.1.2.3:5555\"}";
+    assert_int_equal(journal_insert(j, &rec), JOURNAL_OK);
+    assert_int_equal(journal_get(j, rec.id, true, &got), JOURNAL_OK);
+    assert_string_equal(got.client_json, "{\"peer\":\"10.1.2.3:5555\"}");
+    assert_int_equal(got.body_len, 2);
+    job_record_clear(&got);
+    assert_int_equal(journal_get(j, rec.id, false, &got), JOURNAL_OK);
+    assert_null(got.client_json); /* read only with the body */
+    job_record_clear(&got);
+    journal_close(j);
+
+    j = journal_open(path, err, sizeof err);
+    assert_non_null(j);
+    assert_int_equal(journal_get(j, rec.id, true, &got), JOURNAL_OK);
+    assert_string_equal(got.client_json, "{\"peer\":\"10.1.2.3:5555\"}");
+    job_record_clear(&got);
+    journal_close(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +379,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_survives_sigkill_after_insert, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schema_v1_migrated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_v2_migrated, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -134,8 +134,10 @@ class Vramd:
 
     def __init__(self, tmp, name, config, *, gpu_set=None, cwd=None, config_format="yaml",
                  stdout_apart=True, http="raw", start_timeout=20.0, stop_timeout=20.0,
-                 request_timeout=REQUEST_TIMEOUT):
+                 request_timeout=REQUEST_TIMEOUT, extra_env=None, preexec=None):
         assert http in ("raw", "stdlib")
+        self.extra_env = dict(extra_env or {})  # added to (or replacing) its environment
+        self.preexec = preexec  # run in the child before exec (e.g. join a cgroup)
         self.tmp = tmp
         self.name = name
         self.gpu_set = gpu_set
@@ -175,9 +177,11 @@ class Vramd:
 
     def env(self):
         if self.gpu_set is not None:
-            return sim_env(self.gpu_set)
-        env = dict(os.environ)
-        env.pop("VRAMD_NVML_LIBRARY", None)
+            env = sim_env(self.gpu_set)
+        else:
+            env = dict(os.environ)
+            env.pop("VRAMD_NVML_LIBRARY", None)
+        env.update(self.extra_env)
         return env
 
     # life ------------------------------------------------------------------------------
@@ -189,7 +193,7 @@ class Vramd:
         self.stdout_file = open(self.stdout_path, "ab") if self.stdout_apart else None
         self.proc = subprocess.Popen([str(binary), "--config", str(self.config_path)],
                                      stdout=self.stdout_file or self.log_file, stderr=self.log_file,
-                                     cwd=self.cwd, env=self.env())
+                                     cwd=self.cwd, env=self.env(), preexec_fn=self.preexec)
         self.stopped = False
         if wait:
             wait_for(self._healthz, timeout=self.start_timeout, what=f"vramd /healthz on {self.port}")

@@ -75,12 +75,14 @@ class VramdFactory:
         cfg["models"] = models
         return cfg
 
-    def start(self, models=None, limits=None, config=None, wait=True, **top):
+    def start(self, models=None, limits=None, config=None, wait=True, env=None, preexec=None, **top):
+        """env: variables added to the daemon's environment (an LD_PRELOAD shim...);
+        preexec: a function run in the child before exec (joining a cgroup...)."""
         if config is None:
             config = self.config(models or {}, limits=limits, **top)
         vd = Vramd(self.tmp, f"vramd{len(self.instances)}", config, http="raw",
                    start_timeout=START_TIMEOUT, stop_timeout=STOP_TIMEOUT,
-                   request_timeout=REQUEST_TIMEOUT)
+                   request_timeout=REQUEST_TIMEOUT, extra_env=env, preexec=preexec)
         vd.factory, vd.tag = self, self.tag
         self.instances.append(vd)
         return vd.start(wait=wait)

@@ -1,0 +1,221 @@
+/*
+ * test_config_park: the parking keys (issue 13): host_memory, gpu.cuda_library (and its
+ * VRAMD_CUDA_LIBRARY override), the sleep/wake hooks, hook bodies, checkpoint, and presets
+ * (src/config/presets.c): what each fills, and that every key set by hand (in the model or
+ * in `defaults:`) overrides it.
+ */
+#include "config_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static void test_park_defaults(void **state)
+{
+    (void)state;
+    unsetenv("VRAMD_CUDA_LIBRARY");
+    config_t *c = parse_ok("models: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->host_memory.budget, 0);
+    assert_int_equal(c->host_memory.reserve, 2 * GiB);
+    assert_string_equal(c->gpu.cuda_library, "libcuda.so.1");
+    const model_config_t *m = &c->models[0];
+    assert_false(m->sleep.set);
+    assert_false(m->wake.set);
+    assert_int_equal(m->sleep.timeout_ms, 30000);
+    assert_int_equal(m->wake.timeout_ms, 60000);
+    assert_null(m->unload.body);
+    assert_false(m->checkpoint);
+    assert_int_equal(m->preset, PRESET_NONE);
+    assert_null(m->route);
+    assert_false(m->degrade.set);
+    config_unref(c);
+}
+
+static void test_host_memory(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("host_memory: {budget: 64GiB, reserve: 4GiB}\nmodels: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->host_memory.budget, 64 * GiB);
+    assert_int_equal(c->host_memory.reserve, 4 * GiB);
+    config_unref(c);
+    c = parse_ok("host_memory: {budget: auto, reserve: 0}\nmodels: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->host_memory.budget, 0);
+    assert_int_equal(c->host_memory.reserve, 0);
+    config_unref(c);
+    expect_error("host_memory: {budget: 1GiB}\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:1:23: host_memory.budget: 1073741824 bytes is not more than host_memory.reserve "
+                 "(2147483648): nothing could ever be parked");
+    expect_error("host_memory: {budget: 12 gigs}\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:1:23: host_memory.budget: expected a size like 12GiB, got \"12 gigs\"");
+    expect_error("host_memory: {reserv: 1GiB}\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:1:15: host_memory.reserv: unknown key \"reserv\"");
+}
+
+static void test_cuda_library(void **state)
+{
+    (void)state;
+    unsetenv("VRAMD_CUDA_LIBRARY");
+    config_t *c = parse_ok("gpu: {cuda_library: /opt/libcuda-sim.so}\nmodels: {a: {cmd: [x]}}\n");
+    assert_string_equal(c->gpu.cuda_library, "/opt/libcuda-sim.so");
+    config_unref(c);
+    setenv("VRAMD_CUDA_LIBRARY", "/env/libcuda.so", 1);
+    c = parse_ok("gpu: {cuda_library: /opt/libcuda-sim.so}\nmodels: {a: {cmd: [x]}}\n");
+    assert_string_equal(c->gpu.cuda_library, "/env/libcuda.so");
+    config_unref(c);
+    setenv("VRAMD_CUDA_LIBRARY", "", 1); /* empty: no override */
+    c = parse_ok("models: {a: {cmd: [x]}}\n");
+    assert_string_equal(c->gpu.cuda_library, "libcuda.so.1");
+    config_unref(c);
+    unsetenv("VRAMD_CUDA_LIBRARY");
+}
+
+static void test_sleep_wake_hooks(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("models:\n"
+                           "  a:\n"
+                           "    url: http://127.0.0.1:9000\n"
+                           "    sleep: {path: \"/sleep?level=1\", timeout: 5s}\n"
+                           "    wake: {method: PUT, path: /wake_up, body: {tags: [weights], n: 2}}\n"
+                           "    unload: {path: /free, body: {unload_models: true, free_memory: true}}\n"
+                           "    checkpoint: true\n");
+    const model_config_t *m = &c->models[0];
+    assert_true(m->sleep.set);
+    assert_string_equal(m->sleep.path, "/sleep?level=1");
+    assert_string_equal(m->sleep.method, "POST");
+    assert_int_equal(m->sleep.timeout_ms, 5000);
+    assert_null(m->sleep.body);
+    assert_string_equal(m->wake.method, "PUT");
+    assert_string_equal(m->wake.body, "{\"tags\":[\"weights\"],\"n\":2}");
+    assert_int_equal(m->wake.timeout_ms, 60000);
+    assert_string_equal(m->unload.body, "{\"unload_models\":true,\"free_memory\":true}");
+    assert_true(m->checkpoint);
+    config_unref(c);
+    /* a body from defaults is removed with null */
+    c = parse_ok("defaults: {unload: {path: /u, body: {x: 1}}}\n"
+                 "models: {a: {cmd: [x], unload: {body: null}}}\n");
+    assert_true(c->models[0].unload.set);
+    assert_null(c->models[0].unload.body);
+    config_unref(c);
+    expect_error("models:\n  a:\n    cmd: [x]\n    sleep: {path: /sleep}\n",
+                 "test.yaml:4:12: models.a.sleep: sleep and wake go together: a parked server is brought back by "
+                 "its wake hook (set both, or neither)");
+    expect_error("models:\n  a:\n    cmd: [x]\n    sleep: {timeout: 1s}\n    wake: {path: /w}\n",
+                 "test.yaml:4:12: models.a.sleep: path is required (like /unload_models/)");
+    expect_error("models:\n  a:\n    cmd: [x]\n    checkpoint: yes\n",
+                 "test.yaml:4:17: models.a.checkpoint: expected true or false, got \"yes\"");
+}
+
+static void test_preset_fills(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("models:\n"
+                           "  llm: {url: \"http://127.0.0.1:8000\", preset: vllm}\n"
+                           "  sg: {url: \"http://127.0.0.1:8001\", preset: sglang}\n"
+                           "  comfy: {url: \"http://127.0.0.1:8188\", preset: comfyui}\n"
+                           "  llama: {cmd: [llama-server, --port, \"{port}\"], preset: llamacpp}\n"
+                           "  ol: {url: \"http://127.0.0.1:11434\", preset: ollama}\n");
+    const model_config_t *llm = config_find_model(c, "llm");
+    assert_int_equal(llm->preset, PRESET_VLLM);
+    assert_string_equal(config_preset_name(llm->preset), "vllm");
+    assert_string_equal(llm->route, "/llm/");
+    assert_string_equal(llm->health.path, "/health");
+    assert_string_equal(llm->sleep.path, "/sleep?level=1");
+    assert_string_equal(llm->sleep.method, "POST");
+    assert_string_equal(llm->wake.path, "/wake_up");
+    assert_false(llm->unload.set);
+    assert_true(llm->degrade.set);
+    assert_string_equal(llm->degrade.detect.body_matches, "out of memory");
+    const model_config_t *sg = config_find_model(c, "sg");
+    assert_string_equal(sg->sleep.path, "/release_memory_occupation");
+    assert_string_equal(sg->sleep.body, "{}");
+    assert_string_equal(sg->wake.path, "/resume_memory_occupation");
+    const model_config_t *comfy = config_find_model(c, "comfy");
+    assert_string_equal(comfy->health.path, "/system_stats");
+    assert_false(comfy->sleep.set);
+    assert_true(comfy->unload.set);
+    assert_string_equal(comfy->unload.path, "/free");
+    assert_string_equal(comfy->unload.body, "{\"unload_models\":true,\"free_memory\":true}");
+    assert_false(comfy->reload.set);
+    const model_config_t *llama = config_find_model(c, "llama");
+    assert_string_equal(llama->health.path, "/health");
+    assert_false(llama->sleep.set || llama->unload.set);
+    assert_string_equal(llama->degrade.detect.body_matches, "out of memory|failed to allocate");
+    const model_config_t *ol = config_find_model(c, "ol");
+    assert_string_equal(ol->health.path, "/api/version");
+    assert_string_equal(ol->route, "/ol/");
+    config_unref(c);
+}
+
+static void test_preset_overrides(void **state)
+{
+    (void)state;
+    /* the model's own keys win; sections overlay key by key */
+    config_t *c = parse_ok("models:\n"
+                           "  llm:\n"
+                           "    url: http://127.0.0.1:8000\n"
+                           "    preset: vllm\n"
+                           "    route: /chat/\n"
+                           "    health: {interval: 1s}\n"
+                           "    sleep: {path: \"/sleep?level=2\"}\n"
+                           "    degrade: {detect: {body_matches: \"CUDA error\"}}\n");
+    const model_config_t *m = &c->models[0];
+    assert_string_equal(m->route, "/chat/");
+    assert_string_equal(m->health.path, "/health");
+    assert_int_equal(m->health.interval_ms, 1000);
+    assert_string_equal(m->sleep.path, "/sleep?level=2");
+    assert_string_equal(m->wake.path, "/wake_up");
+    assert_string_equal(m->degrade.detect.body_matches, "CUDA error");
+    config_unref(c);
+    /* a preset in defaults applies to every model; defaults' hand keys beat the preset; a
+     * model's own preset beats the one in defaults; preset: null turns it off */
+    c = parse_ok("defaults: {preset: vllm, health: {path: /hz}}\n"
+                 "models:\n"
+                 "  a: {url: \"http://127.0.0.1:8000\"}\n"
+                 "  b: {url: \"http://127.0.0.1:8001\", preset: comfyui}\n"
+                 "  c: {url: \"http://127.0.0.1:8002\", preset: null}\n");
+    const model_config_t *a = config_find_model(c, "a");
+    assert_int_equal(a->preset, PRESET_VLLM);
+    assert_string_equal(a->health.path, "/hz");
+    assert_string_equal(a->route, "/a/");
+    assert_true(a->sleep.set);
+    const model_config_t *b = config_find_model(c, "b");
+    assert_int_equal(b->preset, PRESET_COMFYUI);
+    assert_string_equal(b->health.path, "/hz");
+    assert_false(b->sleep.set);
+    assert_string_equal(b->unload.path, "/free");
+    const model_config_t *cc = config_find_model(c, "c");
+    assert_int_equal(cc->preset, PRESET_NONE);
+    assert_false(cc->sleep.set);
+    assert_null(cc->route);
+    config_unref(c);
+    /* route: null drops the preset's route; removing the preset's sleep leaves its wake alone */
+    c = parse_ok("models: {a: {url: \"http://127.0.0.1:8000\", preset: vllm, route: null}}\n");
+    assert_null(c->models[0].route);
+    config_unref(c);
+    expect_error("models:\n  a:\n    url: http://127.0.0.1:8000\n    preset: vllm\n    sleep: null\n",
+                 "test.yaml:5:12: models.a.sleep: sleep and wake go together: a parked server is brought back by "
+                 "its wake hook (set both, or neither)");
+    expect_error("models:\n  a:\n    url: http://127.0.0.1:8000\n    preset: vllm\n    wake: {timeout: 1s}\n"
+                 "    sleep: ~\n",
+                 "test.yaml:6:12: models.a.sleep: sleep and wake go together: a parked server is brought back by "
+                 "its wake hook (set both, or neither)");
+    expect_error("models:\n  a:\n    url: http://127.0.0.1:8000\n    preset: tgi\n",
+                 "test.yaml:4:13: models.a.preset: expected one of vllm, sglang, comfyui, llamacpp, ollama, got "
+                 "\"tgi\"");
+    expect_error("defaults: {preset: [vllm]}\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:1:20: defaults.preset: expected one of vllm, sglang, comfyui, llamacpp, ollama, got a "
+                 "list");
+    /* a preset's route clashes like any other */
+    expect_error("models:\n  a: {url: \"http://127.0.0.1:8000\", preset: vllm}\n  b: {cmd: [x], route: /a/}\n",
+                 "test.yaml:3:24: models.b.route: route /a/ is already used by model \"a\"");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_park_defaults),   cmocka_unit_test(test_host_memory),
+        cmocka_unit_test(test_cuda_library),    cmocka_unit_test(test_sleep_wake_hooks),
+        cmocka_unit_test(test_preset_fills),    cmocka_unit_test(test_preset_overrides),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
