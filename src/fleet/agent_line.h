@@ -32,12 +32,13 @@
  * room), by tier:                                             one tier  resident  load
  *   RESIDENT  an instance is ready with a free slot and the request's memory is free:
  *             R = 50 + 50 * free slots / slots of the ready instances   R        R       100
- *   WARMING   an instance is starting or reloading and will take it:    10       10      50
+ *   WARMING   an instance is starting, reloading or resuming and will take it: 10  10      50
  *   QUEUE     loaded here, every slot busy, and the predicted wait for a
  *             slot (queue ahead / slots x learned run time) is at most two
  *             learned load times (a load elsewhere that evicts another model
  *             costs that model a load too): waiting here is cheaper:   10       0       100
- *   PARKED    an instance sits unloaded (reload hook), the reload fits: 10       0       50
+ *   PARKED    an instance sits unloaded (reload hook) or parked in host
+ *             memory (sleep, checkpoint), and its return fits:          10       0       50
  *   COLD_FITS a new instance fits now without evicting anything,
  *             s = (free - need) / capacity:                    2 + 8s   0       20 + 40s
  *   COLD_EVICT a new instance fits once idle models are evicted:        1        0       2

@@ -28,10 +28,11 @@ static void model_room(const model_t *m, agent_figures_t *f)
                 free_slots += mc->concurrency - in->in_flight;
                 fits_now = fits_now || sched_request_fits_now(in);
             }
-        } else if ((in->state == INST_STARTING || in->state == INST_RELOADING) && !in->stop_requested) {
+        } else if ((in->state == INST_STARTING || in->state == INST_RELOADING || in->state == INST_RESUMING) &&
+                   !in->stop_requested) {
             warming_slots += mc->concurrency;
-        } else if (in->state == INST_UNLOADED && !in->stop_requested) {
-            parked = true;
+        } else if ((in->state == INST_UNLOADED || in->state == INST_PARKED) && !in->stop_requested) {
+            parked = true; /* unloaded by its hook, or parked in host memory (sleep, checkpoint) */
         }
     }
     size_t queued = m->queue.depth;

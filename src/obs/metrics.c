@@ -430,6 +430,8 @@ static void fleet_metrics(buf_t *b, core_t *d)
     sample_u64(b, "vramd_agent_errors_total", "reason", "bad_request", NULL, NULL, a->bad_requests);
     sample_u64(b, "vramd_agent_errors_total", "reason", "refused", NULL, NULL, a->refused);
     sample_u64(b, "vramd_agent_errors_total", "reason", "timeout", NULL, NULL, a->timed_out);
+}
+
 /* host_memory: the budget for parked instances and what each model holds there */
 static void host_memory_metrics(buf_t *b, core_t *d)
 {
