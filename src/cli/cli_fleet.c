@@ -4,8 +4,8 @@
  * turn (each bounded by --timeout); the view is one line per host (its name, address,
  * state, GPU memory free to admit over total - headroom, queued and running requests) and
  * one line per model with its state, queue and running count on every host. A host that
- * cannot be reached is a line saying why, and the exit code is then 3 (the others are
- * still shown). With --json: {"hosts": [{"url", "status"} or {"url", "error"}]}.
+ * cannot be reached is shown "unreachable" (why: on stderr), and the exit code is then 3
+ * (the others are still shown). With --json: {"hosts": [{"url", "status"} or {"url", "error"}]}.
  * The rendering (cli_render_fleet) is a pure function of the fetched documents.
  */
 #include <stdio.h>
@@ -59,7 +59,7 @@ static int render_hosts(buf_t *out, const cli_fleet_host_t *hosts, size_t n, con
         char state[200], mem[64] = "-", gpus[16] = "-", q[16] = "-", r[16] = "-";
         const char *name = "?";
         if (!st) {
-            snprintf(state, sizeof state, "unreachable: %s", hosts[i].error ? hosts[i].error : "?");
+            snprintf(state, sizeof state, "unreachable"); /* why: on stderr, one line per host */
         } else {
             name = str(st, "host", "?");
             snprintf(state, sizeof state, "%s", host_state(st));
