@@ -232,6 +232,9 @@ static uint64_t v_parked(const model_t *m) { return host_book_parked_by(m->name)
 static uint64_t v_parks(const model_t *m) { return m->parks_total; }
 static uint64_t v_wakes(const model_t *m) { return m->wakes_total; }
 static uint64_t v_park_refusals(const model_t *m) { return m->park_refusals; }
+static uint64_t v_checkpoints(const model_t *m) { return m->checkpoints_total; }
+static uint64_t v_restores(const model_t *m) { return m->restores_total; }
+static uint64_t v_checkpoint_failures(const model_t *m) { return m->checkpoint_failures; }
 
 static void model_family(buf_t *b, core_t *d, const char *name, const char *type, const char *help,
                          model_value_fn get)
@@ -443,13 +446,21 @@ static void host_memory_metrics(buf_t *b, core_t *d)
     sample_u64(b, "vramd_host_memory_reserve_bytes", NULL, NULL, NULL, NULL, h->reserve);
     model_family(b, d, "vramd_host_memory_parked_bytes", "gauge",
                  "Host memory the model's parked instances hold (what left the GPU when they slept).", v_parked);
-    model_family(b, d, "vramd_model_parks_total", "counter", "Times an instance of the model was parked (sleep tier).",
+    model_family(b, d, "vramd_model_parks_total", "counter", "Times an instance of the model was parked (sleep or checkpoint tier).",
                  v_parks);
     model_family(b, d, "vramd_model_wakes_total", "counter",
                  "Times a parked instance of the model was brought back (wake, memory back on the GPU).", v_wakes);
     model_family(b, d, "vramd_model_park_refusals_total", "counter",
                  "Parks of the model skipped because the host could not afford them (budget, MemAvailable, cgroup).",
                  v_park_refusals);
+    model_family(b, d, "vramd_model_checkpoints_total", "counter",
+                 "Times an instance of the model was parked by the CUDA driver's checkpoint (checkpoint tier).",
+                 v_checkpoints);
+    model_family(b, d, "vramd_model_restores_total", "counter",
+                 "Times a checkpointed instance of the model was restored (memory back on the GPU).", v_restores);
+    model_family(b, d, "vramd_model_checkpoint_failures_total", "counter",
+                 "Checkpoints or restores of the model that failed (the instance stopped, or its server marked failed).",
+                 v_checkpoint_failures);
 }
 
 char *metrics_render(core_t *d, size_t *len)

@@ -47,7 +47,7 @@ static bool evictable(const instance_t *in, const model_t *for_m)
         return false;
     if (m->cfg->keep_alive_ms == CONFIG_FOREVER)
         return false;
-    if (in->external && !m->cfg->unload.set && !m->cfg->sleep.set)
+    if (in->external && !m->cfg->unload.set && !m->cfg->sleep.set && !m->cfg->checkpoint)
         return false;
     if (m->queue.depth > 0) {
         uint64_t own_oldest = queue_oldest_ms(&m->queue);

@@ -159,6 +159,10 @@ void sched_instance_ready(instance_t *inst);
 uint64_t sched_snapshot_seq(void);
 /* Ask for an NVML reading now (queued after the one in flight, if any). */
 void sched_poll_now(void);
+/* The processes NVML's last reading shows holding GPU memory for inst (its pid, an external
+ * server's listener, or a member of its process group), at most max into out; returns how
+ * many there are (more than max when out was too small; 0 without a reading). */
+size_t sched_instance_gpu_pids(const instance_t *inst, pid_t *out, size_t max);
 /* Pump every model that has queued requests (memory was released). */
 void sched_pump_all(core_t *d);
 
