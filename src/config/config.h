@@ -240,6 +240,17 @@ typedef struct config {
      * held answers); 0 = auto (core/mem_budget.c: a quarter of what the host or cgroup has
      * available at start, at least limits.max_body) */
     uint64_t memory_budget;
+    /* fleet: several hosts behind HAProxy (SPEC section 7; fleet/agent.h, docs/fleet.md) */
+    struct {
+        char *agent_host;       /* agent_listen: NULL = off (default) */
+        int agent_port;
+        uint64_t agent_wait_ms; /* default 100ms: quiet time after the last agent-send byte
+                                   (or the connect) before the line counts as complete */
+        uint64_t agent_timeout_ms; /* default 2s: a whole agent connection, answer included
+                                      (HAProxy's agent-inter default) */
+        unsigned agent_max_connections; /* default 64: agent connections open at once */
+        char *host_name;        /* default: this machine's hostname (the /metrics host label) */
+    } fleet;
     /* host_memory: where parked GPU memory (sleep, checkpoint) lives; workers/park.c books it */
     struct {
         uint64_t budget;  /* bytes that parked instances may hold; 0 = auto (half of min(MemAvailable,

@@ -99,6 +99,10 @@ int cfg_fp_preset(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spe
 /* top_keys.c */
 extern const section_t cfg_top_section;
 
+/* fleet_keys.c */
+extern const section_t cfg_fleet_section;
+int cfg_check_fleet(ctx_t *c, config_t *cfg, yaml_node_t *root);
+
 /* defaults.c */
 int cfg_model_init_builtin(model_config_t *m);
 void cfg_model_free(model_config_t *m);

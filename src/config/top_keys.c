@@ -280,6 +280,7 @@ static const field_spec_t top_fields[] = {
     {"gpu", cfg_fp_section, 0, 0, 0, &gpu_section},
     {"limits", cfg_fp_section, 0, 0, 0, &limits_section},
     {"jobs", cfg_fp_section, 0, 0, 0, &jobs_section},
+    {"fleet", cfg_fp_section, 0, 0, 0, &cfg_fleet_section},
     {"host_memory", cfg_fp_section, 0, 0, 0, &host_memory_section},
     {"defaults", fp_defaults, 0, 0, 0, NULL},
     {"models", fp_models, 0, 0, 0, NULL},

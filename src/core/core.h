@@ -120,6 +120,10 @@ struct core {
     /* put a request that ran back in its queue (set by the composition root: the
      * dispatcher's, which the proxy and the verdict may not call by name) */
     void (*requeue)(request_t *r, const char *why);
+    /* the CUDA driver's checkpoint calls (gpu/cuda.h) for the `checkpoint` eviction tier:
+     * opened by the composition root when a model has checkpoint: true, closed at exit;
+     * NULL otherwise (the tier is then skipped) */
+    struct cuda *cuda;
 };
 
 /* Set up the loop handles on a zeroed core (the composition root owns it); cfg gets a reference. */

@@ -32,7 +32,8 @@
 #include "sched/ledger.h"
 #include "sched/queue.h"
 
-#define MODEL_PEAK_SAMPLES 32 /* per-request peaks remembered for the estimate (scheduler) */
+#define MODEL_PEAK_SAMPLES 32
+#define INSTANCE_PARK_PIDS_MAX 8 /* checkpoint tier: GPU processes of one instance it parks at most */ /* per-request peaks remembered for the estimate (scheduler) */
 
 enum instance_state {
     INST_STARTING = 0,
@@ -152,6 +153,17 @@ struct instance {
     uint64_t wake_seq;       /* RESUMING: the first NVML snapshot (sched_snapshot_seq) read after the wake answered */
     bool wake_found;         /* RESUMING an external server found at start (maybe left asleep) */
     host_entry_t parked_host; /* the host memory it holds while parked (workers/host_book.c) */
+    /* checkpoint tier (workers/park.c): the processes the CUDA driver parked (NVML's list of
+     * the instance's GPU processes when the park began), driver calls in flight (the
+     * instance is not freed before they answer) and what they said */
+    pid_t park_pids[INSTANCE_PARK_PIDS_MAX];
+    unsigned n_park_pids;
+    unsigned cuda_ops;
+    bool park_pid_done[INSTANCE_PARK_PIDS_MAX]; /* parked (PARKING) / restored (RESUMING) */
+    bool cuda_failed, cuda_no_memory, cuda_undoing;
+    char cuda_error[160];
+    uint64_t park_measured;  /* what NVML showed its processes holding when the checkpoint began */
+    uint64_t cuda_copy_us;   /* the longest driver copy of the current park or restore */
     uint64_t local_retry_ms; /* a hook failed for vramd's own shortage (EMFILE ...): no new try before this */
 };
 
@@ -186,7 +198,9 @@ struct model {
     unsigned n_peaks, peak_next;
     uint64_t load_ms_ewma, run_ms_ewma;
     uint64_t wake_ms_ewma;     /* learned time from the wake hook's call to the memory back (park.c) */
-    uint64_t parks_total, wakes_total, park_refusals; /* sleep tier: parks done, returns, parks the host refused */
+    uint64_t parks_total, wakes_total, park_refusals; /* sleep and checkpoint tiers: parks done, returns, parks the host refused */
+    uint64_t restore_ms_ewma;  /* checkpoint tier: learned time from the restore's start to the memory back */
+    uint64_t checkpoints_total, restores_total, checkpoint_failures; /* checkpoint tier: parks, returns, failed either way */
     uint64_t last_arrival_ms;  /* when its last request arrived (0 = none yet) */
     uint64_t arrival_gap_ms;   /* mean gap between its requests (EWMA; 0 = fewer than two) */
     uint64_t oom_total;

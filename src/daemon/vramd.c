@@ -6,6 +6,7 @@
  *   conn_accept(.., api_on_request)            a complete request goes to the services
  *   model_create(.., dispatch_pump)            a model's deferred pump is the dispatcher's
  *   api admin ops = {vramd_drain, vramd_reload}
+ *   fleet_agent_start: the agent-check listener (fleet.agent_listen), answering from the core
  *   listeners: the drain check (REQUEST_ENDED, INSTANCE_GONE); jobs listens to
  *              REQUEST_DISPATCHED from jobs_init.
  */
@@ -23,6 +24,8 @@
 #include "common/log.h"
 #include "daemon/notify.h"
 #include "daemon/wiring.h"
+#include "fleet/agent.h"
+#include "gpu/cuda.h"
 #include "jobs/jobs.h"
 #include "net/api.h"
 #include "net/conn.h"
@@ -110,6 +113,34 @@ static void apply_config(vramd_t *d, config_t *cfg)
     }
 }
 
+/* The CUDA driver for the checkpoint tier (workers/park.c), opened once when a model has
+ * checkpoint: true (at start, or at the first reload that adds one: gpu.cuda_library, or
+ * $VRAMD_CUDA_LIBRARY, which config_load already applied) and handed down through the core;
+ * closed at exit. Unavailable (no driver, too old): logged, and the tier is skipped. */
+static void open_cuda(core_t *core, const config_t *cfg)
+{
+    bool wanted = false;
+    for (size_t i = 0; i < cfg->n_models; i++)
+        wanted = wanted || cfg->models[i].checkpoint;
+    if (!wanted || core->cuda)
+        return;
+    core->cuda = cuda_open(cfg->gpu.cuda_library);
+    if (!core->cuda) {
+        log_event(LOG_ERROR, "checkpoint_unavailable", "library=%s reason=%s", cfg->gpu.cuda_library, "out of memory");
+        return;
+    }
+    if (cuda_available(core->cuda)) {
+        int v = cuda_driver_version(core->cuda);
+        char ver[32];
+        snprintf(ver, sizeof ver, "%d.%d", v / 1000, (v % 1000) / 10);
+        log_event(LOG_INFO, "checkpoint_available", "library=%s driver=%s", cuda_library(core->cuda), ver);
+    } else {
+        log_event(LOG_WARN, "checkpoint_unavailable", "library=%s reason=%s", cuda_library(core->cuda),
+                  cuda_unavailable_reason(core->cuda));
+        core_note_event(core, "checkpoint tier unavailable: %s", cuda_unavailable_reason(core->cuda));
+    }
+}
+
 static bool same_str(const char *a, const char *b) { return (!a && !b) || (a && b && strcmp(a, b) == 0); }
 
 /* The listener is bound once, at start, and a reload never re-binds it: a reload whose
@@ -144,6 +175,8 @@ static int check_start_only(const config_t *old, const config_t *cfg, char *err,
     const char *key = NULL;
     if (!same_str(old->gpu.nvml_library, cfg->gpu.nvml_library))
         key = "gpu.nvml_library";
+    else if (!same_str(old->fleet.agent_host, cfg->fleet.agent_host) || old->fleet.agent_port != cfg->fleet.agent_port)
+        key = "fleet.agent_listen";
     else if (!same_str(old->gpu.cuda_library, cfg->gpu.cuda_library))
         key = "gpu.cuda_library";
     else if (old->gpu.poll_ms != cfg->gpu.poll_ms)
@@ -222,6 +255,7 @@ int vramd_reload(vramd_t *d, char *err, size_t errlen)
         return -1;
     }
     core_set_config(core, cfg);
+    open_cuda(core, cfg);
     apply_config(d, cfg);
     fit_fd_limit(cfg);
     config_unref(cfg); /* the core holds its own reference */
@@ -411,8 +445,11 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     start_guard(d, pids);
     if (start_listening(d, err, errlen) != 0)
         return -1;
+    if (fleet_agent_start(core, err, errlen) != 0)
+        return -1;
     start_signals(d);
     wire(d);
+    open_cuda(core, cfg);
     apply_config(d, cfg);
     char jerr[1024];
     if (jobs_init(core, jerr, sizeof jerr) != 0)
@@ -430,7 +467,10 @@ int vramd_run(vramd_t *d)
     uv_run(core->loop, UV_RUN_DEFAULT);
     notify_close();
     jobs_shutdown(core);
+    fleet_agent_stop();
     sched_shutdown(core);
+    cuda_close(core->cuda); /* calls still in flight finish on the pool; their callbacks are not called */
+    core->cuda = NULL;
     /* close every handle so the loop can be closed cleanly */
     uv_walk(core->loop, close_walk_cb, NULL);
     uv_run(core->loop, UV_RUN_DEFAULT);

@@ -119,7 +119,7 @@ static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
     r->model = m;
     request_set_state(r, REQ_LOCAL);
     log_event(LOG_INFO, load ? "admin_load" : "admin_unload", "model=%s peer=%s", m->name, c->peer);
-    if (!load && m->cfg->url && !m->cfg->unload.set && !m->cfg->sleep.set) {
+    if (!load && m->cfg->url && !m->cfg->unload.set && !m->cfg->sleep.set && !m->cfg->checkpoint) {
         conn_respond_error(c, 409, "no_unload_hook", m->name, -1, false,
                            "model %s is an external server without an unload hook: vramd cannot unload it", m->name);
         return;

@@ -81,6 +81,7 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(o, "learned_load_ms", (double)m->load_ms_ewma);
     cJSON_AddNumberToObject(o, "learned_run_ms", (double)m->run_ms_ewma);
     cJSON_AddNumberToObject(o, "learned_wake_ms", (double)m->wake_ms_ewma);
+    cJSON_AddNumberToObject(o, "learned_restore_ms", (double)m->restore_ms_ewma);
     cJSON_AddNumberToObject(o, "parked_bytes", (double)host_book_parked_by(m->name));
     cJSON *pk = cJSON_AddObjectToObject(o, "parking");
     cJSON_AddBoolToObject(pk, "sleep", m->cfg->sleep.set);
@@ -89,6 +90,9 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(pk, "parks_total", (double)m->parks_total);
     cJSON_AddNumberToObject(pk, "wakes_total", (double)m->wakes_total);
     cJSON_AddNumberToObject(pk, "refused_total", (double)m->park_refusals);
+    cJSON_AddNumberToObject(pk, "checkpoints_total", (double)m->checkpoints_total);
+    cJSON_AddNumberToObject(pk, "restores_total", (double)m->restores_total);
+    cJSON_AddNumberToObject(pk, "checkpoint_failures", (double)m->checkpoint_failures);
     cJSON *is = cJSON_AddArrayToObject(o, "instances");
     list_foreach(it, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
@@ -177,6 +181,7 @@ char *status_render(core_t *d)
     uint64_t now = core_now();
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "version", VRAMD_VERSION);
+    cJSON_AddStringToObject(o, "host", d->cfg->fleet.host_name);
     cJSON_AddNumberToObject(o, "uptime_ms", (double)(now - d->started_ms));
     cJSON_AddBoolToObject(o, "draining", d->draining);
     cJSON_AddBoolToObject(o, "ready", d->ready);

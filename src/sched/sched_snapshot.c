@@ -343,6 +343,32 @@ static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
     apply_snapshot(sched_state.snap);
 }
 
+size_t sched_instance_gpu_pids(const instance_t *inst, pid_t *out, size_t max)
+{
+    if (!sched_state.ok || !sched_state.snap)
+        return 0;
+    const gpu_snapshot_t *snap = sched_state.snap;
+    pgid_cache_t cache;
+    cache.n = 0;
+    size_t n = 0;
+    for (size_t k = 0; k < snap->n_devices; k++) {
+        const gpu_device_t *dev = &snap->devices[k];
+        for (size_t p = 0; p < dev->n_procs; p++) {
+            if (dev->procs[p].used == 0 || owner_of(dev->procs[p].pid, &cache) != inst)
+                continue;
+            bool seen = false; /* one process on several GPUs is parked once */
+            for (size_t i = 0; i < n && i < max; i++)
+                seen = seen || out[i] == dev->procs[p].pid;
+            if (seen)
+                continue;
+            if (n < max)
+                out[n] = dev->procs[p].pid;
+            n++;
+        }
+    }
+    return n;
+}
+
 void sched_init(core_t *d, const sched_actions_t *actions)
 {
     memset(&sched_state, 0, sizeof sched_state);

@@ -137,13 +137,15 @@ uint64_t sched_predicted_start_ms(const model_t *m)
 {
     uint64_t run = m->run_ms_ewma;
     unsigned ready = 0;
-    bool parked = false; /* coming back is a wake (workers/park.c), not a load */
+    bool parked = false, ckpt = false; /* coming back is a wake or restore (workers/park.c), not a load */
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
         if (in->state == INST_READY && !in->stop_requested)
             ready++;
-        if (in->state == INST_PARKED || in->state == INST_RESUMING)
+        if (in->state == INST_PARKED || in->state == INST_RESUMING) {
             parked = true;
+            ckpt = in->park_tier == PARK_CHECKPOINT;
+        }
     }
     unsigned slots = m->cfg->concurrency * (ready ? ready : 1);
     uint64_t ahead = m->queue.depth + m->in_flight;
@@ -151,7 +153,7 @@ uint64_t sched_predicted_start_ms(const model_t *m)
     if (run && ahead >= slots)
         wait = ((ahead - slots) / slots + 1) * run;
     if (!ready)
-        wait += parked ? m->wake_ms_ewma : m->load_ms_ewma; /* a first wake: not known yet, not refused for it */
+        wait += parked ? (ckpt ? m->restore_ms_ewma : m->wake_ms_ewma) : m->load_ms_ewma; /* a first wake: not known yet, not refused for it */
     return wait;
 }
 
@@ -185,6 +187,29 @@ void sched_pump_all(core_t *d)
 /* ---- status ------------------------------------------------------------------------ */
 
 size_t sched_gpu_count(void) { return sched_state.ledger.n_gpus; }
+
+double sched_model_reserved_ratio(const model_t *m)
+{
+    unsigned slots = m->cfg->instances * m->cfg->concurrency;
+    if (!sched_uses_gpu(m))
+        return slots ? (double)m->in_flight / slots : 0.0;
+    uint64_t used = 0, room = 0;
+    bool seen[LEDGER_MAX_GPUS] = {false};
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        if (in->gpu_pos < 0 || (size_t)in->gpu_pos >= sched_state.ledger.n_gpus)
+            continue;
+        used += in->running_reserved;
+        if (!seen[in->gpu_pos]) {
+            seen[in->gpu_pos] = true;
+            room += ledger_free_for(&sched_state.ledger, (size_t)in->gpu_pos, m);
+        }
+    }
+    if (used + room == 0)
+        return 0.0;
+    double r = (double)used / (double)(used + room);
+    return r > 1.0 ? 1.0 : r;
+}
 
 bool sched_gpu_figures(size_t pos, sched_gpu_figures_t *out)
 {

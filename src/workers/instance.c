@@ -48,7 +48,7 @@ static void on_instance_handle_closed(uv_handle_t *h)
 void instance_maybe_free(instance_t *inst)
 {
     if (inst->proc || inst->in_flight > 0 || inst->closing_handles > 0 || inst->health_call || inst->hook_call ||
-        sched_instance_holds_memory(inst))
+        inst->cuda_ops > 0 || sched_instance_holds_memory(inst))
         return;
     model_t *m = inst->model;
     host_book_release(inst); /* released at its last state change already; never outlives it */

@@ -164,7 +164,7 @@ static void unload_external_when_idle(model_t *m)
         if (in->state == INST_READY && in->in_flight > 0)
             return; /* again at the pump after its requests end */
         m->unload_requested = false;
-        int rc = in->state == INST_READY ? park_sleep(in, UNLOAD_ADMIN, "admin unload") : 0;
+        int rc = in->state == INST_READY ? park_instance(in, UNLOAD_ADMIN, "admin unload") : 0;
         if (rc == -1)
             rc = instance_unload(in, UNLOAD_ADMIN, "admin unload");
         if (rc == -1)
@@ -204,7 +204,7 @@ void model_unload(model_t *m, const char *reason)
 {
     if (m->cfg->url) {
         /* external: never stopped; its unload hook (callers refuse a model without one) */
-        m->unload_requested = m->cfg->unload.set || m->cfg->sleep.set;
+        m->unload_requested = m->cfg->unload.set || m->cfg->sleep.set || m->cfg->checkpoint;
         if (m->unload_requested)
             unload_external_when_idle(m);
         return;
@@ -222,7 +222,7 @@ void model_unload(model_t *m, const char *reason)
             }
             continue;
         }
-        int rc = park_sleep(in, UNLOAD_ADMIN, reason);
+        int rc = park_instance(in, UNLOAD_ADMIN, reason);
         if (rc == 0 || rc == -2) /* -2: answered 503 local_resource_exhausted, nothing touched */
             continue;
         if (in->state != INST_STOPPING)

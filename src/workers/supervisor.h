@@ -15,7 +15,8 @@
  *   Parking through sleep/wake hooks (park.c), tried first when the model has them and the
  *   host can afford it: READY --sleep hook--> PARKING --NVML shows it gone--> PARKED
  *   --wake hook--> RESUMING --NVML shows it back--> READY; too little back, or evicted again
- *   while parked: the next tier (unload hook, stop).
+ *   while parked: the next tier (unload hook, stop). The checkpoint tier (checkpoint: true)
+ *   takes the same states with the CUDA driver in place of the hooks (park.c).
  *
  * Model state (what /v1/status shows) is derived: failed > ready (some instance READY) >
  * starting > draining (admin unload waiting for in-flight) > unloading (instances
@@ -74,8 +75,8 @@ int supervisor_tend(model_t *m);
 
 /* Admin load: clear FAILED and backoff, start an instance if none. */
 void model_load(model_t *m);
-/* Admin unload: park every idle instance by its sleep hook when the model has one and the
- * host can afford it (workers/park.c), stop the others once idle (in-flight ones finish
+/* Admin unload: park every idle instance by its sleep hook or a checkpoint when the model
+ * has one and the host can afford it (workers/park.c), stop the others once idle (in-flight ones finish
  * first); a parked instance unloaded again is stopped. An external server (url:) is never
  * stopped: its sleep hook, else its unload hook, is called once it is idle (a model with
  * neither: nothing happens; the admin route answers 409 no_unload_hook). */
@@ -113,11 +114,12 @@ void instance_request_done_local(instance_t *inst);
 /* May the instance take a new request now (READY, not stopping, suspect nor ejected)? */
 bool instance_usable(const instance_t *inst, uint64_t now);
 /* Make room by the cheapest tier the model has and the host affords (workers/park.c): its
- * sleep hook (parked), else the unload hook, else stop the process; a parked instance goes
- * to the next tier. */
+ * sleep hook (parked), else a checkpoint by the CUDA driver (parked), else the unload hook,
+ * else stop the process; a parked instance goes to the next tier. */
 void instance_evict(instance_t *inst, const char *why);
 /* What instance_evict(inst) would cost to come back from, in ms: the learned wake time when
- * it would be parked (1 s until measured), else the learned load time. For the scheduler's
+ * it would sleep (1 s until measured), the learned restore time when it would be
+ * checkpointed (bytes at 10 GB/s until measured), else the learned load time. For the scheduler's
  * cost-aware eviction (a candidate's return cost); reads the host's free memory. */
 uint64_t instance_return_cost_ms(const instance_t *inst);
 /* Replace the instance: stop it once its in-flight requests are done (recycling: after

@@ -5,7 +5,7 @@
  *
  * Calls between the files go one way only (mk/lint_layers.py rejects a cycle):
  *   supervisor.c (model runtime, demand, admin load/unload)
- *     -> park.c (the park tiers: sleep/wake; eviction and reclaim entry points)
+ *     -> park.c (the park tiers: sleep/wake, checkpoint; eviction and reclaim entry points)
  *     -> hooks.c (unload/reload hooks, eviction without parking, reclaim)
  *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
  *     -> model_state.c (names, derived model state, state changes, failure counting)
@@ -86,11 +86,17 @@ int instance_unload(instance_t *inst, enum unload_reason reason, const char *why
  * called): the caller takes the next tier; -2 not now for vramd's own shortage (an admin
  * unload is answered 503 local_resource_exhausted): try again later, no other tier. */
 int park_sleep(instance_t *inst, enum unload_reason reason, const char *why);
-/* A PARKED instance is needed again: book its memory back and call its wake hook. */
+/* Park an idle READY instance by the cheapest park tier it has and the host affords: its
+ * sleep hook, else a checkpoint by the CUDA driver (model checkpoint: true). Returns as
+ * park_sleep (-1: neither, take the next tier). */
+int park_instance(instance_t *inst, enum unload_reason reason, const char *why);
+/* A PARKED instance is needed again: book its memory back, then its wake hook (sleep) or
+ * the driver's restore + unlock of each parked process (checkpoint). */
 void park_wake(instance_t *inst);
 /* An external server just found (its instance created at start): call its wake hook, in
  * case a vramd that stopped while it was parked left it asleep; READY again once it holds
- * still (a failed wake: its health checks decide). */
+ * still (a failed wake: its health checks decide). Without a wake hook but with checkpoint:
+ * ask the driver for its listener's state and restore it when it was left checkpointed. */
 void park_wake_found(instance_t *inst);
 /* A PARKED instance must free what it still holds: the next tier (unload hook, stop). */
 void park_escalate(instance_t *inst, const char *why);

@@ -27,6 +27,11 @@ def nvml_lib():
     return build_dir() / "lib" / "libnvidia-ml-sim.so"
 
 
+def cuda_lib():
+    """The simulated CUDA driver (checkpoint calls) for vramd's checkpoint tier."""
+    return build_dir() / "lib" / "libcuda-sim.so"
+
+
 def probe_bin():
     return build_dir() / "tests" / "nvml_probe"
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from .paths import binary, build_dir, nvml_lib
+from .paths import binary, build_dir, cuda_lib, nvml_lib
 
 TIMESCALE = 0.05      # simulated durations x 0.05: 1 simulated second = 50 ms
 HOLDER_TIMEOUT = 60.0
@@ -24,13 +24,15 @@ def size(nbytes):
 
 def sim_env(gpu_set, timescale=TIMESCALE):
     """The environment of a process (vramd, simworker, simgpu) on a simulated GPU set:
-    SIMGPU, SIMGPU_TIMESCALE, VRAMD_NVML_LIBRARY (the NVML simulation), the build's bin/ first
-    on PATH, no CUDA_VISIBLE_DEVICES."""
+    SIMGPU, SIMGPU_TIMESCALE, VRAMD_NVML_LIBRARY (the NVML simulation), VRAMD_CUDA_LIBRARY (the
+    CUDA driver simulation: the checkpoint tier), the build's bin/ first on PATH, no
+    CUDA_VISIBLE_DEVICES."""
     env = dict(os.environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env["SIMGPU"] = gpu_set
     env["SIMGPU_TIMESCALE"] = str(timescale)
     env["VRAMD_NVML_LIBRARY"] = str(nvml_lib())
+    env["VRAMD_CUDA_LIBRARY"] = str(cuda_lib())
     env["PATH"] = f"{build_dir() / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
     return env
 

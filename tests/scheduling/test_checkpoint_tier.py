@@ -1,0 +1,382 @@
+"""The checkpoint eviction tier (issue 13, SPEC 4.1; workers/park.c): the CUDA driver parks every
+process of an instance that holds GPU memory, with no cooperation from the server.
+
+vramd runs with VRAMD_CUDA_LIBRARY = build/lib/libcuda-sim.so (the kit's environment): a
+checkpoint moves a simworker's simulated allocations out of the GPU (NVML stops showing them)
+into the set's host-memory account (`simgpu show --json`: "parked"), and the locked worker holds
+its GPU work while /health still answers. A model with `checkpoint: true` and no sleep hook is
+parked by checkpoint (eviction, admin unload) and restored for its next request by the same
+process; a checkpoint the worker cannot acknowledge (SIGSTOPped: the lock times out) or a
+restore that no longer fits stops the worker and a fresh one serves; a host budget that cannot
+hold it falls back to a stop; a vramd SIGKILLed while a model is checkpointed leaves nothing
+holding host memory (the guard kills the worker; without the guard the next start does).
+"""
+import json
+import os
+import signal
+
+from vramdkit import GiB, MiB, sim_s, wait_for
+
+from .schedkit import Watch, after, order
+
+CONTEXT = 300 * MiB  # simworker's CUDA context
+
+
+def ckpt_model(sched, flags_extra=(), name="llm", **over):
+    flags = ["--resident", "4GiB", "--per-request", "256MiB", "--run-time", sim_s(1), *flags_extra]
+    return sched.model(name, flags, "4.3GiB", "256MiB", checkpoint=True, **over)
+
+
+def big_model(sched, resident="4GiB", declared="4.3GiB"):
+    return sched.model("big", ["--resident", resident, "--per-request", "256MiB", "--run-time", sim_s(1)],
+                       declared, "256MiB")
+
+
+def gpu_held_by(sched, gpu, pid):
+    return sum(p["used"] for g in sched.show(gpu)["gpus"] for p in g["processes"] if p["pid"] == pid)
+
+
+def parked_on_host(sched, gpu, pid=None):
+    show = sched.show(gpu)
+    if pid is None:
+        return show["parked"]
+    return sum(p["parked"] for p in show.get("cuda_processes", []) if p["pid"] == pid)
+
+
+def metric(vd, name, model):
+    for line in vd.get("/metrics").body.decode().splitlines():
+        if line.startswith(f'{name}{{model="{model}"}}'):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} {model} not in /metrics")
+
+
+def driver_times(vd, model, op):
+    """copy_ms and total_ms of the driver calls of `op` (park / unpark) the log shows."""
+    return [(e["copy_ms"], e["total_ms"]) for e in vd.events("cuda_done", model=model) if e["op"] == op]
+
+
+def test_admin_unload_checkpoints_and_a_request_restores(sched):
+    """Admin unload of a checkpoint model: the same process stays up, NVML stops showing its
+    memory, the set shows it parked on the host, /v1/status says `checkpointed` with the bytes
+    on the host budget. A request waits for the restore and is served by the same pid."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched)}, host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.first("checkpoint_available") is not None
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    loaded = gpu_held_by(sched, gpu, pid)
+    assert loaded >= 4 * GiB + CONTEXT, loaded
+
+    r = vd.post("/v1/models/llm/unload")
+    assert r.status == 200, r
+    inst = vd.instances("llm")[0]
+    assert inst["state"] == "parked" and inst["tier"] == "checkpointed", inst
+    assert inst["pid"] == pid
+    assert gpu_held_by(sched, gpu, pid) == 0  # everything left the GPU, context included
+    assert parked_on_host(sched, gpu, pid) == loaded
+    assert 4 * GiB <= inst["parked_bytes"] <= loaded, inst
+    st = vd.status()
+    assert st["host_memory"]["parked"] == inst["parked_bytes"], st["host_memory"]
+    assert metric(vd, "vramd_host_memory_parked_bytes", "llm") == inst["parked_bytes"]
+    assert metric(vd, "vramd_model_checkpoints_total", "llm") == 1
+    assert not vd.events("worker_exit", model="llm")
+
+    with Watch(vd) as watch:
+        r = vd.generate("llm")
+    assert r.status == 200, r
+    assert "resuming" in watch.states["llm"], watch.states
+    assert not watch.problems, watch.problems[:5]
+    inst = vd.instances("llm")[0]
+    assert inst["pid"] == pid and inst["state"] == "ready" and inst["tier"] == "resident", inst
+    assert gpu_held_by(sched, gpu, pid) >= loaded
+    assert parked_on_host(sched, gpu) == 0
+    assert vd.status()["host_memory"]["parked"] == 0
+    parked = vd.first("parked", model="llm")
+    assert parked["tier"] == "checkpoint", parked
+    resumed = after(vd.events("resumed", model="llm"), parked)
+    assert resumed["tier"] == "checkpoint" and resumed["measured"] >= loaded, resumed
+    order(vd.first("checkpoint_started", model="llm"), parked, resumed,
+          after(vd.events("request_done", model="llm"), resumed))
+    assert not vd.events("worker_started", model="llm")[1:], "a second process was started"
+    m = vd.model("llm")
+    assert m["parking"]["checkpoints_total"] == 1 and m["parking"]["restores_total"] == 1, m["parking"]
+    assert m["learned_restore_ms"] > 0
+    for op in ("park", "unpark"):
+        times = driver_times(vd, "llm", op)
+        assert len(times) == 1, times
+    print("park: wait_ms=%s copy_ms=%s; restore: wake_ms=%s copy_ms=%s; driver %s" % (
+        parked["wait_ms"], parked["copy_ms"], resumed["wake_ms"], resumed["copy_ms"],
+        {op: driver_times(vd, "llm", op) for op in ("park", "unpark")}))
+    # parked again, then vramd drained (SIGTERM): the checkpointed worker is stopped, vramd
+    # exits 0, and the worker's host bytes are freed with it
+    assert vd.post("/v1/models/llm/unload").status == 200
+    assert vd.instances("llm")[0]["tier"] == "checkpointed"
+    assert parked_on_host(sched, gpu, pid) >= loaded
+    sched.finish()
+    assert parked_on_host(sched, gpu) == 0
+
+
+def test_eviction_checkpoints_then_restores_the_same_process(sched):
+    """`big` does not fit beside `llm` on 8 GiB: llm is checkpointed (not stopped) to make room;
+    llm's next request stops big (no park tier) and restores llm's same process."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched), "big": big_model(sched)},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.generate("big").status == 200
+    ev = vd.first("eviction", model="llm")
+    assert ev and ev["for"] == "big", ev
+    parked = after(vd.events("parked", model="llm"), ev)
+    assert parked["tier"] == "checkpoint", parked
+    order(ev, parked, vd.first("worker_started", model="big"))
+    inst = vd.instances("llm")[0]
+    assert inst["tier"] == "checkpointed" and gpu_held_by(sched, gpu, pid) == 0, inst
+    assert parked_on_host(sched, gpu, pid) > 4 * GiB
+
+    r = vd.generate("llm")
+    assert r.status == 200, r
+    assert vd.instances("llm")[0]["pid"] == pid
+    ev2 = vd.first("eviction", model="big")
+    resumed = after(vd.events("resumed", model="llm"), ev2)
+    order(ev2, after(vd.events("worker_exit", model="big"), ev2), resumed)
+    assert parked_on_host(sched, gpu) == 0
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_checkpoint_that_times_out_stops_and_restarts(sched):
+    """A worker that cannot acknowledge the driver's lock (SIGSTOPped: its CUDA work never
+    stops) makes the checkpoint time out after stop_timeout (the lock timeout): the instance is
+    stopped (SIGTERM stays pending, SIGKILL after stop_timeout), nothing stays booked on the
+    host, and the next request is served by a fresh worker; the ledger is back to resident
+    reservations only."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched, stop_timeout="300ms")},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        r = vd.post("/v1/models/llm/unload")
+        assert r.status == 200, r
+        failed = vd.wait_event("checkpoint_failed", model="llm", timeout=10)[0]
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert "pid %d" % pid in failed["error"] and "CUDA_ERROR_TIMEOUT" in failed["error"], failed
+    park = driver_times(vd, "llm", "park")
+    assert len(park) == 1, park
+    wait_for(lambda: not vd.instances("llm"), what="the worker stopped after the failed checkpoint")
+    assert not vd.events("parked", model="llm")
+    assert vd.status()["host_memory"]["parked"] == 0
+    assert parked_on_host(sched, gpu) == 0
+    assert vd.model("llm")["parking"]["checkpoint_failures"] == 1
+
+    r = vd.generate("llm")
+    assert r.status == 200, r
+    inst = vd.instances("llm")
+    assert len(inst) == 1 and inst[0]["pid"] != pid and inst[0]["tier"] == "resident", inst
+    sched.finish()
+
+
+def test_restore_that_no_longer_fits_restarts_the_worker(sched):
+    """While llm is checkpointed, a process vramd is told to ignore (gpu.foreign_usage: ignore)
+    takes 5 of the 8 GiB: vramd books llm back, the driver's restore fails with
+    CUDA_ERROR_OUT_OF_MEMORY, the checkpointed worker is stopped (its host bytes freed with it),
+    and once the memory is free again a fresh worker serves the waiting request."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched)}, gpu={"foreign_usage": "ignore"},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.post("/v1/models/llm/unload").status == 200
+    assert vd.instances("llm")[0]["tier"] == "checkpointed"
+    holder = sched.alloc(gpu, 5 * GiB)
+    req = vd.later("llm")
+    failed = vd.wait_event("restore_failed", model="llm", timeout=10)[0]
+    assert "no longer free" in failed["reason"] and "OUT_OF_MEMORY" in failed["error"], failed
+    wait_for(lambda: not any(p["pid"] == pid for p in sched.show(gpu).get("cuda_processes", [])),
+             what="the checkpointed worker gone, its host bytes with it")
+    holder.kill()
+    r = req.result()
+    assert r.status == 200, r
+    inst = vd.instances("llm")
+    assert len(inst) == 1 and inst[0]["pid"] != pid, inst
+    assert parked_on_host(sched, gpu) == 0 and vd.status()["host_memory"]["parked"] == 0
+    order(failed, vd.first("worker_exit", model="llm", pid=pid))
+    vd.allow_oom.add("llm")  # a fresh start may meet the holder before it is gone
+    sched.finish()
+
+
+def test_host_budget_exhausted_falls_back_to_stop(sched):
+    """A 2 GiB host budget cannot hold llm's 4.3 GiB: the checkpoint is refused (park_refused
+    tier=checkpoint) and eviction takes the next tier, a stop; big loads and is served."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched), "big": big_model(sched)},
+                           host_memory={"budget": "2GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.generate("big").status == 200
+    refused = vd.first("park_refused", model="llm")
+    assert refused and refused["tier"] == "checkpoint" and refused["reason"] == "over_budget", refused
+    ev = vd.first("eviction", model="llm")
+    order(ev, refused, after(vd.events("worker_exit", model="llm"), ev))
+    assert not vd.events("checkpoint_started", model="llm") and not driver_times(vd, "llm", "park")
+    assert vd.status()["host_memory"]["parked"] == 0 and parked_on_host(sched, gpu) == 0
+    assert not any(i["pid"] == pid for i in vd.instances("llm"))
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_host_budget_exhausted_falls_back_to_the_unload_hook(sched):
+    """The same with an unload/reload hook (simworker): the refused
+    checkpoint falls back to the unload hook, the process stays."""
+    gpu = sched.gpu_set("8GiB")
+    llm = ckpt_model(sched, unload={"method": "POST", "path": "/unload_models/"},
+                     reload={"method": "POST", "path": "/reload_models/"})
+    vd = sched.start_vramd(gpu, {"llm": llm, "big": big_model(sched)},
+                           host_memory={"budget": "2GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.generate("big").status == 200
+    refused = vd.first("park_refused", model="llm")
+    assert refused and refused["tier"] == "checkpoint", refused
+    inst = vd.instances("llm")[0]
+    assert inst["pid"] == pid and inst["tier"] == "unloaded", inst
+    assert not driver_times(vd, "llm", "park")
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def kill_vramd(vd):
+    """SIGKILL vramd (no drain, no cleanup of its own) and reap it."""
+    vd.proc.kill()
+    vd.proc.wait(30)
+    vd.returncode = vd.proc.returncode
+    vd._close_files()
+    vd.stopped = True
+
+
+def test_vramd_killed_while_checkpointed_leaves_no_host_memory_held(sched):
+    """vramd SIGKILLed while llm is checkpointed: the guard (process_guard.c) SIGKILLs the
+    worker's group, and the simulated driver frees a dead process's parked bytes: nothing holds
+    host memory, no worker is left."""
+    from vramdkit.proc import pid_alive
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched)}, host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.post("/v1/models/llm/unload").status == 200
+    assert parked_on_host(sched, gpu, pid) > 4 * GiB
+    kill_vramd(vd)
+    wait_for(lambda: not pid_alive(pid), timeout=10, what="the checkpointed worker killed by the guard")
+    assert parked_on_host(sched, gpu) == 0
+    sched.finish()
+
+
+def test_checkpointed_worker_left_by_a_killed_vramd_is_cleaned_at_the_next_start(sched):
+    """The guard dead too (killed first) and the worker behind a shell wrapper (which
+    PR_SET_PDEATHSIG does not reach): the checkpointed simworker outlives vramd, holding its
+    parked bytes. The next vramd with the same state_dir kills it at start (its pid file names
+    its group: `stale_workers_killed`) rather than restoring it (see docs/design.md), so its
+    host bytes are freed, and the model serves again from a fresh worker."""
+    from vramdkit import binary
+    from vramdkit.proc import children_of, pid_alive
+    gpu = sched.gpu_set("8GiB")
+    state_dir = str(sched.tmp / "state")
+    m = ckpt_model(sched)
+    m["cmd"] = ["/bin/sh", "-c", " ".join([str(binary("simworker")), *m["cmd"][1:]]) + "; exit $?"]
+    vd = sched.start_vramd(gpu, {"llm": m}, state_dir=state_dir, host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    shell = vd.instances("llm")[0]["pid"]
+    inner = [p for p, _ in children_of(shell)]
+    assert len(inner) == 1, inner
+    assert vd.post("/v1/models/llm/unload").status == 200
+    inst = vd.instances("llm")[0]
+    assert inst["tier"] == "checkpointed", inst
+    assert parked_on_host(sched, gpu, inner[0]) > 4 * GiB  # the simworker, found through its group
+    guard = vd.wait_event("guard_started", timeout=5)[0]["pid"]
+    os.kill(guard, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(guard), timeout=5, what="the guard gone")
+    kill_vramd(vd)
+    wait_for(lambda: not pid_alive(shell), timeout=10, what="the wrapper shell gone with vramd")
+    assert pid_alive(inner[0]) and parked_on_host(sched, gpu, inner[0]) > 4 * GiB
+
+    vd2 = sched.start_vramd(gpu, {"llm": m}, state_dir=state_dir, host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd2.first("stale_workers_killed") is not None
+    wait_for(lambda: not pid_alive(inner[0]), timeout=10, what="the left checkpointed worker killed")
+    assert parked_on_host(sched, gpu) == 0
+    assert vd2.generate("llm").status == 200
+    sched.finish()
+
+
+def test_external_server_left_checkpointed_is_restored_at_start_then_parked_again(sched):
+    """An external server (url:) that a dead vramd left checkpointed (here: parked by hand with
+    simcuda-checkpoint, as NVIDIA's cuda-checkpoint --toggle would) answers /health but holds
+    its GPU work. The next vramd asks the driver for its state when it finds it and restores it
+    before its first request, which is served. An admin unload then parks it by checkpoint (an
+    external server is never stopped) and a request restores it again."""
+    import subprocess
+    from vramdkit import binary
+    gpu = sched.gpu_set("8GiB")
+    ext = sched.external(gpu, "extckpt", ["--resident", "3GiB", "--per-request", "256MiB",
+                                          "--run-time", sim_s(1)])
+    held = gpu_held_by(sched, gpu, ext.pid)
+    p = subprocess.run([str(binary("simcuda-checkpoint")), "--toggle", "--pid", str(ext.pid)],
+                       capture_output=True, text=True, env=sched.env(gpu), timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert gpu_held_by(sched, gpu, ext.pid) == 0 and parked_on_host(sched, gpu, ext.pid) == held
+
+    vd = sched.start_vramd(gpu, {"extckpt": sched.external_model("extckpt", ext, "3.3GiB", "256MiB",
+                                                                 checkpoint=True)},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    r = vd.generate("extckpt")
+    assert r.status == 200, r
+    found = vd.first("cuda_found", model="extckpt")
+    assert found and found["state"] == "checkpointed" and found["pid"] == ext.pid, found
+    order(found, vd.first("resumed", model="extckpt"), vd.first("request_done", model="extckpt"))
+    loaded = gpu_held_by(sched, gpu, ext.pid)  # its request's memory stays cached
+    assert loaded >= held and parked_on_host(sched, gpu) == 0
+
+    r = vd.post("/v1/models/extckpt/unload")
+    assert r.status == 200, r
+    inst = vd.instances("extckpt")[0]
+    assert inst["tier"] == "checkpointed", inst
+    assert gpu_held_by(sched, gpu, ext.pid) == 0 and parked_on_host(sched, gpu, ext.pid) == loaded
+    assert vd.generate("extckpt").status == 200
+    assert vd.instances("extckpt")[0]["tier"] == "resident"
+    assert gpu_held_by(sched, gpu, ext.pid) >= loaded and parked_on_host(sched, gpu) == 0
+    assert not ext.oom_lines()
+    sched.finish()
+
+
+def test_sleep_comes_before_checkpoint_and_a_failed_sleep_falls_to_it(sched):
+    """Tier order sleep -> checkpoint -> unload -> stop. `a` has both a working sleep hook and
+    checkpoint: its admin unload sleeps it (no driver call). `b`'s sleep hook fails (404): the
+    next tier is the checkpoint, and its request is served after a restore (not its wake hook)
+    by the same process."""
+    gpu = sched.gpu_set("16GiB")
+    flags = ["--sleep-time", sim_s(1), "--wake-time", sim_s(1)]
+    wake = {"method": "POST", "path": "/wake_up"}
+    a = ckpt_model(sched, flags, "a", sleep={"method": "POST", "path": "/sleep?level=1"}, wake=wake)
+    b = ckpt_model(sched, flags, "b", sleep={"method": "POST", "path": "/no_such_sleep"}, wake=wake)
+    vd = sched.start_vramd(gpu, {"a": a, "b": b}, host_memory={"budget": "32GiB", "reserve": 0})
+    for name in ("a", "b"):
+        assert vd.generate(name).status == 200
+    pid_b = vd.instances("b")[0]["pid"]
+    for name in ("a", "b"):
+        assert vd.post(f"/v1/models/{name}/unload").status == 200
+    assert vd.instances("a")[0]["tier"] == "sleeping"
+    assert not vd.events("checkpoint_started", model="a")
+    hook = vd.first("sleep_hook_done", model="b")
+    assert hook and hook["status"] == 404, hook
+    assert vd.instances("b")[0]["tier"] == "checkpointed"
+    order(hook, vd.first("checkpoint_started", model="b"), vd.first("parked", model="b"))
+    assert vd.generate("b").status == 200
+    assert vd.instances("b")[0]["pid"] == pid_b
+    assert vd.first("resumed", model="b")["tier"] == "checkpoint"
+    assert not vd.events("wake_hook_done", model="b")
+    sched.finish()
