@@ -24,6 +24,7 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "core/core.h"
+#include "gpu/procfs.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
 #include "workers/http_call.h"
@@ -202,6 +203,22 @@ static bool health_failed(instance_t *inst, int status, const char *error)
     return true;
 }
 
+/* A supervised worker's first healthy answer: did it come from the worker? vramd chose the
+ * port with bind(0) and let it go; until the worker binds it, another process can take it
+ * (an outgoing connection's source port, another daemon's worker), and a server there could
+ * answer the health check, so requests would go to it. Checked once, at the start, through
+ * /proc; when /proc cannot tell (another PID namespace), the answer is taken as the worker's. */
+static bool port_is_the_workers(instance_t *inst)
+{
+    if (inst->external || inst->pgid <= 0)
+        return true;
+    if (procfs_port_owned(inst->port, inst->pgid) != 0)
+        return true;
+    log_event(LOG_WARN, "worker_port_taken", "model=%s instance=%u pid=%d port=%d", inst->model->name, inst->id,
+              (int)inst->pid, inst->port);
+    return false;
+}
+
 static void on_health_answer(void *ctx, int status, const char *body, size_t body_len, const char *error)
 {
     (void)body;
@@ -224,6 +241,8 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
         return;
     }
     if (inst->state == INST_STARTING) {
+        if (ok && !port_is_the_workers(inst))
+            ok = false; /* another process answered: wait for ours (it exits if it cannot bind) */
         if (ok)
             health_became_ready(inst, now);
         else if (now - inst->started_ms >= m->cfg->startup_timeout_ms)
