@@ -19,32 +19,14 @@
 static int fp_agent_listen(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     config_t *cfg = field;
-    char d[DESCRIBE_MAX], host[300];
-    int port = 0;
     free(cfg->fleet.agent_host);
     cfg->fleet.agent_host = NULL;
     cfg->fleet.agent_port = 0;
     if (ydoc_is_null(v) || (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "off") == 0))
         return 0;
-    if (ydoc_need_scalar(c, v, "host:port like 127.0.0.1:9800, or off") != 0)
-        return -1;
-    if (cfg_split_host_port(ydoc_scalar_text(v), true, 0, host, sizeof host, &port) != 0)
-        return ydoc_fail(c, v, "expected host:port like 0.0.0.0:9800 or [::]:9800 (or off), got %s",
-                         ydoc_describe(v, d, sizeof d));
-    struct in_addr a4;
-    bool bracketed = ydoc_scalar_text(v)[0] == '[';
-    const char *stored = host;
-    if (strcmp(host, "localhost") == 0)
-        stored = "127.0.0.1";
-    else if (!bracketed && inet_pton(AF_INET, host, &a4) != 1)
-        return ydoc_fail(c, v, "the agent_listen host must be an IP address or localhost, got %s",
-                         ydoc_describe(v, d, sizeof d));
-    char *copy = ydoc_dup_or_fail(c, v, stored);
-    if (copy == NULL)
-        return -1;
-    cfg->fleet.agent_host = copy;
-    cfg->fleet.agent_port = port;
-    return 0;
+    return cfg_parse_listen_address(c, v, "agent_listen", "host:port like 127.0.0.1:9800, or off",
+                                    "0.0.0.0:9800 or [::]:9800 (or off)", &cfg->fleet.agent_host,
+                                    &cfg->fleet.agent_port);
 }
 
 static int fp_host_name(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
