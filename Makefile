@@ -167,7 +167,8 @@ $(BUILD)/tests/test_cli_http: src/cli/cli_http.c src/cli/cli_http.h src/cli/cli.
 $(BUILD)/tests/test_validate $(BUILD)/tests/test_validate_mesh: tests/unit/validate_test_util.h
 $(BUILD)/tests/test_process $(BUILD)/tests/test_process_child: tests/unit/process_test_util.h
 $(BUILD)/tests/test_config_model $(BUILD)/tests/test_config_top $(BUILD)/tests/test_config_errors \
-	$(BUILD)/tests/test_config_park $(BUILD)/tests/test_config_limits: tests/unit/config_test.h
+	$(BUILD)/tests/test_config_park $(BUILD)/tests/test_config_limits $(BUILD)/tests/test_config_fleet: \
+	tests/unit/config_test.h
 $(BUILD)/tests/test_journal $(BUILD)/tests/test_journal_store $(BUILD)/tests/test_jstore_sqlite: tests/unit/journal_fixture.h
 $(BUILD)/tests/test_request_path $(BUILD)/tests/test_request_path_queue: tests/unit/path_fixture.h \
 	tests/unit/path_upstream.h
@@ -225,6 +226,7 @@ FUZZ_LIBS_fuzz_validate = -lcjson
 FUZZ_DEPS_fuzz_journal_cursor = src/jobs/journal_cursor.c src/jobs/journal.h
 FUZZ_DEPS_fuzz_job_request = src/jobs/job_request.c src/common/units.c src/jobs/job_request.h src/common/units.h
 FUZZ_LIBS_fuzz_job_request = -lcjson
+FUZZ_DEPS_fuzz_agent_line = src/fleet/agent_line.c src/fleet/agent_line.h
 # fuzz_conn and fuzz_upstream drive an in-process daemon (tests/fuzz/fuzz_daemon.h) and link
 # the whole library; they are built with VRAMD_DEBUG so a CHECK_IF aborts (a finding).
 FUZZ_CFLAGS_fuzz_conn = -DVRAMD_DEBUG

@@ -4,7 +4,7 @@
 set -eu
 PKGS="build-essential pkg-config clang libclang-rt-14-dev libuv1-dev libcjson-dev libyaml-dev \
 libcmocka-dev libsqlite3-dev libsystemd-dev cppcheck universal-ctags python3 python3-pytest python3-pytest-xdist python3-requests python3-yaml \
-curl wget nginx-light haproxy wrk procps chromium prometheus libpq-dev postgresql"
+curl wget nginx-light haproxy iproute2 wrk procps chromium prometheus libpq-dev postgresql"
 missing=""
 for p in $PKGS; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

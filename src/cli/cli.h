@@ -39,8 +39,12 @@ enum cli_exit {
 #define CLI_DEFAULT_TIMEOUT_MS 10000
 #define CLI_MAX_TOKEN 4096
 
+#define CLI_MAX_URLS 64 /* --url given more than once (status: several hosts) */
+
 typedef struct cli_opts {
-    const char *url;      /* --url, $VRAMD_URL, or CLI_DEFAULT_URL */
+    const char *url;      /* --url (the last one given), $VRAMD_URL, or CLI_DEFAULT_URL */
+    const char *urls[CLI_MAX_URLS]; /* every --url given, in order (status shows them all) */
+    size_t n_urls;
     char token[CLI_MAX_TOKEN]; /* --token, --token-file, $VRAMD_TOKEN, $VRAMD_TOKEN_FILE; "" = none */
     bool json;            /* --json: print vramd's JSON instead of a table or a line */
     uint64_t timeout_ms;  /* --timeout: bound on one HTTP exchange with vramd */
@@ -109,6 +113,8 @@ void cli_print_body_json(const cli_response_t *r);
 
 /* Commands (each returns an exit code). argv[0] is the command name. */
 int cli_cmd_status(cli_opts_t *o, int argc, char **argv);
+/* status with several --url (cli_fleet.c): every host together; 3 when one is unreachable. */
+int cli_status_fleet(cli_opts_t *o, bool color, int width);
 int cli_cmd_top(cli_opts_t *o, int argc, char **argv);
 int cli_cmd_jobs(cli_opts_t *o, int argc, char **argv);
 int cli_cmd_model_admin(cli_opts_t *o, int argc, char **argv); /* load | unload */

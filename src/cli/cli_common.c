@@ -99,6 +99,11 @@ int cli_global_option(cli_opts_t *o, int argc, char **argv, int *i)
         return 1;
     }
     if ((v = cli_option_value(argc, argv, i, "--url", &bad))) {
+        if (o->n_urls >= CLI_MAX_URLS) {
+            cli_usage_error(NULL, "--url given more than %d times", CLI_MAX_URLS);
+            return -1;
+        }
+        o->urls[o->n_urls++] = v;
         o->url = v;
         return 1;
     }
@@ -150,6 +155,7 @@ int cli_opts_init(cli_opts_t *o)
 {
     const char *env_url = getenv("VRAMD_URL");
     o->url = env_url && env_url[0] ? env_url : CLI_DEFAULT_URL;
+    o->n_urls = 0;
     o->timeout_ms = CLI_DEFAULT_TIMEOUT_MS;
     const char *no_color = getenv("NO_COLOR");
     o->color = isatty(STDOUT_FILENO) && !(no_color && no_color[0]);

@@ -76,4 +76,14 @@ typedef struct cli_view_opts {
 /* The `status` view of a /v1/status document: header, GPUs with bars, models, events. */
 int cli_render_status(buf_t *out, const cJSON *status, const cli_view_opts_t *v);
 
+/* Several hosts (cli_fleet.c): each its URL and /v1/status document, or why not. */
+typedef struct cli_fleet_host {
+    const char *url;
+    cJSON *status;     /* NULL when it could not be fetched */
+    const char *error; /* then: why */
+} cli_fleet_host_t;
+/* One line per host, then one line per model with a column per host (the first
+ * CLI_TABLE_MAX_COLS - 1 hosts). */
+int cli_render_fleet(buf_t *out, const cli_fleet_host_t *hosts, size_t n, const cli_view_opts_t *v);
+
 #endif

@@ -122,6 +122,8 @@ int cli_cmd_status(cli_opts_t *o, int argc, char **argv)
     int rc = parse_view_args(o, argc, argv, &va, false);
     if (rc)
         return rc;
+    if (o->n_urls > 1)
+        return cli_status_fleet(o, o->color, terminal_width());
     if (o->json) {
         cli_response_t resp;
         rc = cli_call(o, "GET", "/v1/status", NULL, &resp);

@@ -121,6 +121,32 @@ static yaml_node_t *model_key_node(ctx_t *c, const char *model, yaml_node_t *mod
     return model_node;
 }
 
+#define OUTLIER_EJECTION_MAX_MS (60ULL * 60 * 1000) /* outlier.*_ejection_time: at most 1h */
+
+/* outlier: base_ejection_time <= max_ejection_time <= 1h (an ejection of hours is an outage). */
+static int check_outlier(ctx_t *c, const model_config_t *m, yaml_node_t *where)
+{
+    const config_outlier_t *o = &m->outlier;
+    const char *key = NULL, *why = NULL;
+    if (o->base_ejection_ms > OUTLIER_EJECTION_MAX_MS) {
+        key = "base_ejection_time";
+        why = "must be at most 1h";
+    } else if (o->max_ejection_ms > OUTLIER_EJECTION_MAX_MS) {
+        key = "max_ejection_time";
+        why = "must be at most 1h";
+    } else if (o->max_ejection_ms < o->base_ejection_ms) {
+        key = "max_ejection_time";
+        why = "must be at least base_ejection_time";
+    }
+    if (key == NULL)
+        return 0;
+    yaml_node_t *section = model_key_node(c, m->name, where, "outlier");
+    yaml_node_t *node = ydoc_find_value(c, section, key);
+    if (node != NULL)
+        ydoc_path_append(c, ".%s", key);
+    return ydoc_fail(c, node != NULL ? node : section, "%s", why);
+}
+
 int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_node_t *model_node)
 {
     yaml_node_t *where = model_node && !ydoc_is_null(model_node) ? model_node : key_node;
@@ -145,6 +171,8 @@ int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_nod
             return ydoc_fail(c, n, "path is required (like /unload_models/)");
         }
     }
+    if (check_outlier(c, m, where) != 0)
+        return -1;
     if (m->sleep.set != m->wake.set) {
         /* point at the key that removed one, else the one given, else the preset that set it */
         const char *keys[] = {m->sleep.set ? "wake" : "sleep", m->sleep.set ? "sleep" : "wake", "preset"};

@@ -77,6 +77,8 @@ static config_t *parse_in_dir(const char *text, size_t len, const char *name, co
         rc = cfg_check_top(&c, cfg, root);
     if (rc == 0)
         rc = cfg_check_jobs(&c, cfg, root);
+    if (rc == 0)
+        rc = cfg_check_fleet(&c, cfg, root);
     yaml_document_delete(&doc);
     if (rc != 0) {
         cfg_config_free(cfg);

@@ -123,6 +123,13 @@ typedef struct config_retry_budget {
     unsigned min;     /* retries always allowed at once, whatever the percentage gives; default 3 */
 } config_retry_budget_t;
 
+/* outlier: how long an instance is ejected after broken exchanges in a row (Envoy's
+ * outlier_detection): base_ejection_time x its ejections, at most max_ejection_time. */
+typedef struct config_outlier {
+    uint64_t base_ejection_ms; /* default 30s; 100ms..1h */
+    uint64_t max_ejection_ms;  /* default 5m; base_ejection_time..1h */
+} config_outlier_t;
+
 typedef struct model_config {
     char *name;
     char *route; /* path prefix, normalised to start and end with '/'; NULL = no route */
@@ -159,6 +166,7 @@ typedef struct model_config {
     bool retry_safe; /* retry: safe */
     uint64_t response_timeout_ms; /* request sent -> the worker's answer head; default 10m; 0 = never */
     config_retry_budget_t retry_budget; /* retries of this model's requests (OOM ladder, invalid output) */
+    config_outlier_t outlier;           /* ejection time after broken exchanges */
 } model_config_t;
 
 typedef struct config {
@@ -232,6 +240,17 @@ typedef struct config {
      * held answers); 0 = auto (core/mem_budget.c: a quarter of what the host or cgroup has
      * available at start, at least limits.max_body) */
     uint64_t memory_budget;
+    /* fleet: several hosts behind HAProxy (SPEC section 7; fleet/agent.h, docs/fleet.md) */
+    struct {
+        char *agent_host;       /* agent_listen: NULL = off (default) */
+        int agent_port;
+        uint64_t agent_wait_ms; /* default 100ms: quiet time after the last agent-send byte
+                                   (or the connect) before the line counts as complete */
+        uint64_t agent_timeout_ms; /* default 2s: a whole agent connection, answer included
+                                      (HAProxy's agent-inter default) */
+        unsigned agent_max_connections; /* default 64: agent connections open at once */
+        char *host_name;        /* default: this machine's hostname (the /metrics host label) */
+    } fleet;
     /* host_memory: where parked GPU memory (sleep, checkpoint) lives; workers/park.c books it */
     struct {
         uint64_t budget;  /* bytes that parked instances may hold; 0 = auto (half of min(MemAvailable,

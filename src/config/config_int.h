@@ -77,6 +77,11 @@ int cfg_fp_size(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 int cfg_fp_duration(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
 
 /* model_keys.c */
+/* A listening address (listen, fleet.agent_listen): "host:port" with an IP address or
+ * localhost (stored as 127.0.0.1); *host_out (freed first) and *port_out set on success.
+ * Errors name the key: want for a non-scalar, examples for a bad one. 0 ok, -1 error recorded. */
+int cfg_parse_listen_address(ctx_t *c, yaml_node_t *v, const char *key, const char *want, const char *examples,
+                             char **host_out, int *port_out);
 int cfg_split_host_port(const char *s, bool port_required, int default_port, char *host, size_t host_cap,
                         int *port);
 int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root);
@@ -98,6 +103,10 @@ int cfg_fp_preset(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spe
 
 /* top_keys.c */
 extern const section_t cfg_top_section;
+
+/* fleet_keys.c */
+extern const section_t cfg_fleet_section;
+int cfg_check_fleet(ctx_t *c, config_t *cfg, yaml_node_t *root);
 
 /* defaults.c */
 int cfg_model_init_builtin(model_config_t *m);

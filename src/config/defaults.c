@@ -8,6 +8,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "config/config_int.h"
@@ -50,6 +51,8 @@ int cfg_model_init_builtin(model_config_t *m)
     m->response_timeout_ms = 10 * 60 * 1000; /* seconds-to-minutes GPU work; docs/config.md */
     m->retry_budget.percent = 20;
     m->retry_budget.min = 3;
+    m->outlier.base_ejection_ms = 30 * 1000;     /* Envoy's base_ejection_time */
+    m->outlier.max_ejection_ms = 5 * 60 * 1000;  /* Envoy's max_ejection_time */
     bool ok = m->health.path && m->unload.method && m->reload.method && m->clear_cache.method && m->sleep.method &&
               m->wake.method;
     return ok ? 0 : -1;
@@ -100,7 +103,25 @@ void cfg_config_free(config_t *cfg)
     free(cfg->gpu.devices);
     cfg_free_argv(cfg->gpu.device_uuids, cfg->gpu.n_device_uuids);
     free(cfg->per_client.header);
+    free(cfg->fleet.agent_host);
+    free(cfg->fleet.host_name);
     free(cfg);
+}
+
+/* The default host_name: this machine's hostname, cut at the first character a label
+ * value here may not hold (a dot keeps the short name), "localhost" when there is none. */
+static char *default_host_name(void)
+{
+    char buf[256] = "";
+    if (gethostname(buf, sizeof buf - 1) != 0)
+        buf[0] = '\0';
+    buf[sizeof buf - 1] = '\0';
+    size_t n = 0;
+    while (n < 64 && buf[n] &&
+           strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-", buf[n]))
+        n++;
+    buf[n] = '\0';
+    return strdup(n ? buf : "localhost");
 }
 
 config_t *cfg_config_new_builtin(void)
@@ -141,10 +162,14 @@ config_t *cfg_config_new_builtin(void)
     cfg->per_client.max_queued = 32;
     cfg->per_client.max_in_flight = 8;
     cfg->per_client.max_clients = 4096;
+    cfg->fleet.agent_wait_ms = 100;
+    cfg->fleet.agent_timeout_ms = 2000;
+    cfg->fleet.agent_max_connections = 64;
+    cfg->fleet.host_name = default_host_name();
     cfg->host_memory.budget = 0; /* auto */
     cfg->host_memory.reserve = 2ULL << 30;
     if (cfg->listen_host == NULL || cfg->state_dir == NULL || cfg->gpu.nvml_library == NULL ||
-        cfg->gpu.cuda_library == NULL) {
+        cfg->gpu.cuda_library == NULL || cfg->fleet.host_name == NULL) {
         cfg_config_free(cfg);
         return NULL;
     }

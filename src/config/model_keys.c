@@ -458,7 +458,13 @@ static const field_spec_t retry_budget_fields[] = {
     {"min", cfg_fp_unsigned, offsetof(config_retry_budget_t, min), 0, 100000, NULL},
 };
 
+static const field_spec_t outlier_fields[] = {
+    {"base_ejection_time", cfg_fp_duration, offsetof(config_outlier_t, base_ejection_ms), 100, 0, NULL},
+    {"max_ejection_time", cfg_fp_duration, offsetof(config_outlier_t, max_ejection_ms), 100, 0, NULL},
+};
+
 static const section_t health_section = SECTION(health_fields);
+static const section_t outlier_section = SECTION(outlier_fields);
 static const section_t retry_budget_section = SECTION(retry_budget_fields);
 static const section_t memory_section = SECTION(memory_fields);
 static const section_t recycle_section = SECTION(recycle_fields);
@@ -495,6 +501,7 @@ static const field_spec_t model_fields[] = {
     {"retry", cfg_fp_retry, offsetof(model_config_t, retry_safe), 0, 0, NULL},
     {"response_timeout", cfg_fp_duration, offsetof(model_config_t, response_timeout_ms), 0, 0, NULL},
     {"retry_budget", cfg_fp_section, offsetof(model_config_t, retry_budget), 0, 0, &retry_budget_section},
+    {"outlier", cfg_fp_section, offsetof(model_config_t, outlier), 0, 0, &outlier_section},
 };
 static const section_t model_section = SECTION(model_fields);
 

@@ -14,31 +14,37 @@
 #include "common/log.h"
 #include "config/config_int.h"
 
-static int fp_listen(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+int cfg_parse_listen_address(ctx_t *c, yaml_node_t *v, const char *key, const char *want, const char *examples,
+                             char **host_out, int *port_out)
 {
-    config_t *cfg = field;
     char d[DESCRIBE_MAX], host[300];
     int port = 0;
-    if (ydoc_need_scalar(c, v, "host:port like 127.0.0.1:8800") != 0)
+    if (ydoc_need_scalar(c, v, want) != 0)
         return -1;
     if (cfg_split_host_port(ydoc_scalar_text(v), true, 0, host, sizeof host, &port) != 0)
-        return ydoc_fail(c, v, "expected host:port like 127.0.0.1:8800 or [::1]:8800, got %s",
-                         ydoc_describe(v, d, sizeof d));
+        return ydoc_fail(c, v, "expected host:port like %s, got %s", examples, ydoc_describe(v, d, sizeof d));
     struct in_addr a4;
     bool bracketed = ydoc_scalar_text(v)[0] == '[';
     const char *stored = host;
     if (strcmp(host, "localhost") == 0)
         stored = "127.0.0.1";
     else if (!bracketed && inet_pton(AF_INET, host, &a4) != 1)
-        return ydoc_fail(c, v, "the listen host must be an IP address or localhost, got %s",
+        return ydoc_fail(c, v, "the %s host must be an IP address or localhost, got %s", key,
                          ydoc_describe(v, d, sizeof d));
     char *copy = ydoc_dup_or_fail(c, v, stored);
     if (copy == NULL)
         return -1;
-    free(cfg->listen_host);
-    cfg->listen_host = copy;
-    cfg->listen_port = port;
+    free(*host_out);
+    *host_out = copy;
+    *port_out = port;
     return 0;
+}
+
+static int fp_listen(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    config_t *cfg = field;
+    return cfg_parse_listen_address(c, v, "listen", "host:port like 127.0.0.1:8800",
+                                    "127.0.0.1:8800 or [::1]:8800", &cfg->listen_host, &cfg->listen_port);
 }
 
 static int fp_log_format(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
@@ -280,6 +286,7 @@ static const field_spec_t top_fields[] = {
     {"gpu", cfg_fp_section, 0, 0, 0, &gpu_section},
     {"limits", cfg_fp_section, 0, 0, 0, &limits_section},
     {"jobs", cfg_fp_section, 0, 0, 0, &jobs_section},
+    {"fleet", cfg_fp_section, 0, 0, 0, &cfg_fleet_section},
     {"host_memory", cfg_fp_section, 0, 0, 0, &host_memory_section},
     {"defaults", fp_defaults, 0, 0, 0, NULL},
     {"models", fp_models, 0, 0, 0, NULL},

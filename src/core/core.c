@@ -137,7 +137,15 @@ unsigned core_in_flight_total(const core_t *c)
 
 void core_count_request(core_t *c) { c->requests_total++; }
 
-void core_retry_begin(core_t *c) { c->retries_in_flight++; }
+void core_retry_begin(core_t *c)
+{
+    c->retries_in_flight++;
+    c->retries_total++;
+    if (c->retries_in_flight > c->retries_peak)
+        c->retries_peak = c->retries_in_flight;
+}
+
+void core_retry_refused(core_t *c) { c->retries_refused++; }
 
 void core_retry_end(core_t *c)
 {

@@ -83,6 +83,7 @@ struct core {
     list_t models;           /* model_t.link, config order */
     list_t conns;            /* conn_t.link */
     unsigned n_conns;
+    unsigned n_lingering;    /* of n_conns: answered, FIN sent, waiting for the client's (net/conn.c) */
     unsigned n_reserve_conns; /* of n_conns, those accepted onto the reserve */
     bool draining;           /* stop admitting (composition root) */
     bool stopping;           /* workers being stopped, loop about to end (composition root) */
@@ -92,6 +93,9 @@ struct core {
     uint64_t started_wall_ms;
     uint64_t requests_total; /* request heads parsed */
     unsigned retries_in_flight; /* requests queued or running again after an OOM or invalid output */
+    unsigned retries_peak;      /* most retries_in_flight ever at once (/v1/status) */
+    uint64_t retries_total;     /* retries begun */
+    uint64_t retries_refused;   /* retries the retry budget refused (503 retry_budget_exhausted) */
     uint64_t counts[CORE_COUNTERS]; /* core_count */
     /* random at core_init (32 hex; "" when no randomness): the job runner's attempts name
      * their submitter with it (X-Vramd-Job-Client, net/conn_request.c); never shown */
@@ -138,6 +142,7 @@ unsigned core_in_flight_total(const core_t *c);
 void core_count_request(core_t *c);
 void core_retry_begin(core_t *c);
 void core_retry_end(core_t *c);
+void core_retry_refused(core_t *c);
 void core_conn_added(core_t *c, list_t *link);
 void core_conn_removed(core_t *c, list_t *link);
 /* A connection went onto the reserve (on) or, having been on it, closed (off). */

@@ -6,6 +6,7 @@
  *   conn_accept(.., api_on_request)            a complete request goes to the services
  *   model_create(.., dispatch_pump)            a model's deferred pump is the dispatcher's
  *   api admin ops = {vramd_drain, vramd_reload}
+ *   fleet_agent_start: the agent-check listener (fleet.agent_listen), answering from the core
  *   listeners: the drain check (REQUEST_ENDED, INSTANCE_GONE); jobs listens to
  *              REQUEST_DISPATCHED from jobs_init.
  */
@@ -23,6 +24,7 @@
 #include "common/log.h"
 #include "daemon/notify.h"
 #include "daemon/wiring.h"
+#include "fleet/agent.h"
 #include "gpu/cuda.h"
 #include "jobs/jobs.h"
 #include "net/api.h"
@@ -173,6 +175,8 @@ static int check_start_only(const config_t *old, const config_t *cfg, char *err,
     const char *key = NULL;
     if (!same_str(old->gpu.nvml_library, cfg->gpu.nvml_library))
         key = "gpu.nvml_library";
+    else if (!same_str(old->fleet.agent_host, cfg->fleet.agent_host) || old->fleet.agent_port != cfg->fleet.agent_port)
+        key = "fleet.agent_listen";
     else if (!same_str(old->gpu.cuda_library, cfg->gpu.cuda_library))
         key = "gpu.cuda_library";
     else if (old->gpu.poll_ms != cfg->gpu.poll_ms)
@@ -441,6 +445,8 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     start_guard(d, pids);
     if (start_listening(d, err, errlen) != 0)
         return -1;
+    if (fleet_agent_start(core, err, errlen) != 0)
+        return -1;
     start_signals(d);
     wire(d);
     open_cuda(core, cfg);
@@ -461,6 +467,7 @@ int vramd_run(vramd_t *d)
     uv_run(core->loop, UV_RUN_DEFAULT);
     notify_close();
     jobs_shutdown(core);
+    fleet_agent_stop();
     sched_shutdown(core);
     cuda_close(core->cuda); /* calls still in flight finish on the pool; their callbacks are not called */
     core->cuda = NULL;

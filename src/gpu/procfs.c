@@ -1,6 +1,8 @@
 /* procfs: process group and listening-socket owner lookups. See procfs.h. */
 #include "gpu/procfs.h"
 
+#include <stdbool.h>
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,13 +76,37 @@ static unsigned long find_inode(const char *table, int port)
     return inode;
 }
 
-pid_t procfs_listener(int port)
+static unsigned long listening_inode(int port)
 {
     unsigned long inode = find_inode("/proc/net/tcp", port);
-    if (!inode)
-        inode = find_inode("/proc/net/tcp6", port);
-    if (!inode)
-        return 0;
+    return inode ? inode : find_inode("/proc/net/tcp6", port);
+}
+
+/* Does /proc/<pid>/fd hold "socket:[inode]"? pid given as its decimal text. */
+static bool holds_socket(const char *pid, const char *want)
+{
+    char fddir[300];
+    snprintf(fddir, sizeof fddir, "/proc/%s/fd", pid);
+    DIR *fds = opendir(fddir);
+    if (!fds)
+        return false;
+    bool found = false;
+    struct dirent *fe;
+    while (!found && (fe = readdir(fds)) != NULL) {
+        char link[600], target[64];
+        snprintf(link, sizeof link, "%s/%s", fddir, fe->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = '\0';
+        found = strcmp(target, want) == 0;
+    }
+    closedir(fds);
+    return found;
+}
+
+static pid_t socket_holder(unsigned long inode)
+{
     char want[64];
     snprintf(want, sizeof want, "socket:[%lu]", inode);
     DIR *proc = opendir("/proc");
@@ -91,26 +117,31 @@ pid_t procfs_listener(int port)
     while (!found && (de = readdir(proc)) != NULL) {
         if (de->d_name[0] < '0' || de->d_name[0] > '9')
             continue;
-        char fddir[300];
-        snprintf(fddir, sizeof fddir, "/proc/%s/fd", de->d_name);
-        DIR *fds = opendir(fddir);
-        if (!fds)
-            continue;
-        struct dirent *fe;
-        while ((fe = readdir(fds)) != NULL) {
-            char link[600], target[64];
-            snprintf(link, sizeof link, "%s/%s", fddir, fe->d_name);
-            ssize_t n = readlink(link, target, sizeof target - 1);
-            if (n <= 0)
-                continue;
-            target[n] = '\0';
-            if (strcmp(target, want) == 0) {
-                found = (pid_t)atoi(de->d_name);
-                break;
-            }
-        }
-        closedir(fds);
+        if (holds_socket(de->d_name, want))
+            found = (pid_t)atoi(de->d_name);
     }
     closedir(proc);
     return found;
+}
+
+pid_t procfs_listener(int port)
+{
+    unsigned long inode = listening_inode(port);
+    return inode ? socket_holder(inode) : 0;
+}
+
+int procfs_port_owned(int port, pid_t pgid)
+{
+    unsigned long inode = listening_inode(port);
+    if (!inode || pgid <= 0)
+        return -1;
+    char want[64], leader[24];
+    snprintf(want, sizeof want, "socket:[%lu]", inode);
+    snprintf(leader, sizeof leader, "%d", (int)pgid);
+    if (holds_socket(leader, want))
+        return 1;
+    pid_t holder = socket_holder(inode);
+    if (holder <= 0)
+        return -1;
+    return procfs_pgid(holder) == pgid ? 1 : 0;
 }

@@ -279,6 +279,8 @@ static void conn_close(conn_t *c)
         return;
     request_cancel(c);
     conn_set_state(c, CONN_CLOSING);
+    c->core->n_lingering -= c->lingering;
+    c->lingering = false;
     core_defer_cancel(&c->resume);
     c->want_drained = false;
     core_conn_removed(c->core, &c->link);
@@ -318,13 +320,16 @@ static void on_shutdown(uv_shutdown_t *sr, int status)
     }
     /* Lingering close: keep reading (and discarding) until the client closes or
      * LINGER_MS passes, so unread client bytes do not turn our FIN into a RST that
-     * destroys the response in flight. Pipelined bytes that paused reading will never be
-     * served: drop them and read on, or the client's FIN is never seen (LINGER_MS wasted). */
+     * destroys the response in flight; at the cap a new client ends it (conn_accept).
+     * Pipelined bytes that paused reading will never be served: drop them and read on,
+     * or the client's FIN is never seen (LINGER_MS wasted). */
     if (c->read_paused) {
         c->read_paused = false;
         buf_reset(&c->in);
         uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     }
+    c->lingering = true;
+    c->core->n_lingering++;
     uv_timer_start(&c->timer, on_linger_timeout, LINGER_MS, 0);
 }
 
@@ -735,6 +740,7 @@ void conn_request_done(conn_t *c)
 
 /* ---- accepting -------------------------------------------------------------------- */
 
+
 void conn_accept(core_t *d, uv_stream_t *listener, conn_request_fn on_request)
 {
     conn_t *c = calloc(1, sizeof *c);
@@ -763,6 +769,11 @@ void conn_accept(core_t *d, uv_stream_t *listener, conn_request_fn on_request)
     conn_peer_name(&c->tcp, c->peer, sizeof c->peer);
     uv_tcp_nodelay(&c->tcp, 1);
     unsigned cap = d->cfg->limits.max_connections, reserved = d->cfg->limits.reserved_connections;
+    conn_t *lingering; /* answered, FIN sent: its slot goes to the new client */
+    while (d->n_conns > cap && (lingering = conn_oldest_lingering(d)) != NULL) {
+        log_event(LOG_INFO, "linger_cut", "peer=%s reason=%s", lingering->peer, "max_connections");
+        conn_close(lingering);
+    }
     if (d->n_conns > cap + reserved) {
         log_event(LOG_WARN, "connection_refused", "peer=%s reason=%s limit=%u reserved=%u", c->peer,
                   "max_connections", cap, reserved);

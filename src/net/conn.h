@@ -110,6 +110,7 @@ struct conn {
     conn_send_watch_t send; /* write progress, for limits.send_timeout */
     uint64_t last_read_ms;  /* the last bytes read, for limits.body_timeout */
     bool reserve;           /* accepted past max_connections: operator routes only, one answer */
+    bool lingering;         /* answered and FIN sent: waiting for the client's FIN (LINGER_MS) */
 };
 
 void conn_accept(core_t *core, uv_stream_t *listener, conn_request_fn on_request);

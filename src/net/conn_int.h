@@ -2,8 +2,8 @@
  * conn_int: the parts of a client connection (net/conn.c) kept in their own files, each
  * used by conn.c only and calling nothing in it (no cycle): conn_request.c builds a request
  * from a parsed head and words a refusal; conn_watch.c reads what the kernel knows of a
- * socket (is the peer gone? did the client take answer bytes?). Not for use outside
- * src/net/conn*.c.
+ * socket (is the peer gone? did the client take answer bytes?); conn_state.c checks and
+ * logs state changes. Not for use outside src/net/conn*.c.
  */
 #ifndef VRAMD_NET_CONN_INT_H
 #define VRAMD_NET_CONN_INT_H
@@ -57,6 +57,9 @@ size_t conn_send_waiting(const uv_tcp_t *tcp);
  * reading is paused; while answer bytes wait, at the send_timeout deadline but at least every
  * quarter of it; UINT64_MAX when neither applies. */
 uint64_t conn_watch_next_ms(const conn_t *c, uint64_t now_ms);
+/* At the connection cap: the oldest connection in a lingering close (answered, FIN sent,
+ * waiting for the client's), whose slot a new client may take; NULL when none. */
+conn_t *conn_oldest_lingering(core_t *core);
 /* "ip:port" or "[ip6]:port" of the peer into out; left as it was when unknown. */
 void conn_peer_name(uv_tcp_t *tcp, char *out, size_t cap);
 

@@ -1,5 +1,5 @@
-/* conn_watch: what the kernel knows of a client socket, read without reading from it (see
- * conn_int.h). */
+/* conn_watch: what the kernel knows of a client socket, read without reading from it, and
+ * which lingering connection gives its slot at the cap (see conn_int.h). */
 #include "net/conn_int.h"
 
 #include <netinet/in.h>
@@ -72,6 +72,18 @@ uint64_t conn_watch_next_ms(const conn_t *c, uint64_t now_ms)
         next = min_u64(next, min_u64(step, due > now_ms ? due - now_ms : 1));
     }
     return next;
+}
+
+conn_t *conn_oldest_lingering(core_t *core)
+{
+    if (core->n_lingering == 0)
+        return NULL;
+    list_foreach(it, &core->conns) {
+        conn_t *c = list_entry(it, conn_t, link);
+        if (c->lingering)
+            return c;
+    }
+    return NULL;
 }
 
 void conn_peer_name(uv_tcp_t *tcp, char *out, size_t cap)

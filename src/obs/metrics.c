@@ -7,6 +7,7 @@
 
 #include "common/buf.h"
 #include "core/core.h"
+#include "fleet/agent.h"
 #include "jobs/job_state.h"
 #include "jobs/jobs.h"
 #include "obs/histogram.h"
@@ -395,6 +396,45 @@ static void job_metrics(buf_t *b, core_t *d)
                    available ? counts[s] : 0);
 }
 
+/* A fleet's view: which host this is, the agent-check counters, and per model the three
+ * gauges the Kubernetes Gateway API Inference Extension's model-server protocol reads
+ * (queued: vramd_queue_depth, running: vramd_in_flight, and the KV-cache-like fraction). */
+static void fleet_metrics(buf_t *b, core_t *d)
+{
+    family(b, "vramd_host_info", "gauge", "Always 1; host_name is fleet.host_name (this host in a fleet).");
+    sample_u64(b, "vramd_host_info", "host_name", d->cfg->fleet.host_name, NULL, NULL, 1);
+    family(b, "vramd_model_memory_reserved_ratio", "gauge",
+           "How full (0..1) the GPU memory the model's requests may use is: running requests' reservations "
+           "over those plus the memory free to admit beside its instances (its KV-cache utilization).");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        sample_double(b, "vramd_model_memory_reserved_ratio", "model", m->name, sched_model_reserved_ratio(m));
+    }
+    family(b, "vramd_model_memory_bytes", "gauge",
+           "GPU memory the ledger books for the model now: its instances' resident entries and its running "
+           "requests' reservations (GPU memory by owner; foreign use is vramd_gpu_memory_foreign_bytes).");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        uint64_t bytes = 0;
+        list_foreach(ii, &m->instances) {
+            const instance_t *in = list_entry(ii, instance_t, link);
+            bytes += (in->mem.gpu >= 0 ? in->mem.bytes : 0) + in->running_reserved;
+        }
+        sample_u64(b, "vramd_model_memory_bytes", "model", m->name, NULL, NULL, bytes);
+    }
+    const fleet_agent_stats_t *a = fleet_agent_stats();
+    family(b, "vramd_agent_checks_total", "counter",
+           "HAProxy agent checks answered (fleet.agent_listen), by what they asked about: host or model.");
+    sample_u64(b, "vramd_agent_checks_total", "target", "host", NULL, NULL, a->checks_host);
+    sample_u64(b, "vramd_agent_checks_total", "target", "model", NULL, NULL, a->checks_model);
+    family(b, "vramd_agent_errors_total", "counter",
+           "Agent connections that got no ordinary answer, by why: bad_request (answered down #bad agent-send), "
+           "refused (over fleet.agent_max_connections), timeout (fleet.agent_timeout before the answer).");
+    sample_u64(b, "vramd_agent_errors_total", "reason", "bad_request", NULL, NULL, a->bad_requests);
+    sample_u64(b, "vramd_agent_errors_total", "reason", "refused", NULL, NULL, a->refused);
+    sample_u64(b, "vramd_agent_errors_total", "reason", "timeout", NULL, NULL, a->timed_out);
+}
+
 /* host_memory: the budget for parked instances and what each model holds there */
 static void host_memory_metrics(buf_t *b, core_t *d)
 {
@@ -435,6 +475,7 @@ char *metrics_render(core_t *d, size_t *len)
     model_metrics(&b, d);
     instance_metrics(&b, d);
     job_metrics(&b, d);
+    fleet_metrics(&b, d);
     host_memory_metrics(&b, d);
     /* Every single append is under METRICS_PIECE_MAX bytes, so one that did not fit left
      * the buffer within that distance of the limit: better no answer than a truncated one. */

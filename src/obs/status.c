@@ -181,6 +181,7 @@ char *status_render(core_t *d)
     uint64_t now = core_now();
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "version", VRAMD_VERSION);
+    cJSON_AddStringToObject(o, "host", d->cfg->fleet.host_name);
     cJSON_AddNumberToObject(o, "uptime_ms", (double)(now - d->started_ms));
     cJSON_AddBoolToObject(o, "draining", d->draining);
     cJSON_AddBoolToObject(o, "ready", d->ready);
@@ -207,6 +208,11 @@ char *status_render(core_t *d)
     cJSON_AddNumberToObject(q, "max", d->cfg->limits.queue_max);
     cJSON_AddNumberToObject(q, "in_flight", core_in_flight_total(d));
     cJSON_AddNumberToObject(o, "requests_total", (double)d->requests_total);
+    cJSON *rt = cJSON_AddObjectToObject(o, "retries");
+    cJSON_AddNumberToObject(rt, "in_flight", d->retries_in_flight);
+    cJSON_AddNumberToObject(rt, "peak", d->retries_peak);
+    cJSON_AddNumberToObject(rt, "total", (double)d->retries_total);
+    cJSON_AddNumberToObject(rt, "refused", (double)d->retries_refused);
     clients_json(o, d->cfg);
     mem_budget_json(o);
     host_memory_json(o, d->cfg);

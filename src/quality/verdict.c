@@ -140,6 +140,7 @@ static void refuse_over_budget(request_t *r, const char *what)
     model_t *m = r->model;
     const config_retry_budget_t *b = &m->cfg->retry_budget;
     uint64_t after = m->run_ms_ewma / 1000 + 1;
+    core_retry_refused(m->core);
     m->retry_budget_refusals++;
     log_event(LOG_WARN, "retry_budget_exhausted", "request_id=%s model=%s reason=%s retries_in_flight=%u", r->id,
               m->name, what, m->core->retries_in_flight);
@@ -154,6 +155,8 @@ static void retry(request_t *r, const char *why)
     if (!r->is_retry) {
         r->is_retry = true;
         core_retry_begin(d);
+        log_event(LOG_INFO, "retry_started", "request_id=%s model=%s reason=%s retries_in_flight=%u", r->id,
+                  r->model->name, why, d->retries_in_flight);
     }
     buf_reset(&r->resp_head);
     buf_reset(&r->resp_body);

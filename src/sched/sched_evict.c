@@ -137,9 +137,9 @@ static void claim_if_starving(model_t *m, const bool allowed[LEDGER_MAX_GPUS], u
  * *gpu_pos set), or idle instances of other models are being evicted for it (EVICT), or
  * it has to wait for running work or for memory already on its way back (WAIT), or it
  * can never fit (NEVER). */
-static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, size_t *gpu_pos)
+/* The idle instances that may be evicted for m, into sched_state.cands; their count. */
+static size_t gather_candidates(const model_t *m)
 {
-    ledger_t *l = &sched_state.ledger;
     uint64_t now = core_now();
     placer_candidate_t *cands = sched_state.cands;
     size_t n = 0;
@@ -164,6 +164,14 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
                                               .queued = om->queue.depth};
         }
     }
+    return n;
+}
+
+static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, size_t *gpu_pos)
+{
+    ledger_t *l = &sched_state.ledger;
+    placer_candidate_t *cands = sched_state.cands;
+    size_t n = gather_candidates(m);
     placer_plan_t plan;
     enum placer_result res = placer_choose(l, allowed, need, m, cands, n, &plan);
     if (res == PLACER_FITS) {
@@ -214,6 +222,12 @@ static enum placer_result make_room_or_claim(model_t *m, const bool allowed[LEDG
     return res;
 }
 
+/* Room for a new instance of m and one request at the cheapest level it can serve. */
+static uint64_t place_need(const model_t *m)
+{
+    return m->cfg->memory.resident + sched_smallest_estimate(m);
+}
+
 enum placer_result sched_place(model_t *m, size_t *gpu_pos)
 {
     *gpu_pos = 0;
@@ -223,9 +237,7 @@ enum placer_result sched_place(model_t *m, size_t *gpu_pos)
         return PLACER_WAIT;
     bool allowed[LEDGER_MAX_GPUS];
     sched_allowed_mask(m, allowed);
-    /* room for the instance and one request at the cheapest level it can serve */
-    uint64_t need = m->cfg->memory.resident + sched_smallest_estimate(m);
-    return make_room_or_claim(m, allowed, need, gpu_pos, "load waiting");
+    return make_room_or_claim(m, allowed, place_need(m), gpu_pos, "load waiting");
 }
 
 enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra)
@@ -236,6 +248,45 @@ enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra
     only[gpu_pos] = true;
     size_t pos;
     return make_room_or_claim(m, only, extra, &pos, "wake waiting");
+}
+
+enum placer_result sched_place_dry(const model_t *m, sched_room_t *out)
+{
+    *out = (sched_room_t){0};
+    if (!sched_uses_gpu(m))
+        return PLACER_FITS;
+    if (!sched_state.ok || sched_state.ledger.n_gpus == 0)
+        return PLACER_WAIT;
+    const ledger_t *l = &sched_state.ledger;
+    bool allowed[LEDGER_MAX_GPUS];
+    sched_allowed_mask(m, allowed);
+    out->need = place_need(m);
+    for (size_t g = 0; g < l->n_gpus; g++) {
+        uint64_t free = allowed[g] ? ledger_free_for(l, g, m) : 0;
+        if (allowed[g] && ledger_capacity(l, g) > out->largest_capacity)
+            out->largest_capacity = ledger_capacity(l, g);
+        if (allowed[g] && (free > out->free || out->capacity == 0)) {
+            out->free = free;
+            out->capacity = ledger_capacity(l, g);
+        }
+    }
+    size_t n = gather_candidates(m);
+    placer_plan_t plan;
+    return placer_choose(l, allowed, out->need, m, sched_state.cands, n, &plan);
+}
+
+bool sched_request_fits_now(const instance_t *inst)
+{
+    const model_t *m = inst->model;
+    if (inst->gpu_pos < 0 || !sched_uses_gpu(m))
+        return true;
+    if (!sched_state.ok)
+        return false;
+    uint64_t est = sched_request_estimate(m);
+    uint64_t cache = sched_instance_cache(inst);
+    uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
+    uint64_t need = est - (est < avail ? est : avail);
+    return ledger_fits(&sched_state.ledger, (size_t)inst->gpu_pos, need, m);
 }
 
 void sched_blocked(model_t *m, request_t *r, instance_t *inst)

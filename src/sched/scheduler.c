@@ -197,6 +197,29 @@ void sched_pump_all(core_t *d)
 
 size_t sched_gpu_count(void) { return sched_state.ledger.n_gpus; }
 
+double sched_model_reserved_ratio(const model_t *m)
+{
+    unsigned slots = m->cfg->instances * m->cfg->concurrency;
+    if (!sched_uses_gpu(m))
+        return slots ? (double)m->in_flight / slots : 0.0;
+    uint64_t used = 0, room = 0;
+    bool seen[LEDGER_MAX_GPUS] = {false};
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        if (in->gpu_pos < 0 || (size_t)in->gpu_pos >= sched_state.ledger.n_gpus)
+            continue;
+        used += in->running_reserved;
+        if (!seen[in->gpu_pos]) {
+            seen[in->gpu_pos] = true;
+            room += ledger_free_for(&sched_state.ledger, (size_t)in->gpu_pos, m);
+        }
+    }
+    if (used + room == 0)
+        return 0.0;
+    double r = (double)used / (double)(used + room);
+    return r > 1.0 ? 1.0 : r;
+}
+
 bool sched_gpu_figures(size_t pos, sched_gpu_figures_t *out)
 {
     memset(out, 0, sizeof *out);

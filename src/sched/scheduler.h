@@ -104,6 +104,17 @@ void sched_place_instance(instance_t *inst, size_t gpu_pos);
  * model has waited longer than its learned load time. PLACER_FITS: it fits now or the
  * evictions that make it fit have started. */
 enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra);
+/* What placing a new instance of m would meet now, changing nothing (no eviction, no
+ * claim; for the fleet agent): FITS, EVICT (idle instances of other models would go), WAIT
+ * or NEVER; out gets the need (resident + one request at its cheapest level) and the
+ * figures of the allowed GPU with the most memory free to admit. */
+typedef struct sched_room {
+    uint64_t need, free, capacity;
+    uint64_t largest_capacity; /* the largest capacity (total - headroom - foreign) of its GPUs */
+} sched_room_t;
+enum placer_result sched_place_dry(const model_t *m, sched_room_t *out);
+/* Would one more request of its model fit now beside inst (its cache credit counted)? */
+bool sched_request_fits_now(const instance_t *inst);
 /* The instance stopped being loaded (exit or unload): its entry is released once NVML
  * shows the memory back. */
 void sched_instance_unloading(instance_t *inst);
@@ -134,6 +145,11 @@ typedef struct sched_gpu_figures {
     char name[96];
     uint64_t total, used, foreign, headroom, capacity, reserved, free_to_admit;
 } sched_gpu_figures_t;
+/* How full, 0..1, the memory m's requests may use is: the reservations of its running
+ * requests over those plus what is free to admit on the GPUs its instances are on (its
+ * "KV cache utilization", /metrics vramd_model_memory_reserved_ratio); a model without
+ * GPU memory: requests running over its slots; no instance on a GPU: 0. */
+double sched_model_reserved_ratio(const model_t *m);
 /* What a new request could get on the GPU at ledger position pos right now if the idle
  * instances there (evictable: nothing in flight or queued, not pinned) were evicted: its
  * free memory plus their resident entries. For job claims (jobs/jobs_attempt.c): work

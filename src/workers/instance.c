@@ -24,6 +24,7 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "core/core.h"
+#include "gpu/procfs.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
 #include "workers/http_call.h"
@@ -202,6 +203,22 @@ static bool health_failed(instance_t *inst, int status, const char *error)
     return true;
 }
 
+/* A supervised worker's first healthy answer: did it come from the worker? vramd chose the
+ * port with bind(0) and let it go; until the worker binds it, another process can take it
+ * (an outgoing connection's source port, another daemon's worker), and a server there could
+ * answer the health check, so requests would go to it. Checked once, at the start, through
+ * /proc; when /proc cannot tell (another PID namespace), the answer is taken as the worker's. */
+static bool port_is_the_workers(instance_t *inst)
+{
+    if (inst->external || inst->pgid <= 0)
+        return true;
+    if (procfs_port_owned(inst->port, inst->pgid) != 0)
+        return true;
+    log_event(LOG_WARN, "worker_port_taken", "model=%s instance=%u pid=%d port=%d", inst->model->name, inst->id,
+              (int)inst->pid, inst->port);
+    return false;
+}
+
 static void on_health_answer(void *ctx, int status, const char *body, size_t body_len, const char *error)
 {
     (void)body;
@@ -224,6 +241,8 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
         return;
     }
     if (inst->state == INST_STARTING) {
+        if (ok && !port_is_the_workers(inst))
+            ok = false; /* another process answered: wait for ours (it exits if it cannot bind) */
         if (ok)
             health_became_ready(inst, now);
         else if (now - inst->started_ms >= m->cfg->startup_timeout_ms)
@@ -553,7 +572,8 @@ bool instance_usable(const instance_t *in, uint64_t now)
 }
 
 /* INSTANCE_OUTLIER_IN_ROW broken exchanges in a row: eject the instance for a growing time
- * (Envoy's outlier detection: base 30 s x ejections, capped), unless no other instance of
+ * (Envoy's outlier detection: outlier.base_ejection_time x ejections, at most
+ * outlier.max_ejection_time; 30 s and 5 min by default), unless no other instance of
  * the model could take its requests. */
 static void instance_note_outlier(instance_t *inst)
 {
@@ -574,9 +594,10 @@ static void instance_note_outlier(instance_t *inst)
     }
     inst->ejections++;
     m->ejections_total++;
-    uint64_t ms = (uint64_t)INSTANCE_EJECT_BASE_MS * inst->ejections;
-    if (ms > INSTANCE_EJECT_MAX_MS)
-        ms = INSTANCE_EJECT_MAX_MS;
+    const config_outlier_t *o = &m->cfg->outlier;
+    uint64_t ms = o->base_ejection_ms * inst->ejections; /* <= 1h x 2^32: no overflow */
+    if (ms > o->max_ejection_ms)
+        ms = o->max_ejection_ms;
     inst->ejected_until_ms = now + ms;
     log_event(LOG_WARN, "worker_ejected", "model=%s instance=%u pid=%d failed_in_row=%u ejections=%u ejection_ms=%llu",
               m->name, inst->id, (int)inst->pid, in_row, inst->ejections, (unsigned long long)ms);

@@ -24,7 +24,8 @@
  *
  * Outliers (instance_request_done): only exchanges that show a broken worker count, never a
  * well-formed answer a client could drive (4xx, 500); five in a row eject the instance for
- * 30 s x its ejections (capped at 5 min); the last healthy instance is never ejected.
+ * outlier.base_ejection_time x its ejections (30 s by default; capped at
+ * outlier.max_ejection_time, 5 min); the last healthy instance is never ejected.
  *
  * Restart policy: every failed start (exit before READY, startup_timeout) and every crash
  * (exit while READY that vramd did not ask for) is a failure. The next start waits
@@ -103,11 +104,9 @@ const char *restart_reason_name(enum restart_reason r);
 /* An instance finished one request (slot released by the proxy). worker_broken: the
  * exchange showed a broken worker (connection failure, reset, timeout, malformed answer,
  * 502/504 from it); INSTANCE_OUTLIER_IN_ROW of them in a row eject the instance for
- * INSTANCE_EJECT_BASE_MS x its ejections (at most INSTANCE_EJECT_MAX_MS), unless it is
- * the model's last healthy instance. */
+ * the model's outlier.base_ejection_time x its ejections (at most outlier.max_ejection_time),
+ * unless it is the model's last healthy instance. */
 #define INSTANCE_OUTLIER_IN_ROW 5
-#define INSTANCE_EJECT_BASE_MS 30000
-#define INSTANCE_EJECT_MAX_MS 300000
 void instance_request_done(instance_t *inst, bool worker_broken);
 /* The same for a request that ended for vramd's own shortage (EMFILE ...): neither a
  * broken nor a sound exchange, so the run of failures is left as it was. */

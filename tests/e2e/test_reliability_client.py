@@ -1,5 +1,6 @@
 """e2e: the client side under stress (RELIABILITY cases 20, 23, 26, 27, 29, 32). Each test
-failed on the code before its fix (the docstrings say how).
+failed on the code before its fix (the docstrings say how), or shows a bound the case asks
+for (1,000 slowloris connections; the connection cap under a flood).
 
   - a client that never reads a large streamed answer is closed after limits.send_timeout
     without write progress: its slot is released and the next client is served (case 27);
@@ -9,13 +10,19 @@ failed on the code before its fix (the docstrings say how).
   - a queued client whose reading is paused (it pipelined more than max_header bytes) and
     then closes is noticed at once: neither its request nor the pipelined one reaches the
     worker (case 29);
-  - at the connection cap, health, status and admin routes still answer on the reserve
-    (limits.reserved_connections); anything else there gets 503 overloaded (case 32);
+  - 1,000 slowloris connections held open at once: each gets 408 at the header deadline,
+    and a normal client's latency meanwhile stays near its latency without them (case 26);
+  - at the connection cap, health, status and admin routes (load, unload, reload, drain,
+    with the token) still answer on the reserve (limits.reserved_connections); anything
+    else there gets 503 overloaded; during a flood, a client already connected is served
+    as fast as before, a new one gets an answer at once (never a silent wait) and is
+    served once the flood's idle connections reach header_timeout (case 32);
   - unknown transfer codings get 501, a request line over max_header gets 414 (cases 20, 23).
 
 Real binary, raw sockets; every socket has a timeout and every wait is a bounded poll.
 """
 import socket
+import statistics
 import threading
 import time
 
@@ -23,6 +30,7 @@ import pytest
 
 from vramdkit import build_request
 from vramdkit.net import PeerClosed, RawConn
+from vramdkit.swarm import Swarm
 from vramdkit.waits import Background, wait_for
 
 
@@ -171,6 +179,62 @@ def test_paused_client_that_closes_is_cancelled(vramd):
     assert "/queued-first" not in targets and "/pipelined" not in targets, targets
 
 
+# --- case 26: 1,000 slowloris connections ------------------------------------------------------
+
+def latencies(vd, n, path="/w/echo"):
+    """n sequential requests, each on a new connection (accept included): their times."""
+    out = []
+    for _ in range(n):
+        t = time.monotonic()
+        r = vd.get(path, timeout=10)
+        assert r.status == 200, r
+        out.append(time.monotonic() - t)
+    return out
+
+
+def ms(xs):
+    return [round(x * 1000, 1) for x in xs]
+
+
+def test_thousand_slowloris_connections_get_408_and_slow_nobody(vramd):
+    """header_timeout 2s. A normal client's latency (20 requests, each on a new
+    connection) is measured alone; then 1,000 connections each send part of a head and hold
+    it, and the normal client's 20 requests are measured again while all 1,000 are held
+    (none has an answer yet when they are done). Expected: its median within 3x its median
+    alone + 20 ms; the 1,000, after trickling one more header line, each get 408
+    request_timeout and a close at the header deadline (no sooner than 2 s after its first
+    byte, at most 2 s later: the trickle does not extend it); the normal client served after."""
+    timeout = 2.0
+    vd = vramd.start(models=echo_model(vramd), limits={"header_timeout": "2s"})
+    assert vd.get("/w/echo").status == 200
+    latencies(vd, 5)  # warm the upstream pool
+    alone = latencies(vd, 20)
+    with Swarm(vd.port, 1000, b"GET /w/echo HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\n") as flood:
+        wait_for(lambda: vd.status()["connections"]["open"] >= 1001, timeout=5,
+                 what="the 1,000 slowloris connections accepted")
+        held = latencies(vd, 20)
+        assert flood.silent(), "a slowloris connection was answered before the measure ended"
+        assert time.monotonic() - flood.t_sent[-1] < timeout, "the measure outlasted the hold"
+        flood.send_all(b"X-Trickle: 1\r\n")
+        answers = flood.collect(timeout=timeout + 8)
+    bad = [a for a in answers if a.status != 408]
+    assert not bad, f"{len(bad)} of 1000 without 408: {bad[:3]}"
+    waited = [a.t_first - t for a, t in zip(answers, flood.t_sent)]
+    # libuv caches its clock once per loop turn, and one turn accepts many of the 1,000: a
+    # deadline armed at accept may run from up to one turn before the connect returned here
+    assert min(waited) >= timeout - 0.1, f"408 too soon: {min(waited):.3f}s"
+    assert max(waited) <= timeout + 2.0, f"408 too late: {max(waited):.3f}s"
+    assert all(b"request_timeout" in a.body for a in answers)
+    m_alone, m_held = statistics.median(alone), statistics.median(held)
+    print(f"latency alone {ms(alone)} ms, with 1,000 slowloris held {ms(held)} ms; "
+          f"408 after {min(waited):.3f}..{max(waited):.3f}s")
+    assert m_held <= 3 * m_alone + 0.020, (f"median {m_held * 1000:.1f} ms with 1,000 slowloris, "
+                                           f"{m_alone * 1000:.1f} ms alone")
+    wait_for(lambda: vd.status()["connections"]["open"] <= 2, timeout=10,
+             what="the slowloris connections closed")
+    assert vd.get("/w/echo").status == 200
+
+
 # --- case 32: reserve at the connection cap ----------------------------------------------------
 
 def test_health_and_status_reachable_at_the_connection_cap(vramd):
@@ -235,6 +299,128 @@ def test_health_and_status_reachable_at_the_connection_cap(vramd):
     # the cap is free again: the model is served normally
     wait_for(lambda: vd.get("/w/echo", timeout=10).status == 200, timeout=15,
              what="a model request served after the idle connections left")
+
+
+def admin(vd, method, path, token, timeout=30):
+    """One admin call on a new connection (on the reserve at the cap); the answer and
+    whether vramd then closed the connection."""
+    with vd.conn(timeout=timeout) as c:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        r = c.request(method, path, headers, b"" if method == "POST" else None)
+        return r, c.closed_by_peer(5)
+
+
+def test_admin_routes_reachable_on_the_reserve_at_the_connection_cap(vramd, tmp_path):
+    """admin_token_file set, max_connections 3, reserved_connections 2, the cap held by 3
+    idle connections (header_timeout 20s, so they stay). On the reserve, one connection
+    each, closed after the answer: unload without the token 401; with it, unload (200,
+    stopped), load (200, ready), reload (200), a model request 503 overloaded; the idle
+    connections are still open throughout; last, drain 202 and vramd exits 0."""
+    token = "s3cret-admin-token"
+    tf = tmp_path / "token"
+    tf.write_text(token + "\n")
+    vd = vramd.start(models=echo_model(vramd), admin_token_file=str(tf),
+                     limits={"max_connections": 3, "reserved_connections": 2,
+                             "header_timeout": "20s"})
+    assert vd.get("/w/echo").status == 200
+    idle = []
+    try:
+        for _ in range(3):
+            idle.append(socket.create_connection(("127.0.0.1", vd.port), timeout=10))
+        wait_for(lambda: vd.status()["connections"]["open"] >= 4, timeout=5,
+                 what="the idle connections accepted")  # 3 + the status call on the reserve
+        r, closed = admin(vd, "POST", "/v1/models/w/unload", None)
+        assert r.status == 401 and closed, r
+        r, closed = admin(vd, "POST", "/v1/models/w/unload", token)
+        assert r.status == 200 and closed, r
+        assert r.json()["state"] == "stopped", r
+        r, closed = admin(vd, "POST", "/v1/models/w/load", token)
+        assert r.status == 200 and closed, r
+        assert r.json()["state"] == "ready", r
+        r, closed = admin(vd, "POST", "/v1/admin/reload", token)
+        assert r.status == 200 and closed, r
+        assert r.json() == {"reloaded": True}, r
+        r, closed = admin(vd, "GET", "/w/echo", None)
+        assert r.status == 503 and r.error_code() == "overloaded" and closed, r
+        assert len(vd.events("connection_reserved")) >= 5
+        assert not vd.events("connection_refused")
+        for s in idle:  # the cap was held all along: none of them was closed
+            s.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                s.recv(1)
+        r, closed = admin(vd, "POST", "/v1/admin/drain", token)
+        assert r.status == 202, r
+        assert vd.wait_exit(20) == 0
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_connection_flood_still_serves_others(vramd):
+    """What "served" means at max_connections (docs/config.md, reserved_connections): a
+    client already connected keeps being served at its usual latency; a new connection gets
+    an answer at once (503 overloaded on the reserve, or closed at once past it), never a
+    silent wait; and a flood cannot hold the cap past header_timeout, so a new client
+    retrying per Retry-After is served.
+    max_connections 20, reserved 2, header_timeout 2s; client K connected before the flood;
+    the flood opens 40 connections (19 take the cap, 2 the reserve, 19 are closed at once)
+    that send half a head or nothing. Expected: K's median latency during the flood within
+    3x its median before + 20 ms; every flood connection past cap and reserve closed at once;
+    a new client's every try answered within 0.5 s, and one served 200 within
+    header_timeout + 1.5 s of the flood; the flood's connections closed at header_timeout."""
+    vd = vramd.start(models=echo_model(vramd),
+                     limits={"max_connections": 20, "reserved_connections": 2, "header_timeout": "2s"})
+    assert vd.get("/w/echo").status == 200
+    with RawConn(vd.port, timeout=10) as k:
+        def k_times(n):
+            out = []
+            for _ in range(n):
+                t = time.monotonic()
+                r = k.request("GET", "/w/echo")
+                assert r.status == 200, r
+                out.append(time.monotonic() - t)
+            return out
+        k_times(5)
+        before = k_times(20)
+        t_flood = time.monotonic()
+        half = Swarm(vd.port, 20, b"GET /w/echo HTTP/1.1\r\nHost: x\r\n")
+        quiet = Swarm(vd.port, 20, b"")
+        try:
+            quiet.collect(timeout=0.5)  # those past cap and reserve: closed at once
+            during = k_times(20)
+            assert time.monotonic() - t_flood < 2.0, "K's measure outlasted the flood's hold"
+            tries, served_at = [], None
+            while served_at is None and time.monotonic() - t_flood < 2.0 + 1.5:
+                t = time.monotonic()
+                try:
+                    with RawConn(vd.port, timeout=5) as c:
+                        r = c.request("GET", "/w/echo")
+                        got = (r.status, r.error_code() if r.status != 200 else None)
+                        after = int(r.headers.get("retry-after", "0"))
+                except (PeerClosed, ConnectionError):
+                    got, after = ("closed", None), 0
+                tries.append((round(time.monotonic() - t_flood, 3), got, round(time.monotonic() - t, 3)))
+                if got[0] == 200:
+                    served_at = time.monotonic() - t_flood
+                else:
+                    time.sleep(after or 0.2)
+            answers = half.collect(timeout=5) + quiet.collect(timeout=5)
+        finally:
+            half.close()
+            quiet.close()
+    print(f"K before {ms(before)} ms, during {ms(during)} ms; new client's tries {tries}")
+    assert served_at is not None, f"never served within header_timeout + 1.5 s: {tries}"
+    assert all(took < 0.5 for _, _, took in tries), tries
+    assert all(got[0] in (200, 503, "closed") for _, got, _ in tries), tries
+    assert all(got[1] == "overloaded" for _, got, _ in tries if got[0] == 503), tries
+    t_end = [a.t_end - t_flood for a in answers]
+    at_once = [t for t in t_end if t < 1.0]
+    at_deadline = [t for t in t_end if 1.9 <= t <= 4.0]
+    assert len(at_once) >= 15 and len(at_once) + len(at_deadline) == 40, sorted(t_end)
+    assert all(a.status in (None, 408) for a in answers), answers
+    m_before, m_during = statistics.median(before), statistics.median(during)
+    assert m_during <= 3 * m_before + 0.020, (ms(before), ms(during))
+    assert vd.events("connection_refused")
 
 
 # --- cases 20, 23: request-side status codes ----------------------------------------------------

@@ -18,6 +18,13 @@ do both ("skip" answers: 200 with an empty body; a validator's {"score": 0} fals
   POST /big      200 with "bytes" bytes (default 16 MiB) behind a Content-Length
   POST /unload, POST /reload   hooks: counted, 200
   GET  /calls    {"unload": N, "reload": N}: the hook calls so far
+  POST /oom      the body's "level" (default 0) 0: after "oom_after" seconds (default 0.3)
+                 500 with PyTorch's out-of-memory text; other levels: 200 {"level": L} after
+                 "sleep" seconds (default 0.5) (a model whose degradation ladder fits)
+  POST /mute     from now on every request (health checks included) is read and never
+                 answered; connections are still accepted (a port check passes)
+  POST /unmute   answers again (this one request is served while muted); the requests held
+                 while muted are dropped without an answer
   anything else  404
 Head and body leave in two writes (end_headers flushes the head): Python's http.server
 family, whose second small write waits for the first one's ACK (Nagle).
@@ -39,6 +46,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MAX_BODY = 1024 * 1024
 CALLS = {"unload": 0, "reload": 0}
 CALLS_LOCK = threading.Lock()
+UNMUTED = threading.Event()
+UNMUTED.set()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -61,7 +70,17 @@ class Handler(BaseHTTPRequestHandler):
             raise ValueError("bad Content-Length")
         return self.rfile.read(n) if n else b""
 
+    def held_while_muted(self):
+        """Muted: hold the request unanswered until unmuted, then drop it. True if held."""
+        if UNMUTED.is_set() or self.path.split("?", 1)[0].rstrip("/") == "/unmute":
+            return False
+        UNMUTED.wait()
+        self.close_connection = True
+        return True
+
     def do_GET(self):
+        if self.held_while_muted():
+            return
         path = self.path.split("?", 1)[0].rstrip("/")
         if path == "/health":
             self.answer(200, b'{"status": "ok"}')
@@ -72,6 +91,8 @@ class Handler(BaseHTTPRequestHandler):
             self.answer(404, b'{"detail": "Not Found"}')
 
     def do_POST(self):
+        if self.held_while_muted():
+            return
         path = self.path.split("?", 1)[0].rstrip("/")
         try:
             body = self.read_body()
@@ -114,6 +135,15 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
                          b"Transfer-Encoding: chunked\r\n\r\nZZ-not-hex\r\nhello\r\n")
 
+    def post_oom(self, doc):
+        level = int(doc.get("level", 0))
+        if level == 0:
+            time.sleep(float(doc.get("oom_after", 0.3)))
+            self.answer(500, b'{"detail": "CUDA out of memory. Tried to allocate 2.00 GiB"}')
+            return
+        time.sleep(float(doc.get("sleep", 0.5)))
+        self.answer(200, json.dumps({"level": level}).encode())
+
     def post_stream(self, doc):
         size, every = int(doc.get("size", 100)), float(doc.get("every", 0.2))
         self.send_response(200)
@@ -133,6 +163,14 @@ class Handler(BaseHTTPRequestHandler):
             CALLS[name] += 1
         self.answer(200, b'{"ok": true}')
 
+    def post_mute(self, doc):
+        UNMUTED.clear()
+        self.answer(200, b'{"muted": true}')
+
+    def post_unmute(self, doc):
+        UNMUTED.set()
+        self.answer(200, b'{"muted": false}')
+
     def post_unload(self, doc):
         self.hook("unload")
 
@@ -146,6 +184,7 @@ def main():
     ap.add_argument("--name", default="faultworker")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    ThreadingHTTPServer.request_queue_size = 1024  # a burst of connections is not held in SYN retries
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     print(f"listening on 127.0.0.1:{server.server_address[1]}", flush=True)

@@ -1,20 +1,28 @@
 """Workers that hang, go silent, fail on purpose or by accident: the request path's answers.
 
+  * a worker SIGKILLed before any answer: 502 within 1 s of the kill, reservation freed
+    (case 1);
   * response_timeout: a worker SIGSTOPped mid-request (504 worker_hang, SIGABRT then SIGKILL,
     replaced) and an external server that accepts and never answers (504, marked down, back
-    when its health check passes), the reservation released either way;
+    when its health check passes), the reservation released either way; a server that
+    answers nothing at all, health checks included, is marked down by the health probe's
+    own deadline (case 4);
   * recycle.hang_timeout measures the worker's silence: a client that reads slowly and a
     stream that keeps producing are not "hung";
   * outliers: answers a client can drive (500 with a body) never recycle the worker; five
-    broken exchanges in a row eject an instance (30 s x ejections), never the last healthy one;
+    broken exchanges in a row eject an instance (outlier.base_ejection_time x ejections, at
+    most outlier.max_ejection_time), never the last healthy one; the second ejection of an
+    instance lasts longer than its first (case 9);
   * retry: safe goes to the replacement, not to the dying instance;
-  * the retry budget has a floor (retry_budget.min) and its own refusal code;
+  * the retry budget has a floor (retry_budget.min) and its own refusal code; 100 OOMs at
+    once: no more retries at once than the budget allows (case 13);
   * TCP_QUICKACK on upstream reads: no 40 ms delayed-ACK stall on pooled connections;
   * a malformed chunked answer that arrives with its head is a 502, not a reset;
   * an admin unload of an external server calls its unload hook (409 without one).
 
 Every case ends with faults.check_clean and faults.finish (see test_crashes.py).
 """
+import datetime
 import os
 import shutil
 import signal
@@ -23,7 +31,8 @@ import statistics
 import subprocess
 import time
 
-from vramdkit import PYTHON, Background, RawConn, build_request, request, sim_s, wait_for
+from vramdkit import (PYTHON, Background, RawConn, build_request, request, run_threads, sim_s,
+                      wait_for)
 from vramdkit.daemon import ExternalWorker
 
 from .faultkit import FAULTWORKER, instance_pid, resilience, wait_gone, wait_worker_running
@@ -81,6 +90,49 @@ def promtool_check(vd):
 
 def in_flight(vd):
     return vd.status()["queues"]["in_flight"]
+
+
+def log_time(event):
+    """A log line's wall-clock time (its "ts", ms precision) in seconds."""
+    return datetime.datetime.strptime(event["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+# --- 0. SIGKILL before any answer: 502 within 1 s -------------------------------------------------
+
+def test_sigkill_before_any_answer_is_502_within_1s_of_the_kill(faults):
+    """retry: never; three times a worker is SIGKILLed while its request runs inside it
+    (nothing answered yet). Expected each time: 502 worker_failed, complete, read within 1 s
+    of the kill (measured from just before kill(2) to the answer's last byte), and the
+    request's reservation freed within that second too (the ledger back to resident
+    reservations only); the next request is served by a new worker."""
+    gpu = faults.gpu_set("16GiB")
+    worker = ["--resident", "1GiB", "--per-request", "512MiB", "--run-time", sim_s(1),
+              "--time-scale", "steps:1:1"]
+    vd = faults.start_vramd(gpu, {"k": faults.model("k", worker, "1536MiB", "1GiB", retry="never")})
+    assert vd.generate("k").status == 200
+    base = faults.baseline(vd)
+    took = []
+    for k in range(3):
+        pid = instance_pid(vd, "k")
+        body = b'{"steps": 400}'  # 20 s real: killed long before its end
+        with RawConn(vd.port, timeout=30) as c:
+            c.send(build_request("POST", "/k/generate", {"Content-Type": "application/json"}, body))
+            assert wait_worker_running(vd, "k") == pid
+            t_kill = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            r = c.read_response("POST", timeout=10)
+            t_answer = time.monotonic()
+        assert r.status == 502 and r.complete, (k, r)
+        assert r.error_code() == "worker_failed", (k, r)
+        vd.assert_ledger_clean(timeout=max(0.05, 1.0 - (time.monotonic() - t_kill)))
+        took.append(t_answer - t_kill)
+        assert t_answer - t_kill < 1.0, f"kill -> 502 took {t_answer - t_kill:.3f}s"
+        assert vd.generate("k").status == 200
+        assert instance_pid(vd, "k") != pid
+    print(f"kill -> 502: {[round(t * 1000, 1) for t in took]} ms")
+    faults.check_clean(vd, base)
+    faults.finish()
 
 
 # --- 1. response_timeout -----------------------------------------------------------------------
@@ -148,6 +200,53 @@ def test_external_server_that_never_answers_gets_504_and_is_marked_down(faults):
     vd.wait_event("instance_state", model="silent", **{"from": "down", "to": "ready"})
     r = vd.post("/silent/score")
     assert r.status == 200, r
+    assert w.proc.poll() is None
+    faults.check_clean(vd, base)
+    faults.finish()
+
+
+def test_server_silent_to_everything_is_marked_down_by_the_health_probe(faults):
+    """An external server that still accepts connections but answers nothing, its health
+    checks included (faultworker /mute). health: interval 200ms, timeout 500ms, failures 2;
+    response_timeout 4s. Expected: the health probe's own deadline marks the instance down
+    (instance_state to down, "health checks failing", after 2 health_check_failed with a
+    timeout) while the request already sent still waits, i.e. before response_timeout; that
+    request then ends 504 worker_hang at response_timeout, its reservation freed; a TCP
+    connect to the server still succeeds (a port check would have passed); a new request
+    meanwhile is refused at once (503, the model failed) instead of waiting. Unmuted, the
+    server's next passing check brings it back and a request is served."""
+    gpu = faults.gpu_set("16GiB")
+    w = fw_external(faults, "mute")
+    m = ext_model(w, response_timeout="4s",
+                  health={"path": "/health", "interval": "200ms", "timeout": "500ms", "failures": 2})
+    vd = faults.start_vramd(gpu, {"mute": m})
+    assert vd.post("/mute/score").status == 200
+    base = faults.baseline(vd)
+    assert request(w.port, "POST", "/mute", {}).status == 200
+    t0 = time.monotonic()
+    sent = Background(lambda: vd.post("/mute/score", timeout=20))
+    down = vd.wait_event("instance_state", model="mute", to="down", timeout=10)[0]
+    t_down = time.monotonic() - t0
+    assert not sent.done(), "the request ended before the probe marked the server down"
+    assert t_down < 3.5, f"marked down only after {t_down:.2f}s"
+    assert "health checks failing" in down.get("reason", ""), down
+    fails = [e for e in vd.events("health_check_failed", model="mute") if e["_i"] < down["_i"]]
+    assert len(fails) >= 2 and all(e["status"] == -1 for e in fails), fails
+    # the port still accepts: only an HTTP probe with a deadline can see this server is gone
+    with socket.create_connection(("127.0.0.1", w.port), timeout=2):
+        pass
+    r = vd.post("/mute/score", timeout=10)
+    assert r.status == 503, r
+    assert r.elapsed < 1.0, r
+    r = sent.result(timeout=20)
+    assert r.status == 504 and r.error_code() == "worker_hang", r
+    assert 3.5 <= r.elapsed < 8, r
+    vd.assert_ledger_clean(timeout=2)
+    assert in_flight(vd) == 0
+    assert request(w.port, "POST", "/unmute", {}).status == 200
+    vd.wait_event("instance_state", model="mute", **{"from": "down", "to": "ready"})
+    wait_for(lambda: vd.post("/mute/score").status == 200, timeout=10,
+             what="the unmuted server served again")
     assert w.proc.poll() is None
     faults.check_clean(vd, base)
     faults.finish()
@@ -280,6 +379,47 @@ def test_broken_exchanges_eject_one_instance_never_the_last_healthy(faults):
     faults.finish()
 
 
+def test_second_ejection_lasts_longer_than_the_first(faults):
+    """Two instances, outlier {base_ejection_time: 600ms, max_ejection_time: 1s}. Five
+    broken exchanges in a row eject the first instance (ejections 1: 600 ms); once its
+    ejection ended, five more eject it again (ejections 2: 1 s, 2 x 600 ms capped at 1 s).
+    Expected: ejection_ms 600 then 1000, and the measured ejections (worker_ejected to
+    worker_ejection_ended) at least that long, the second longer than the first; the
+    instance is back in rotation after each; nothing recycled or killed."""
+    gpu = faults.gpu_set("16GiB")
+    vd = faults.start_vramd(gpu, {"ej": fw_model(
+        faults, "ej", instances=2,
+        outlier={"base_ejection_time": "600ms", "max_ejection_time": "1s"})})
+    both = [Background(lambda: vd.post("/ej/slow", {"sleep": 1})) for _ in range(2)]
+    assert [b.result().status for b in both] == [200, 200]
+    vd.wait_model("ej", lambda m: sum(i["state"] == "ready" for i in m["instances"]) == 2,
+                  what="two ready instances")
+    base = faults.baseline(vd)
+    pids = sorted(vd.worker_pids("ej"))
+    durations, cleared = [], 0
+    for n in (1, 2):
+        for k in range(5):
+            r = vd.post("/ej/drop")
+            assert r.status == 502 and r.error_code() == "worker_failed", (n, k, r)
+            cleared += 1  # the instance is suspect until its health check passes again
+            vd.wait_event("worker_suspect_cleared", model="ej", count=cleared)
+        ej = vd.wait_event("worker_ejected", model="ej", count=n)
+        assert len(ej) == n, ej
+        ended = vd.wait_event("worker_ejection_ended", model="ej", count=n, timeout=10)
+        assert ended[n - 1]["instance"] == ej[n - 1]["instance"], (ej, ended)
+        durations.append(log_time(ended[n - 1]) - log_time(ej[n - 1]))
+    assert ej[0]["instance"] == ej[1]["instance"], ej
+    assert [e["ejections"] for e in ej] == [1, 2], ej
+    assert [e["ejection_ms"] for e in ej] == [600, 1000], ej
+    assert durations[0] >= 0.59 and durations[1] >= 0.99, durations
+    assert durations[1] > durations[0], durations
+    assert not vd.events("worker_recycle", model="ej")
+    assert vd.post("/ej/score").status == 200
+    assert sorted(vd.worker_pids("ej")) == pids
+    faults.check_clean(vd, base)
+    faults.finish()
+
+
 # --- 4. retry: safe onto the replacement ------------------------------------------------------------
 
 def test_retry_safe_goes_to_the_replacement_not_the_dying_instance(faults):
@@ -337,6 +477,50 @@ def test_retry_budget_has_a_floor_and_its_own_refusal(faults):
     refused = codes.count((503, "retry_budget_exhausted"))
     assert resilience(vd, "rb")["retry_budget_exhausted"] == refused, (refused, resilience(vd, "rb"))
     assert metrics(vd)['vramd_retry_budget_exhausted_total{model="rb"}'] == refused
+    faults.check_clean(vd, base)
+    faults.finish()
+
+
+def test_a_hundred_ooms_at_once_never_run_more_retries_than_the_budget(faults):
+    """100 requests at once on a model whose level 0 answers out of memory after 0.3 s
+    (all 100 running together: concurrency 100) and whose level 1 fits and takes 0.5 s.
+    retry_budget {percent: 1, min: 3}: 1 % of the ~100 queued or running is 1, so the floor
+    (3) is what holds. Expected: vramd never had more than 3 retries at once (/v1/status
+    retries.peak, and every retry_started line's retries_in_flight), and it did have 3 at
+    once (the floor is not 1); every answer is 200 at level 1 or 503 retry_budget_exhausted
+    with Retry-After, never out_of_memory; the 200s are the retries begun, the 503s the
+    retries refused. With every retry allowed, the peak would be near 100."""
+    gpu = faults.gpu_set("16GiB")
+    m = faults.faultworker_model(
+        "hundred", concurrency=100, queue_max=200, retry_budget={"percent": 1, "min": 3},
+        degrade={"detect": {"status": [500], "body_matches": "out of memory"},
+                 "ladder": [{"set": {"level": 1}}]})
+    vd = faults.start_vramd(gpu, {"hundred": m})
+    vd.allow_oom.add("hundred")
+    assert vd.post("/hundred/score").status == 200
+    base = faults.baseline(vd)
+    assert vd.status()["retries"] == {"in_flight": 0, "peak": 0, "total": 0, "refused": 0}
+
+    def one():
+        return vd.post("/hundred/oom", {"level": 0, "oom_after": 0.3, "sleep": 0.5}, timeout=60)
+    replies = run_threads([one] * 100, timeout=90)
+    codes = [r.status if r.status == 200 else (r.status, r.error_code()) for r in replies]
+    assert all(c == 200 or c == (503, "retry_budget_exhausted") for c in codes), codes
+    ok = [r for r in replies if r.status == 200]
+    for r in ok:
+        assert r.headers.get("x-vramd-degrade-level") == "1" and r.json() == {"level": 1}, r
+    for r in replies:
+        if r.status == 503:
+            assert int(r.headers.get("retry-after", "0")) >= 1, r.headers
+    rt = vd.status()["retries"]
+    started = vd.events("retry_started", model="hundred")
+    print(f"retries: {rt}; 200: {len(ok)}, 503: {100 - len(ok)}")
+    assert rt["peak"] <= 3, rt
+    assert max(e["retries_in_flight"] for e in started) <= 3, started
+    assert rt["peak"] == 3, rt  # the floor let 3 run together, not percent's 1
+    assert rt["total"] == len(started) == len(ok), (rt, len(started), len(ok))
+    assert rt["refused"] == 100 - len(ok) and rt["in_flight"] == 0, rt
+    assert len(vd.events("oom", model="hundred")) == 100
     faults.check_clean(vd, base)
     faults.finish()
 

@@ -436,6 +436,32 @@ static void test_keep_alive(void **state)
     config_unref(c);
 }
 
+/* outlier: base and max ejection time, defaults 30s and 5m, overlaid key by key, bounded. */
+static void test_outlier(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("defaults: {outlier: {max_ejection_time: 10m}}\n"
+                           "models:\n"
+                           "  plain: {cmd: [x], outlier: null}\n"
+                           "  short: {cmd: [x], outlier: {base_ejection_time: 500ms}}\n");
+    const model_config_t *m = config_find_model(c, "short");
+    assert_int_equal(m->outlier.base_ejection_ms, 500);
+    assert_int_equal(m->outlier.max_ejection_ms, 600000);
+    config_unref(c);
+    c = parse_ok("models: {a: {cmd: [x]}}\n");
+    assert_int_equal(config_find_model(c, "a")->outlier.base_ejection_ms, 30000);
+    assert_int_equal(config_find_model(c, "a")->outlier.max_ejection_ms, 300000);
+    config_unref(c);
+    expect_error("models:\n  a:\n    cmd: [x]\n    outlier: {base_ejection_time: 10ms}\n",
+                 "test.yaml:4:35: models.a.outlier.base_ejection_time: must be at least 100ms, got \"10ms\"");
+    expect_error("models:\n  a:\n    cmd: [x]\n    outlier: {base_ejection_time: 2h, max_ejection_time: 3h}\n",
+                 "test.yaml:4:35: models.a.outlier.base_ejection_time: must be at most 1h");
+    expect_error("models:\n  a:\n    cmd: [x]\n    outlier: {base_ejection_time: 1m, max_ejection_time: 30s}\n",
+                 "test.yaml:4:58: models.a.outlier.max_ejection_time: must be at least base_ejection_time");
+    expect_error("models:\n  a:\n    cmd: [x]\n    outlier: {max_ejection: 1m}\n",
+                 "test.yaml:4:15: models.a.outlier.max_ejection: unknown key \"max_ejection\"");
+}
+
 static void test_per_request_learn(void **state)
 {
     (void)state;
@@ -567,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_url_parsing),
         cmocka_unit_test(test_routes),
         cmocka_unit_test(test_keep_alive),
+        cmocka_unit_test(test_outlier),
         cmocka_unit_test(test_per_request_learn),
         cmocka_unit_test(test_degrade_and_validate_forms),
         cmocka_unit_test(test_quoted_and_plain_scalars),

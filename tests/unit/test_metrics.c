@@ -18,6 +18,7 @@
 
 typedef struct fixture {
     core_t d;
+    config_t cfg; /* what the renderer reads of the config: fleet.host_name */
     model_config_t mc;
     model_t m;
 } fixture_t;
@@ -29,6 +30,8 @@ static fixture_t *fixture_new(const char *name)
     list_init(&f->d.models);
     list_init(&f->d.conns);
     f->d.ready = true;
+    f->cfg.fleet.host_name = (char *)"unit-host";
+    f->d.cfg = &f->cfg;
     f->mc.name = (char *)name;
     f->mc.memory.per_request = 1024;
     f->mc.degrade.n_ladder = 2;
@@ -96,6 +99,8 @@ static void test_every_family_has_help_and_type_once(void **state)
         "vramd_queue_wait_seconds histogram", "vramd_model_loads_total counter",
         "vramd_model_unloads_total counter", "vramd_oom_total counter", "vramd_degraded_total counter",
         "vramd_worker_restarts_total counter", "vramd_deadline_rejections_total counter", "vramd_jobs gauge",
+        "vramd_host_info gauge", "vramd_model_memory_bytes gauge", "vramd_model_memory_reserved_ratio gauge",
+        "vramd_agent_checks_total counter", "vramd_agent_errors_total counter",
     };
     for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
         char line[160], name[120];
@@ -108,6 +113,9 @@ static void test_every_family_has_help_and_type_once(void **state)
         snprintf(line, sizeof line, "# TYPE %s ", name);
         assert_int_equal(count_lines_starting(text, line), 1);
     }
+    assert_int_equal(value_of(text, "vramd_host_info{host_name=\"unit-host\"}"), 1);
+    assert_int_equal(value_of(text, "vramd_model_memory_reserved_ratio{model=\"gen\"}"), 0);
+    assert_int_equal(value_of(text, "vramd_agent_errors_total{reason=\"refused\"}"), 0);
     /* every counter's name ends in _total */
     for (const char *p = strstr(text, "# TYPE "); p; p = strstr(p + 1, "# TYPE ")) {
         const char *end = strchr(p, '\n');
