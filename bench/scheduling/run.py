@@ -79,6 +79,8 @@ SETUPS = [("direct", "lock"), ("global-lock", "global-lock"), ("vramd", "vramd")
 # host-memory budget; chosen with --setups (not run by default).
 PARK_SETUP = ("vramd-park", "vramd")
 PARK_HOST_MEMORY = "{ budget: 20GiB, reserve: 2GiB }"
+CLEAR_CACHE_HOOK = "clear_cache: { method: POST, path: /clear_cache/ }"
+ADD_CLEAR_CACHE = []  # --clear-cache: [True] adds CLEAR_CACHE_HOOK to `defaults:` in every setup's copy
 WEIGHTS = {}  # --weights: template -> weight in every stream of traffic.json that names it
 # Burst size per scenario: arrivals (a pipeline counts once), below each model's queue_max.
 BURST_N = {"seed000-miner-4090": 12, "seed004-vlm-6gb": 30, "mixed-80gb": 80}
@@ -191,6 +193,10 @@ def make_copy(src, dst_root, variant, seed, duration_s):
     used = scn.used_models()
     with open(os.path.join(src, "vramd.yaml")) as f:
         text = drop_models(f.read(), used)
+    if ADD_CLEAR_CACHE:
+        if not re.search(r"(?m)^defaults:\s*$", text):
+            raise bl.BenchError("%s: vramd.yaml has no block `defaults:` for --clear-cache" % name)
+        text = re.sub(r"(?m)^defaults:\s*$", "defaults:\n  " + CLEAR_CACHE_HOOK, text, count=1)
     with open(os.path.join(dst, "vramd.yaml"), "w") as f:
         f.write(text)
     scn = lb.Scenario(dst)
@@ -549,6 +555,8 @@ def main():
     ap.add_argument("--weights", default="",
                     help="TEMPLATE=W,...: change traffic.json's stream weights in the copy (seed000's "
                          "generate=0,generate-fast=1: CPU offload off)")
+    ap.add_argument("--clear-cache", action="store_true",
+                    help="add `%s` to `defaults:` (simworker's /clear_cache/: PyTorch's empty_cache)" % CLEAR_CACHE_HOOK)
     ap.add_argument("--setups", default=",".join(s for s, _ in SETUPS),
                     help="of direct,global-lock,vramd,vramd-park (default: the first three)")
     ap.add_argument("--timescale", type=float, default=0.02, help="open variant (default 0.02)")
@@ -563,6 +571,8 @@ def main():
     if any(s not in known for s in chosen):
         raise bl.BenchError("--setups: unknown setup in %r (known: %s)" % (a.setups, ", ".join(known)))
     SETUPS[:] = [(s, known[s]) for s in chosen]
+    if a.clear_cache:
+        ADD_CLEAR_CACHE.append(True)
     for item in filter(None, a.weights.split(",")):
         tpl, _, w = item.partition("=")
         try:
@@ -583,7 +593,7 @@ def main():
     results = {"benchmark": "scheduling", "environment": env, "command": " ".join(sys.argv),
                "settings": {"reps": a.reps, "timescale_open": a.timescale, "timescale_burst": a.burst_timescale,
                             "duration_open": a.duration, "burst_n": dict(BURST_N), "warm_start": not a.cold,
-                            "burst_deadline": BURST_DEADLINE, "weights": dict(WEIGHTS),
+                            "burst_deadline": BURST_DEADLINE, "weights": dict(WEIGHTS), "clear_cache_added": bool(ADD_CLEAR_CACHE),
                             "setups": [s for s, _ in SETUPS]},
                "scenarios": {}}
     t_start = time.monotonic()
