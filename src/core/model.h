@@ -164,6 +164,11 @@ struct instance {
     char cuda_error[160];
     uint64_t park_measured;  /* what NVML showed its processes holding when the checkpoint began */
     uint64_t cuda_copy_us;   /* the longest driver copy of the current park or restore */
+    /* an eviction's park waits for the clear_cache hook and a fresh NVML reading first
+     * (workers/park.c): not evicted again meanwhile, its memory counted as on its way */
+    bool park_clearing;
+    uint64_t park_clear_seq, park_clear_since_ms, park_clear_before;
+    char park_clear_why[96];
     uint64_t local_retry_ms; /* a hook failed for vramd's own shortage (EMFILE ...): no new try before this */
 };
 

@@ -43,7 +43,8 @@ static bool evictable(const instance_t *in, const model_t *for_m)
     if (in->state == INST_PARKED && in->mem.gpu >= 0 && in->mem.bytes > 0 && !in->hook_call &&
         (!in->external || m->cfg->unload.set))
         return m->queue.depth == 0;
-    if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->gpu_pos < 0 || in->hook_call)
+    if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->gpu_pos < 0 || in->hook_call ||
+        in->park_clearing)
         return false;
     if (m->cfg->keep_alive_ms == CONFIG_FOREVER)
         return false;
@@ -98,7 +99,7 @@ static uint64_t incoming(size_t pos)
             instance_t *in = list_entry(ii, instance_t, link);
             if (in->gpu_pos != (int)pos || in->mem.gpu < 0)
                 continue;
-            if (in->reclaiming || in->state == INST_UNLOADING || in->state == INST_PARKING ||
+            if (in->reclaiming || in->park_clearing || in->state == INST_UNLOADING || in->state == INST_PARKING ||
                 in->state == INST_STOPPING ||
                 (in->stop_requested && in->state == INST_READY))
                 sum += in->mem.bytes;

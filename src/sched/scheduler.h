@@ -119,6 +119,9 @@ bool sched_request_fits_now(const instance_t *inst);
  * shows the memory back. */
 void sched_instance_unloading(instance_t *inst);
 bool sched_instance_holds_memory(const instance_t *inst);
+/* What an instance holds at least: max(declared resident, post-load baseline); what it
+ * holds beyond that is cache (or growth). */
+uint64_t sched_instance_floor(const instance_t *inst);
 /* A request for m arrived (first attempts only): the mean gap between its requests is
  * learned for eviction cost (placer.h, rule 2b). */
 void sched_note_arrival(model_t *m);

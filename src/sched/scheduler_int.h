@@ -52,10 +52,8 @@ extern sched_state_t sched_state;
 bool sched_uses_gpu(const model_t *m);
 /* out[pos]: may m run on the GPU at ledger position pos (its gpus list, or all)? */
 void sched_allowed_mask(const model_t *m, bool out[LEDGER_MAX_GPUS]);
-/* What an instance holds at least: max(declared resident, post-load baseline). */
 /* The largest total - headroom of the GPUs m may use (0 before NVML answered). */
 uint64_t sched_largest_room(const model_t *m);
-uint64_t sched_instance_floor(const instance_t *inst);
 /* Cached memory the instance really holds (measured, beyond its floor): what it can lend
  * to its next requests. */
 uint64_t sched_instance_cache(const instance_t *inst);

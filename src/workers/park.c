@@ -32,6 +32,13 @@
  *   is asked; one left CHECKPOINTED or LOCKED is restored before its first request.
  *   The instance is not freed while a driver call is in flight (inst->cuda_ops).
  *
+ * Cache first (eviction): an idle instance with a clear_cache hook that holds memory beyond
+ * its floor (sched_instance_floor: cache, >= 64 MiB, measured or left by a request) is asked to give it back before it is
+ * parked: clear_cache hook (its timeout) --2xx--> an NVML reading taken after the answer
+ * (at most ten poll intervals) --> parked as below, booked for what it holds now (logged
+ * park_cleared_cache); a failed hook parks it as it is. Meanwhile (park_clearing) it is not
+ * evicted again, its memory counts as on its way, and its health checks wait.
+ *
  * Eviction (instance_evict) takes the cheapest tier the model has and the host affords:
  * sleep, else checkpoint, else unload hook, else stop (hooks.c). A park the host cannot afford
  * (host_book_park: host_memory budget, MemAvailable, cgroup room) is skipped, counted in
@@ -62,6 +69,7 @@
 #define PARK_WAKE_TIMEOUT_MS 60000
 #define PARK_RESUME_TICK_MS 5   /* how often a RESUMING instance looks for a fresh reading */
 #define PARK_WAKE_GUESS_MS 1000 /* a wake's cost before one was measured (vLLM: 0.1-6 s) */
+#define PARK_CLEAR_MIN_BYTES (64ULL << 20) /* less cache than this is parked as it is (as sched_clear_caches) */
 #define PARK_RESTORE_GUESS_BPMS 10000000ULL /* a restore before one was measured: 10 GB/s (PCIe 4 x16 ~ 20) */
 
 static const char *tier_name(const instance_t *inst)
@@ -431,16 +439,115 @@ uint64_t instance_return_cost_ms(const instance_t *inst)
     return m->load_ms_ewma;
 }
 
+/* ---- cache cleared before an eviction's park ---------------------------------------- */
+
+static void evict_now(instance_t *inst, const char *why)
+{
+    int rc = park_instance(inst, UNLOAD_EVICTED, why);
+    if (rc == 0 || rc == -2)
+        return; /* -2: vramd's own shortage; eviction tries again after the hold */
+    hooks_evict(inst, why);
+}
+
+/* The clear is over (cleared and measured, or the hook failed): park what is left now, the
+ * host booked for what NVML shows it holding. One that took a request meanwhile is left. */
+static void clear_done(instance_t *inst, bool cleared)
+{
+    model_t *m = inst->model;
+    inst->park_clearing = false;
+    uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
+    log_event(LOG_INFO, "park_cleared_cache", "model=%s instance=%u cleared=%s before=%llu after=%llu wait_ms=%llu",
+              m->name, inst->id, cleared ? "true" : "false", (unsigned long long)inst->park_clear_before,
+              (unsigned long long)inst->mem.bytes, (unsigned long long)(core_now() - inst->park_clear_since_ms));
+    if (inst->state != INST_READY || inst->in_flight > 0 || inst->stop_requested) {
+        model_schedule_pump(m); /* busy again: the waiting load looks for room anew */
+        return;
+    }
+    evict_now(inst, inst->park_clear_why);
+    sched_pump_all(m->core);
+}
+
+void park_clear_tick(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    if (!inst->park_clearing)
+        return;
+    if (inst->state != INST_READY) { /* stopped meanwhile: nothing to park */
+        inst->park_clearing = false;
+        return;
+    }
+    uint64_t poll = inst->model->core->cfg->gpu.poll_ms ? inst->model->core->cfg->gpu.poll_ms : 100;
+    uint64_t limit = poll * 10 > 1000 ? poll * 10 : 1000;
+    if (sched_snapshot_seq() >= inst->park_clear_seq || core_now() - inst->park_clear_since_ms > limit ||
+        !sched_gpu_ok()) {
+        clear_done(inst, true);
+        return;
+    }
+    uv_timer_start(&inst->timer, park_clear_tick, poll < PARK_RESUME_TICK_MS ? poll : PARK_RESUME_TICK_MS, 0);
+}
+
+static void on_clear_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    (void)body;
+    (void)len;
+    instance_t *inst = ctx;
+    bool ok = instance_hook_answered(inst, "clear_cache_done", status, error);
+    if (!inst->park_clearing)
+        return;
+    if (inst->state != INST_READY) {
+        inst->park_clearing = false;
+        return;
+    }
+    if (!ok) {
+        clear_done(inst, false); /* parked (or evicted) as it is */
+        return;
+    }
+    inst->park_clear_since_ms = core_now();
+    inst->park_clear_seq = sched_snapshot_seq() + 2; /* the reading in flight now may predate the answer */
+    sched_poll_now();
+    park_clear_tick(&inst->timer);
+}
+
+/* An idle instance evicted to be parked first gives back its allocator cache (clear_cache
+ * hook, bounded by its timeout), so that only what remains is parked and booked on the host:
+ * 0 when the hook was called (the park follows its answer), -1 when there is nothing to clear
+ * or the hook cannot be called (park as it is). */
+static int clear_before_park(instance_t *inst, const char *why)
+{
+    model_t *m = inst->model;
+    uint64_t floor = sched_instance_floor(inst);
+    if (!m->cfg->clear_cache.set || !(can_sleep(inst) || can_checkpoint(inst)) || inst->mem.gpu < 0 ||
+        inst->mem.bytes < floor + PARK_CLEAR_MIN_BYTES || core_now() < inst->local_retry_ms)
+        return -1; /* what a request left behind and no reading measured yet counts too */
+    inst->park_clear_before = inst->mem.bytes;
+    inst->park_clear_since_ms = core_now();
+    inst->park_clear_seq = UINT64_MAX;
+    snprintf(inst->park_clear_why, sizeof inst->park_clear_why, "%s", why);
+    log_event(LOG_INFO, "park_clear_cache", "model=%s instance=%u cached=%llu", m->name, inst->id,
+              (unsigned long long)(inst->mem.bytes - floor));
+    inst->last_clear_cache_ms = core_now();
+    if (instance_call_hook(inst, &m->cfg->clear_cache, 30000, on_clear_answer) != 0)
+        return -1;
+    inst->park_clearing = true;
+    if (inst->health_call) { /* its health checks resume once the park is decided */
+        http_call_cancel(inst->health_call);
+        inst->health_call = NULL;
+    }
+    uv_timer_stop(&inst->timer);
+    return 0;
+}
+
 void instance_evict(instance_t *inst, const char *why)
 {
     if (inst->state == INST_PARKED) {
         park_escalate(inst, why); /* what it still holds is needed: the next tier */
         return;
     }
-    int rc = park_instance(inst, UNLOAD_EVICTED, why);
-    if (rc == 0 || rc == -2)
-        return; /* -2: vramd's own shortage; eviction tries again after the hold */
-    hooks_evict(inst, why);
+    if (inst->park_clearing)
+        return; /* already on its way: parked once its cache is cleared */
+    if (clear_before_park(inst, why) == 0)
+        return;
+    evict_now(inst, why);
 }
 
 /* ---- the way back ------------------------------------------------------------------- */

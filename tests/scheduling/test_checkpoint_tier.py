@@ -419,3 +419,68 @@ def test_sleep_comes_before_checkpoint_and_a_failed_sleep_falls_to_it(sched):
     assert vd.first("resumed", model="b")["tier"] == "checkpoint"
     assert not vd.events("wake_hook_done", model="b")
     sched.finish()
+
+
+def test_cache_cleared_before_the_park_fits_the_host_budget(sched):
+    """llm holds 4 GiB resident + 6 GiB of allocator cache (simworker --cache keep) and has a
+    clear_cache hook; the host budget is 6 GiB. Evicted for big, it is first asked to clear its
+    cache (park_cleared_cache: before ~10 GiB, after ~4 GiB), then checkpointed with only what
+    is left booked on the host (not refused as over budget, not stopped), and its next request
+    restores the same process."""
+    gpu = sched.gpu_set("12GiB")  # big (8.3 GiB) fits beside llm's 4.3 GiB only once llm is parked
+    llm = sched.model("llm", ["--resident", "4GiB", "--per-request", "6GiB", "--cache", "keep",
+                              "--run-time", sim_s(1)], "4.3GiB", "6GiB", checkpoint=True,
+                      clear_cache={"method": "POST", "path": "/clear_cache/"})
+    vd = sched.start_vramd(gpu, {"llm": llm, "big": big_model(sched, "8GiB", "8.3GiB")},
+                           host_memory={"budget": "6GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    wait_for(lambda: gpu_held_by(sched, gpu, pid) >= 10 * GiB, what="llm holding its cache")
+    assert vd.generate("big").status == 200
+    ev = vd.first("eviction", model="llm")
+    assert ev and ev["for"] == "big", ev
+    cleared = after(vd.events("park_cleared_cache", model="llm"), ev)
+    assert cleared["cleared"] == "true", cleared
+    assert cleared["before"] >= 10 * GiB and cleared["after"] <= 4 * GiB + CONTEXT + 64 * MiB, cleared
+    parked = after(vd.events("parked", model="llm"), cleared)
+    assert parked["tier"] == "checkpoint" and parked["host"] <= 4 * GiB + CONTEXT + 64 * MiB, parked
+    order(ev, vd.first("park_clear_cache", model="llm"), vd.first("clear_cache_done", model="llm"), cleared, parked,
+          vd.first("worker_started", model="big"))
+    assert not vd.events("park_refused", model="llm")
+    assert not vd.events("worker_exit", model="llm")
+    inst = vd.instances("llm")[0]
+    assert inst["tier"] == "checkpointed" and inst["pid"] == pid, inst
+    assert vd.status()["host_memory"]["parked"] == inst["parked_bytes"] <= 4 * GiB + CONTEXT + 64 * MiB
+    assert gpu_held_by(sched, gpu, pid) == 0
+
+    assert vd.generate("llm").status == 200
+    assert vd.instances("llm")[0]["pid"] == pid
+    assert after(vd.events("resumed", model="llm"), parked)["tier"] == "checkpoint"
+    assert vd.status()["host_memory"]["parked"] == 0 and parked_on_host(sched, gpu) == 0
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_failed_clear_cache_parks_as_before(sched):
+    """The same with a clear_cache hook that fails (404): park_cleared_cache says cleared=false,
+    the whole ~10 GiB is offered to the 6 GiB host budget as before, refused, and llm stopped."""
+    gpu = sched.gpu_set("12GiB")
+    llm = sched.model("llm", ["--resident", "4GiB", "--per-request", "6GiB", "--cache", "keep",
+                              "--run-time", sim_s(1)], "4.3GiB", "6GiB", checkpoint=True,
+                      clear_cache={"method": "POST", "path": "/no_such_hook/"})
+    vd = sched.start_vramd(gpu, {"llm": llm, "big": big_model(sched, "8GiB", "8.3GiB")},
+                           host_memory={"budget": "6GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    assert vd.generate("big").status == 200
+    done = vd.first("clear_cache_done", model="llm")
+    assert done and done["status"] == 404, done
+    cleared = after(vd.events("park_cleared_cache", model="llm"), done)
+    assert cleared["cleared"] == "false" and cleared["after"] >= 10 * GiB, cleared
+    refused = after(vd.events("park_refused", model="llm"), cleared)
+    assert refused["reason"] == "over_budget", refused
+    order(refused, after(vd.events("worker_exit", model="llm"), refused), vd.first("worker_started", model="big"))
+    assert not any(i["pid"] == pid for i in vd.instances("llm"))
+    assert vd.status()["host_memory"]["parked"] == 0 and parked_on_host(sched, gpu) == 0
+    vd.assert_no_oom()
+    sched.finish()
