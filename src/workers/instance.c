@@ -263,10 +263,6 @@ void instance_health_tick(uv_timer_t *t)
 {
     instance_t *inst = t->data;
     model_t *m = inst->model;
-    if (inst->park_clearing) { /* health checks wait while its cache is cleared for a park */
-        park_clear_tick(t);
-        return;
-    }
     if (inst->health_call || inst->state == INST_STOPPING || inst->state == INST_UNLOADING ||
         inst->state == INST_UNLOADED || inst->state == INST_RELOADING || inst->state == INST_PARKING ||
         inst->state == INST_PARKED || inst->state == INST_RESUMING)

@@ -168,6 +168,8 @@ void instance_set_state_at(instance_t *inst, enum instance_state s, const char *
                   file, line);
         inst->state = s;
     }
+    if (s != INST_READY)
+        inst->park_clearing = false; /* a cache clear for a park ends with READY (workers/park.c) */
     if (s != INST_PARKING && s != INST_PARKED && s != INST_RESUMING) {
         /* however a park ends (back, stopped, died, escalated), its host memory is given back */
         host_book_release(inst);

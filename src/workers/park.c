@@ -36,8 +36,8 @@
  * its floor (sched_instance_floor: cache, >= 64 MiB, measured or left by a request) is asked to give it back before it is
  * parked: clear_cache hook (its timeout) --2xx--> an NVML reading taken after the answer
  * (at most ten poll intervals) --> parked as below, booked for what it holds now (logged
- * park_cleared_cache); a failed hook parks it as it is. Meanwhile (park_clearing) it is not
- * evicted again, its memory counts as on its way, and its health checks wait.
+ * park_cleared_cache); a failed hook parks it as it is. Meanwhile (park_clearing, cleared by
+ * any state change) it is not evicted again and its memory counts as on its way.
  *
  * Eviction (instance_evict) takes the cheapest tier the model has and the host affords:
  * sleep, else checkpoint, else unload hook, else stop (hooks.c). A park the host cannot afford
@@ -455,7 +455,6 @@ static void clear_done(instance_t *inst, bool cleared)
 {
     model_t *m = inst->model;
     inst->park_clearing = false;
-    uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
     log_event(LOG_INFO, "park_cleared_cache", "model=%s instance=%u cleared=%s before=%llu after=%llu wait_ms=%llu",
               m->name, inst->id, cleared ? "true" : "false", (unsigned long long)inst->park_clear_before,
               (unsigned long long)inst->mem.bytes, (unsigned long long)(core_now() - inst->park_clear_since_ms));
@@ -467,15 +466,16 @@ static void clear_done(instance_t *inst, bool cleared)
     sched_pump_all(m->core);
 }
 
-void park_clear_tick(uv_timer_t *t)
+/* On inst->idle_timer (an instance being cleared for a park is not idle in keep_alive's
+ * sense; a park stops that timer anyway): waits for an NVML reading taken after the hook
+ * answered, at most ten poll intervals. */
+static void clear_tick(uv_timer_t *t)
 {
     instance_t *inst = t->data;
     if (!inst->park_clearing)
         return;
-    if (inst->state != INST_READY) { /* stopped meanwhile: nothing to park */
-        inst->park_clearing = false;
+    if (inst->state != INST_READY) /* stopped meanwhile (instance_set_state cleared the flag) */
         return;
-    }
     uint64_t poll = inst->model->core->cfg->gpu.poll_ms ? inst->model->core->cfg->gpu.poll_ms : 100;
     uint64_t limit = poll * 10 > 1000 ? poll * 10 : 1000;
     if (sched_snapshot_seq() >= inst->park_clear_seq || core_now() - inst->park_clear_since_ms > limit ||
@@ -483,7 +483,7 @@ void park_clear_tick(uv_timer_t *t)
         clear_done(inst, true);
         return;
     }
-    uv_timer_start(&inst->timer, park_clear_tick, poll < PARK_RESUME_TICK_MS ? poll : PARK_RESUME_TICK_MS, 0);
+    uv_timer_start(&inst->idle_timer, clear_tick, poll < PARK_RESUME_TICK_MS ? poll : PARK_RESUME_TICK_MS, 0);
 }
 
 static void on_clear_answer(void *ctx, int status, const char *body, size_t len, const char *error)
@@ -492,12 +492,8 @@ static void on_clear_answer(void *ctx, int status, const char *body, size_t len,
     (void)len;
     instance_t *inst = ctx;
     bool ok = instance_hook_answered(inst, "clear_cache_done", status, error);
-    if (!inst->park_clearing)
+    if (!inst->park_clearing || inst->state != INST_READY)
         return;
-    if (inst->state != INST_READY) {
-        inst->park_clearing = false;
-        return;
-    }
     if (!ok) {
         clear_done(inst, false); /* parked (or evicted) as it is */
         return;
@@ -505,7 +501,7 @@ static void on_clear_answer(void *ctx, int status, const char *body, size_t len,
     inst->park_clear_since_ms = core_now();
     inst->park_clear_seq = sched_snapshot_seq() + 2; /* the reading in flight now may predate the answer */
     sched_poll_now();
-    park_clear_tick(&inst->timer);
+    clear_tick(&inst->idle_timer);
 }
 
 /* An idle instance evicted to be parked first gives back its allocator cache (clear_cache
@@ -529,11 +525,7 @@ static int clear_before_park(instance_t *inst, const char *why)
     if (instance_call_hook(inst, &m->cfg->clear_cache, 30000, on_clear_answer) != 0)
         return -1;
     inst->park_clearing = true;
-    if (inst->health_call) { /* its health checks resume once the park is decided */
-        http_call_cancel(inst->health_call);
-        inst->health_call = NULL;
-    }
-    uv_timer_stop(&inst->timer);
+    uv_timer_stop(&inst->idle_timer);
     return 0;
 }
 

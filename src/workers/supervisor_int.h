@@ -100,8 +100,5 @@ void park_wake(instance_t *inst);
 void park_wake_found(instance_t *inst);
 /* A PARKED instance must free what it still holds: the next tier (unload hook, stop). */
 void park_escalate(instance_t *inst, const char *why);
-/* inst->timer while an eviction's park waits for its cache to be cleared (park_clearing):
- * parks once NVML shows what is left; instance_health_tick hands over to it meanwhile. */
-void park_clear_tick(uv_timer_t *t);
 
 #endif
