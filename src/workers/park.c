@@ -32,12 +32,13 @@
  *   is asked; one left CHECKPOINTED or LOCKED is restored before its first request.
  *   The instance is not freed while a driver call is in flight (inst->cuda_ops).
  *
- * Cache first (eviction): an idle instance with a clear_cache hook that holds memory beyond
- * its floor (sched_instance_floor: cache, >= 64 MiB, measured or left by a request) is asked to give it back before it is
- * parked: clear_cache hook (its timeout) --2xx--> an NVML reading taken after the answer
- * (at most ten poll intervals) --> parked as below, booked for what it holds now (logged
- * park_cleared_cache); a failed hook parks it as it is. Meanwhile (park_clearing, cleared by
- * any state change) it is not evicted again and its memory counts as on its way.
+ * Cache first (eviction): an idle instance with a clear_cache hook that holds >= 64 MiB
+ * beyond its floor (sched_instance_floor; measured or left by a request) is asked to give it
+ * back before it is parked: clear_cache hook (its timeout) --2xx--> an NVML reading taken
+ * after the answer (at most ten poll intervals) --> parked as below, booked for what it
+ * holds now (logged park_cleared_cache); a failed hook parks it as it is. Meanwhile
+ * (park_clearing, cleared by any state change) it is not evicted again and its memory
+ * counts as on its way; instance_return_cost_ms judges the park by its floor.
  *
  * Eviction (instance_evict) takes the cheapest tier the model has and the host affords:
  * sleep, else checkpoint, else unload hook, else stop (hooks.c). A park the host cannot afford
@@ -419,19 +420,29 @@ void instance_reclaimed(instance_t *inst, bool ok)
     sched_pump_all(inst->model->core);
 }
 
+/* What a park of inst would book on the host: what it holds, or only its floor when its
+ * cache is cleared first (clear_before_park). */
+static uint64_t park_bytes_expected(const instance_t *inst)
+{
+    uint64_t floor = sched_instance_floor(inst);
+    if (inst->mem.gpu < 0)
+        return inst->model->cfg->memory.resident;
+    bool cleared = inst->model->cfg->clear_cache.set && inst->mem.bytes >= floor + PARK_CLEAR_MIN_BYTES;
+    return cleared ? floor : inst->mem.bytes;
+}
+
 uint64_t instance_return_cost_ms(const instance_t *inst)
 {
     const model_t *m = inst->model;
     if (inst->state == INST_PARKED)
         return m->load_ms_ewma; /* evicting it again means the next tier: a stop, then a start */
+    uint64_t bytes = park_bytes_expected(inst);
     if (can_sleep(inst)) {
-        uint64_t bytes = inst->mem.gpu >= 0 ? inst->mem.bytes : m->cfg->memory.resident;
         const host_ledger_t *h = host_book(m->core->cfg);
         if (host_ledger_verdict(h, bytes, host_mem_room(NULL, NULL, NULL)) == HOST_FITS)
             return m->wake_ms_ewma ? m->wake_ms_ewma : PARK_WAKE_GUESS_MS;
     }
     if (can_checkpoint(inst)) {
-        uint64_t bytes = inst->mem.gpu >= 0 ? inst->mem.bytes : m->cfg->memory.resident;
         const host_ledger_t *h = host_book(m->core->cfg);
         if (host_ledger_verdict(h, bytes, host_mem_room(NULL, NULL, NULL)) == HOST_FITS)
             return m->restore_ms_ewma ? m->restore_ms_ewma : bytes / PARK_RESTORE_GUESS_BPMS + 1;
@@ -472,9 +483,7 @@ static void clear_done(instance_t *inst, bool cleared)
 static void clear_tick(uv_timer_t *t)
 {
     instance_t *inst = t->data;
-    if (!inst->park_clearing)
-        return;
-    if (inst->state != INST_READY) /* stopped meanwhile (instance_set_state cleared the flag) */
+    if (!inst->park_clearing || inst->state != INST_READY) /* a state change clears the flag */
         return;
     uint64_t poll = inst->model->core->cfg->gpu.poll_ms ? inst->model->core->cfg->gpu.poll_ms : 100;
     uint64_t limit = poll * 10 > 1000 ? poll * 10 : 1000;
