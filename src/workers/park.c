@@ -1,7 +1,7 @@
 /*
  * park: the two park tiers (SPEC 4.1), sleep/wake hooks and the CUDA driver's checkpoint,
- * and the entry points the scheduler calls to make room (instance_evict) and to report
- * memory back (instance_reclaimed).
+ * and the entry point the scheduler calls to report memory back (instance_reclaimed); the
+ * scheduler's eviction entry (instance_evict) is in park_evict.c.
  *
  *   READY --sleep hook (host memory booked first)--> PARKING
  *     --NVML shows at least half gone, settled (verified reclaim)--> PARKED
@@ -32,16 +32,9 @@
  *   is asked; one left CHECKPOINTED or LOCKED is restored before its first request.
  *   The instance is not freed while a driver call is in flight (inst->cuda_ops).
  *
- * Cache first (eviction): an idle instance with a clear_cache hook that holds >= 64 MiB
- * beyond its floor (sched_instance_floor; measured or left by a request) is asked to give it
- * back before it is parked: clear_cache hook (its timeout) --2xx--> an NVML reading taken
- * after the answer (at most ten poll intervals) --> parked as below, booked for what it
- * holds now (logged park_cleared_cache); a failed hook parks it as it is. Meanwhile
- * (park_clearing, cleared by any state change) it is not evicted again and its memory
- * counts as on its way; instance_return_cost_ms judges the park by its floor.
- *
- * Eviction (instance_evict) takes the cheapest tier the model has and the host affords:
- * sleep, else checkpoint, else unload hook, else stop (hooks.c). A park the host cannot afford
+ * Eviction (park_instance, called by park_evict.c's instance_evict once any cache was
+ * cleared) takes the cheapest tier the model has and the host affords: sleep, else
+ * checkpoint, else unload hook, else stop (hooks.c). A park the host cannot afford
  * (host_book_park: host_memory budget, MemAvailable, cgroup room) is skipped, counted in
  * park_refusals and logged as park_refused.
  *
@@ -68,9 +61,7 @@
 
 #define PARK_SLEEP_TIMEOUT_MS 30000
 #define PARK_WAKE_TIMEOUT_MS 60000
-#define PARK_RESUME_TICK_MS 5   /* how often a RESUMING instance looks for a fresh reading */
 #define PARK_WAKE_GUESS_MS 1000 /* a wake's cost before one was measured (vLLM: 0.1-6 s) */
-#define PARK_CLEAR_MIN_BYTES (64ULL << 20) /* less cache than this is parked as it is (as sched_clear_caches) */
 #define PARK_RESTORE_GUESS_BPMS 10000000ULL /* a restore before one was measured: 10 GB/s (PCIe 4 x16 ~ 20) */
 
 static const char *tier_name(const instance_t *inst)
@@ -78,7 +69,7 @@ static const char *tier_name(const instance_t *inst)
     return inst->park_tier == PARK_CHECKPOINT ? "checkpoint" : "sleep";
 }
 
-static bool can_sleep(const instance_t *inst)
+bool park_can_sleep(const instance_t *inst)
 {
     const model_config_t *mc = inst->model->cfg;
     return mc->sleep.set && mc->wake.set && inst->state == INST_READY && inst->in_flight == 0 &&
@@ -115,7 +106,7 @@ static void on_sleep_answer(void *ctx, int status, const char *body, size_t len,
 
 int park_sleep(instance_t *inst, enum unload_reason reason, const char *why)
 {
-    if (!can_sleep(inst))
+    if (!park_can_sleep(inst))
         return -1;
     model_t *m = inst->model;
     if (core_now() < inst->local_retry_ms) { /* a hook just failed for vramd's own shortage */
@@ -220,7 +211,7 @@ static void on_sleep_answer(void *ctx, int status, const char *body, size_t len,
 
 /* ---- the checkpoint tier: the CUDA driver parks the instance's processes ------------- */
 
-static bool can_checkpoint(const instance_t *inst)
+bool park_can_checkpoint(const instance_t *inst)
 {
     const model_t *m = inst->model;
     return m->cfg->checkpoint && m->core->cuda && cuda_available(m->core->cuda) && inst->state == INST_READY &&
@@ -369,7 +360,7 @@ static void cuda_round_done(instance_t *inst)
  * 0 started, -1 when it cannot (the caller takes the next tier). */
 static int park_checkpoint(instance_t *inst, enum unload_reason reason, const char *why)
 {
-    if (!can_checkpoint(inst))
+    if (!park_can_checkpoint(inst))
         return -1;
     model_t *m = inst->model;
     pid_t pids[INSTANCE_PARK_PIDS_MAX];
@@ -437,118 +428,17 @@ uint64_t instance_return_cost_ms(const instance_t *inst)
     if (inst->state == INST_PARKED)
         return m->load_ms_ewma; /* evicting it again means the next tier: a stop, then a start */
     uint64_t bytes = park_bytes_expected(inst);
-    if (can_sleep(inst)) {
+    if (park_can_sleep(inst)) {
         const host_ledger_t *h = host_book(m->core->cfg);
         if (host_ledger_verdict(h, bytes, host_mem_room(NULL, NULL, NULL)) == HOST_FITS)
             return m->wake_ms_ewma ? m->wake_ms_ewma : PARK_WAKE_GUESS_MS;
     }
-    if (can_checkpoint(inst)) {
+    if (park_can_checkpoint(inst)) {
         const host_ledger_t *h = host_book(m->core->cfg);
         if (host_ledger_verdict(h, bytes, host_mem_room(NULL, NULL, NULL)) == HOST_FITS)
             return m->restore_ms_ewma ? m->restore_ms_ewma : bytes / PARK_RESTORE_GUESS_BPMS + 1;
     }
     return m->load_ms_ewma;
-}
-
-/* ---- cache cleared before an eviction's park ---------------------------------------- */
-
-static void evict_now(instance_t *inst, const char *why)
-{
-    int rc = park_instance(inst, UNLOAD_EVICTED, why);
-    if (rc == 0 || rc == -2)
-        return; /* -2: vramd's own shortage; eviction tries again after the hold */
-    hooks_evict(inst, why);
-}
-
-/* The clear is over (cleared and measured, or the hook failed): park what is left now, the
- * host booked for what NVML shows it holding. One that took a request meanwhile is left. */
-static void clear_done(instance_t *inst, bool cleared)
-{
-    model_t *m = inst->model;
-    inst->park_clearing = false;
-    log_event(LOG_INFO, "park_cleared_cache", "model=%s instance=%u cleared=%s before=%llu after=%llu wait_ms=%llu",
-              m->name, inst->id, cleared ? "true" : "false", (unsigned long long)inst->park_clear_before,
-              (unsigned long long)inst->mem.bytes, (unsigned long long)(core_now() - inst->park_clear_since_ms));
-    if (inst->state != INST_READY || inst->in_flight > 0 || inst->stop_requested) {
-        model_schedule_pump(m); /* busy again: the waiting load looks for room anew */
-        return;
-    }
-    evict_now(inst, inst->park_clear_why);
-    sched_pump_all(m->core);
-}
-
-/* On inst->idle_timer (an instance being cleared for a park is not idle in keep_alive's
- * sense; a park stops that timer anyway): waits for an NVML reading taken after the hook
- * answered, at most ten poll intervals. */
-static void clear_tick(uv_timer_t *t)
-{
-    instance_t *inst = t->data;
-    if (!inst->park_clearing || inst->state != INST_READY) /* a state change clears the flag */
-        return;
-    uint64_t poll = inst->model->core->cfg->gpu.poll_ms ? inst->model->core->cfg->gpu.poll_ms : 100;
-    uint64_t limit = poll * 10 > 1000 ? poll * 10 : 1000;
-    if (sched_snapshot_seq() >= inst->park_clear_seq || core_now() - inst->park_clear_since_ms > limit ||
-        !sched_gpu_ok()) {
-        clear_done(inst, true);
-        return;
-    }
-    uv_timer_start(&inst->idle_timer, clear_tick, poll < PARK_RESUME_TICK_MS ? poll : PARK_RESUME_TICK_MS, 0);
-}
-
-static void on_clear_answer(void *ctx, int status, const char *body, size_t len, const char *error)
-{
-    (void)body;
-    (void)len;
-    instance_t *inst = ctx;
-    bool ok = instance_hook_answered(inst, "clear_cache_done", status, error);
-    if (!inst->park_clearing || inst->state != INST_READY)
-        return;
-    if (!ok) {
-        clear_done(inst, false); /* parked (or evicted) as it is */
-        return;
-    }
-    inst->park_clear_since_ms = core_now();
-    inst->park_clear_seq = sched_snapshot_seq() + 2; /* the reading in flight now may predate the answer */
-    sched_poll_now();
-    clear_tick(&inst->idle_timer);
-}
-
-/* An idle instance evicted to be parked first gives back its allocator cache (clear_cache
- * hook, bounded by its timeout), so that only what remains is parked and booked on the host:
- * 0 when the hook was called (the park follows its answer), -1 when there is nothing to clear
- * or the hook cannot be called (park as it is). */
-static int clear_before_park(instance_t *inst, const char *why)
-{
-    model_t *m = inst->model;
-    uint64_t floor = sched_instance_floor(inst);
-    if (!m->cfg->clear_cache.set || !(can_sleep(inst) || can_checkpoint(inst)) || inst->mem.gpu < 0 ||
-        inst->mem.bytes < floor + PARK_CLEAR_MIN_BYTES || core_now() < inst->local_retry_ms)
-        return -1; /* what a request left behind and no reading measured yet counts too */
-    inst->park_clear_before = inst->mem.bytes;
-    inst->park_clear_since_ms = core_now();
-    inst->park_clear_seq = UINT64_MAX;
-    snprintf(inst->park_clear_why, sizeof inst->park_clear_why, "%s", why);
-    log_event(LOG_INFO, "park_clear_cache", "model=%s instance=%u cached=%llu", m->name, inst->id,
-              (unsigned long long)(inst->mem.bytes - floor));
-    inst->last_clear_cache_ms = core_now();
-    if (instance_call_hook(inst, &m->cfg->clear_cache, 30000, on_clear_answer) != 0)
-        return -1;
-    inst->park_clearing = true;
-    uv_timer_stop(&inst->idle_timer);
-    return 0;
-}
-
-void instance_evict(instance_t *inst, const char *why)
-{
-    if (inst->state == INST_PARKED) {
-        park_escalate(inst, why); /* what it still holds is needed: the next tier */
-        return;
-    }
-    if (inst->park_clearing)
-        return; /* already on its way: parked once its cache is cleared */
-    if (clear_before_park(inst, why) == 0)
-        return;
-    evict_now(inst, why);
 }
 
 /* ---- the way back ------------------------------------------------------------------- */

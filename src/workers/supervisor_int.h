@@ -90,6 +90,11 @@ int park_sleep(instance_t *inst, enum unload_reason reason, const char *why);
  * sleep hook, else a checkpoint by the CUDA driver (model checkpoint: true). Returns as
  * park_sleep (-1: neither, take the next tier). */
 int park_instance(instance_t *inst, enum unload_reason reason, const char *why);
+/* May inst be parked by its sleep hook / by the CUDA driver now (configured, idle, ready)? */
+bool park_can_sleep(const instance_t *inst);
+bool park_can_checkpoint(const instance_t *inst);
+#define PARK_RESUME_TICK_MS 5   /* how often a RESUMING or clearing instance looks for a fresh reading */
+#define PARK_CLEAR_MIN_BYTES (64ULL << 20) /* less cache than this is parked as it is (as sched_clear_caches) */
 /* A PARKED instance is needed again: book its memory back, then its wake hook (sleep) or
  * the driver's restore + unlock of each parked process (checkpoint). */
 void park_wake(instance_t *inst);

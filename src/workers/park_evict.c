@@ -1,0 +1,127 @@
+/*
+ * park_evict: the scheduler's eviction entry (instance_evict, actions.evict), and the
+ * allocator cache given back before a park.
+ *
+ * Cache first: an idle instance with a clear_cache hook that holds >= 64 MiB beyond its
+ * floor (sched_instance_floor; measured or left by a request) is asked to give it back
+ * before it is parked: clear_cache hook (its timeout) --2xx--> an NVML reading taken after
+ * the answer (at most ten poll intervals) --> parked, booked for what it holds now (logged
+ * park_cleared_cache); a failed hook parks it as it is. Meanwhile (park_clearing, cleared by
+ * any state change) it is not evicted again and its memory counts as on its way; park.c's
+ * instance_return_cost_ms judges the park by its floor.
+ *
+ * Then the instance is parked by park.c's park_instance (sleep, checkpoint), or freed by
+ * hooks.c (unload hook, stop) when no park tier applies; a PARKED instance evicted again goes
+ * to its next tier (park_escalate).
+ * Calls park.c, hooks.c, instance.c and the scheduler; nothing calls back into it but the
+ * hook's answer and its own timer.
+ */
+#include <stdio.h>
+
+#include "common/log.h"
+#include "core/core.h"
+#include "sched/scheduler.h"
+#include "workers/supervisor.h"
+#include "workers/supervisor_int.h"
+
+/* ---- cache cleared before an eviction's park ---------------------------------------- */
+
+static void evict_now(instance_t *inst, const char *why)
+{
+    int rc = park_instance(inst, UNLOAD_EVICTED, why);
+    if (rc == 0 || rc == -2)
+        return; /* -2: vramd's own shortage; eviction tries again after the hold */
+    hooks_evict(inst, why);
+}
+
+/* The clear is over (cleared and measured, or the hook failed): park what is left now, the
+ * host booked for what NVML shows it holding. One that took a request meanwhile is left. */
+static void clear_done(instance_t *inst, bool cleared)
+{
+    model_t *m = inst->model;
+    inst->park_clearing = false;
+    log_event(LOG_INFO, "park_cleared_cache", "model=%s instance=%u cleared=%s before=%llu after=%llu wait_ms=%llu",
+              m->name, inst->id, cleared ? "true" : "false", (unsigned long long)inst->park_clear_before,
+              (unsigned long long)inst->mem.bytes, (unsigned long long)(core_now() - inst->park_clear_since_ms));
+    if (inst->state != INST_READY || inst->in_flight > 0 || inst->stop_requested) {
+        model_schedule_pump(m); /* busy again: the waiting load looks for room anew */
+        return;
+    }
+    evict_now(inst, inst->park_clear_why);
+    sched_pump_all(m->core);
+}
+
+/* On inst->idle_timer (an instance being cleared for a park is not idle in keep_alive's
+ * sense; a park stops that timer anyway): waits for an NVML reading taken after the hook
+ * answered, at most ten poll intervals. */
+static void clear_tick(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    if (!inst->park_clearing || inst->state != INST_READY) /* a state change clears the flag */
+        return;
+    uint64_t poll = inst->model->core->cfg->gpu.poll_ms ? inst->model->core->cfg->gpu.poll_ms : 100;
+    uint64_t limit = poll * 10 > 1000 ? poll * 10 : 1000;
+    if (sched_snapshot_seq() >= inst->park_clear_seq || core_now() - inst->park_clear_since_ms > limit ||
+        !sched_gpu_ok()) {
+        clear_done(inst, true);
+        return;
+    }
+    uv_timer_start(&inst->idle_timer, clear_tick, poll < PARK_RESUME_TICK_MS ? poll : PARK_RESUME_TICK_MS, 0);
+}
+
+static void on_clear_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    (void)body;
+    (void)len;
+    instance_t *inst = ctx;
+    bool ok = instance_hook_answered(inst, "clear_cache_done", status, error);
+    if (!inst->park_clearing || inst->state != INST_READY)
+        return;
+    if (!ok) {
+        clear_done(inst, false); /* parked (or evicted) as it is */
+        return;
+    }
+    inst->park_clear_since_ms = core_now();
+    inst->park_clear_seq = sched_snapshot_seq() + 2; /* the reading in flight now may predate the answer */
+    sched_poll_now();
+    clear_tick(&inst->idle_timer);
+}
+
+/* An idle instance evicted to be parked first gives back its allocator cache (clear_cache
+ * hook, bounded by its timeout), so that only what remains is parked and booked on the host:
+ * 0 when the hook was called (the park follows its answer), -1 when there is nothing to clear
+ * or the hook cannot be called (park as it is). */
+static int clear_before_park(instance_t *inst, const char *why)
+{
+    model_t *m = inst->model;
+    uint64_t floor = sched_instance_floor(inst);
+    if (!m->cfg->clear_cache.set || !(park_can_sleep(inst) || park_can_checkpoint(inst)) || inst->mem.gpu < 0 ||
+        inst->mem.bytes < floor + PARK_CLEAR_MIN_BYTES || core_now() < inst->local_retry_ms)
+        return -1; /* what a request left behind and no reading measured yet counts too */
+    inst->park_clear_before = inst->mem.bytes;
+    inst->park_clear_since_ms = core_now();
+    inst->park_clear_seq = UINT64_MAX;
+    snprintf(inst->park_clear_why, sizeof inst->park_clear_why, "%s", why);
+    log_event(LOG_INFO, "park_clear_cache", "model=%s instance=%u cached=%llu", m->name, inst->id,
+              (unsigned long long)(inst->mem.bytes - floor));
+    inst->last_clear_cache_ms = core_now();
+    if (instance_call_hook(inst, &m->cfg->clear_cache, 30000, on_clear_answer) != 0)
+        return -1;
+    inst->park_clearing = true;
+    uv_timer_stop(&inst->idle_timer);
+    return 0;
+}
+
+void instance_evict(instance_t *inst, const char *why)
+{
+    if (inst->state == INST_PARKED) {
+        park_escalate(inst, why); /* what it still holds is needed: the next tier */
+        return;
+    }
+    if (inst->park_clearing)
+        return; /* already on its way: parked once its cache is cleared */
+    if (clear_before_park(inst, why) == 0)
+        return;
+    evict_now(inst, why);
+}
+
