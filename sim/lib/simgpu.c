@@ -1,8 +1,9 @@
 /*
  * simgpu.c: simulated GPUs in POSIX shared memory (see simgpu.h for the contract).
  *
- * Layout of the shm object "/simgpu.NAME": see simgpu_int.h (shared with simgpu_park.c,
- * which keeps the CUDA checkpoint state).
+ * Layout of the shm object "/simgpu.NAME": see simgpu_int.h. The rooms below this one:
+ * simgpu_park.c (the CUDA checkpoint state; sg_reap_locked) and simgpu_table.c (clock,
+ * process identity, the mutex, the slot table), which the park room builds on too.
  *
  * A slot is one process's holding on one GPU: (pid, starttime, bytes, dead, dead_since_ms,
  * utilization). A process is identified by pid AND its /proc starttime, so a recycled pid is
@@ -69,13 +70,6 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-uint64_t sg_monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static size_t set_size_for(int n_gpus)
 {
     return sizeof(struct set_header) + (size_t)n_gpus * sizeof(struct gpu_record);
@@ -138,160 +132,6 @@ static void uuid_for(const char *set_name, int index, char *out, size_t cap)
 
 /* Read state and starttime from /proc/PID/stat. Returns 0, or -1 when unreadable
  * (errno ENOENT when the process does not exist). */
-static int proc_stat_read(pid_t pid, char *state, uint64_t *starttime)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    int saved = errno;
-    close(fd);
-    if (n <= 0) {
-        errno = n < 0 ? saved : ENOENT;
-        return -1;
-    }
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
-    if (!p || p[1] != ' ') {
-        errno = EIO;
-        return -1;
-    }
-    p += 2;
-    *state = *p;
-    /* p is at field 3 (state); starttime is field 22: skip 19 separators. */
-    for (int field = 3; field < 22; field++) {
-        p = strchr(p, ' ');
-        if (!p) {
-            errno = EIO;
-            return -1;
-        }
-        p++;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(p, &end, 10);
-    if (end == p || errno) {
-        errno = EIO;
-        return -1;
-    }
-    *starttime = v;
-    return 0;
-}
-
-uint64_t sg_self_starttime(void)
-{
-    char state;
-    uint64_t st = 0;
-    if (proc_stat_read(getpid(), &state, &st) < 0)
-        return 0;
-    return st;
-}
-
-/* Is (pid, starttime) still the live process that took the slot? */
-enum proc_state sg_proc_check(pid_t pid, uint64_t starttime)
-{
-    if (pid <= 0)
-        return PROC_GONE;
-    if (kill(pid, 0) < 0 && errno == ESRCH)
-        return PROC_GONE;
-    char state;
-    uint64_t st;
-    if (proc_stat_read(pid, &state, &st) < 0)
-        return errno == ENOENT || errno == ESRCH ? PROC_GONE : PROC_UNKNOWN;
-    if (state == 'Z' || state == 'X')
-        return PROC_GONE;
-    if (starttime != 0 && st != starttime)
-        return PROC_GONE;
-    return PROC_ALIVE;
-}
-
-/* ---- locking ---- */
-
-int sg_lock(simgpu_t *s)
-{
-    int rc = pthread_mutex_lock(&s->hdr->lock);
-    if (rc == EOWNERDEAD) {
-        /* The previous holder died; the tables are valid at every step (see top). */
-        pthread_mutex_consistent(&s->hdr->lock);
-        return 0;
-    }
-    if (rc != 0) {
-        errno = rc;
-        return -1;
-    }
-    return 0;
-}
-
-void sg_unlock(simgpu_t *s)
-{
-    pthread_mutex_unlock(&s->hdr->lock);
-}
-
-/* ---- reaping (caller holds the lock) ---- */
-
-void sg_reap_locked(simgpu_t *s)
-{
-    uint64_t now = sg_monotonic_ms();
-    uint64_t delay = s->hdr->release_delay_real_ms;
-    for (int g = 0; g < s->n_gpus; g++) {
-        struct gpu_record *gpu = &s->hdr->gpus[g];
-        for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
-            struct proc_slot *slot = &gpu->slots[i];
-            if (!slot->in_use)
-                continue;
-            if (!slot->dead && sg_proc_check(slot->pid, slot->starttime) == PROC_GONE) {
-                slot->dead_since_ms = now;
-                slot->utilization = 0;
-                slot->dead = 1;
-            }
-            if (slot->dead && now - slot->dead_since_ms >= delay)
-                slot->in_use = 0;
-        }
-    }
-    sg_park_reap_locked(s);
-}
-
-uint64_t sg_used_locked(const struct gpu_record *gpu)
-{
-    uint64_t used = 0;
-    for (int i = 0; i < SIMGPU_MAX_PROCS; i++)
-        if (gpu->slots[i].in_use)
-            used += gpu->slots[i].bytes;
-    return used;
-}
-
-struct proc_slot *sg_own_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime)
-{
-    for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
-        struct proc_slot *slot = &gpu->slots[i];
-        if (slot->in_use && !slot->dead && slot->pid == pid && slot->starttime == starttime)
-            return slot;
-    }
-    return NULL;
-}
-
-/* Take an unused slot for (pid, starttime) holding bytes; NULL when the table is full. */
-struct proc_slot *sg_take_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime,
-                                          uint64_t bytes)
-{
-    for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
-        struct proc_slot *slot = &gpu->slots[i];
-        if (slot->in_use)
-            continue;
-        slot->pid = pid;
-        slot->starttime = starttime;
-        slot->bytes = bytes;
-        slot->dead = 0;
-        slot->dead_since_ms = 0;
-        slot->utilization = 0;
-        __atomic_store_n(&slot->in_use, 1, __ATOMIC_RELEASE); /* visible last */
-        return slot;
-    }
-    return NULL;
-}
-
 /* A locked or checkpointed process's CUDA calls block in the real driver; here they fail. */
 static void set_unlock_busy(simgpu_t *s)
 {
@@ -309,26 +149,6 @@ static bool gpu_index_ok(simgpu_t *s, int gpu)
 }
 
 /* ---- public API ---- */
-
-double simgpu_timescale(void)
-{
-    const char *v = getenv("SIMGPU_TIMESCALE");
-    if (!v || !*v)
-        return 1.0;
-    char *end;
-    double d = strtod(v, &end);
-    if (end == v || *end != '\0' || !isfinite(d) || d <= 0.0)
-        return 1.0;
-    return d;
-}
-
-uint64_t simgpu_scaled_ms(uint64_t simulated_ms)
-{
-    double v = (double)simulated_ms * simgpu_timescale();
-    if (v >= 1.8e19)
-        return UINT64_MAX;
-    return (uint64_t)(v + 0.5); /* no llround: the .so links without libm */
-}
 
 int simgpu_create(const char *name, int n_gpus, uint64_t memory_per_gpu, const char *model_name,
                   uint64_t release_delay_ms, char *err, size_t errlen)

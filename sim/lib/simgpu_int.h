@@ -88,22 +88,23 @@ struct simgpu {
 
 enum proc_state { PROC_ALIVE, PROC_GONE, PROC_UNKNOWN };
 
+/* simgpu_table.c */
 uint64_t sg_monotonic_ms(void);
 uint64_t sg_self_starttime(void);
 enum proc_state sg_proc_check(pid_t pid, uint64_t starttime);
 int sg_lock(simgpu_t *s);
 void sg_unlock(simgpu_t *s);
-/* Marks dead processes (GPU slots and park slots) and releases what is due. */
-void sg_reap_locked(simgpu_t *s);
+/* Marks processes that died in the GPU slots, and frees the slots whose release delay passed. */
+void sg_reap_slots_locked(simgpu_t *s);
 uint64_t sg_used_locked(const struct gpu_record *gpu);
 struct proc_slot *sg_own_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime);
 struct proc_slot *sg_take_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime,
                                       uint64_t bytes);
 
 /* simgpu_park.c */
-/* Clears the park slots of dead processes (their host bytes are freed with them) and ends
- * the operations whose caller died. */
-void sg_park_reap_locked(simgpu_t *s);
+/* Marks dead processes (GPU slots, then park slots: their host bytes are freed with them,
+ * and operations whose caller died end) and releases what is due. */
+void sg_reap_locked(simgpu_t *s);
 /* Whether (pid, starttime) may not touch GPU memory now (locked, checkpointed, failed). */
 bool sg_park_blocks_locked(simgpu_t *s, pid_t pid, uint64_t starttime);
 /* The default bandwidth of a new set: $SIMGPU_PCIE_BW, else SIMGPU_DEFAULT_PCIE_BW. */

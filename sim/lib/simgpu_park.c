@@ -210,7 +210,7 @@ static bool live_on_gpu(simgpu_t *s, pid_t pid, uint64_t starttime)
     return false;
 }
 
-void sg_park_reap_locked(simgpu_t *s)
+static void park_reap_locked(simgpu_t *s)
 {
     for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
         struct park_slot *p = &s->hdr->parks[i];
@@ -606,4 +606,10 @@ int simgpu_park_list(simgpu_t *s, simgpu_park_info_t *out, size_t cap, size_t *n
     sg_unlock(s);
     *n = count;
     return 0;
+}
+
+void sg_reap_locked(simgpu_t *s)
+{
+    sg_reap_slots_locked(s);
+    park_reap_locked(s);
 }

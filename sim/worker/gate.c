@@ -22,7 +22,7 @@ static void resume(sw_worker_t *w)
     memcpy(held, w->deferred, n * sizeof held[0]);
     w->n_deferred = 0;
     for (unsigned i = 0; i < n; i++)
-        sw_routes_handle(held[i], w);
+        w->gate_redo(held[i], w);
 }
 
 static void on_gate_timer(uv_timer_t *t)
@@ -46,8 +46,9 @@ static void on_gate_timer(uv_timer_t *t)
         resume(w);
 }
 
-void sw_gate_start(sw_worker_t *w)
+void sw_gate_start(sw_worker_t *w, sw_gate_redo_fn redo)
 {
+    w->gate_redo = redo;
     if (simgpu_gate_register(w->mem.gpu) < 0)
         log_event(LOG_WARN, "gate_unavailable", "model=%s error=%s", w->f.name,
                   "the simulated GPU's park table is full: checkpoint locks will not wait for this worker");
@@ -66,9 +67,4 @@ bool sw_gate_defer(sw_worker_t *w, sw_http_req_t *r)
     }
     w->deferred[w->n_deferred++] = r;
     return true;
-}
-
-void sw_gate_close(sw_worker_t *w)
-{
-    uv_close((uv_handle_t *)&w->gate_timer, NULL);
 }

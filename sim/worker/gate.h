@@ -29,10 +29,15 @@
 
 struct sw_worker;
 
-void sw_gate_start(struct sw_worker *w);
+/* How a request held while the GPU work was held is handled on resume (main.c passes the
+ * route table, sw_routes_handle: the gate never calls up into routes by name). */
+typedef void (*sw_gate_redo_fn)(sw_http_req_t *r, void *w);
+
+/* Registers with the set's park table and polls it every SW_GATE_POLL_MS. The timer is
+ * closed with the worker's other handles (sw_maybe_exit). */
+void sw_gate_start(struct sw_worker *w, sw_gate_redo_fn redo);
 /* While the GPU work is held: keeps r to be handled on resume (or answers 503 when too many
  * wait) and returns true. Returns false when r may be handled now. */
 bool sw_gate_defer(struct sw_worker *w, sw_http_req_t *r);
-void sw_gate_close(struct sw_worker *w);
 
 #endif

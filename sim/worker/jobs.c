@@ -106,7 +106,7 @@ void sw_maybe_exit(sw_worker_t *w)
     log_event(LOG_INFO, "exit", "model=%s reason=%s", w->f.name, "signal");
     uv_close((uv_handle_t *)&w->job_timer, NULL);
     uv_close((uv_handle_t *)&w->model_timer, NULL);
-    sw_gate_close(w);
+    uv_close((uv_handle_t *)&w->gate_timer, NULL); /* gate.c's poll */
     uv_close((uv_handle_t *)&w->sigterm, NULL);
     uv_close((uv_handle_t *)&w->sigint, NULL);
 }

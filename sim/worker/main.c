@@ -76,7 +76,7 @@ int main(int argc, char **argv)
     uv_signal_start(&w.sigterm, on_signal, SIGTERM);
     uv_signal_start(&w.sigint, on_signal, SIGINT);
 
-    sw_gate_start(&w);
+    sw_gate_start(&w, sw_routes_handle);
     sw_model_start_load(&w, NULL);
     uv_run(w.loop, UV_RUN_DEFAULT);
     return 0;

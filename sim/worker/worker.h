@@ -11,6 +11,8 @@
  *   routes.c  the HTTP endpoints, dispatching to the two above.
  *   gate.c    the simulated CUDA lock: GPU work held while the process is locked or
  *             checkpointed (gate.h), /health answering all along.
+ *   respond.c JSON answers and escaping, below all of the above (they call down only:
+ *             routes -> gate, model, jobs; gate -> model, jobs; model -> jobs).
  *
  * Model states: LOADING (health 503 {"status":"loading"}), READY (200 ok), UNLOADING and
  * UNLOADED (200 {"status":"unloading"|"unloaded"}; generation answers 503 "models unloaded").
@@ -72,6 +74,7 @@ typedef struct sw_worker {
 
     /* gate.c */
     uv_timer_t gate_timer;
+    sw_gate_redo_fn gate_redo; /* held requests handled on resume (sw_routes_handle) */
     bool gpu_held;       /* locked/checkpointed: no GPU work advances or starts */
     uint32_t gate_acked; /* the last lock request acknowledged */
     sw_http_req_t *deferred[SW_GATE_DEFERRED]; /* admin requests held until resumed */
@@ -115,6 +118,8 @@ void sw_maybe_exit(sw_worker_t *w);
 
 /* routes.c */
 void sw_routes_handle(sw_http_req_t *req, void *ctx);
+
+/* respond.c */
 /* Answers a JSON body built with printf-style formatting. */
 void sw_respond_json(sw_http_req_t *req, int status, const char *extra_headers, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
