@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from vramdkit import binary, free_port, sim_env, wait_for
+from vramdkit import TIMESCALE, binary, free_port, sim_env, wait_for
 from vramdkit.daemon import sanitizer_reports
 from vramdkit.paths import REPO_ROOT, vramd_binary
 from vramdkit.report import track
@@ -111,7 +111,7 @@ class Host:
         self.log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, str(vramd_binary()), "--config",
                                       str(self.config_path)], stdout=self.log_file, stderr=subprocess.STDOUT,
-                                     env=sim_env(self.gpu_set), cwd=self.fleet.tmp)
+                                     env=sim_env(self.gpu_set, self.fleet.timescale), cwd=self.fleet.tmp)
         wait_for(lambda: self.alive_or_fail() and self.get("/readyz")[0] == 200, timeout=START_TIMEOUT,
                  what=f"{self.name} ready")
         wait_for(lambda: self.status()["nvml"]["ok"] and self.status()["gpus"], timeout=START_TIMEOUT,
@@ -166,8 +166,9 @@ class Host:
 
 
 class Fleet:
-    def __init__(self, tmp):
+    def __init__(self, tmp, timescale=TIMESCALE):
         self.tmp = tmp
+        self.timescale = timescale  # SIMGPU_TIMESCALE of every host (bench/fleet: --timescale)
         self.tag = secrets.token_hex(2)
         self.net = f"10.213.{random.randrange(0, 256)}"
         self.token = secrets.token_hex(16)
@@ -229,9 +230,9 @@ class Fleet:
             pytest.fail(f"haproxy exited with {self.haproxy.returncode}:\n{self.hap_log_text()}")
         return True
 
-    def hap_log_text(self):
+    def hap_log_text(self, limit=6000):
         try:
-            return (self.tmp / "haproxy.log").read_text(errors="replace")[-6000:]
+            return (self.tmp / "haproxy.log").read_text(errors="replace")[-limit:]
         except OSError:
             return ""
 

@@ -1,0 +1,53 @@
+"""bench/fleet/scaling.py --smoke: the fleet scaling bench (by hand, docs/benchmarks.md) still
+runs against today's vramd, simworker and contrib/haproxy/haproxy.cfg, every request comes
+back 200 through HAProxy on 1 and 2 hosts, the JSON has the figures the docs quote, and
+nothing it started is left: no process, no network namespace, no simulated GPU. No timing
+figure is checked here (the bench's figures go in docs, never in tests)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vramdkit import binary
+from vramdkit.paths import REPO_ROOT
+
+from .fleetkit import netns_unavailable
+
+BENCH = REPO_ROOT / "bench" / "fleet" / "scaling.py"
+
+
+def test_scaling_bench_smoke_runs_and_cleans_up(tmp_path):
+    why = netns_unavailable()
+    if why:
+        pytest.skip(f"the fleet bench needs network namespaces and haproxy: {why}")
+    out = tmp_path / "smoke.json"
+    p = subprocess.run([sys.executable, str(BENCH), "--smoke", "--out", str(out)], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ), cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert [r["hosts"] for r in data["runs"]] == [1, 2]
+    for r in data["runs"]:
+        assert r["sent"] == 4 * r["hosts"] and r["ok"] == r["sent"], (r["hosts"], r["failed"])
+        assert r["ooms"] == 0 and r["oom_log_lines"] == 0
+        assert r["makespan_s"] > 0 and r["loads"] >= 1
+        served = sum(v for per_host in r["served_by_host"].values() for v in per_host.values())
+        assert served == r["sent"], r["served_by_host"]
+    two = [row for row in data["summary"] if row["hosts"] == 2][0]
+    assert two["efficiency"] is not None and two["efficiency"] > 0
+    # nothing left behind
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    sets = subprocess.run([str(binary("simgpu")), "list"], capture_output=True, text=True).stdout
+    for r in data["runs"]:
+        for ns in r["started"]["netns"]:
+            assert ns not in netns, f"namespace {ns} left behind"
+        for s in r["started"]["gpu_sets"]:
+            assert s not in sets.split(), f"simulated GPU set {s} left behind"
+        for pid, start in r["started"]["pids"]:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    now = int(f.read().rsplit(")", 1)[1].split()[19])
+            except (OSError, IndexError, ValueError):
+                continue  # gone
+            assert now != start, f"process {pid} left behind"
