@@ -72,8 +72,9 @@ def config(kind, path):
         text = re.sub(r' agent-send "[^"]*"', "", text)
     if kind in ("rr", "agent-rr"):  # the shipped file hashes the model name; these use round robin
         for m in MODELS:
-            text = text.replace(f"backend vramd_{m}\n    balance hash str({m})\n    hash-type consistent\n",
-                                f"backend vramd_{m}\n    balance roundrobin\n")
+            text = re.sub(rf"backend vramd_{m}\n    balance hash str\({m}\)\n    hash-type consistent\n"
+                          r"(    hash-balance-factor \d+\n)?",
+                          f"backend vramd_{m}\n    balance roundrobin\n", text)
     path.write_text(text + "\n")
     return path
 
