@@ -294,6 +294,10 @@ class Fleet:
                     os.kill(int(pid), signal.SIGKILL)
                 except (OSError, ValueError):
                     pass
+            t_end = time.monotonic() + 5  # killed: gone in a moment (the namespace outlives none)
+            while pids and time.monotonic() < t_end:
+                time.sleep(0.05)
+                pids = subprocess.run(["ip", "netns", "pids", h.ns], capture_output=True, text=True).stdout.split()
             subprocess.run(["ip", "netns", "del", h.ns], capture_output=True)
             subprocess.run([str(binary("simgpu")), "rm", h.gpu_set], capture_output=True)
         for link in self.links:  # gone with their namespaces; this only catches a half-made pair

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -45,9 +46,21 @@ def test_scaling_bench_smoke_runs_and_cleans_up(tmp_path):
         for s in r["started"]["gpu_sets"]:
             assert s not in sets.split(), f"simulated GPU set {s} left behind"
         for pid, start in r["started"]["pids"]:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    now = int(f.read().rsplit(")", 1)[1].split()[19])
-            except (OSError, IndexError, ValueError):
-                continue  # gone
-            assert now != start, f"process {pid} left behind"
+            assert wait_gone(pid, start), f"process {pid} left behind"
+
+
+def wait_gone(pid, start, timeout=5.0):
+    """True once the process that had this pid and start time is gone or a zombie (a
+    process killed at the end may take a moment to die and be reaped by its new parent)."""
+    t_end = time.monotonic() + timeout
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[19]) != start or fields[0] in ("Z", "X"):
+                return True
+        except (OSError, IndexError, ValueError):
+            return True
+        if time.monotonic() > t_end:
+            return False
+        time.sleep(0.05)
