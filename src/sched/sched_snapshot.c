@@ -220,9 +220,12 @@ static bool recycle_on_growth(core_t *d, model_t *m, instance_t *in, uint64_t no
         growth_cap += sched_request_estimate(m);
     if (!growth_cap || !in->baseline || in->measured <= in->baseline + growth_cap)
         return false;
+    /* cleared: asked back a few readings ago, and no request has run since (one that took
+     * the cache again right after the clear leaves it as cache, not growth) */
     bool cache_cleared = !m->cfg->clear_cache.set ||
                          (in->last_clear_cache_ms && now - in->last_clear_cache_ms < 10000 &&
-                          now - in->last_clear_cache_ms > 3 * d->cfg->gpu.poll_ms && !in->hook_call);
+                          now - in->last_clear_cache_ms > 3 * d->cfg->gpu.poll_ms && !in->hook_call &&
+                          in->last_used_ms < in->last_clear_cache_ms);
     if (cache_cleared) {
         char why[96];
         snprintf(why, sizeof why, "memory grew by %llu MiB since load",
