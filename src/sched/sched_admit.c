@@ -101,6 +101,13 @@ bool sched_yields_to_claim(const request_t *r, const instance_t *inst)
     uint64_t left = avail - credit; /* cache this request would leave unused, but locked in */
     if (credit == 0 || left < SCHED_YIELD_MIN_BYTES || m->cfg->clear_cache.set == false)
         return false;
+    /* a hook that gave nothing back when last asked (answered, no request since, a few
+     * readings after it, the cache still there) is not waited for: the request runs as
+     * before, so a pinned model whose hook frees nothing cannot be held back for good */
+    uint64_t now = core_now();
+    if (inst->last_clear_cache_ms && inst->last_used_ms < inst->last_clear_cache_ms && !inst->hook_call &&
+        now - inst->last_clear_cache_ms > 3 * sched_state.core->cfg->gpu.poll_ms)
+        return false;
     uint64_t claimant_free = ledger_free_for(l, (size_t)inst->gpu_pos, g->claim_holder);
     return claimant_free < g->claimed && claimant_free + left >= g->claimed;
 }

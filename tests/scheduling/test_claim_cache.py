@@ -101,3 +101,37 @@ def test_request_right_after_a_clear_is_not_taken_for_growth(sched):
     assert len(vd.worker_pids("gen")) == 1
     vd.assert_no_oom()
     sched.finish()
+
+
+def test_hook_that_frees_nothing_does_not_hold_a_pinned_model_back(sched):
+    """The scene of the test above, with mesh pinned (keep_alive forever: never evicted) and
+    a clear_cache hook that answers 200 and frees nothing (GET /health). A2 yields to big's
+    claim once, the hook is called, the readings after it still show the cache: A2 then runs
+    (within a few seconds, as before the rule) instead of waiting for a claimant that can
+    never fit; big, which cannot fit beside the pinned cache, gets its deadline's 504."""
+    gpu = sched.gpu_set("24GiB")
+    vd = sched.start_vramd(gpu, {
+        "mesh": sched.model("mesh", ["--resident", "1.7GiB", "--per-request", "6GiB", "--cache", "keep",
+                                     "--mem-scale", "size:1:1", "--run-time", sim_s(40)],
+                            "2GiB", "6GiB", concurrency=1, keep_alive="forever",
+                            clear_cache={"method": "GET", "path": "/health"}),
+        "big": sched.model("big", ["--resident", "1.7GiB", "--per-request", "10GiB", "--cache", "release",
+                                   "--run-time", sim_s(10)], "2GiB", "10GiB", priority=3),
+    })
+    assert vd.generate("big").status == 200
+    assert vd.generate("mesh", {"size": 2}).status == 200
+    wait_for(lambda: vd.instances("mesh")[0]["reserved_bytes"] >= 13 * GiB, what="mesh booked with its 12 GiB cache")
+    a1 = vd.later("mesh")
+    vd.wait_in_flight("mesh")
+    b = vd.later("big", headers={"X-Vramd-Deadline": "6s"}, timeout=REQUEST_TIMEOUT)
+    vd.wait_event("memory_claimed", model="big", timeout=10)
+    a2 = vd.later("mesh")
+    assert a1.result().status == 200
+    t_a1 = time.monotonic()
+    r = a2.result()
+    assert r.status == 200, r
+    assert time.monotonic() - t_a1 < 4.0, "A2 waited far beyond its own run for a claimant that cannot fit"
+    assert vd.events("clear_cache", model="mesh"), "the hook was never asked: the scene did not happen"
+    assert b.result().status == 504
+    vd.assert_no_oom()
+    sched.finish()
