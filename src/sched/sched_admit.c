@@ -6,7 +6,9 @@
  * Invariants: a request holds its entry from sched_admit until sched_request_finished,
  * however it ends; the credit it took from its instance's verified cache is returned with
  * it; memory a finished request leaves behind is booked on its instance (unverified) until
- * the next snapshot measures it. Calls down only, into scheduler.c (scheduler_int.h).
+ * the next snapshot measures it; a request younger than the GPU's claim does not lock
+ * away, in a busy instance, cache the claimant lacks (sched_yields_to_claim). Calls down
+ * only, into scheduler.c (scheduler_int.h).
  * Loop thread only.
  */
 #include "sched/scheduler.h"

@@ -8,7 +8,8 @@
  * each candidate's return cost (actions.return_cost_ms: the tier evict would take, e.g. a
  * learned wake instead of a reload), its model's gap between requests and keep-alive.
  * Invariants: only idle instances are evicted (evictable), never more while memory
- * already on its way back would cover the need; an eviction is always made under the
+ * already on its way back (caches being cleared included) would cover the need, and none
+ * when the idle instances' caches alone would (they are asked back instead); an eviction is always made under the
  * claimant's claim on that GPU; a queued model is evicted only for a claimant whose oldest
  * request is strictly older (the complement of sched_admit's rule, so neither waits for
  * the other). Calls down only, into sched_admit.c and scheduler.c. Loop thread only.
