@@ -61,19 +61,19 @@ def start(fleet_, **pg):
     return hosts, cluster, db
 
 
-def work(token, ms):
-    return {"model": "w", "path": "/work", "body": {"token": token, "ms": ms}}
+def work(token, ms, **more):
+    return {"model": "w", "path": "/work", "body": {"token": token, "ms": ms, **more}}
 
 
-def submit(fleet_, token, ms):
+def submit(fleet_, token, ms, **more):
     """POST /v1/jobs through HAProxy: (status, id or None, body)."""
-    st, _, body = fleet_.request("/v1/jobs", work(token, ms), timeout=15)
+    st, _, body = fleet_.request("/v1/jobs", work(token, ms, **more), timeout=15)
     jid = json.loads(body)["id"] if st == 202 else None
     return st, jid, body
 
 
-def submit_ok(fleet_, token, ms):
-    st, jid, body = submit(fleet_, token, ms)
+def submit_ok(fleet_, token, ms, **more):
+    st, jid, body = submit(fleet_, token, ms, **more)
     assert st == 202, (st, body)
     return jid
 
@@ -103,11 +103,17 @@ def done_counts(fleet_, hosts):
     return counts
 
 
-def test_host_cut_off_by_link_down_is_fenced_and_comes_back(fleet):
+@pytest.mark.parametrize("back", ["after", "during"])
+def test_host_cut_off_by_link_down_is_fenced_and_comes_back(fleet, back):
     """A cut shorter than jobs.postgres.timeout (20 s here): the host does not notice, its
-    connection carries on when the link is back, and what it sends late is refused."""
+    connection carries on when the link is back, and what it sends late is refused. back:
+    the link comes back after the other host finished the job ("after": the job is final
+    when the late result lands), or while the other host still runs it ("during": the rerun
+    takes 3 s, so the job is `running` again under another lease when the late result lands:
+    only the lease token refuses it)."""
     hosts, cluster, db = start(fleet, timeout="20s")
-    jid = submit_ok(fleet, "cut", 1200)
+    rerun = {"mark": str(fleet.tmp / "cut.mark"), "again_ms": 3000} if back == "during" else {}
+    jid = submit_ok(fleet, "cut", 1200, **rerun)
     victim = wait_for(lambda: next((h for h in hosts if "cut" in events(fleet, h, "start")), None), timeout=20,
                       interval=0.02, what="a host running the job")
     others = [h for h in hosts if h is not victim]
@@ -117,11 +123,15 @@ def test_host_cut_off_by_link_down_is_fenced_and_comes_back(fleet):
         # cut off, the victim's worker still finishes (its answer has nowhere to go but the
         # victim's hung PostgreSQL connection); the lease expires, another host runs it again
         wait_for(lambda: "cut" in events(fleet, victim, "done"), timeout=10, what="the victim's worker done")
-        first = wait_for(lambda: (lambda j: j if j and j["state"] == "succeeded" else None)(job(fleet, jid, others[0])),
-                         timeout=20, what="the job succeeded on another host while the victim is cut off")
+        if back == "after":
+            first = wait_for(lambda: (lambda j: j if j and j["state"] == "succeeded" else None)(
+                job(fleet, jid, others[0])), timeout=20, what="the job succeeded on another host")
+            assert sum(events(fleet, h, "done").count("cut") for h in others) == 1, done_counts(fleet, hosts)
+        else:
+            wait_for(lambda: (lambda j: j and j["state"] == "running" and j["attempts"] == 2)(
+                job(fleet, jid, others[0])), timeout=20, interval=0.02, what="the job running on another host")
+            assert not any("cut" in events(fleet, h, "done") for h in others)
         t_done = time.monotonic() - t_down
-        assert sum(events(fleet, h, "done").count("cut") for h in others) == 1, done_counts(fleet, hosts)
-        assert first["attempts"] == 2, first
         assert not any(e in victim.log_text() for e in ("job_lease_lost", "job_result_dropped", "jobs_postgres_down"))
     finally:
         fleet.link(victim, True)
@@ -130,27 +140,35 @@ def test_host_cut_off_by_link_down_is_fenced_and_comes_back(fleet):
     wait_for(lambda: f'"event":"job_result_dropped","job_id":"{jid}"' in victim.log_text(),
              timeout=20, what="the victim's late result refused")
     t_fenced = time.monotonic() - t_up
+    if back == "during":
+        view = job(fleet, jid, others[0])
+        assert view["state"] == "running", f"the rerun ended before the late result was refused: {view}"
+    # the victim carries on (HAProxy sees it up again) and answers for the fleet's jobs
+    fleet.wait_weights("vramd_any", lambda v: v[victim.name][0] == "UP", f"{victim.name} up again", timeout=20)
+    wait_for(lambda: job(fleet, jid, victim) is not None, timeout=20, what="the victim answering from PostgreSQL")
+    t_back = time.monotonic() - t_up
+    if back == "during":
+        first = wait_for(lambda: (lambda j: j if j and j["state"] == "succeeded" else None)(job(fleet, jid)),
+                         timeout=20, what="the job succeeded on the other host")
+        assert sum(events(fleet, h, "done").count("cut") for h in others) == 1, done_counts(fleet, hosts)
+    assert first["attempts"] == 2, first
     # any host, HAProxy included, gives the other host's outcome; the result is the job's
-    for view in [job(fleet, jid)] + [job(fleet, jid, h) for h in others]:
+    for view in [job(fleet, jid)] + [job(fleet, jid, h) for h in hosts]:
         assert view and view["state"] == "succeeded", view
         assert (view["finished_at"], view["attempts"]) == (first["finished_at"], 2), (view, first)
     st, _, body = fleet.get(f"/v1/jobs/{jid}/result")
     assert st == 200 and json.loads(body)["result"] == "R-cut", (st, body)
     assert cluster.sql(f"SELECT state, attempts, lease IS NULL FROM vramd_jobs WHERE id = '{jid}'", db=db) == \
         "succeeded|2|t"
-    # the victim reconnects (HAProxy sees it up again), answers for the fleet's jobs, and
-    # claims work again: 9 jobs of 0.6 s are more than the other two hosts' windows hold
-    fleet.wait_weights("vramd_any", lambda v: v[victim.name][0] == "UP", f"{victim.name} up again", timeout=20)
-    wait_for(lambda: (job(fleet, jid, victim) or {}).get("state") == "succeeded", timeout=20,
-             what="the victim answering from PostgreSQL again")
-    t_back = time.monotonic() - t_up
+    # and claims work again: 9 jobs of 0.6 s are more than the other two hosts' windows hold
     ids = [submit_ok(fleet, f"after{i}", 600) for i in range(9)]
     states = all_final(fleet, ids, timeout=30)
     assert all(s["state"] == "succeeded" and s["attempts"] == 1 for s in states.values()), states
     counts = done_counts(fleet, hosts)
     assert all(counts.get(f"after{i}") == 1 for i in range(9)), counts
     assert any(t.startswith("after") for t in events(fleet, victim, "done")), "the victim took no work afterwards"
-    print(f"link down {victim.name}: job succeeded elsewhere {t_done:.2f}s after the cut; "
+    print(f"link down {victim.name} (back {back}): job {'succeeded' if back == 'after' else 'running'} elsewhere "
+          f"{t_done:.2f}s after the cut; "
           f"late result refused {t_fenced:.2f}s after the link came back; host answering again after {t_back:.2f}s")
     fleet.check_hosts_clean()
 
