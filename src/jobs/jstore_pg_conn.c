@@ -16,12 +16,14 @@
  * server host frozen) looks to TCP like a slow one, and TCP waits minutes before it gives
  * up. So the `quiet` timer runs while vramd waits for the server (connecting, setting up,
  * or n_sent > 0), restarted whenever something arrives or a write makes progress; after
- * timeout_ms of silence the connection is treated as lost ("no answer from PostgreSQL for
- * N ms") like any other failure. It is stopped while nothing is awaited (an idle connection
- * is not a dead one; the maintenance query every second or less makes it wait again).
+ * timeout_ms of silence (nothing readable on the socket either: a stalled loop is not a
+ * silent server) the connection is treated as lost ("no answer from PostgreSQL for N ms")
+ * like any other failure. When it fires while nothing is awaited it does nothing (an idle
+ * connection is not a dead one; the maintenance query, every second or less, is awaited).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,6 +244,13 @@ static void on_quiet(uv_timer_t *t)
     bool waiting = p->state == PG_CONNECTING || p->state == PG_SETUP || (p->state == PG_READY && p->n_sent > 0);
     if (!waiting || !p->conn)
         return;
+    /* the loop itself may have stalled (a stopped process, a slow callback): what already
+     * sits in the socket is an answer, not silence (the poll callback reads it next) */
+    struct pollfd pfd = {.fd = PQsocket(p->conn), .events = POLLIN};
+    if (pfd.fd >= 0 && poll(&pfd, 1, 0) > 0) {
+        quiet_restart(p);
+        return;
+    }
     char msg[96];
     snprintf(msg, sizeof msg, "no answer from PostgreSQL for %" PRIu64 " ms", p->timeout_ms);
     conn_lost_msg(p, p->state == PG_CONNECTING ? "connecting" : "waiting", msg);
