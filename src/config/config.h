@@ -222,6 +222,8 @@ typedef struct config {
             uint64_t lease_ms;         /* default 30s: a claim lasts this long unless renewed */
             uint64_t aging_ms;         /* default 60s: a queued job gains one priority step per this */
             uint64_t max_result_bytes; /* default 256MiB: results kept in PostgreSQL up to this */
+            uint64_t timeout_ms;       /* default 10s: the connection silent this long while an
+                                          answer is awaited (or while connecting): reconnect */
         } pg;
     } jobs;
     model_config_t *models;

@@ -159,6 +159,7 @@ config_t *cfg_config_new_builtin(void)
     cfg->jobs.pg.lease_ms = 30000;
     cfg->jobs.pg.aging_ms = 60000;
     cfg->jobs.pg.max_result_bytes = 256ULL << 20;
+    cfg->jobs.pg.timeout_ms = 10000;
     cfg->per_client.max_queued = 32;
     cfg->per_client.max_in_flight = 8;
     cfg->per_client.max_clients = 4096;
