@@ -74,7 +74,13 @@ static void clear_done(instance_t *inst, bool cleared)
               (unsigned long long)inst->mem.bytes, (unsigned long long)(core_now() - inst->park_clear_since_ms));
     if (inst->state == INST_READY && inst->in_flight > 0 && !inst->stop_requested &&
         inst->park_clear_reason == UNLOAD_ADMIN) {
-        park_fallback(inst, UNLOAD_ADMIN, inst->park_clear_why); /* stopped after its requests */
+        /* as model_unload does with a busy instance: supervised, stopped after its requests,
+         * no new start until it is gone; external, unloaded again once it is idle */
+        m->unload_requested = true;
+        if (inst->external)
+            model_schedule_pump(m);
+        else
+            park_fallback(inst, UNLOAD_ADMIN, inst->park_clear_why);
         return;
     }
     if (inst->state != INST_READY || inst->in_flight > 0 || inst->stop_requested) {

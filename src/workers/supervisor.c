@@ -177,8 +177,8 @@ bool model_unload_pending(const model_t *m)
         return true;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_UNLOADING || in->state == INST_PARKING)
-            return true;
+        if (in->state == INST_UNLOADING || in->state == INST_PARKING || in->park_clearing)
+            return true; /* park_clearing: its cache is cleared first, then it is parked */
     }
     return false;
 }

@@ -206,3 +206,32 @@ def test_admin_unload_clears_the_cache_before_the_park(sched):
     assert vd.generate("llm").status == 200
     assert vd.instances("llm")[0]["pid"] == pid
     sched.finish()
+
+
+def test_admin_unload_of_an_external_server_clears_its_cache_first(sched):
+    """The same for an external server (url:) with sleep/wake and clear_cache hooks: the admin
+    unload is answered only once the cache was cleared and the server slept, and what is parked
+    on the host is its floor."""
+    gpu = sched.gpu_set("12GiB")
+    ext = sched.external(gpu, "extllm", ["--resident", "3GiB", "--per-request", "4GiB", "--cache", "keep",
+                                         "--run-time", sim_s(1), "--sleep-time", sim_s(1),
+                                         "--wake-time", sim_s(1)])
+    vd = sched.start_vramd(gpu, {"extllm": sched.external_model(
+        "extllm", ext, "3.3GiB", "4GiB", sleep=SLEEP, wake=WAKE,
+        clear_cache={"method": "POST", "path": "/clear_cache/"})},
+        host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("extllm").status == 200
+    wait_for(lambda: gpu_held_by(sched, gpu, ext.pid) >= 7 * GiB, what="the server holding its cache")
+    r = vd.post("/v1/models/extllm/unload")
+    assert r.status == 200, r
+    inst = vd.instances("extllm")[0]
+    assert inst["state"] == "parked" and inst["tier"] == "sleeping", inst
+    assert inst["parked_bytes"] <= 3 * GiB + 64 * MiB, inst
+    clear = vd.first("park_clear_cache", model="extllm")
+    assert clear and clear["for"] == "admin", clear
+    order(clear, vd.first("park_cleared_cache", model="extllm"), vd.first("sleep_hook_done", model="extllm"),
+          vd.first("parked", model="extllm"))
+    assert gpu_held_by(sched, gpu, ext.pid) < 1 * GiB
+    assert vd.generate("extllm").status == 200
+    assert not ext.oom_lines()
+    sched.finish()
