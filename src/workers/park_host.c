@@ -26,7 +26,8 @@
  *
  * Invariant: never more than the budget is booked: the park is booked again after the
  * stops, by host_book_park, which refuses as before when it still does not fit.
- * Calls instance.c, host_book.c and the scheduler's learned gap; called by park.c.
+ * Calls park_cost.c (a return's cost), instance.c, host_book.c and the scheduler's learned
+ * gap; called by park.c.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -39,8 +40,6 @@
 
 #define HOST_ROOM_CANDIDATES 32
 #define HOST_LOAD_GUESS_MS 30000      /* a load before one was timed (FIELD.md: 20-90 s) */
-#define HOST_WAKE_GUESS_MS 1000       /* as park.c's PARK_WAKE_GUESS_MS */
-#define HOST_RESTORE_GUESS_BPMS 10000000ULL /* as park.c's PARK_RESTORE_GUESS_BPMS: 10 GB/s */
 
 /* ---- host keep-alive ------------------------------------------------------------------ */
 
@@ -85,8 +84,7 @@ static double drop_cost(const instance_t *c, enum park_tier tier, uint64_t bytes
 {
     const model_t *m = c->model;
     uint64_t load = m->load_ms_ewma ? m->load_ms_ewma : HOST_LOAD_GUESS_MS;
-    uint64_t back = tier == PARK_CHECKPOINT ? (m->restore_ms_ewma ? m->restore_ms_ewma : bytes / HOST_RESTORE_GUESS_BPMS + 1)
-                                            : (m->wake_ms_ewma ? m->wake_ms_ewma : HOST_WAKE_GUESS_MS);
+    uint64_t back = park_way_back_ms(m, tier, bytes);
     uint64_t gap = sched_expected_gap_ms(m);
     double p = 0.0;
     if (gap > 0)

@@ -8,6 +8,7 @@
  *     -> park_evict.c (who parks: eviction, admin unload, keep_alive; cache cleared first)
  *     -> park.c (the park tiers: sleep/wake, checkpoint; the reclaim entry point)
  *     -> park_host.c (a parked instance's host keep-alive; room made on the host book)
+ *     -> park_cost.c (what a park costs: way out, way back; may a tier be taken now)
  *     -> hooks.c (unload/reload hooks, eviction without parking, reclaim)
  *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
  *     -> model_state.c (names, derived model state, state changes, failure counting)
@@ -116,6 +117,22 @@ void park_wake(instance_t *inst);
 void park_wake_found(instance_t *inst);
 /* A PARKED instance must free what it still holds: the next tier (unload hook, stop). */
 void park_escalate(instance_t *inst, const char *why);
+
+/* ---- park_cost.c ---- */
+/* Does parking inst by `tier` cost less than the reload it saves (way out + way back <
+ * learned load time)? True until both the way out and the load time were measured. */
+bool park_tier_pays(const instance_t *inst, enum park_tier tier);
+/* A park of inst (its park_tier) settled took_ms after it began: learn its way out. */
+void park_learn_way_out(instance_t *inst, uint64_t took_ms);
+/* Would an eviction of inst park it now (a park tier it has, the host affords, and pays)? */
+bool park_eviction_parks(const instance_t *inst);
+/* Would a park asked for `reason` be taken now? An eviction: park_eviction_parks; an admin
+ * unload or keep_alive's expiry: a park tier it has and the host affords (nobody waits for
+ * their way out, so it need not pay). */
+bool park_would_park(const instance_t *inst, enum unload_reason reason);
+/* What a return from a park by `tier` of `bytes` is expected to take: the learned wake or
+ * restore, else 1 s for a wake and 10 GB/s for a restore. */
+uint64_t park_way_back_ms(const model_t *m, enum park_tier tier, uint64_t bytes);
 
 /* ---- park_host.c ---- */
 /* A PARKED instance's host keep-alive (park_keep_alive): on inst->idle_timer; when it runs
