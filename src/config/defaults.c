@@ -39,6 +39,7 @@ int cfg_model_init_builtin(model_config_t *m)
     m->deadline_ms = 60 * 1000;
     m->priority = 5;
     m->keep_alive_ms = 10 * 60 * 1000;
+    m->park_keep_alive_ms = 30 * 60 * 1000;
     hook_init(&m->unload, 30000);
     hook_init(&m->reload, 60000);
     hook_init(&m->clear_cache, 30000);
