@@ -41,14 +41,14 @@ def test_demo_act2_parks_sd35_fast_for_trellis_and_meets_the_deadline(tmp_path):
     ev = park["sd35"]
     assert ev["parks"] == 2 and ev["restores"] == 1, ev
     assert ev["starts"] == 1 and len(set(ev["pids"])) == 1, ev
-    assert all(b > 9 * 2**30 for b in ev["host_bytes"]), ev  # its whole 9.3 GiB went to the host
+    assert all(b > 9 * 2**30 for b in ev["host_bytes"]), ev  # all of it went to the host (9.8 GiB)
     log = open(os.path.join(park["workdir"], "vramd.log"), errors="replace").read()
     assert not sanitizer_reports(log), sanitizer_reports(log)
     assert "clear_cache model=trellis" in log  # the example's hook gave TRELLIS's cache back
 
     # the control: the same generations straight to the same workers OOM
     assert straight["generations"] == 2 and straight["served"] == 0, straight
-    assert straight["oom"] >= 2, straight
+    assert straight["oom"] >= 2 and straight["worker_ooms"].get("trellis", 0) >= 2, straight
 
     # and the demo printed the parked setup's row with these figures
     row = next(line for line in p.stdout.splitlines() if line.startswith("offload off, vramd, parked"))
