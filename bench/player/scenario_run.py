@@ -8,9 +8,11 @@ Setups:
   global-lock  the same, every simworker sharing one --global-lock (one request on the GPU)
 
 Steps: create a fresh simulated GPU from the scenario's gpu.txt (under a unique name),
-start the scenario's external servers (every *.sh in the scenario folder), start the setup,
-replay traffic.json with the player, stop everything, remove the GPU. Returns the player's
-summary plus the GPU memory peak and the OOMs the workers themselves logged.
+start the scenario's external servers (every *.sh in the scenario folder), start the setup
+(optionally loading models through vramd first: `warm`), replay traffic.json with the
+player, stop everything, remove the GPU. Returns the player's summary plus the GPU memory
+peak and the OOMs the workers themselves logged. run() may run in several threads at once
+(each run its own GPU, port and work folder; examples/demo_parking.py does).
 
     /usr/bin/python3 bench/player/scenario_run.py examples/seed004-vlm-6gb --setup vramd \\
         --timescale 0.02 --duration 5m --json /tmp/r.json
