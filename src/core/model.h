@@ -205,6 +205,7 @@ struct model {
     uint64_t wake_ms_ewma;     /* learned time from the wake hook's call to the memory back (park.c) */
     uint64_t parks_total, wakes_total, park_refusals; /* sleep and checkpoint tiers: parks done, returns, parks the host refused */
     uint64_t restore_ms_ewma;  /* checkpoint tier: learned time from the restore's start to the memory back */
+    uint64_t sleep_out_ms_ewma, checkpoint_out_ms_ewma; /* a park's way out: its start to the memory gone (park_cost.c) */
     uint64_t checkpoints_total, restores_total, checkpoint_failures; /* checkpoint tier: parks, returns, failed either way */
     uint64_t last_arrival_ms;  /* when its last request arrived (0 = none yet) */
     uint64_t arrival_gap_ms;   /* mean gap between its requests (EWMA; 0 = fewer than two) */

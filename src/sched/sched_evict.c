@@ -160,6 +160,9 @@ static size_t gather_candidates(const model_t *m)
                                               .return_cost_ms = sched_state.actions.return_cost_ms
                                                                     ? sched_state.actions.return_cost_ms(in)
                                                                     : om->load_ms_ewma,
+                                              .way_out_ms = sched_state.actions.way_out_ms
+                                                                ? sched_state.actions.way_out_ms(in)
+                                                                : 0,
                                               .gap_ms = sched_expected_gap_ms(om),
                                               .keep_alive_left_ms = keep_alive_left(in, now),
                                               .queued = om->queue.depth};

@@ -95,7 +95,7 @@ static int clear_before_park(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     uint64_t floor = sched_instance_floor(inst);
-    if (!m->cfg->clear_cache.set || !(park_can_sleep(inst) || park_can_checkpoint(inst)) || inst->mem.gpu < 0 ||
+    if (!m->cfg->clear_cache.set || !park_eviction_parks(inst) || inst->mem.gpu < 0 ||
         inst->mem.bytes < floor + PARK_CLEAR_MIN_BYTES || core_now() < inst->local_retry_ms)
         return -1; /* what a request left behind and no reading measured yet counts too */
     inst->park_clear_before = inst->mem.bytes;

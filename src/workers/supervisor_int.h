@@ -106,4 +106,13 @@ void park_wake_found(instance_t *inst);
 /* A PARKED instance must free what it still holds: the next tier (unload hook, stop). */
 void park_escalate(instance_t *inst, const char *why);
 
+/* ---- park_cost.c ---- */
+/* Does parking inst by `tier` cost less than the reload it saves (way out + way back <
+ * learned load time)? True until both the way out and the load time were measured. */
+bool park_tier_pays(const instance_t *inst, enum park_tier tier);
+/* A park of inst (its park_tier) settled took_ms after it began: learn its way out. */
+void park_learn_way_out(instance_t *inst, uint64_t took_ms);
+/* Would an eviction of inst park it now (a park tier it has, the host affords, and pays)? */
+bool park_eviction_parks(const instance_t *inst);
+
 #endif

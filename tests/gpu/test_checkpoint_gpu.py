@@ -286,7 +286,9 @@ def instance_of(base, name):
 def test_vramd_parks_and_restores_a_pytorch_worker(vramd_two_models):
     """vramd's own checkpoint tier over the real driver: a request for `b` parks `a` (the same
     pid stays up, NVML stops showing its memory, the host book holds it); a request for `a`
-    parks `b` and restores `a`, served by the same pid with its memory back."""
+    parks `b` and restores `a`, served by the same pid with its memory back. Then, with a's
+    park timed, a third request (for b) finds a's park slower than its restart: a is stopped,
+    b restored."""
     base, log_path, resident_mib = vramd_two_models
     assert log_events(log_path, "checkpoint_available"), open(log_path).read()[-3000:]
     st, a1 = http(base + "/a/generate", {"mib": 256, "ms": 100})
@@ -311,12 +313,21 @@ def test_vramd_parks_and_restores_a_pytorch_worker(vramd_two_models):
     assert gpu_bytes_of(pid_a) >= resident_mib << 20
     assert instance_of(base, "b")["state"] == "parked"
 
+    # a's way out is now timed (tens of seconds at this host's copy rate) and its start is a
+    # few seconds: parking it again would cost more than the reload it saves, so b's next
+    # request stops a instead (park_skipped; workers/park_cost.c) and restores b
+    st, b2 = http(base + "/b/generate", {"mib": 256, "ms": 100})
+    assert st == 200 and b2["pid"] == b1["pid"], b2
+    skipped = [e for e in log_events(log_path, "park_skipped") if e.get("model") == "a"]
+    assert skipped and skipped[0]["reason"] == "slower_than_reload", skipped
+    assert gpu_bytes_of(pid_a) == 0
+
     parked = log_events(log_path, "parked")
     resumed = log_events(log_path, "resumed")
     assert any(e.get("model") == "a" for e in parked) and any(e.get("model") == "a" for e in resumed)
     log_text = open(log_path, errors="replace").read().lower()
     assert "out of memory" not in log_text
-    for e in parked + resumed:
+    for e in parked + resumed + skipped:
         print(f"\n{e.get('event')}: {e}")
     pa = [e for e in parked if e.get("model") == "a"][0]
     gb = int(pa.get("freed", 0)) / 1e9
