@@ -86,6 +86,7 @@ enum restart_reason {
     RESTART_HANG,             /* killed by vramd: a request ran past recycle.hang_timeout */
     RESTART_UNHEALTHY,        /* killed by vramd: health checks failed `failures` times */
     RESTART_RELOAD_FAILED,    /* its reload hook failed */
+    RESTART_PARK_FAILED,      /* a checkpoint or restore of it failed (the park tiers, workers/park.c) */
     RESTART_RECYCLE,          /* planned replacement (see UNLOAD_RECYCLE) */
     RESTART_REASONS
 };
@@ -122,7 +123,9 @@ struct instance {
     uint64_t reclaim_since_ms;
     uint64_t reclaim_last;   /* unload hooks: last measurement, to see the usage settle */
     unsigned reclaim_stable; /* consecutive snapshots without a further drop */
-    uint64_t reclaim_stable_since_ms;
+    uint64_t reclaim_keep;   /* what its processes are known to keep after an unload or sleep hook
+                              * (CUDA context, residue): the least NVML showed while it started,
+                              * or what a settled reclaim left; 0 = not known (sched_snapshot.c) */
     uint64_t last_clear_cache_ms;
     struct http_call *hook_call;
     unsigned in_flight;
@@ -169,6 +172,7 @@ struct instance {
     bool park_clearing;
     uint64_t park_clear_seq, park_clear_since_ms, park_clear_before;
     char park_clear_why[96];
+    enum unload_reason park_clear_reason; /* who asked for the park: eviction, admin unload, keep_alive */
     uint64_t local_retry_ms; /* a hook failed for vramd's own shortage (EMFILE ...): no new try before this */
 };
 

@@ -32,11 +32,14 @@
  *   is asked; one left CHECKPOINTED or LOCKED is restored before its first request.
  *   The instance is not freed while a driver call is in flight (inst->cuda_ops).
  *
- * Eviction (park_instance, called by park_evict.c's instance_evict once any cache was
- * cleared) takes the cheapest tier the model has and the host affords: sleep, else
- * checkpoint, else unload hook, else stop (hooks.c). A park the host cannot afford
- * (host_book_park: host_memory budget, MemAvailable, cgroup room) is skipped, counted in
- * park_refusals and logged as park_refused.
+ * A park (park_instance, called by park_evict.c's park_or_free for an eviction, an admin
+ * unload or keep_alive's expiry, once any cache was cleared) takes the cheapest tier the
+ * model has and the host affords: sleep, else checkpoint; else the caller's next tier. A
+ * park over the host budget may stop older parked instances when that is cheaper
+ * (park_host.c); one the host still cannot afford (host_book_park: host_memory budget,
+ * MemAvailable, cgroup room) is skipped, counted in park_refusals and logged as
+ * park_refused. A model with park_keep_alive 0 has no park tier. Once PARKED, its host
+ * keep-alive runs (park_host.c: park_keep_alive, then stopped).
  *
  * Invariants: the host entry is booked before the sleep hook is called and released by
  * instance_set_state as soon as the instance leaves PARKING/PARKED/RESUMING (however it
@@ -75,6 +78,8 @@ static bool park_book(instance_t *inst, enum park_tier tier, enum unload_reason 
     model_t *m = inst->model;
     uint64_t bytes = inst->mem.gpu >= 0 ? inst->mem.bytes : (inst->measured ? inst->measured : m->cfg->memory.resident);
     enum host_verdict v = host_book_park(inst, bytes);
+    if (v == HOST_OVER_BUDGET && park_host_make_room(inst, bytes))
+        v = host_book_park(inst, bytes); /* older parked instances stopped: their entries are free */
     if (v != HOST_FITS) {
         m->park_refusals++;
         const host_ledger_t *h = host_book(m->core->cfg);
@@ -146,6 +151,7 @@ static void parked(instance_t *inst)
                     m->name, inst->id, tier_name(inst), (unsigned long long)(freed >> 20),
                     (unsigned long long)(left >> 20), inst->gpu);
     instance_set_state(inst, INST_PARKED, ckpt ? "checkpointed: memory left the GPU" : "asleep: memory left the GPU");
+    park_host_arm(inst); /* park_keep_alive: stopped when it stays parked that long */
 }
 
 void park_escalate(instance_t *inst, const char *why)
@@ -210,9 +216,11 @@ static uint64_t lock_timeout_ms(const model_t *m)
     return m->cfg->stop_timeout_ms ? m->cfg->stop_timeout_ms : 10000;
 }
 
-/* A checkpoint park or restore did not work out (undone where it had to be): the instance
- * is stopped (supervised: a fresh start on demand) or its server marked failed (external).
- * Whatever the state change, its host entry is released by instance_set_state. */
+/* A checkpoint park or restore did not work out (undone where it had to be): a worker
+ * failure, counted as a crash is (RESTART_PARK_FAILED: the backoff before the next start,
+ * the failed state after too many, the restart metrics), and the instance is stopped
+ * (supervised: a fresh start on demand) or its server marked failed (external). Whatever
+ * the state change, its host entry is released by instance_set_state. */
 static void cuda_tier_failed(instance_t *inst, const char *event, const char *why)
 {
     model_t *m = inst->model;
@@ -221,6 +229,7 @@ static void cuda_tier_failed(instance_t *inst, const char *event, const char *wh
               why, inst->cuda_error);
     core_note_event(m->core, "%s instance %u: %s (%s)", m->name, inst->id, why, inst->cuda_error);
     if (!inst->external) {
+        model_record_failure(m, RESTART_PARK_FAILED, why);
         instance_stop(inst, why); /* its exit's verified reclaim frees the GPU entry */
         return;
     }
@@ -640,6 +649,7 @@ void park_wake(instance_t *inst)
         sched_unblocked(m);
     }
     inst->park_since_ms = core_now();
+    uv_timer_stop(&inst->idle_timer); /* its park_keep_alive */
     instance_set_state(inst, INST_RESUMING, "needed again");
     if (ckpt) {
         if (!m->core->cuda) {

@@ -19,7 +19,9 @@
  * a restore is guessed at 10 GB/s and a wake at 1 s.
  *
  * Also whether a tier can be taken at all now (park_can_sleep, park_can_checkpoint: configured,
- * idle, ready). Reads the instance, its model and the host book; writes only the learned way
+ * idle, ready; never with park_keep_alive 0), and whether a park asked for now would be made
+ * (park_would_park: an eviction's is judged by the rule above, an admin unload's or
+ * keep_alive's is not, nobody waits for its way out). Reads the instance, its model and the host book; writes only the learned way
  * out. Calls nothing in park.c (park.c calls it).
  */
 #include "core/core.h"
@@ -36,14 +38,15 @@
 bool park_can_sleep(const instance_t *inst)
 {
     const model_config_t *mc = inst->model->cfg;
-    return mc->sleep.set && mc->wake.set && inst->state == INST_READY && inst->in_flight == 0 &&
-           !inst->stop_requested && !inst->hook_call;
+    return mc->sleep.set && mc->wake.set && mc->park_keep_alive_ms != 0 && inst->state == INST_READY &&
+           inst->in_flight == 0 && !inst->stop_requested && !inst->hook_call;
 }
 
 bool park_can_checkpoint(const instance_t *inst)
 {
     const model_t *m = inst->model;
-    return m->cfg->checkpoint && m->core->cuda && cuda_available(m->core->cuda) && inst->state == INST_READY &&
+    return m->cfg->checkpoint && m->cfg->park_keep_alive_ms != 0 && m->core->cuda && cuda_available(m->core->cuda) &&
+           inst->state == INST_READY &&
            inst->in_flight == 0 && !inst->stop_requested && !inst->hook_call && inst->cuda_ops == 0 &&
            inst->gpu_pos >= 0;
 }
@@ -64,7 +67,7 @@ static uint64_t way_out_ms(const model_t *m, enum park_tier tier)
     return tier == PARK_CHECKPOINT ? m->checkpoint_out_ms_ewma : m->sleep_out_ms_ewma;
 }
 
-static uint64_t way_back_ms(const model_t *m, enum park_tier tier, uint64_t bytes)
+uint64_t park_way_back_ms(const model_t *m, enum park_tier tier, uint64_t bytes)
 {
     if (tier == PARK_CHECKPOINT)
         return m->restore_ms_ewma ? m->restore_ms_ewma : bytes / PARK_RESTORE_GUESS_BPMS + 1;
@@ -77,7 +80,7 @@ bool park_tier_pays(const instance_t *inst, enum park_tier tier)
     uint64_t out = way_out_ms(m, tier);
     if (out == 0 || m->load_ms_ewma == 0)
         return true; /* not measured yet: the park measures it */
-    return out + way_back_ms(m, tier, park_bytes_expected(inst)) < m->load_ms_ewma;
+    return out + park_way_back_ms(m, tier, park_bytes_expected(inst)) < m->load_ms_ewma;
 }
 
 void park_learn_way_out(instance_t *inst, uint64_t took_ms)
@@ -87,8 +90,9 @@ void park_learn_way_out(instance_t *inst, uint64_t took_ms)
     *learned = *learned ? (*learned * 7 + took_ms * 3) / 10 : (took_ms ? took_ms : 1);
 }
 
-/* The park tier an eviction of inst would take now (PARK_NONE: unload hook or stop). */
-static enum park_tier eviction_tier(const instance_t *inst)
+/* The park tier an eviction of inst would take now (PARK_NONE: unload hook or stop); with
+ * judged false, whether it pays is not asked (an admin unload, keep_alive's expiry). */
+static enum park_tier park_tier_now(const instance_t *inst, bool judged)
 {
     if (inst->state == INST_PARKED)
         return PARK_NONE; /* evicting it again means the next tier: a stop, then a start */
@@ -97,27 +101,32 @@ static enum park_tier eviction_tier(const instance_t *inst)
     bool host_fits = host_ledger_verdict(h, bytes, host_mem_room(NULL, NULL, NULL)) == HOST_FITS;
     if (!host_fits)
         return PARK_NONE;
-    if (park_can_sleep(inst) && park_tier_pays(inst, PARK_SLEEP))
+    if (park_can_sleep(inst) && (!judged || park_tier_pays(inst, PARK_SLEEP)))
         return PARK_SLEEP;
-    if (park_can_checkpoint(inst) && park_tier_pays(inst, PARK_CHECKPOINT))
+    if (park_can_checkpoint(inst) && (!judged || park_tier_pays(inst, PARK_CHECKPOINT)))
         return PARK_CHECKPOINT;
     return PARK_NONE;
 }
 
 bool park_eviction_parks(const instance_t *inst)
 {
-    return eviction_tier(inst) != PARK_NONE;
+    return park_tier_now(inst, true) != PARK_NONE;
+}
+
+bool park_would_park(const instance_t *inst, enum unload_reason reason)
+{
+    return park_tier_now(inst, reason == UNLOAD_EVICTED) != PARK_NONE;
 }
 
 uint64_t instance_return_cost_ms(const instance_t *inst)
 {
     const model_t *m = inst->model;
-    enum park_tier tier = eviction_tier(inst);
-    return tier == PARK_NONE ? m->load_ms_ewma : way_back_ms(m, tier, park_bytes_expected(inst));
+    enum park_tier tier = park_tier_now(inst, true);
+    return tier == PARK_NONE ? m->load_ms_ewma : park_way_back_ms(m, tier, park_bytes_expected(inst));
 }
 
 uint64_t instance_way_out_ms(const instance_t *inst)
 {
-    enum park_tier tier = eviction_tier(inst);
+    enum park_tier tier = park_tier_now(inst, true);
     return tier == PARK_NONE ? 0 : way_out_ms(inst->model, tier);
 }

@@ -57,6 +57,19 @@ def driver_times(vd, model, op):
     return [(e["copy_ms"], e["total_ms"]) for e in vd.events("cuda_done", model=model) if e["op"] == op]
 
 
+def assert_counted_as_failure(vd, failed):
+    """A failed checkpoint or restore is a worker failure, counted as a crash is: logged
+    worker_failure (the backoff before the next start), in restarts_total and in
+    vramd_worker_restarts_total{reason="park_failed"}."""
+    wf = vd.first("worker_failure", model="llm")
+    assert wf and wf["reason"] == failed["reason"] and wf["consecutive"] == 1, wf
+    order(failed, wf)
+    assert vd.model("llm")["restarts_total"] >= 1
+    text = vd.get("/metrics").body.decode()
+    assert 'vramd_worker_restarts_total{model="llm",reason="park_failed"} 1' in text, \
+        [line for line in text.splitlines() if line.startswith("vramd_worker_restarts_total")]
+
+
 def test_admin_unload_checkpoints_and_a_request_restores(sched):
     """Admin unload of a checkpoint model: the same process stays up, NVML stops showing its
     memory, the set shows it parked on the host, /v1/status says `checkpointed` with the bytes
@@ -176,6 +189,7 @@ def test_checkpoint_that_times_out_stops_and_restarts(sched):
     assert vd.status()["host_memory"]["parked"] == 0
     assert parked_on_host(sched, gpu) == 0
     assert vd.model("llm")["parking"]["checkpoint_failures"] == 1
+    assert_counted_as_failure(vd, failed)
 
     r = vd.generate("llm")
     assert r.status == 200, r
@@ -209,6 +223,7 @@ def test_restore_that_no_longer_fits_restarts_the_worker(sched):
     assert len(inst) == 1 and inst[0]["pid"] != pid, inst
     assert parked_on_host(sched, gpu) == 0 and vd.status()["host_memory"]["parked"] == 0
     order(failed, vd.first("worker_exit", model="llm", pid=pid))
+    assert_counted_as_failure(vd, failed)
     vd.allow_oom.add("llm")  # a fresh start may meet the holder before it is gone
     sched.finish()
 
