@@ -338,8 +338,8 @@ def run_one(n, rep, args, tmp, factor=None):
         for h in fleet.make_hosts(n):
             base = h.config
 
-            def cfg(models, base=base):
-                c = base(models)
+            def cfg(models, jobs=None, base=base):
+                c = base(models, jobs)
                 c["limits"]["queue_max"] = 16384
                 return c
             h.config = cfg

@@ -8,14 +8,17 @@ Setups:
   global-lock  the same, every simworker sharing one --global-lock (one request on the GPU)
 
 Steps: create a fresh simulated GPU from the scenario's gpu.txt (under a unique name),
-start the scenario's external servers (every *.sh in the scenario folder), start the setup,
-replay traffic.json with the player, stop everything, remove the GPU. Returns the player's
-summary plus the GPU memory peak and the OOMs the workers themselves logged.
+start the scenario's external servers (every *.sh in the scenario folder), start the setup
+(optionally loading models through vramd first: `warm`), replay traffic.json with the
+player, stop everything, remove the GPU. Returns the player's summary plus the GPU memory
+peak and the OOMs the workers themselves logged. run() may run in several threads at once
+(each run its own GPU, port and work folder; examples/demo_parking.py does).
 
     /usr/bin/python3 bench/player/scenario_run.py examples/seed004-vlm-6gb --setup vramd \\
         --timescale 0.02 --duration 5m --json /tmp/r.json
 """
 import argparse
+import itertools
 import json
 import os
 import re
@@ -24,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -32,6 +36,9 @@ PY = "/usr/bin/python3"
 if os.path.join(ROOT, "tests", "lib") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))  # the tests' kit (vramdkit)
 from vramdkit import free_port  # noqa: E402
+
+
+_RUNS = itertools.count()
 
 
 def wait_http(url, timeout):
@@ -68,14 +75,55 @@ def count_ooms(path):
         return 0
 
 
+def warm_vramd(port, names, timeout):
+    """Load the models through vramd (POST /v1/models/NAME/load, all at once, each answered
+    once READY), so the traffic meets warm models as the direct setup's does."""
+    errors = []
+
+    def one(name):
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/models/%s/load" % (port, name), data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                if r.status != 200:
+                    errors.append("%s answered %d" % (name, r.status))
+        except OSError as e:
+            errors.append("%s: %s" % (name, e))
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError("warm-up: " + "; ".join(errors))
+
+
+def model_names(vramd_yaml):
+    """The model names of a vramd.yaml, in file order (textual: a 2-space-indented key under
+    the top-level `models:`)."""
+    names, inside = [], False
+    with open(vramd_yaml) as f:
+        for line in f:
+            if line.strip() and not line.startswith((" ", "#")):
+                inside = line.startswith("models:")
+            elif inside and re.match(r"^  [A-Za-z0-9_.-]+:", line):
+                names.append(line.split(":", 1)[0].strip())
+    return names
+
+
 def run(scenario, setup, build="build", timescale=0.02, duration=None, requests=None, seed=None,
-        workdir=None, verbose=False):
+        workdir=None, verbose=False, warm=None, config=None, traffic=None):
+    """One run. config / traffic: a vramd.yaml / traffic.json to use instead of the
+    scenario's own (same GPU, same external servers). warm (vramd only): None, or the
+    models to load through vramd before the traffic starts (True: every model of the config),
+    as the direct setup starts every worker and waits for it before the traffic."""
     scenario = os.path.abspath(scenario)
     name = os.path.basename(scenario.rstrip("/"))
     build_abs = os.path.join(ROOT, build)
     work = workdir or tempfile.mkdtemp(prefix="scn-%s-%s-" % (name, setup))
     os.makedirs(work, exist_ok=True)
-    gpu_name = "scn%d%s" % (os.getpid(), re.sub(r"[^a-z0-9]", "", setup))
+    # unique per run, also when one process runs several at once (examples/demo.py does)
+    gpu_name = "scn%d%s%d" % (os.getpid(), re.sub(r"[^a-z0-9]", "", setup), next(_RUNS))
     env = dict(os.environ, SIMGPU=gpu_name, SIMGPU_TIMESCALE=str(timescale),
                PATH=os.path.join(build_abs, "bin") + ":" + os.environ.get("PATH", ""),
                VRAMD_NVML_LIBRARY=os.path.join(build_abs, "lib", "libnvidia-ml-sim.so"),
@@ -96,7 +144,7 @@ def run(scenario, setup, build="build", timescale=0.02, duration=None, requests=
         port = free_port()
         if setup == "vramd":
             scaled = subprocess.run([PY, os.path.join(ROOT, "bench/player/scale_config.py"),
-                                     os.path.join(scenario, "vramd.yaml")], env=env, check=True,
+                                     config or os.path.join(scenario, "vramd.yaml")], env=env, check=True,
                                     capture_output=True, text=True).stdout
             scaled = re.sub(r"(?m)^listen:.*$", "listen: 127.0.0.1:%d" % port, scaled)
             scaled = re.sub(r"(?m)^state_dir:.*$", "state_dir: %s" % os.path.join(work, "var"), scaled)
@@ -107,10 +155,12 @@ def run(scenario, setup, build="build", timescale=0.02, duration=None, requests=
                                      stdout=open(os.path.join(work, "vramd.log"), "ab"), stderr=subprocess.STDOUT,
                                      start_new_session=True)
             ok = wait_http("http://127.0.0.1:%d/healthz" % port, 20)
+            if ok and warm:
+                warm_vramd(port, model_names(cfg) if warm is True else warm, 300)
         else:
             fix = {"direct": "none", "lock": "lock", "global-lock": "global-lock"}[setup]
             front = subprocess.Popen([PY, os.path.join(ROOT, "bench/player/direct.py"),
-                                      os.path.join(scenario, "vramd.yaml"), "--port", str(port), "--fix", fix,
+                                      config or os.path.join(scenario, "vramd.yaml"), "--port", str(port), "--fix", fix,
                                       "--lock-file", os.path.join(work, "gpu.lock"), "--log", worker_log],
                                      env=env, cwd=ROOT, stdout=open(os.path.join(work, "direct.log"), "ab"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -119,7 +169,7 @@ def run(scenario, setup, build="build", timescale=0.02, duration=None, requests=
         if not ok:
             raise RuntimeError("%s did not start (see %s)" % (setup, work))
         out = os.path.join(work, "player.json")
-        cmd = [PY, os.path.join(ROOT, "bench/player/player.py"), scenario, "--url", "http://127.0.0.1:%d" % port,
+        cmd = [PY, os.path.join(ROOT, "bench/player/player.py"), traffic or scenario, "--url", "http://127.0.0.1:%d" % port,
                "--json", out, "--timescale", str(timescale), "--simgpu", gpu_name]
         if duration:
             cmd += ["--duration", duration]

@@ -22,6 +22,11 @@ time alone (--run-time x its --time-scale factors), and compute:
           simworker's --contention makes k requests at once each run 1+(k-1)c times slower,
           so running them together helps only as much as that.
   lower bound on makespan = max(chain, memory, model), measured from the first arrival.
+  all-resident bound = the same, and for each pair of models whose smallest peaks do not
+          fit in C together, the two models' work serialised (each at its best rate): what
+          a scheduler that never evicts (every used model resident, as C assumes) could at
+          best reach. A scheduler that evicts or parks idle models gets more than C once
+          they are out, so the lower bound proper leaves this term out.
 
 A job's release is its arrival, or for a pipeline step, its first step's arrival plus the run
 times of the steps before it. The same bound with each model's concurrency capped at vramd.yaml
@@ -280,6 +285,8 @@ def lower_bound(scn, jobs):
     model_term = max(per_model.values())
     bound = max(chain, memory, model_term)
     bound_cfg = max(chain, memory, max(per_model_cfg.values()))
+    pairs = _exclusive_pairs(scn, jobs, cap, t0)
+    bound_resident = max([bound] + [p["bound_s"] for p in pairs])
     total_time = sum(j["time"] for j in jobs)
     # How many requests memory lets run at once, at most: the most jobs whose peaks fit in C,
     # smallest first (> 1 means memory allows concurrency).
@@ -309,9 +316,39 @@ def lower_bound(scn, jobs):
         "per_model": concurrency,
         "bound_s": round(bound, 3),
         "bound_config_s": round(bound_cfg, 3),
+        "bound_all_resident_s": round(bound_resident, 3),
+        "exclusive_pairs": pairs,
         "binding_term": ("chain" if bound == chain else "memory" if bound == memory else
                          "model " + max(per_model, key=per_model.get)),
     }
+
+
+def _exclusive_pairs(scn, jobs, cap, t0):
+    """Pairs of models whose smallest requests cannot run at the same time in C (their peaks
+    sum to more): with every used model resident (C is what is left beside all of them),
+    their work is serialised, so max over a of a + (both models' time released at or after
+    a, each at its own best rate) + the shortest pipeline rest is a bound for any scheduler
+    that keeps every model resident. A scheduler that evicts idle models (or parks them)
+    has more than C and is not bound by it: `bound_s` leaves it out."""
+    by_model = {}
+    for j in jobs:
+        by_model.setdefault(j["model"], []).append(j)
+    rate = {}
+    for name, mine in by_model.items():
+        rate[name] = scn.models[name].best_rate(cap, min(j["mem"] for j in mine))
+    out = []
+    names = sorted(by_model)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pa = min(j["mem"] for j in by_model[a])
+            pb = min(j["mem"] for j in by_model[b])
+            if pa + pb <= cap:
+                continue
+            both = by_model[a] + by_model[b]
+            t = _tail_bound(both, lambda j: j["time"] / rate[j["model"]], t0)
+            out.append({"models": [a, b], "smallest_peaks_gib": [round(pa / GiB, 3), round(pb / GiB, 3)],
+                        "bound_s": round(t, 3)})
+    return sorted(out, key=lambda p: -p["bound_s"])
 
 
 def _distinct_models_fit(jobs, cap):

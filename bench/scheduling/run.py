@@ -617,9 +617,9 @@ def main():
                 jobs = scn.jobs(seed, duration_s if variant == "open" else None)
                 bound = lb.lower_bound(scn, jobs)
                 key = "%s/%s" % (name, variant)
-                print("%s: %d arrivals, %d GPU jobs, %.0f s of work; lower bound %.0f s (%s)"
+                print("%s: %d arrivals, %d GPU jobs, %.0f s of work; lower bound %.0f s (%s); never evicting: %.0f s"
                       % (key, bound["arrivals"], bound["jobs"], bound["total_work_s"], bound["bound_s"],
-                         bound["binding_term"]), flush=True)
+                         bound["binding_term"], bound["bound_all_resident_s"]), flush=True)
                 reps = []
                 for rep in range(a.reps):
                     order = SETUPS if rep % 2 == 0 else list(reversed(SETUPS))

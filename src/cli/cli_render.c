@@ -410,6 +410,23 @@ static int render_guards(buf_t *out, const cJSON *status)
     return rc | buf_append_str(out, "\n");
 }
 
+/* The model's state as shown: a model whose only instances are parked is "stopped" to the
+ * scheduler (nothing serving) but its processes are up, holding it in host memory: shown as
+ * the parked instance's state (parking, parked, resuming). */
+static const char *model_state_shown(const cJSON *m)
+{
+    const char *state = str(m, "state");
+    if (!state || strcmp(state, "stopped") != 0)
+        return state;
+    const cJSON *in;
+    cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(m, "instances")) {
+        const char *is = str(in, "state");
+        if (is && (!strcmp(is, "parked") || !strcmp(is, "parking") || !strcmp(is, "resuming")))
+            return is;
+    }
+    return state;
+}
+
 static int render_models(buf_t *out, const cJSON *status, const cli_view_opts_t *v)
 {
     const cJSON *models = cJSON_GetObjectItemCaseSensitive(status, "models");
@@ -434,7 +451,7 @@ static int render_models(buf_t *out, const cJSON *status, const cli_view_opts_t 
             cli_format_elapsed(wait, oldest, sizeof oldest);
         else
             oldest[0] = '\0';
-        const char *row[] = {str(m, "name"), str(m, "state"), str(m, "kind"), inst, pids, gpus, inflight, queue,
+        const char *row[] = {str(m, "name"), model_state_shown(m), str(m, "kind"), inst, pids, gpus, inflight, queue,
                              oldest};
         rc |= cli_table_add(&t, row);
     }

@@ -159,6 +159,8 @@ typedef struct model_config {
     config_hook_t unload, reload, clear_cache;
     config_hook_t sleep, wake; /* eviction tier: the server parks its weights in host memory and back */
     bool checkpoint;           /* eviction tier: the CUDA driver parks the instance's processes */
+    uint64_t park_keep_alive_ms; /* default 30m: a parked instance is stopped after this long parked;
+                                  * CONFIG_FOREVER = kept parked; 0 = never parked (park tiers off) */
     enum config_preset preset; /* PRESET_NONE unless `preset:` */
     config_recycle_t recycle;
     config_degrade_t degrade;
@@ -222,6 +224,8 @@ typedef struct config {
             uint64_t lease_ms;         /* default 30s: a claim lasts this long unless renewed */
             uint64_t aging_ms;         /* default 60s: a queued job gains one priority step per this */
             uint64_t max_result_bytes; /* default 256MiB: results kept in PostgreSQL up to this */
+            uint64_t timeout_ms;       /* default 10s: the connection silent this long while an
+                                          answer is awaited (or while connecting): reconnect */
         } pg;
     } jobs;
     model_config_t *models;

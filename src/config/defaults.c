@@ -39,6 +39,7 @@ int cfg_model_init_builtin(model_config_t *m)
     m->deadline_ms = 60 * 1000;
     m->priority = 5;
     m->keep_alive_ms = 10 * 60 * 1000;
+    m->park_keep_alive_ms = 30 * 60 * 1000;
     hook_init(&m->unload, 30000);
     hook_init(&m->reload, 60000);
     hook_init(&m->clear_cache, 30000);
@@ -159,6 +160,7 @@ config_t *cfg_config_new_builtin(void)
     cfg->jobs.pg.lease_ms = 30000;
     cfg->jobs.pg.aging_ms = 60000;
     cfg->jobs.pg.max_result_bytes = 256ULL << 20;
+    cfg->jobs.pg.timeout_ms = 10000;
     cfg->per_client.max_queued = 32;
     cfg->per_client.max_in_flight = 8;
     cfg->per_client.max_clients = 4096;

@@ -1,7 +1,7 @@
 /*
  * model_keys: the keys of a model (route, aliases, cmd, env, cwd, url, health, timeouts,
  * gpus, memory, concurrency, queue, deadline, priority, keep_alive, hooks, recycle,
- * checkpoint; the quality keys degrade, validate and retry come from quality_keys.c,
+ * checkpoint, park_keep_alive; the quality keys degrade, validate and retry come from quality_keys.c,
  * preset from presets.c), the model table, and cfg_parse_models(), which builds every
  * model: built-in defaults, then its preset (presets.c), then `defaults:`, then the
  * model's own mapping, then the per-model and cross-model checks (check.c).
@@ -494,6 +494,7 @@ static const field_spec_t model_fields[] = {
     {"sleep", fp_hook, offsetof(model_config_t, sleep), 30000, 0, NULL},
     {"wake", fp_hook, offsetof(model_config_t, wake), 60000, 0, NULL},
     {"checkpoint", cfg_fp_bool, offsetof(model_config_t, checkpoint), 0, 0, NULL},
+    {"park_keep_alive", fp_keep_alive, offsetof(model_config_t, park_keep_alive_ms), 0, 0, NULL},
     {"preset", cfg_fp_preset, offsetof(model_config_t, preset), 0, 0, NULL},
     {"recycle", cfg_fp_section, offsetof(model_config_t, recycle), 0, 0, &recycle_section},
     {"degrade", cfg_fp_degrade, offsetof(model_config_t, degrade), 0, 0, NULL},

@@ -253,6 +253,7 @@ static const field_spec_t jobs_pg_fields[] = {
     {"lease", cfg_fp_duration, offsetof(config_t, jobs.pg.lease_ms), 300, 0, NULL},
     {"aging", cfg_fp_duration, offsetof(config_t, jobs.pg.aging_ms), 1, 0, NULL},
     {"max_result_bytes", cfg_fp_size, offsetof(config_t, jobs.pg.max_result_bytes), 1, 1ULL << 30, NULL},
+    {"timeout", cfg_fp_duration, offsetof(config_t, jobs.pg.timeout_ms), 100, 0, NULL},
 };
 static const section_t jobs_pg_section = SECTION(jobs_pg_fields);
 

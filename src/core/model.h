@@ -86,6 +86,7 @@ enum restart_reason {
     RESTART_HANG,             /* killed by vramd: a request ran past recycle.hang_timeout */
     RESTART_UNHEALTHY,        /* killed by vramd: health checks failed `failures` times */
     RESTART_RELOAD_FAILED,    /* its reload hook failed */
+    RESTART_PARK_FAILED,      /* a checkpoint or restore of it failed (the park tiers, workers/park.c) */
     RESTART_RECYCLE,          /* planned replacement (see UNLOAD_RECYCLE) */
     RESTART_REASONS
 };
@@ -122,7 +123,9 @@ struct instance {
     uint64_t reclaim_since_ms;
     uint64_t reclaim_last;   /* unload hooks: last measurement, to see the usage settle */
     unsigned reclaim_stable; /* consecutive snapshots without a further drop */
-    uint64_t reclaim_stable_since_ms;
+    uint64_t reclaim_keep;   /* what its processes are known to keep after an unload or sleep hook
+                              * (CUDA context, residue): the least NVML showed while it started,
+                              * or what a settled reclaim left; 0 = not known (sched_snapshot.c) */
     uint64_t last_clear_cache_ms;
     struct http_call *hook_call;
     unsigned in_flight;
@@ -169,6 +172,7 @@ struct instance {
     bool park_clearing;
     uint64_t park_clear_seq, park_clear_since_ms, park_clear_before;
     char park_clear_why[96];
+    enum unload_reason park_clear_reason; /* who asked for the park: eviction, admin unload, keep_alive */
     uint64_t local_retry_ms; /* a hook failed for vramd's own shortage (EMFILE ...): no new try before this */
 };
 
@@ -205,6 +209,7 @@ struct model {
     uint64_t wake_ms_ewma;     /* learned time from the wake hook's call to the memory back (park.c) */
     uint64_t parks_total, wakes_total, park_refusals; /* sleep and checkpoint tiers: parks done, returns, parks the host refused */
     uint64_t restore_ms_ewma;  /* checkpoint tier: learned time from the restore's start to the memory back */
+    uint64_t sleep_out_ms_ewma, checkpoint_out_ms_ewma; /* a park's way out: its start to the memory gone (park_cost.c) */
     uint64_t checkpoints_total, restores_total, checkpoint_failures; /* checkpoint tier: parks, returns, failed either way */
     uint64_t last_arrival_ms;  /* when its last request arrived (0 = none yet) */
     uint64_t arrival_gap_ms;   /* mean gap between its requests (EWMA; 0 = fewer than two) */

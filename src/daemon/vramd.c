@@ -193,7 +193,8 @@ static int check_start_only(const config_t *old, const config_t *cfg, char *err,
         key = "jobs.backend";
     else if (!key && (!same_str(old->jobs.pg.url, cfg->jobs.pg.url) || !same_str(old->jobs.pg.host_id, cfg->jobs.pg.host_id) ||
                       old->jobs.pg.lease_ms != cfg->jobs.pg.lease_ms || old->jobs.pg.aging_ms != cfg->jobs.pg.aging_ms ||
-                      old->jobs.pg.max_result_bytes != cfg->jobs.pg.max_result_bytes))
+                      old->jobs.pg.max_result_bytes != cfg->jobs.pg.max_result_bytes ||
+                      old->jobs.pg.timeout_ms != cfg->jobs.pg.timeout_ms))
         key = "jobs.postgres";
     if (!key)
         return 0;

@@ -340,7 +340,8 @@ static jstore_t *open_store(jobs_t *J, const config_t *cfg, char *err, size_t er
         else
             jobs_default_host_id(cfg, host_id, sizeof host_id);
         jstore_pg_config_t pc = {.url = cfg->jobs.pg.url, .host_id = host_id, .lease_ms = cfg->jobs.pg.lease_ms,
-                                 .aging_ms = cfg->jobs.pg.aging_ms, .max_result_bytes = cfg->jobs.pg.max_result_bytes};
+                                 .aging_ms = cfg->jobs.pg.aging_ms, .max_result_bytes = cfg->jobs.pg.max_result_bytes,
+                                 .timeout_ms = cfg->jobs.pg.timeout_ms};
         jstore_events_t ev = {.wake = on_store_wake, .ctx = J};
         return jstore_pg_open(J->core->loop, &pc, &ev, err, errlen);
     }

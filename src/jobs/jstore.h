@@ -243,6 +243,8 @@ typedef struct jstore_pg_config {
     uint64_t lease_ms;         /* claims last this long unless renewed */
     uint64_t aging_ms;         /* a queued job's priority rises by one per aging_ms waited (max 9) */
     uint64_t max_result_bytes; /* results kept in the database up to this size */
+    uint64_t timeout_ms;       /* silence while an answer is awaited (or while connecting) before
+                                  the connection is closed and made again (0: 10 s) */
 } jstore_pg_config_t;
 
 struct uv_loop_s;

@@ -707,6 +707,7 @@ jstore_t *jstore_pg_open(uv_loop_t *loop, const jstore_pg_config_t *cfg, const j
     p->loop = loop;
     snprintf(p->host_id, sizeof p->host_id, "%s", cfg->host_id);
     p->aging_ms = cfg->aging_ms ? cfg->aging_ms : 60000;
+    p->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : 10000;
     if (ev)
         p->ev = *ev;
     p->poll_fd = -1;
@@ -717,6 +718,9 @@ jstore_t *jstore_pg_open(uv_loop_t *loop, const jstore_pg_config_t *cfg, const j
     uv_timer_init(loop, &p->retry);
     p->retry.data = p;
     uv_unref((uv_handle_t *)&p->retry);
+    uv_timer_init(loop, &p->quiet);
+    p->quiet.data = p;
+    uv_unref((uv_handle_t *)&p->quiet);
     uv_timer_init(loop, &p->maint);
     p->maint.data = p;
     uint64_t every = p->base.lease_ms / 4;

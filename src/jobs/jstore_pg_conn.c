@@ -11,9 +11,19 @@
  * connection lost: ..."), closes the connection and goes DOWN; the retry waits 100 ms,
  * doubling to 5 s, reset once READY. Invariants: n_sent is the length of `sent`; outside
  * pipeline mode it is at most 1; `keep` belongs to the head of `sent`.
+ *
+ * Silence: a connection cut off without a word (a link down, a firewall dropping packets, a
+ * server host frozen) looks to TCP like a slow one, and TCP waits minutes before it gives
+ * up. So the `quiet` timer runs while vramd waits for the server (connecting, setting up,
+ * or n_sent > 0), restarted whenever something arrives or a write makes progress; after
+ * timeout_ms of silence (nothing readable on the socket either: a stalled loop is not a
+ * silent server) the connection is treated as lost ("no answer from PostgreSQL for N ms")
+ * like any other failure. When it fires while nothing is awaited it does nothing (an idle
+ * connection is not a dead one; the maintenance query, every second or less, is awaited).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +198,14 @@ static void on_retry(uv_timer_t *t)
     pg_connect(t->data);
 }
 
+static void on_quiet(uv_timer_t *t);
+
+/* The server spoke (or took bytes), or vramd starts waiting for it: the silence starts now. */
+static void quiet_restart(jstore_pg_t *p)
+{
+    uv_timer_start(&p->quiet, on_quiet, p->timeout_ms, 0);
+}
+
 /* Something failed: close, fail what waits, retry later. */
 static void conn_lost_msg(jstore_pg_t *p, const char *what, const char *given)
 {
@@ -199,6 +217,7 @@ static void conn_lost_msg(jstore_pg_t *p, const char *what, const char *given)
         log_event(LOG_ERROR, "jobs_postgres_down", "server=%s while=%s error=%s retry_ms=%" PRIu64,
                   p->server[0] ? p->server : "-", what, msg, p->backoff_ms ? p->backoff_ms : PG_BACKOFF_MIN_MS);
     snprintf(p->why, sizeof p->why, "PostgreSQL connection lost: %s", msg);
+    uv_timer_stop(&p->quiet);
     poll_stop(p);
     if (p->conn) {
         PQfinish(p->conn);
@@ -219,6 +238,24 @@ static void conn_lost(jstore_pg_t *p, const char *what)
     conn_lost_msg(p, what, NULL);
 }
 
+static void on_quiet(uv_timer_t *t)
+{
+    jstore_pg_t *p = t->data;
+    bool waiting = p->state == PG_CONNECTING || p->state == PG_SETUP || (p->state == PG_READY && p->n_sent > 0);
+    if (!waiting || !p->conn)
+        return;
+    /* the loop itself may have stalled (a stopped process, a slow callback): what already
+     * sits in the socket is an answer, not silence (the poll callback reads it next) */
+    struct pollfd pfd = {.fd = PQsocket(p->conn), .events = POLLIN};
+    if (pfd.fd >= 0 && poll(&pfd, 1, 0) > 0) {
+        quiet_restart(p);
+        return;
+    }
+    char msg[96];
+    snprintf(msg, sizeof msg, "no answer from PostgreSQL for %" PRIu64 " ms", p->timeout_ms);
+    conn_lost_msg(p, p->state == PG_CONNECTING ? "connecting" : "waiting", msg);
+}
+
 void pg_conn_fail(jstore_pg_t *p, const char *what)
 {
     char why[sizeof p->why];
@@ -232,6 +269,8 @@ static void send_next(jstore_pg_t *p)
 {
     unsigned max = p->pipeline ? PG_PIPELINE_MAX : 1;
     bool sent_any = false;
+    if (p->n_sent == 0 && !list_empty(&p->queue))
+        quiet_restart(p); /* from idle: the wait for an answer starts */
     while (p->n_sent < max && !list_empty(&p->queue) && (p->state == PG_READY || p->state == PG_SETUP)) {
         pg_query_t *q = list_entry(p->queue.next, pg_query_t, link);
         list_remove(&q->link);
@@ -342,6 +381,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
         conn_lost(p, "polling");
         return;
     }
+    quiet_restart(p); /* the socket is readable (data, an end) or took bytes */
     if (p->state == PG_CONNECTING) {
         connect_step(p);
         return;
@@ -409,6 +449,7 @@ void pg_connect(jstore_pg_t *p)
         return;
     }
     p->state = PG_CONNECTING;
+    quiet_restart(p);
     /* PQconnectStart wants PQconnectPoll called when the socket is writable */
     if (poll_watch(p, UV_WRITABLE) != 0)
         conn_lost(p, "connecting");
@@ -441,6 +482,7 @@ void pg_conn_close(jstore_pg_t *p)
         p->conn = NULL;
     }
     fail_all(p);
+    uv_timer_stop(&p->quiet);
     uv_timer_stop(&p->retry);
     uv_timer_stop(&p->maint);
 }

@@ -76,6 +76,8 @@ struct jstore_pg {
     int poll_events;
     uv_timer_t retry;  /* reconnect backoff */
     uv_timer_t maint;  /* expired leases, counts */
+    uv_timer_t quiet;  /* the connection said nothing for timeout_ms while vramd waited */
+    uint64_t timeout_ms;
     uint64_t backoff_ms;
     enum pg_state state;
     list_t sent;       /* pg_query_t on the wire, oldest first (its answer comes first) */

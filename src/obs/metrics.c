@@ -325,7 +325,7 @@ static void model_metrics(buf_t *b, core_t *d)
     }
     family(b, "vramd_worker_restarts_total", "counter",
            "Worker restarts, by reason: failures (crash, start_failed, startup_timeout, hang, unhealthy, "
-           "reload_failed) and planned recycles (recycle).");
+           "reload_failed, park_failed) and planned recycles (recycle).");
     list_foreach(it, &d->models) {
         const model_t *m = list_entry(it, model_t, link);
         for (int r = 0; r < RESTART_REASONS; r++)

@@ -82,6 +82,8 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(o, "learned_run_ms", (double)m->run_ms_ewma);
     cJSON_AddNumberToObject(o, "learned_wake_ms", (double)m->wake_ms_ewma);
     cJSON_AddNumberToObject(o, "learned_restore_ms", (double)m->restore_ms_ewma);
+    cJSON_AddNumberToObject(o, "learned_sleep_out_ms", (double)m->sleep_out_ms_ewma);
+    cJSON_AddNumberToObject(o, "learned_checkpoint_out_ms", (double)m->checkpoint_out_ms_ewma);
     cJSON_AddNumberToObject(o, "parked_bytes", (double)host_book_parked_by(m->name));
     cJSON *pk = cJSON_AddObjectToObject(o, "parking");
     cJSON_AddBoolToObject(pk, "sleep", m->cfg->sleep.set);

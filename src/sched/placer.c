@@ -16,7 +16,7 @@ double placer_expected_delay_ms(const placer_candidate_t *c)
     double p = 0.0;
     if (c->gap_ms > 0 && c->keep_alive_left_ms > 0)
         p = 1.0 - exp(-(double)c->keep_alive_left_ms / (double)c->gap_ms);
-    return ret * ((double)c->queued + p);
+    return (double)c->way_out_ms + ret * ((double)c->queued + p);
 }
 
 /* One GPU's eviction set and its score (rule 2). */

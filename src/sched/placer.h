@@ -12,14 +12,16 @@
  *       together are considered (a higher-priority model is never evicted where
  *       lower-priority ones suffice);
  *    b. then the least expected delay: evicting c costs
- *         expected_delay(c) = return_cost(c) x (queued(c) + p(c)),
+ *         expected_delay(c) = way_out(c) + return_cost(c) x (queued(c) + p(c)),
  *         p(c) = 1 - exp(-keep_alive_left(c) / gap(c)),
  *       the chance that a request for c arrives before its keep-alive would free it anyway
  *       (arrivals taken as a Poisson process whose mean gap is the model's learned gap
  *       between requests, at least the time since its last one), times what that request
  *       would wait for c to come back (its learned load time today; a parked tier's return
- *       time when one is used). A model with no request seen, or whose keep-alive is about
- *       to run out, costs nearly nothing; a busy model that takes 40 s to reload costs a lot;
+ *       time when one is used), plus way_out(c): how long the waiting request itself waits
+ *       for c's memory to leave (a park copies it out first: its learned time; a stop, 0).
+ *       A model with no request seen, or whose keep-alive is about to run out, costs nearly
+ *       nothing; a busy model that takes 40 s to reload costs a lot;
  *    c. expected delays within 10 % of each other count as equal (learned times are noisy);
  *       then the fewest bytes freed (free only what the waiting work needs), then the
  *       fewest evictions, then the least recently used.
@@ -56,6 +58,7 @@ typedef struct placer_candidate {
     int priority;            /* its model's priority */
     uint64_t last_used_ms;   /* tie-break only: older goes first */
     uint64_t return_cost_ms; /* bringing it back (learned load time today); 0 = unknown */
+    uint64_t way_out_ms;     /* until its memory is free once evicted (a park's copy out; 0 = at once) */
     uint64_t gap_ms;         /* expected time between its model's requests; 0 = none seen */
     uint64_t keep_alive_left_ms; /* until its keep-alive would free it anyway */
     uint32_t queued;         /* requests already waiting for it */

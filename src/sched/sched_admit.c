@@ -6,7 +6,9 @@
  * Invariants: a request holds its entry from sched_admit until sched_request_finished,
  * however it ends; the credit it took from its instance's verified cache is returned with
  * it; memory a finished request leaves behind is booked on its instance (unverified) until
- * the next snapshot measures it. Calls down only, into scheduler.c (scheduler_int.h).
+ * the next snapshot measures it; a request younger than the GPU's claim does not lock
+ * away, in a busy instance, cache the claimant lacks (sched_yields_to_claim). Calls down
+ * only, into scheduler.c (scheduler_int.h).
  * Loop thread only.
  */
 #include "sched/scheduler.h"
@@ -50,7 +52,7 @@ void sched_clear_caches(size_t pos, const model_t *except)
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
             if (in->gpu_pos != (int)pos || in->state != INST_READY || in->in_flight > 0 || in->hook_call ||
-                sched_instance_cache(in) < 64ULL * 1024 * 1024 ||
+                sched_instance_cache(in) < SCHED_YIELD_MIN_BYTES ||
                 now - in->last_clear_cache_ms < SCHED_CLEAR_CACHE_MIN_INTERVAL_MS)
                 continue;
             in->last_clear_cache_ms = now;
@@ -71,6 +73,47 @@ void sched_clear_caches(size_t pos, const model_t *except)
 
 /* ---- admission --------------------------------------------------------------------- */
 
+/* Is r (of m) ahead of the claim on its GPU: queued no later than the claimant's oldest
+ * request? No claim, or m's own: true. */
+static bool ahead_of_claim(const model_t *m, const request_t *r, const ledger_gpu_t *g)
+{
+    const model_t *claimant = g->claimed ? g->claim_holder : NULL;
+    if (!claimant || claimant == m)
+        return true;
+    uint64_t claimant_oldest = queue_oldest_ms(&claimant->queue);
+    uint64_t own_oldest = queue_oldest_ms(&m->queue);
+    if (r->t_queued && (!own_oldest || r->t_queued < own_oldest))
+        own_oldest = r->t_queued;
+    return own_oldest && (!claimant_oldest || own_oldest <= claimant_oldest);
+}
+
+bool sched_yields_to_claim(const request_t *r, const instance_t *inst)
+{
+    const model_t *m = inst->model;
+    if (inst->gpu_pos < 0 || !sched_uses_gpu(m))
+        return false;
+    const ledger_t *l = &sched_state.ledger;
+    const ledger_gpu_t *g = &l->gpus[inst->gpu_pos];
+    if (!g->claimed || ahead_of_claim(m, r, g))
+        return false;
+    uint64_t est = sched_level_estimate(m, r->level);
+    uint64_t cache = sched_instance_cache(inst);
+    uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
+    uint64_t credit = est < avail ? est : avail;
+    uint64_t left = avail - credit; /* cache this request would leave unused, but locked in */
+    if (credit == 0 || left < SCHED_YIELD_MIN_BYTES || m->cfg->clear_cache.set == false)
+        return false;
+    /* a hook that gave nothing back when last asked (answered, no request since, a few
+     * readings after it, the cache still there) is not waited for: the request runs as
+     * before, so a pinned model whose hook frees nothing cannot be held back for good */
+    uint64_t now = core_now();
+    if (inst->last_clear_cache_ms && inst->last_used_ms < inst->last_clear_cache_ms && !inst->hook_call &&
+        now - inst->last_clear_cache_ms > 3 * sched_state.core->cfg->gpu.poll_ms)
+        return false;
+    uint64_t claimant_free = ledger_free_for(l, (size_t)inst->gpu_pos, g->claim_holder);
+    return claimant_free < g->claimed && claimant_free + left >= g->claimed;
+}
+
 bool sched_admit(request_t *r, instance_t *inst)
 {
     model_t *m = inst->model;
@@ -82,6 +125,14 @@ bool sched_admit(request_t *r, instance_t *inst)
     uint64_t credit = est < avail ? est : avail;
     uint64_t need = est - credit;
     ledger_t *l = &sched_state.ledger;
+    /* A younger request that its instance's cache would fund, while the instance holds more
+     * cache than it takes, would lock that rest away from an older claimant that needs it
+     * (the instance stays busy, so its cache cannot be cleared): it waits instead, the
+     * instance goes idle, and the claimant's make_room asks for the cache back. Found with
+     * bench/scheduling's mixed-80gb burst: TRELLIS's queue, cached for two requests and
+     * running one at a time, kept TRELLIS.2's older requests waiting for its whole queue. */
+    if (sched_yields_to_claim(r, inst))
+        return false;
     if (ledger_reserve(l, (size_t)inst->gpu_pos, &r->mem, LEDGER_REQUEST, need, m->name, m) != 0) {
         /* A claim holds back models whose oldest waiting request is younger than the
          * claimant's oldest, not older (ties: not held back). evictable() is the exact
@@ -92,13 +143,8 @@ bool sched_admit(request_t *r, instance_t *inst)
         const model_t *claimant = g->claimed ? g->claim_holder : NULL;
         if (!claimant || claimant == m)
             return false;
-        uint64_t claimant_oldest = queue_oldest_ms(&claimant->queue);
-        uint64_t own_oldest = queue_oldest_ms(&m->queue);
-        if (r->t_queued && (!own_oldest || r->t_queued < own_oldest))
-            own_oldest = r->t_queued;
-        bool ahead = own_oldest && (!claimant_oldest || own_oldest <= claimant_oldest);
-        if (!ahead || ledger_reserve_ahead_of_claim(l, (size_t)inst->gpu_pos, &r->mem, LEDGER_REQUEST, need,
-                                                    m->name, m) != 0)
+        if (!ahead_of_claim(m, r, g) || ledger_reserve_ahead_of_claim(l, (size_t)inst->gpu_pos, &r->mem,
+                                                                      LEDGER_REQUEST, need, m->name, m) != 0)
             return false;
     }
     r->credit = credit;

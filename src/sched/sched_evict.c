@@ -8,7 +8,8 @@
  * each candidate's return cost (actions.return_cost_ms: the tier evict would take, e.g. a
  * learned wake instead of a reload), its model's gap between requests and keep-alive.
  * Invariants: only idle instances are evicted (evictable), never more while memory
- * already on its way back would cover the need; an eviction is always made under the
+ * already on its way back (caches being cleared included) would cover the need, and none
+ * when the idle instances' caches alone would (they are asked back instead); an eviction is always made under the
  * claimant's claim on that GPU; a queued model is evicted only for a claimant whose oldest
  * request is strictly older (the complement of sched_admit's rule, so neither waits for
  * the other). Calls down only, into sched_admit.c and scheduler.c. Loop thread only.
@@ -88,8 +89,18 @@ static uint64_t keep_alive_left(const instance_t *in, uint64_t now)
     return ka > idle ? ka - idle : 0;
 }
 
+/* An idle instance asked for its cache back (sched_clear_caches) less than the minimum
+ * interval ago, whose cache no reading has yet shown gone: that cache is on its way back.
+ * A hook that frees nothing stops counting once the interval has passed. */
+static bool clearing(const instance_t *in)
+{
+    return in->state == INST_READY && in->in_flight == 0 && in->last_clear_cache_ms &&
+           core_now() - in->last_clear_cache_ms < SCHED_CLEAR_CACHE_MIN_INTERVAL_MS &&
+           sched_instance_cache(in) >= SCHED_YIELD_MIN_BYTES;
+}
+
 /* Memory on GPU pos that is on its way back: evicted or stopping instances whose entries
- * are still held until NVML shows the memory returned. */
+ * are still held until NVML shows the memory returned, and caches being cleared. */
 static uint64_t incoming(size_t pos)
 {
     uint64_t sum = 0;
@@ -103,6 +114,8 @@ static uint64_t incoming(size_t pos)
                 in->state == INST_STOPPING ||
                 (in->stop_requested && in->state == INST_READY))
                 sum += in->mem.bytes;
+            else if (clearing(in))
+                sum += sched_instance_cache(in);
         }
     }
     return sum;
@@ -160,12 +173,52 @@ static size_t gather_candidates(const model_t *m)
                                               .return_cost_ms = sched_state.actions.return_cost_ms
                                                                     ? sched_state.actions.return_cost_ms(in)
                                                                     : om->load_ms_ewma,
+                                              .way_out_ms = sched_state.actions.way_out_ms
+                                                                ? sched_state.actions.way_out_ms(in)
+                                                                : 0,
                                               .gap_ms = sched_expected_gap_ms(om),
                                               .keep_alive_left_ms = keep_alive_left(in, now),
                                               .queued = om->queue.depth};
         }
     }
     return n;
+}
+
+/* Cached memory on GPU pos that idle instances (not of m) would give back to their
+ * clear_cache hook now (sched_clear_caches' choice, less those asked too recently). */
+static uint64_t clearable(size_t pos, const model_t *m)
+{
+    uint64_t now = core_now(), sum = 0;
+    list_foreach(mi, &sched_state.core->models) {
+        const model_t *om = list_entry(mi, model_t, link);
+        if (om == m || !om->cfg->clear_cache.set)
+            continue;
+        list_foreach(ii, &om->instances) {
+            const instance_t *in = list_entry(ii, instance_t, link);
+            uint64_t cache = sched_instance_cache(in);
+            if (in->gpu_pos == (int)pos && in->state == INST_READY && in->in_flight == 0 && !in->hook_call &&
+                !in->park_clearing && cache >= SCHED_YIELD_MIN_BYTES &&
+                now - in->last_clear_cache_ms >= SCHED_CLEAR_CACHE_MIN_INTERVAL_MS)
+                sum += cache;
+        }
+    }
+    return sum;
+}
+
+/* The cheapest tier first: when the idle instances' caches alone would make room on the
+ * planned GPU, they are asked back (under m's claim, so that the memory they return is
+ * m's) instead of evicting anyone. True when it did. */
+static bool clear_instead_of_evicting(model_t *m, size_t pos, uint64_t need)
+{
+    ledger_t *l = &sched_state.ledger;
+    uint64_t give = clearable(pos, m);
+    if (give == 0 || ledger_free_for(l, pos, m) + give < need || ledger_claim(l, pos, need, m) != 0)
+        return false;
+    m->claiming = true;
+    log_event(LOG_INFO, "clear_instead_of_evicting", "model=%s gpu=%d need=%llu clearable=%llu", m->name,
+              l->gpus[pos].index, (unsigned long long)need, (unsigned long long)give);
+    sched_clear_caches(pos, m);
+    return true;
 }
 
 static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, size_t *gpu_pos)
@@ -185,6 +238,8 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
     for (size_t g = 0; g < l->n_gpus; g++)
         if (allowed[g] && incoming(g) > 0 && ledger_free_for(l, g, m) + incoming(g) >= need)
             return PLACER_WAIT;
+    if (res == PLACER_EVICT && clear_instead_of_evicting(m, plan.gpu_pos, need))
+        return PLACER_WAIT;
     if (res == PLACER_EVICT) {
         if (ledger_claim(l, plan.gpu_pos, need, m) != 0)
             return PLACER_WAIT; /* another waiter holds this GPU's claim */
@@ -293,6 +348,10 @@ bool sched_request_fits_now(const instance_t *inst)
 void sched_blocked(model_t *m, request_t *r, instance_t *inst)
 {
     if (inst->gpu_pos < 0 || !sched_state.ok)
+        return;
+    /* it waits for the claimant, whose own blocked path clears this instance's cache once
+     * it is idle; the claimant's admission or the next snapshot pumps it again */
+    if (sched_yields_to_claim(r, inst))
         return;
     uint64_t est = sched_level_estimate(m, r->level);
     uint64_t cache = sched_instance_cache(inst);

@@ -24,6 +24,7 @@
 #include "core/core.h"
 #include "gpu/gpu.h"
 #include "gpu/procfs.h"
+#include "sched/reclaim_rule.h"
 #include "sched/scheduler_int.h"
 
 #define RECLAIM_GRACE_MS 5000
@@ -163,30 +164,25 @@ static void measure_gpus(core_t *d, const gpu_snapshot_t *snap)
 static void check_reclaim(model_t *m, instance_t *in, uint64_t now)
 {
     bool process_gone = !in->proc && !in->external;
-    bool settled = false, enough = false;
+    bool settled = false, by_keep = false;
     if (process_gone) {
-        settled = enough = in->measured == 0;
+        settled = in->measured == 0;
     } else {
-        /* unload hook: the process stays (CUDA context, residue); done when the
-         * usage stops falling; "returned" when at least half came back */
-        if (in->measured <= in->reclaim_last && in->reclaim_last - in->measured <= in->mem.bytes / 100) {
-            if (in->reclaim_stable++ == 0)
-                in->reclaim_stable_since_ms = now;
-        } else {
-            in->reclaim_stable = 0;
-        }
-        in->reclaim_last = in->measured;
-        /* done when most of it came back (at least half) and the usage held still
-         * for 3 snapshots (what stays is residue, booked as held); while little has
-         * come back (a driver can lag 0.5-1.5 s) keep waiting, up to stop_timeout
-         * + RECLAIM_GRACE_MS, after which the reclaim is declared incomplete below */
-        enough = in->measured <= in->mem.bytes / 2;
-        settled = enough && (in->measured <= in->mem.bytes / 10 || in->reclaim_stable >= 3);
+        /* a hook or a checkpoint: the process stays (CUDA context, residue); settled once
+         * at least half came back and either it is down to what the process is known to
+         * keep or its usage held still (reclaim_rule.h); until then keep waiting, up to
+         * stop_timeout, after which the reclaim is declared incomplete below */
+        reclaim_watch_t w = {.last = in->reclaim_last, .stable = in->reclaim_stable};
+        settled = reclaim_settled(&w, in->mem.bytes, in->reclaim_keep, in->measured, &by_keep);
+        in->reclaim_last = w.last;
+        in->reclaim_stable = w.stable;
+        if (settled && !by_keep && in->measured > in->reclaim_keep)
+            in->reclaim_keep = in->measured; /* what it keeps, learned: the next reclaim ends there */
     }
     if (settled) {
-        log_event(LOG_INFO, "memory_reclaimed", "model=%s instance=%u gpu=%d wait_ms=%llu remaining=%llu", m->name,
-                  in->id, in->gpu, (unsigned long long)(now - in->reclaim_since_ms),
-                  (unsigned long long)in->measured);
+        log_event(LOG_INFO, "memory_reclaimed", "model=%s instance=%u gpu=%d wait_ms=%llu remaining=%llu keep=%llu "
+                  "by_keep=%B", m->name, in->id, in->gpu, (unsigned long long)(now - in->reclaim_since_ms),
+                  (unsigned long long)in->measured, (unsigned long long)in->reclaim_keep, by_keep);
         in->reclaiming = false;
         if (process_gone && !in->external)
             ledger_release(&sched_state.ledger, &in->mem);
@@ -220,9 +216,12 @@ static bool recycle_on_growth(core_t *d, model_t *m, instance_t *in, uint64_t no
         growth_cap += sched_request_estimate(m);
     if (!growth_cap || !in->baseline || in->measured <= in->baseline + growth_cap)
         return false;
+    /* cleared: asked back a few readings ago, and no request has run since (one that took
+     * the cache again right after the clear leaves it as cache, not growth) */
     bool cache_cleared = !m->cfg->clear_cache.set ||
                          (in->last_clear_cache_ms && now - in->last_clear_cache_ms < 10000 &&
-                          now - in->last_clear_cache_ms > 3 * d->cfg->gpu.poll_ms && !in->hook_call);
+                          now - in->last_clear_cache_ms > 3 * d->cfg->gpu.poll_ms && !in->hook_call &&
+                          in->last_used_ms < in->last_clear_cache_ms);
     if (cache_cleared) {
         char why[96];
         snprintf(why, sizeof why, "memory grew by %llu MiB since load",
@@ -278,6 +277,7 @@ static void book_instance(core_t *d, model_t *m, instance_t *in, uint64_t now)
     if (in->reclaiming) {
         check_reclaim(m, in, now);
     } else if (in->state == INST_STARTING) {
+        in->reclaim_keep = reclaim_keep_from_start(in->reclaim_keep, in->measured); /* its context */
         uint64_t b = in->measured > declared ? in->measured : declared;
         if (b != in->mem.bytes)
             ledger_resize(&sched_state.ledger, &in->mem, b);

@@ -57,6 +57,9 @@ typedef struct sched_actions {
     /* how long a request would wait for inst to come back if evicted now (the tier evict
      * would take: a learned wake or restore, a reload, a start); NULL = its learned load time */
     uint64_t (*return_cost_ms)(const instance_t *inst);
+    /* how long evict would take to free inst's memory (a park's copy out; 0 for a stop);
+     * NULL = 0 */
+    uint64_t (*way_out_ms)(const instance_t *inst);
 } sched_actions_t;
 
 void sched_init(core_t *d, const sched_actions_t *actions);

@@ -30,6 +30,8 @@
 
 /* an idle instance is asked to clear its cache at most this often */
 #define SCHED_CLEAR_CACHE_MIN_INTERVAL_MS 2000
+/* cached memory worth clearing: less is not asked back (sched_clear_caches) nor waited for */
+#define SCHED_YIELD_MIN_BYTES (64ULL * 1024 * 1024)
 
 /* The scheduler's state (one, defined in scheduler.c, set up by sched_init). */
 typedef struct sched_state {
@@ -59,6 +61,11 @@ uint64_t sched_largest_room(const model_t *m);
 uint64_t sched_instance_cache(const instance_t *inst);
 
 /* sched_admit.c */
+/* Does r, younger than the claim on its instance's GPU, wait so that its instance's cache
+ * can be cleared for the claimant? Yes when the cache would fund r but r would leave at
+ * least SCHED_YIELD_MIN_BYTES of it unused and locked in a busy instance, the model has a
+ * clear_cache hook, and that rest is what the claimant lacks. */
+bool sched_yields_to_claim(const request_t *r, const instance_t *inst);
 /* Ask idle instances on GPU pos (not of model except) with a clear_cache hook to give
  * their cached memory back. */
 void sched_clear_caches(size_t pos, const model_t *except);

@@ -1,8 +1,9 @@
 /*
  * instance: the lifecycle of one worker instance: start (spawn with {port}/{gpu}
  * substituted), health checks (STARTING -> READY, READY <-> DOWN, startup timeout, unhealthy
- * kill), process exit (crash or expected), stop and drain, idle timers, recycling, hung
- * request kills, request slot release, and freeing: of an instance, and of a removed model
+ * kill), process exit (crash or expected), stop and drain, recycling, hung
+ * request kills, request slot release (keep_alive's idle timers are park_evict.c's: an
+ * expiry may park), and freeing: of an instance, and of a removed model
  * once its last instance is gone (the two are freed from each other's callbacks, so they
  * live together here).
  *
@@ -488,16 +489,6 @@ void instance_stop(instance_t *inst, const char *reason)
         instance_maybe_free(inst);
 }
 
-static void on_idle_timeout(uv_timer_t *t)
-{
-    instance_t *inst = t->data;
-    model_t *m = inst->model;
-    if (inst->in_flight == 0 && m->queue.depth == 0 && inst->state == INST_READY) {
-        inst->unload_reason = UNLOAD_IDLE;
-        instance_stop(inst, "idle");
-    }
-}
-
 void instance_recycle(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
@@ -632,27 +623,6 @@ static void request_done(instance_t *inst, int broken)
 void instance_request_done(instance_t *inst, bool worker_broken) { request_done(inst, worker_broken ? 1 : 0); }
 
 void instance_request_done_local(instance_t *inst) { request_done(inst, -1); }
-
-void model_arm_idle_timers(model_t *m)
-{
-    const model_config_t *mc = m->cfg;
-    if (m->queue.depth > 0 || mc->url)
-        return;
-    list_foreach_safe(it, tmp, &m->instances) {
-        instance_t *in = list_entry(it, instance_t, link);
-        if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested)
-            continue;
-        if (mc->keep_alive_ms == CONFIG_FOREVER)
-            continue;
-        if (mc->keep_alive_ms == 0) {
-            in->unload_reason = UNLOAD_IDLE;
-            instance_stop(in, "keep_alive 0");
-            continue;
-        }
-        if (!uv_is_active((uv_handle_t *)&in->idle_timer))
-            uv_timer_start(&in->idle_timer, on_idle_timeout, mc->keep_alive_ms, 0);
-    }
-}
 
 void model_stop_all(model_t *m, const char *reason)
 {

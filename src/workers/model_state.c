@@ -62,7 +62,7 @@ const char *unload_reason_name(enum unload_reason r)
 const char *restart_reason_name(enum restart_reason r)
 {
     static const char *n[] = {"crash", "start_failed", "startup_timeout", "hang", "unhealthy", "reload_failed",
-                              "recycle"};
+                              "park_failed", "recycle"};
     return (unsigned)r < RESTART_REASONS ? n[r] : "crash";
 }
 

@@ -32,11 +32,14 @@
  *   is asked; one left CHECKPOINTED or LOCKED is restored before its first request.
  *   The instance is not freed while a driver call is in flight (inst->cuda_ops).
  *
- * Eviction (park_instance, called by park_evict.c's instance_evict once any cache was
- * cleared) takes the cheapest tier the model has and the host affords: sleep, else
- * checkpoint, else unload hook, else stop (hooks.c). A park the host cannot afford
- * (host_book_park: host_memory budget, MemAvailable, cgroup room) is skipped, counted in
- * park_refusals and logged as park_refused.
+ * A park (park_instance, called by park_evict.c's park_or_free for an eviction, an admin
+ * unload or keep_alive's expiry, once any cache was cleared) takes the cheapest tier the
+ * model has and the host affords: sleep, else checkpoint; else the caller's next tier. A
+ * park over the host budget may stop older parked instances when that is cheaper
+ * (park_host.c); one the host still cannot afford (host_book_park: host_memory budget,
+ * MemAvailable, cgroup room) is skipped, counted in park_refusals and logged as
+ * park_refused. A model with park_keep_alive 0 has no park tier. Once PARKED, its host
+ * keep-alive runs (park_host.c: park_keep_alive, then stopped).
  *
  * Invariants: the host entry is booked before the sleep hook is called and released by
  * instance_set_state as soon as the instance leaves PARKING/PARKED/RESUMING (however it
@@ -44,7 +47,8 @@
  * one); while RESUMING the GPU ledger already holds the full size, so no other load can
  * take the memory that is coming back. One hook call at a time (inst->hook_call), one
  * round of driver calls at a time (inst->cuda_ops).
- * Calls hooks.c, instance.c, model_state.c, host_book.c, never supervisor.c.
+ * Calls hooks.c, instance.c, model_state.c, host_book.c, park_cost.c (what a tier costs, may
+ * it be taken), never supervisor.c.
  */
 #include <stdio.h>
 
@@ -61,19 +65,10 @@
 
 #define PARK_SLEEP_TIMEOUT_MS 30000
 #define PARK_WAKE_TIMEOUT_MS 60000
-#define PARK_WAKE_GUESS_MS 1000 /* a wake's cost before one was measured (vLLM: 0.1-6 s) */
-#define PARK_RESTORE_GUESS_BPMS 10000000ULL /* a restore before one was measured: 10 GB/s (PCIe 4 x16 ~ 20) */
 
 static const char *tier_name(const instance_t *inst)
 {
     return inst->park_tier == PARK_CHECKPOINT ? "checkpoint" : "sleep";
-}
-
-bool park_can_sleep(const instance_t *inst)
-{
-    const model_config_t *mc = inst->model->cfg;
-    return mc->sleep.set && mc->wake.set && inst->state == INST_READY && inst->in_flight == 0 &&
-           !inst->stop_requested && !inst->hook_call;
 }
 
 /* Book the park of an idle instance on the host (what it holds on the GPU now) and set the
@@ -83,6 +78,8 @@ static bool park_book(instance_t *inst, enum park_tier tier, enum unload_reason 
     model_t *m = inst->model;
     uint64_t bytes = inst->mem.gpu >= 0 ? inst->mem.bytes : (inst->measured ? inst->measured : m->cfg->memory.resident);
     enum host_verdict v = host_book_park(inst, bytes);
+    if (v == HOST_OVER_BUDGET && park_host_make_room(inst, bytes))
+        v = host_book_park(inst, bytes); /* older parked instances stopped: their entries are free */
     if (v != HOST_FITS) {
         m->park_refusals++;
         const host_ledger_t *h = host_book(m->core->cfg);
@@ -141,6 +138,7 @@ static void parked(instance_t *inst)
     uint64_t freed = before > left ? before - left : 0;
     inst->park_left = left;
     host_book_settle(inst, freed);
+    park_learn_way_out(inst, core_now() - inst->park_since_ms);
     m->parks_total++;
     bool ckpt = inst->park_tier == PARK_CHECKPOINT;
     if (ckpt)
@@ -153,6 +151,7 @@ static void parked(instance_t *inst)
                     m->name, inst->id, tier_name(inst), (unsigned long long)(freed >> 20),
                     (unsigned long long)(left >> 20), inst->gpu);
     instance_set_state(inst, INST_PARKED, ckpt ? "checkpointed: memory left the GPU" : "asleep: memory left the GPU");
+    park_host_arm(inst); /* park_keep_alive: stopped when it stays parked that long */
 }
 
 void park_escalate(instance_t *inst, const char *why)
@@ -211,23 +210,17 @@ static void on_sleep_answer(void *ctx, int status, const char *body, size_t len,
 
 /* ---- the checkpoint tier: the CUDA driver parks the instance's processes ------------- */
 
-bool park_can_checkpoint(const instance_t *inst)
-{
-    const model_t *m = inst->model;
-    return m->cfg->checkpoint && m->core->cuda && cuda_available(m->core->cuda) && inst->state == INST_READY &&
-           inst->in_flight == 0 && !inst->stop_requested && !inst->hook_call && inst->cuda_ops == 0 &&
-           inst->gpu_pos >= 0;
-}
-
 /* How long the driver's lock may wait for the processes' CUDA calls to stop. */
 static uint64_t lock_timeout_ms(const model_t *m)
 {
     return m->cfg->stop_timeout_ms ? m->cfg->stop_timeout_ms : 10000;
 }
 
-/* A checkpoint park or restore did not work out (undone where it had to be): the instance
- * is stopped (supervised: a fresh start on demand) or its server marked failed (external).
- * Whatever the state change, its host entry is released by instance_set_state. */
+/* A checkpoint park or restore did not work out (undone where it had to be): a worker
+ * failure, counted as a crash is (RESTART_PARK_FAILED: the backoff before the next start,
+ * the failed state after too many, the restart metrics), and the instance is stopped
+ * (supervised: a fresh start on demand) or its server marked failed (external). Whatever
+ * the state change, its host entry is released by instance_set_state. */
 static void cuda_tier_failed(instance_t *inst, const char *event, const char *why)
 {
     model_t *m = inst->model;
@@ -236,6 +229,7 @@ static void cuda_tier_failed(instance_t *inst, const char *event, const char *wh
               why, inst->cuda_error);
     core_note_event(m->core, "%s instance %u: %s (%s)", m->name, inst->id, why, inst->cuda_error);
     if (!inst->external) {
+        model_record_failure(m, RESTART_PARK_FAILED, why);
         instance_stop(inst, why); /* its exit's verified reclaim frees the GPU entry */
         return;
     }
@@ -387,12 +381,28 @@ static int park_checkpoint(instance_t *inst, enum unload_reason reason, const ch
     return 0;
 }
 
+/* An eviction's park tier that costs more than the reload it saves is skipped (park_cost.c). */
+static bool tier_pays(instance_t *inst, enum park_tier tier, enum unload_reason reason)
+{
+    if (reason != UNLOAD_EVICTED || park_tier_pays(inst, tier))
+        return true;
+    model_t *m = inst->model;
+    bool ckpt = tier == PARK_CHECKPOINT;
+    log_event(LOG_INFO, "park_skipped", "model=%s instance=%u tier=%s reason=%s way_out_ms=%llu way_back_ms=%llu "
+              "load_ms=%llu", m->name, inst->id, ckpt ? "checkpoint" : "sleep", "slower_than_reload",
+              (unsigned long long)(ckpt ? m->checkpoint_out_ms_ewma : m->sleep_out_ms_ewma),
+              (unsigned long long)(ckpt ? m->restore_ms_ewma : m->wake_ms_ewma), (unsigned long long)m->load_ms_ewma);
+    return false;
+}
+
 int park_instance(instance_t *inst, enum unload_reason reason, const char *why)
 {
     uint64_t refused = inst->model->park_refusals;
-    int rc = park_sleep(inst, reason, why);
+    int rc = park_can_sleep(inst) && tier_pays(inst, PARK_SLEEP, reason) ? park_sleep(inst, reason, why) : -1;
     if (rc != -1 || inst->model->park_refusals != refused)
         return rc; /* the host could not afford the sleep: a checkpoint of the same bytes neither */
+    if (park_can_checkpoint(inst) && !tier_pays(inst, PARK_CHECKPOINT, reason))
+        return -1;
     return park_checkpoint(inst, reason, why);
 }
 
@@ -409,36 +419,6 @@ void instance_reclaimed(instance_t *inst, bool ok)
                                 ? "checkpoint: too little memory left the GPU within stop_timeout"
                                 : "sleep gave too little memory back within stop_timeout");
     sched_pump_all(inst->model->core);
-}
-
-/* What a park of inst would book on the host: what it holds, or only its floor when its
- * cache is cleared first (clear_before_park). */
-static uint64_t park_bytes_expected(const instance_t *inst)
-{
-    uint64_t floor = sched_instance_floor(inst);
-    if (inst->mem.gpu < 0)
-        return inst->model->cfg->memory.resident;
-    bool cleared = inst->model->cfg->clear_cache.set && inst->mem.bytes >= floor + PARK_CLEAR_MIN_BYTES;
-    return cleared ? floor : inst->mem.bytes;
-}
-
-uint64_t instance_return_cost_ms(const instance_t *inst)
-{
-    const model_t *m = inst->model;
-    if (inst->state == INST_PARKED)
-        return m->load_ms_ewma; /* evicting it again means the next tier: a stop, then a start */
-    uint64_t bytes = park_bytes_expected(inst);
-    if (park_can_sleep(inst)) {
-        const host_ledger_t *h = host_book(m->core->cfg);
-        if (host_ledger_verdict(h, bytes, host_mem_room(NULL, NULL, NULL)) == HOST_FITS)
-            return m->wake_ms_ewma ? m->wake_ms_ewma : PARK_WAKE_GUESS_MS;
-    }
-    if (park_can_checkpoint(inst)) {
-        const host_ledger_t *h = host_book(m->core->cfg);
-        if (host_ledger_verdict(h, bytes, host_mem_room(NULL, NULL, NULL)) == HOST_FITS)
-            return m->restore_ms_ewma ? m->restore_ms_ewma : bytes / PARK_RESTORE_GUESS_BPMS + 1;
-    }
-    return m->load_ms_ewma;
 }
 
 /* ---- the way back ------------------------------------------------------------------- */
@@ -669,6 +649,7 @@ void park_wake(instance_t *inst)
         sched_unblocked(m);
     }
     inst->park_since_ms = core_now();
+    uv_timer_stop(&inst->idle_timer); /* its park_keep_alive */
     instance_set_state(inst, INST_RESUMING, "needed again");
     if (ckpt) {
         if (!m->core->cuda) {

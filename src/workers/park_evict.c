@@ -1,6 +1,15 @@
 /*
- * park_evict: the scheduler's eviction entry (instance_evict, actions.evict), and the
- * allocator cache given back before a park.
+ * park_evict: who parks an idle instance, and the allocator cache given back first. Three
+ * callers ask for the same thing, "free this instance's GPU memory, parked when it can be":
+ *   - the scheduler's eviction (instance_evict, actions.evict; a PARKED instance evicted
+ *     again goes to its next tier, park_escalate);
+ *   - an admin unload (supervisor.c's model_unload and the external server's unload);
+ *   - keep_alive running out (model_arm_idle_timers, on_idle_timeout: moved here from
+ *     instance.c, because the expiry now parks).
+ * All three go through park_or_free: cache first, then park.c's park_instance (sleep,
+ * checkpoint; host memory permitting), else the caller's own next tier (park_fallback):
+ * eviction -> hooks_evict (unload hook, else stop); admin -> stop (supervised) or the unload
+ * hook (external; neither -> marked failed); keep_alive -> stop, as before parking existed.
  *
  * Cache first: an idle instance with a clear_cache hook that holds >= 64 MiB beyond its
  * floor (sched_instance_floor; measured or left by a request) is asked to give it back
@@ -8,13 +17,12 @@
  * the answer (at most ten poll intervals) --> parked, booked for what it holds now (logged
  * park_cleared_cache); a failed hook parks it as it is. Meanwhile (park_clearing, cleared by
  * any state change) it is not evicted again and its memory counts as on its way; park.c's
- * instance_return_cost_ms judges the park by its floor.
+ * instance_return_cost_ms judges the park by its floor. One that took a request meanwhile is
+ * left loaded (eviction, keep_alive: the pump looks again) or stopped after its requests
+ * (admin unload, as a busy instance always was).
  *
- * Then the instance is parked by park.c's park_instance (sleep, checkpoint), or freed by
- * hooks.c (unload hook, stop) when no park tier applies; a PARKED instance evicted again goes
- * to its next tier (park_escalate).
  * Calls park.c, hooks.c, instance.c and the scheduler; nothing calls back into it but the
- * hook's answer and its own timer.
+ * hook's answer and its own timers (inst->idle_timer: keep_alive, then the clear's wait).
  */
 #include <stdio.h>
 
@@ -24,15 +32,36 @@
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
-/* ---- cache cleared before an eviction's park ---------------------------------------- */
+/* ---- the next tier when no park is made, by who asked ---------------------------------- */
 
-static void evict_now(instance_t *inst, const char *why)
+static void park_fallback(instance_t *inst, enum unload_reason reason, const char *why)
 {
-    int rc = park_instance(inst, UNLOAD_EVICTED, why);
-    if (rc == 0 || rc == -2)
-        return; /* -2: vramd's own shortage; eviction tries again after the hold */
-    hooks_evict(inst, why);
+    model_t *m = inst->model;
+    if (reason == UNLOAD_EVICTED) {
+        hooks_evict(inst, why);
+        return;
+    }
+    if (inst->external) { /* admin unload of an external server: its unload hook */
+        if (inst->state == INST_READY && instance_unload(inst, UNLOAD_ADMIN, why) == -1)
+            model_set_failed(m, "external server: neither sleep nor unload hook could be called");
+        return; /* -2: vramd's own shortage: the admin call is answered 503 (unload_local_failed) */
+    }
+    if (inst->state != INST_STOPPING)
+        inst->unload_reason = reason;
+    instance_stop(inst, why); /* admin, keep_alive: stopped (after its requests when busy) */
 }
+
+/* 0 parking, -2 not now (vramd's own shortage), 1 the next tier taken. */
+static int park_now(instance_t *inst, enum unload_reason reason, const char *why)
+{
+    int rc = park_instance(inst, reason, why);
+    if (rc == 0 || rc == -2)
+        return rc; /* -2: eviction tries again after the hold; admin is answered 503 */
+    park_fallback(inst, reason, why);
+    return 1;
+}
+
+/* ---- cache cleared before the park ------------------------------------------------------ */
 
 /* The clear is over (cleared and measured, or the hook failed): park what is left now, the
  * host booked for what NVML shows it holding. One that took a request meanwhile is left. */
@@ -43,11 +72,22 @@ static void clear_done(instance_t *inst, bool cleared)
     log_event(LOG_INFO, "park_cleared_cache", "model=%s instance=%u cleared=%s before=%llu after=%llu wait_ms=%llu",
               m->name, inst->id, cleared ? "true" : "false", (unsigned long long)inst->park_clear_before,
               (unsigned long long)inst->mem.bytes, (unsigned long long)(core_now() - inst->park_clear_since_ms));
+    if (inst->state == INST_READY && inst->in_flight > 0 && !inst->stop_requested &&
+        inst->park_clear_reason == UNLOAD_ADMIN) {
+        /* as model_unload does with a busy instance: supervised, stopped after its requests,
+         * no new start until it is gone; external, unloaded again once it is idle */
+        m->unload_requested = true;
+        if (inst->external)
+            model_schedule_pump(m);
+        else
+            park_fallback(inst, UNLOAD_ADMIN, inst->park_clear_why);
+        return;
+    }
     if (inst->state != INST_READY || inst->in_flight > 0 || inst->stop_requested) {
         model_schedule_pump(m); /* busy again: the waiting load looks for room anew */
         return;
     }
-    evict_now(inst, inst->park_clear_why);
+    park_now(inst, inst->park_clear_reason, inst->park_clear_why);
     sched_pump_all(m->core);
 }
 
@@ -87,23 +127,24 @@ static void on_clear_answer(void *ctx, int status, const char *body, size_t len,
     clear_tick(&inst->idle_timer);
 }
 
-/* An idle instance evicted to be parked first gives back its allocator cache (clear_cache
+/* An idle instance about to be parked first gives back its allocator cache (clear_cache
  * hook, bounded by its timeout), so that only what remains is parked and booked on the host:
  * 0 when the hook was called (the park follows its answer), -1 when there is nothing to clear
  * or the hook cannot be called (park as it is). */
-static int clear_before_park(instance_t *inst, const char *why)
+static int clear_before_park(instance_t *inst, enum unload_reason reason, const char *why)
 {
     model_t *m = inst->model;
     uint64_t floor = sched_instance_floor(inst);
-    if (!m->cfg->clear_cache.set || !(park_can_sleep(inst) || park_can_checkpoint(inst)) || inst->mem.gpu < 0 ||
+    if (!m->cfg->clear_cache.set || !park_would_park(inst, reason) || inst->mem.gpu < 0 ||
         inst->mem.bytes < floor + PARK_CLEAR_MIN_BYTES || core_now() < inst->local_retry_ms)
         return -1; /* what a request left behind and no reading measured yet counts too */
     inst->park_clear_before = inst->mem.bytes;
     inst->park_clear_since_ms = core_now();
     inst->park_clear_seq = UINT64_MAX;
     snprintf(inst->park_clear_why, sizeof inst->park_clear_why, "%s", why);
-    log_event(LOG_INFO, "park_clear_cache", "model=%s instance=%u cached=%llu", m->name, inst->id,
-              (unsigned long long)(inst->mem.bytes - floor));
+    inst->park_clear_reason = reason;
+    log_event(LOG_INFO, "park_clear_cache", "model=%s instance=%u cached=%llu for=%s", m->name, inst->id,
+              (unsigned long long)(inst->mem.bytes - floor), unload_reason_name(reason));
     inst->last_clear_cache_ms = core_now();
     if (instance_call_hook(inst, &m->cfg->clear_cache, 30000, on_clear_answer) != 0)
         return -1;
@@ -112,16 +153,50 @@ static int clear_before_park(instance_t *inst, const char *why)
     return 0;
 }
 
+int park_or_free(instance_t *inst, enum unload_reason reason, const char *why)
+{
+    if (inst->park_clearing)
+        return 0; /* already on its way: parked once its cache is cleared */
+    if (clear_before_park(inst, reason, why) == 0)
+        return 0;
+    return park_now(inst, reason, why);
+}
+
 void instance_evict(instance_t *inst, const char *why)
 {
     if (inst->state == INST_PARKED) {
         park_escalate(inst, why); /* what it still holds is needed: the next tier */
         return;
     }
-    if (inst->park_clearing)
-        return; /* already on its way: parked once its cache is cleared */
-    if (clear_before_park(inst, why) == 0)
-        return;
-    evict_now(inst, why);
+    (void)park_or_free(inst, UNLOAD_EVICTED, why);
 }
 
+/* ---- keep_alive: an idle instance parked (or stopped) when it runs out ------------------ */
+
+static void on_idle_timeout(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    model_t *m = inst->model;
+    if (inst->in_flight == 0 && m->queue.depth == 0 && inst->state == INST_READY && !inst->stop_requested)
+        (void)park_or_free(inst, UNLOAD_IDLE, "idle");
+}
+
+void model_arm_idle_timers(model_t *m)
+{
+    const model_config_t *mc = m->cfg;
+    if (m->queue.depth > 0 || mc->url)
+        return;
+    list_foreach_safe(it, tmp, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->park_clearing)
+            continue;
+        if (mc->keep_alive_ms == CONFIG_FOREVER)
+            continue;
+        if (mc->keep_alive_ms == 0) {
+            (void)park_or_free(in, UNLOAD_IDLE, "keep_alive 0");
+            continue;
+        }
+        if (!uv_is_active((uv_handle_t *)&in->idle_timer))
+            uv_timer_start(&in->idle_timer, on_idle_timeout, mc->keep_alive_ms, 0);
+    }
+}

@@ -164,11 +164,8 @@ static void unload_external_when_idle(model_t *m)
         if (in->state == INST_READY && in->in_flight > 0)
             return; /* again at the pump after its requests end */
         m->unload_requested = false;
-        int rc = in->state == INST_READY ? park_instance(in, UNLOAD_ADMIN, "admin unload") : 0;
-        if (rc == -1)
-            rc = instance_unload(in, UNLOAD_ADMIN, "admin unload");
-        if (rc == -1)
-            model_set_failed(m, "external server: neither sleep nor unload hook could be called");
+        if (in->state == INST_READY) /* cache first, parked, else its unload hook, else failed */
+            (void)park_or_free(in, UNLOAD_ADMIN, "admin unload");
         /* -2: vramd's own shortage: the admin call is answered 503 (unload_local_failed) */
     }
     m->unload_requested = false;
@@ -180,8 +177,8 @@ bool model_unload_pending(const model_t *m)
         return true;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_UNLOADING || in->state == INST_PARKING)
-            return true;
+        if (in->state == INST_UNLOADING || in->state == INST_PARKING || in->park_clearing)
+            return true; /* park_clearing: its cache is cleared first, then it is parked */
     }
     return false;
 }
@@ -212,8 +209,8 @@ void model_unload(model_t *m, const char *reason)
     bool stopping = false;
     list_foreach_safe(it, tmp, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
-        /* an idle loaded instance is parked when its model has a sleep tier the host can
-         * afford; a parked one asked again is stopped (the next tier) */
+        /* an idle loaded instance is parked (its cache cleared first) when its model has a
+         * park tier the host can afford; a parked one asked again is stopped (the next tier) */
         if (in->state == INST_PARKING || in->state == INST_PARKED) {
             if (in->state == INST_PARKED) {
                 in->unload_reason = UNLOAD_ADMIN;
@@ -222,13 +219,10 @@ void model_unload(model_t *m, const char *reason)
             }
             continue;
         }
-        int rc = park_instance(in, UNLOAD_ADMIN, reason);
-        if (rc == 0 || rc == -2) /* -2: answered 503 local_resource_exhausted, nothing touched */
-            continue;
-        if (in->state != INST_STOPPING)
-            in->unload_reason = UNLOAD_ADMIN;
-        instance_stop(in, reason);
-        stopping = true;
+        /* 0: parking (or clearing first); -2: answered 503 local_resource_exhausted, nothing
+         * touched; 1: stopped (after its requests when busy) */
+        if (park_or_free(in, UNLOAD_ADMIN, reason) == 1)
+            stopping = true;
     }
     m->unload_requested = stopping && model_has_live_instances(m);
 }

@@ -120,8 +120,12 @@ void instance_evict(instance_t *inst, const char *why);
 /* What instance_evict(inst) would cost to come back from, in ms: the learned wake time when
  * it would sleep (1 s until measured), the learned restore time when it would be
  * checkpointed (bytes at 10 GB/s until measured), else the learned load time. For the scheduler's
- * cost-aware eviction (a candidate's return cost); reads the host's free memory. */
+ * cost-aware eviction (a candidate's return cost); reads the host's free memory. A park tier
+ * is taken only when it pays (park_cost.c): way out + way back < the learned load time. */
 uint64_t instance_return_cost_ms(const instance_t *inst);
+/* How long instance_evict(inst) would take to free its memory, in ms: a park tier's learned
+ * way out (0 until measured), 0 for an unload or a stop. */
+uint64_t instance_way_out_ms(const instance_t *inst);
 /* Replace the instance: stop it once its in-flight requests are done (recycling: after
  * N requests, memory growth, OOM with recycle.on_oom). */
 void instance_recycle(instance_t *inst, const char *why);

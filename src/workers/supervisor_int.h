@@ -5,7 +5,10 @@
  *
  * Calls between the files go one way only (mk/lint_layers.py rejects a cycle):
  *   supervisor.c (model runtime, demand, admin load/unload)
- *     -> park.c (the park tiers: sleep/wake, checkpoint; eviction and reclaim entry points)
+ *     -> park_evict.c (who parks: eviction, admin unload, keep_alive; cache cleared first)
+ *     -> park.c (the park tiers: sleep/wake, checkpoint; the reclaim entry point)
+ *     -> park_host.c (a parked instance's host keep-alive; room made on the host book)
+ *     -> park_cost.c (what a park costs: way out, way back; may a tier be taken now)
  *     -> hooks.c (unload/reload hooks, eviction without parking, reclaim)
  *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
  *     -> model_state.c (names, derived model state, state changes, failure counting)
@@ -49,8 +52,6 @@ void instance_health_tick(uv_timer_t *t);
 void instance_stop(instance_t *inst, const char *reason);
 /* Free the instance once nothing refers to it any more. */
 void instance_maybe_free(instance_t *inst);
-/* Arm the idle timers of the model's idle instances (or stop them at keep_alive 0). */
-void model_arm_idle_timers(model_t *m);
 /* Free a removed model once nothing is left of it (stops its instances first). */
 void model_maybe_free(model_t *m);
 
@@ -80,6 +81,17 @@ void instance_reload(instance_t *inst);
  * READY; an admin unload is then answered 503 local_resource_exhausted). */
 int instance_unload(instance_t *inst, enum unload_reason reason, const char *why);
 
+/* ---- park_evict.c ---- */
+/* Free an instance's GPU memory, parked when it can be: its cache cleared first (clear_cache
+ * hook), then park_instance, else the next tier of whoever asked (reason): UNLOAD_EVICTED
+ * -> hooks_evict; UNLOAD_ADMIN -> stop (supervised) or the unload hook (external);
+ * UNLOAD_IDLE -> stop. 0 parking (or clearing first), -2 not now (vramd's own shortage: an
+ * admin unload is answered 503), 1 the next tier taken. */
+int park_or_free(instance_t *inst, enum unload_reason reason, const char *why);
+/* Arm the keep_alive timers of the model's idle instances; at expiry (at once at keep_alive
+ * 0) an instance is parked when its model has a park tier the host affords, else stopped. */
+void model_arm_idle_timers(model_t *m);
+
 /* ---- park.c ---- */
 /* Park an idle READY instance by its sleep hook (eviction, admin unload): 0 started, -1 when
  * it cannot (no sleep tier, not idle, the host cannot afford it, the hook could not be
@@ -105,5 +117,30 @@ void park_wake(instance_t *inst);
 void park_wake_found(instance_t *inst);
 /* A PARKED instance must free what it still holds: the next tier (unload hook, stop). */
 void park_escalate(instance_t *inst, const char *why);
+
+/* ---- park_cost.c ---- */
+/* Does parking inst by `tier` cost less than the reload it saves (way out + way back <
+ * learned load time)? True until both the way out and the load time were measured. */
+bool park_tier_pays(const instance_t *inst, enum park_tier tier);
+/* A park of inst (its park_tier) settled took_ms after it began: learn its way out. */
+void park_learn_way_out(instance_t *inst, uint64_t took_ms);
+/* Would an eviction of inst park it now (a park tier it has, the host affords, and pays)? */
+bool park_eviction_parks(const instance_t *inst);
+/* Would a park asked for `reason` be taken now? An eviction: park_eviction_parks; an admin
+ * unload or keep_alive's expiry: a park tier it has and the host affords (nobody waits for
+ * their way out, so it need not pay). */
+bool park_would_park(const instance_t *inst, enum unload_reason reason);
+/* What a return from a park by `tier` of `bytes` is expected to take: the learned wake or
+ * restore, else 1 s for a wake and 10 GB/s for a restore. */
+uint64_t park_way_back_ms(const model_t *m, enum park_tier tier, uint64_t bytes);
+
+/* ---- park_host.c ---- */
+/* A PARKED instance's host keep-alive (park_keep_alive): on inst->idle_timer; when it runs
+ * out the instance is stopped (supervised; logged park_expired) and its host memory freed. */
+void park_host_arm(instance_t *inst);
+/* A park of `bytes` for inst is over the host budget: stop older parked instances when that
+ * is cheaper than refusing this park (logged park_displaced). True when some were stopped
+ * (their host entries released: book again). */
+bool park_host_make_room(instance_t *inst, uint64_t bytes);
 
 #endif

@@ -109,22 +109,36 @@ def test_suspect_instance_is_shown_until_its_health_check_passes(vramd):
 
 def fill_descriptors(vd, limit=64, n=80):
     """Lower vramd's descriptor limit (the soft one: the hard one stays, so release can raise
-    it again) and open idle connections until its table is full."""
+    it again) and open idle connections until its table is full.
+
+    Topped up until full: when an accept meets EMFILE because a short-lived descriptor of
+    vramd's own (a /proc read, a health check) held the last slot for a moment, libuv's
+    EMFILE trick accepts and closes every connection still pending, so one round of n
+    connections can leave the table a slot or two short once that descriptor is closed."""
     soft, hard = resource.prlimit(vd.proc.pid, resource.RLIMIT_NOFILE)
     vd.nofile = soft
     resource.prlimit(vd.proc.pid, resource.RLIMIT_NOFILE, (limit, hard))
     socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.settimeout(2)
-        try:
-            s.connect(("127.0.0.1", vd.port))
-        except OSError:
-            s.close()
-            continue
-        socks.append(s)
-    # vramd accepts them until its table is full (the rest it closes: EMFILE)
-    wait_for(lambda: fd_count(vd.proc.pid) >= limit, timeout=10, what="vramd's descriptor table full")
+
+    def connect(count):
+        for _ in range(count):
+            s = socket.socket()
+            s.settimeout(2)
+            try:
+                s.connect(("127.0.0.1", vd.port))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+
+    connect(n)
+
+    def full():
+        if fd_count(vd.proc.pid) >= limit:
+            return True
+        connect(2)  # vramd accepts them until its table is full (the rest it closes: EMFILE)
+        return False
+    wait_for(full, timeout=10, interval=0.1, what="vramd's descriptor table full")
     return socks
 
 

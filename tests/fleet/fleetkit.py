@@ -3,14 +3,23 @@ in its own network namespace, and a real HAProxy (contrib/haproxy/haproxy.cfg, a
 in front of them, all started here and all torn down at the end.
 
 Network: one namespace per host ("vf<tag>h<i>"), joined to the test's own namespace by a
-veth pair on a /30 of a private range picked per run (10.213.<random>.0/24: pair i is
-.4i+1 here and .4i+2 in the namespace). Each vramd listens on 0.0.0.0:8800 (so it needs an
+veth pair on a /30 of a private range picked per run (10.213.<random>.0/24, one that no
+interface uses yet, chosen under a lock file so that fleets of parallel test processes do
+not collide: pair i is .4i+1 here and .4i+2 in the namespace). Each vramd listens on 0.0.0.0:8800 (so it needs an
 admin token) with its agent on 0.0.0.0:9800; HAProxy runs here and reaches them at .4i+2.
 Skips (with the reason) where namespaces cannot be made: not root, no `ip netns`, no
 haproxy. Teardown kills every process started, deletes the namespaces (which removes the
 veth pairs) and the GPU sets, whatever happened.
+
+The job queue (test_fleet_jobs.py): start_postgres() starts a PostgreSQL 15 cluster here
+(vramdkit.pg, as the postgres user) listening on each pair's .4i+1 address too, with
+password connections allowed from the /24, and makes one database; host i connects to its
+own pair's address (on-link in its namespace: no route needed), so taking one pair's link
+down (link(host, False)) cuts that host off from HAProxy and PostgreSQL alike and nothing
+else. Teardown stops the cluster and removes its directory.
 """
 import csv
+import fcntl
 import http.client
 import io
 import json
@@ -26,6 +35,7 @@ import time
 import pytest
 
 from vramdkit import TIMESCALE, binary, free_port, sim_env, wait_for
+from vramdkit import pg as pgkit
 from vramdkit.daemon import sanitizer_reports
 from vramdkit.paths import REPO_ROOT, vramd_binary
 from vramdkit.report import track
@@ -34,6 +44,7 @@ HAPROXY_CFG = REPO_ROOT / "contrib" / "haproxy" / "haproxy.cfg"
 VRAMD_PORT = 8800
 AGENT_PORT = 9800
 START_TIMEOUT = 30.0
+NET_LOCK = "/tmp/vramd-fleet-net.lock"  # held while a fleet picks its range and makes its pairs
 
 
 def _run(*args, check=True):
@@ -94,7 +105,8 @@ class Host:
         self.proc = None
         self.log_file = None
 
-    def config(self, models):
+    def config(self, models, jobs=None):
+        extra = {"jobs": jobs} if jobs else {}
         return {
             "listen": f"0.0.0.0:{VRAMD_PORT}",
             "admin_token_file": str(self.fleet.token_path),
@@ -104,10 +116,12 @@ class Host:
             "limits": {"queue_max": 200, "drain_timeout": "20s", "header_timeout": "10s"},
             "fleet": {"agent_listen": f"0.0.0.0:{AGENT_PORT}", "host_name": self.name},
             "models": models,
+            **extra,
         }
 
-    def start(self, models):
-        self.config_path.write_text(json.dumps(self.config(models), indent=1) + "\n")
+    def start(self, models, jobs=None):
+        """Start vramd (jobs: its `jobs` section) and wait until it is ready."""
+        self.config_path.write_text(json.dumps(self.config(models, jobs), indent=1) + "\n")
         self.log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, str(vramd_binary()), "--config",
                                       str(self.config_path)], stdout=self.log_file, stderr=subprocess.STDOUT,
@@ -130,6 +144,11 @@ class Host:
 
     def post(self, path, body=None, headers=None, timeout=30.0):
         return http_call(self.addr, VRAMD_PORT, "POST", path, body if body is not None else {}, headers, timeout)
+
+    def inside(self, *argv, timeout=30):
+        """Run a command in this host's namespace (a client on the host itself)."""
+        return subprocess.run(["ip", "netns", "exec", self.ns, *argv], capture_output=True, text=True,
+                              timeout=timeout)
 
     def admin(self, path):
         return self.post(path, headers={"Authorization": f"Bearer {self.fleet.token}"})
@@ -158,11 +177,14 @@ class Host:
             self.log_file.close()
         return self.proc.returncode if self.proc else None
 
-    def log_tail(self, n=60):
+    def log_text(self):
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+            return self.log_path.read_text(errors="replace")
         except OSError:
             return ""
+
+    def log_tail(self, n=60):
+        return "\n".join(self.log_text().splitlines()[-n:])
 
 
 class Fleet:
@@ -170,7 +192,7 @@ class Fleet:
         self.tmp = tmp
         self.timescale = timescale  # SIMGPU_TIMESCALE of every host (bench/fleet: --timescale)
         self.tag = secrets.token_hex(2)
-        self.net = f"10.213.{random.randrange(0, 256)}"
+        self.net = None  # 10.213.N, N free on this machine (make_hosts)
         self.token = secrets.token_hex(16)
         self.token_path = tmp / "admin-token"
         self.token_path.write_text(self.token + "\n")
@@ -181,10 +203,26 @@ class Fleet:
         self.front_port = free_port()
         self.socket_path = str(tmp / "haproxy.sock")
         self.links = []
+        self.pg = None
         self.tracked = []  # logs for a failing test's report (vramdkit.report)
 
     # network -----------------------------------------------------------------------------
+    def _pick_net(self):
+        """A 10.213.N.0/24 no interface here uses yet (fleets of tests running at once in
+        other pytest workers included: the caller holds NET_LOCK until its pairs exist)."""
+        used = _run("ip", "-4", "-o", "addr", "show").stdout
+        free = [n for n in range(256) if f" 10.213.{n}." not in used]
+        if not free:
+            pytest.fail("no free 10.213.N.0/24 for the fleet's veth pairs")
+        return f"10.213.{random.choice(free)}"
+
     def make_hosts(self, n=3):
+        with open(NET_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.net = self._pick_net()
+            return self._make_hosts(n)
+
+    def _make_hosts(self, n):
         for i in range(1, n + 1):
             h = Host(self, i)
             self.hosts.append(h)
@@ -203,6 +241,24 @@ class Fleet:
             if p.returncode != 0:
                 pytest.fail(f"simgpu create: {p.stderr}")
         return self.hosts
+
+    def link(self, host, up):
+        """Take host's veth pair up or down (this end): down cuts it off from everything here."""
+        _run("ip", "link", "set", self.links[host.i - 1], "up" if up else "down")
+
+    # PostgreSQL ----------------------------------------------------------------------------
+    def start_postgres(self):
+        """A PostgreSQL cluster reachable from every host's namespace, and a fresh database;
+        returns (cluster, database). host.pg_url(db) is that host's connection string."""
+        self.pg = pgkit.PgCluster(listen=[h.peer for h in self.hosts], hba=[f"{self.net}.0/24"])
+        self.tracked.append(_PgLog(self.pg))
+        self.pg.start()
+        db = "fleet_" + secrets.token_hex(4)
+        self.pg.sql(f"CREATE DATABASE {db}")
+        return self.pg, db
+
+    def pg_url(self, host, db):
+        return self.pg.url_for(host.peer, db)
 
     # HAProxy -------------------------------------------------------------------------------
     def start_haproxy(self, cfg=None):
@@ -266,6 +322,10 @@ class Fleet:
     def request(self, path, body=None, headers=None, method="POST", timeout=60.0):
         return http_call("127.0.0.1", self.front_port, method, path, body if body is not None else {}, headers, timeout)
 
+    def get(self, path, timeout=10.0):
+        """GET through HAProxy (no body)."""
+        return http_call("127.0.0.1", self.front_port, "GET", path, timeout=timeout)
+
     # the end ---------------------------------------------------------------------------------
     def check_hosts_clean(self):
         for h in self.hosts:
@@ -302,6 +362,8 @@ class Fleet:
             subprocess.run([str(binary("simgpu")), "rm", h.gpu_set], capture_output=True)
         for link in self.links:  # gone with their namespaces; this only catches a half-made pair
             subprocess.run(["ip", "link", "del", link], capture_output=True)
+        if self.pg:
+            self.pg.cleanup()
 
 
 class _HapLog:
@@ -314,6 +376,18 @@ class _HapLog:
 
     def log_tail(self, n=120):
         return "\n".join(self.fleet.hap_log_text().splitlines()[-n:])
+
+
+class _PgLog:
+    """PostgreSQL's server log, in a failing test's report."""
+
+    def __init__(self, pg):
+        self.name = "postgresql"
+        self.pg = pg
+        self.log_path = pg.dir + "/server.log"
+
+    def log_tail(self, n=120):
+        return "\n".join(self.pg.server_log().splitlines()[-n:])
 
 
 @pytest.fixture

@@ -195,3 +195,143 @@ def test_park_and_restore_a_pytorch_worker(worker):
     print(f"\ncheckpoint: {gb:.2f} GB in {park['copy_ms']:.0f} ms = {out_rate:.1f} GB/s "
           f"(lock {park['lock_ms']:.0f} ms); restore: {unpark['copy_ms']:.0f} ms = "
           f"{in_rate:.1f} GB/s (unlock {unpark['unlock_ms']:.0f} ms)")
+
+
+def card_total():
+    lib = nvml()
+    assert lib is not None
+    handle = ctypes.c_void_p()
+
+    class Mem(ctypes.Structure):
+        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+    mem = Mem()
+    assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
+    assert lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem)) == 0
+    lib.nvmlShutdown()
+    return mem.total
+
+
+def log_events(path, event):
+    out = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("{"):
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if e.get("event") == event:
+                    out.append(e)
+    return out
+
+
+@pytest.fixture
+def vramd_two_models(tmp_path):
+    """vramd (real NVML, real libcuda.so.1) with two PyTorch models of 52 % of the card each,
+    `checkpoint: true`: they cannot both be on the card, so each one's request parks the other."""
+    from vramdkit import vramd_binary
+    port = free_port()
+    resident_mib = int(card_total() * 0.52 / 2**20)
+    models = ""
+    for name in ("a", "b"):
+        models += f"""
+  {name}:
+    route: /{name}/
+    cmd: [{PY}, {ROOT}/tests/gpu/torch_worker.py, --port, "{{port}}", --resident-mib, "{resident_mib}"]
+    memory: {{ resident: {resident_mib + 1024}MiB, per_request: 512MiB }}
+    checkpoint: true
+    concurrency: 2
+    startup_timeout: 5m
+    stop_timeout: 2m
+"""
+    cfg = f"""
+listen: 127.0.0.1:{port}
+state_dir: {tmp_path}/var
+log: {{ format: json, level: info }}
+gpu: {{ nvml_library: libnvidia-ml.so.1, cuda_library: libcuda.so.1, headroom: 1GiB, poll: 100ms }}
+host_memory: {{ budget: {2 * resident_mib + 8192}MiB, reserve: 4GiB }}
+models:{models}"""
+    (tmp_path / "vramd.yaml").write_text(cfg)
+    log_path = tmp_path / "vramd.log"
+    env = dict(os.environ)
+    env.pop("VRAMD_NVML_LIBRARY", None)
+    env.pop("VRAMD_CUDA_LIBRARY", None)
+    with open(log_path, "wb") as log:
+        p = subprocess.Popen([str(vramd_binary()), "--config", str(tmp_path / "vramd.yaml")], stderr=log, env=env)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if http(base + "/readyz")[0] == 200:
+                break
+        except OSError:
+            time.sleep(0.1)
+    yield base, log_path, resident_mib
+    p.terminate()
+    try:
+        p.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    if os.environ.get("VRAMD_GPU_KEEP"):  # a copy of the log for the report
+        import shutil
+        shutil.copy(log_path, os.path.join(os.environ["VRAMD_GPU_KEEP"], "vramd-checkpoint.log"))
+
+
+def instance_of(base, name):
+    st, body = http(f"{base}/v1/status")
+    assert st == 200, (st, body)
+    return [m for m in body["models"] if m["name"] == name][0]["instances"][0]
+
+
+def test_vramd_parks_and_restores_a_pytorch_worker(vramd_two_models):
+    """vramd's own checkpoint tier over the real driver: a request for `b` parks `a` (the same
+    pid stays up, NVML stops showing its memory, the host book holds it); a request for `a`
+    parks `b` and restores `a`, served by the same pid with its memory back. Then, with a's
+    park timed, a third request (for b) finds a's park slower than its restart: a is stopped,
+    b restored."""
+    base, log_path, resident_mib = vramd_two_models
+    assert log_events(log_path, "checkpoint_available"), open(log_path).read()[-3000:]
+    st, a1 = http(base + "/a/generate", {"mib": 256, "ms": 100})
+    assert st == 200, a1
+    pid_a = a1["pid"]
+    assert gpu_bytes_of(pid_a) >= resident_mib << 20
+
+    t0 = time.monotonic()
+    st, b1 = http(base + "/b/generate", {"mib": 256, "ms": 100})
+    b_first_s = time.monotonic() - t0
+    assert st == 200, b1
+    inst = instance_of(base, "a")
+    assert inst["state"] == "parked" and inst["tier"] == "checkpointed" and inst["pid"] == pid_a, inst
+    assert gpu_bytes_of(pid_a) < (resident_mib << 20) // 2  # NVML: a's memory left the card
+    st, status = http(base + "/v1/status")
+    assert status["host_memory"]["parked"] == inst["parked_bytes"] > 0, status["host_memory"]
+
+    t0 = time.monotonic()
+    st, a2 = http(base + "/a/generate", {"mib": 256, "ms": 100})
+    a_back_s = time.monotonic() - t0
+    assert st == 200 and a2["pid"] == pid_a, a2  # the same process, restored
+    assert gpu_bytes_of(pid_a) >= resident_mib << 20
+    assert instance_of(base, "b")["state"] == "parked"
+
+    # a's way out is now timed (tens of seconds at this host's copy rate) and its start is a
+    # few seconds: parking it again would cost more than the reload it saves, so b's next
+    # request stops a instead (park_skipped; workers/park_cost.c) and restores b
+    st, b2 = http(base + "/b/generate", {"mib": 256, "ms": 100})
+    assert st == 200 and b2["pid"] == b1["pid"], b2
+    skipped = [e for e in log_events(log_path, "park_skipped") if e.get("model") == "a"]
+    assert skipped and skipped[0]["reason"] == "slower_than_reload", skipped
+    assert gpu_bytes_of(pid_a) == 0
+
+    parked = log_events(log_path, "parked")
+    resumed = log_events(log_path, "resumed")
+    assert any(e.get("model") == "a" for e in parked) and any(e.get("model") == "a" for e in resumed)
+    log_text = open(log_path, errors="replace").read().lower()
+    assert "out of memory" not in log_text
+    for e in parked + resumed + skipped:
+        print(f"\n{e.get('event')}: {e}")
+    pa = [e for e in parked if e.get("model") == "a"][0]
+    gb = int(pa.get("freed", 0)) / 1e9
+    copy_s = max(int(pa.get("copy_ms", 0)), 1) / 1000
+    print(f"\nvramd checkpoint tier, real driver: a = {gb:.1f} GB parked, copy {copy_s:.2f} s "
+          f"({gb / copy_s:.1f} GB/s); b's first request (a parked, b started) {b_first_s:.1f} s; "
+          f"a's request (b parked, a restored) {a_back_s:.1f} s")

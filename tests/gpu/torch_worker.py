@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A tiny PyTorch model server for tests/gpu: real CUDA allocations behind HTTP.
 
-GET /health -> 200 once the "model" (a resident tensor of --resident-mib) is on the GPU.
+GET /health -> 200 once the "model" (a resident tensor of --resident-mib) is on the GPU; its
+JSON says how long CUDA's start and the load took (ms). --load-from-host fills the tensor in
+host memory first and copies it over (a load of weights already in the page cache).
 POST /generate {"mib": N, "ms": M} -> allocates N MiB more for M ms (a matmul keeps the GPU
 busy), then frees it (PyTorch keeps it cached, as real servers do); answers JSON.
 POST /clear_cache/ -> torch.cuda.empty_cache(). A CUDA OOM answers 500 with PyTorch's text.
@@ -17,9 +19,22 @@ import torch
 ap = argparse.ArgumentParser()
 ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
 ap.add_argument("--resident-mib", type=int, default=512)
+ap.add_argument("--load-from-host", action="store_true")
 args = ap.parse_args()
 device = torch.device("cuda:0")  # CUDA_VISIBLE_DEVICES (set by vramd) picks the card
-resident = torch.empty(args.resident_mib * 2**20, dtype=torch.uint8, device=device)
+t0 = time.monotonic()
+torch.zeros(1, device=device)  # the CUDA context
+cuda_init_ms = (time.monotonic() - t0) * 1000
+if args.load_from_host:
+    host = torch.empty(args.resident_mib * 2**20, dtype=torch.uint8).fill_(1)
+    t1 = time.monotonic()
+    resident = host.to(device)
+    del host
+else:
+    t1 = time.monotonic()
+    resident = torch.empty(args.resident_mib * 2**20, dtype=torch.uint8, device=device)
+torch.cuda.synchronize()
+TIMES = {"cuda_init_ms": cuda_init_ms, "load_ms": (time.monotonic() - t1) * 1000}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -37,7 +52,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
-        self.reply(200, {"status": "ok"}) if self.path.startswith("/health") else self.reply(404, {})
+        self.reply(200, {"status": "ok", **TIMES}) if self.path.startswith("/health") else self.reply(404, {})
 
     def do_POST(self):
         n = int(self.headers.get("Content-Length") or 0)

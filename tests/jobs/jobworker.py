@@ -10,7 +10,10 @@ the test sees what reached the worker even across kill -9 of vramd (which kills 
 
 The request body is JSON: {"token": str, "ms": int (work time, default 20), "bytes": int
 (size of a binary answer), "status": int (answer with this status instead), "kind": "json" |
-"binary" | "chunked" | "crash"}. Routes:
+"binary" | "chunked" | "crash", "mark": path, "again_ms": int}. With "mark", the first run
+of the job (on any host: the path is on the shared file system) creates that file and works
+`ms`; a later run finds it and works `again_ms` instead (a rerun elsewhere that must last
+longer than the first). Routes:
   GET  /health   200
   POST /work (or /v1/work, for models without a route)
                  answers after `ms`: JSON {"token", "result": "R-<token>"} (kind json),
@@ -104,7 +107,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         token = str(req.get("token", "-"))
         record("start", token)
-        deadline = time.monotonic() + int(req.get("ms", 20)) / 1000.0
+        ms = int(req.get("ms", 20))
+        if req.get("mark"):
+            try:
+                os.close(os.open(req["mark"], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except FileExistsError:
+                ms = int(req.get("again_ms", ms))
+        deadline = time.monotonic() + ms / 1000.0
         while time.monotonic() < deadline:
             if self.client_closed():
                 record("closed", token)

@@ -11,9 +11,11 @@ log); two hosts claiming N jobs: each job runs exactly once; a host SIGKILLed wi
 and queued jobs: every acknowledged job finishes exactly once on the other after the lease;
 a fenced late writer (SIGSTOP past the lease, then SIGCONT: its result is refused); a
 PostgreSQL restart under load: hosts reconnect and no acknowledged job is lost; on a
-simulated GPU, a host claims a job only once its estimate fits what it can admit now.
+simulated GPU, a host claims a job only once its estimate fits what it can admit now; a
+PostgreSQL that goes silent (its backend frozen) is left after jobs.postgres.timeout.
 """
 import copy
+import os
 import secrets
 import signal
 import threading
@@ -48,12 +50,12 @@ def pgurl(cluster):
     return cluster.url.replace("dbname=postgres", f"dbname={db}"), db
 
 
-def host(vramd, tmp_path, url, name, lease=LEASE, **model):
+def host(vramd, tmp_path, url, name, lease=LEASE, pg=None, **model):
     log = tmp_path / f"worker-{name}.log"
     cfg = vramd.config({"w": job_model(vramd, log, **model)})
     cfg["state_dir"] = str(tmp_path / f"var-{name}")
     cfg["jobs"] = {"backend": "postgres", "max_active": 8,
-                   "postgres": {"url": url, "lease": lease, "host_id": name}}
+                   "postgres": {"url": url, "lease": lease, "host_id": name, **(pg or {})}}
     vd = vramd.start(config=cfg)
     wait_for(lambda: "jobs_postgres_ready" in vd.log_text(), timeout=15, what=f"{name} connected to PostgreSQL")
     return vd, log
@@ -333,4 +335,27 @@ def test_reload_refuses_a_job_store_change(vramd, tmp_path, pgurl):
     a.write_config(good)
     assert http_request(a.port, "POST", "/v1/admin/reload", timeout=15).status == 200
     jid = submit_ok(a, work("rl1"))
+    assert wait_job(a, jid, "succeeded", timeout=20)["attempts"] == 1
+
+
+def test_silent_postgres_is_noticed_within_the_timeout(vramd, tmp_path, pgurl, cluster):
+    """PostgreSQL that stops answering without closing anything (its backend frozen: what a
+    host sees when its link goes down) is noticed after jobs.postgres.timeout of silence:
+    the connection is dropped, a submit gets 503 jobs_unavailable instead of waiting on it,
+    and vramd reconnects (to a new backend) by itself."""
+    url, db = pgurl
+    a, _ = host(vramd, tmp_path, url, "a", pg={"timeout": "1s"})
+    pid = int(cluster.sql(f"SELECT pid FROM pg_stat_activity WHERE datname = '{db}'"))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        r = submit(a, work("s1"))
+        took = time.monotonic() - t0
+        assert r.status == 503 and r.error_code() == "jobs_unavailable", r
+        assert 0.5 < took < 3.0, took  # waited for the silence, not for TCP
+        assert "no answer from PostgreSQL for 1000 ms" in a.log_text()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: '"reconnected":"true"' in a.log_text(), timeout=15, what="reconnected")
+    jid = submit_ok(a, work("s2"))
     assert wait_job(a, jid, "succeeded", timeout=20)["attempts"] == 1

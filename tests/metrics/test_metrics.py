@@ -36,7 +36,8 @@ SPEC_FAMILIES = {
     "vramd_jobs": "gauge",
 }
 UNLOAD_REASONS = {"other", "idle", "evicted", "admin", "recycle", "drain", "removed", "failed"}
-RESTART_REASONS = {"crash", "start_failed", "startup_timeout", "hang", "unhealthy", "reload_failed", "recycle"}
+RESTART_REASONS = {"crash", "start_failed", "startup_timeout", "hang", "unhealthy", "reload_failed", "park_failed",
+                   "recycle"}
 JOB_STATES = {"queued", "running", "succeeded", "failed", "cancelled"}
 SLOW_STEPS = 100  # x 1 s simulated x TIMESCALE 0.05 = 5 s real
 

@@ -254,7 +254,7 @@ static void test_status_view_parked(void **state)
         "{\"version\":\"0.1.0\",\"uptime_ms\":1,\"queues\":{},\"connections\":{},\"gpus\":[],"
         "\"host_memory\":{\"budget\":17179869184,\"reserve\":2147483648,\"parked\":4294967296},"
         "\"models\":[{\"name\":\"llm\",\"state\":\"stopped\",\"kind\":\"supervised\",\"queue\":{},"
-        "\"instances\":[{\"id\":1,\"pid\":7,\"tier\":\"sleeping\",\"parked_bytes\":4294967296,"
+        "\"instances\":[{\"id\":1,\"pid\":7,\"state\":\"parked\",\"tier\":\"sleeping\",\"parked_bytes\":4294967296,"
         "\"reserved_bytes\":1073741824}]},"
         "{\"name\":\"sd\",\"state\":\"ready\",\"kind\":\"supervised\",\"queue\":{},"
         "\"instances\":[{\"id\":2,\"pid\":8,\"tier\":\"resident\",\"parked_bytes\":0}]}],\"events\":[]}";
@@ -267,6 +267,9 @@ static void test_status_view_parked(void **state)
     assert_non_null(strstr(b.data, "\nPARKED  4.0 GiB in host memory of a 16.0 GiB budget (reserve 2.0 GiB)\n"));
     assert_non_null(strstr(b.data, "  llm instance 1: sleeping, 4.0 GiB parked, 1.0 GiB left on GPU\n"));
     assert_null(strstr(b.data, "sd instance"));
+    /* the model row says parked, not stopped: its process is up, holding it in host memory */
+    assert_non_null(strstr(b.data, "  llm    parked"));
+    assert_null(strstr(b.data, "llm    stopped"));
     cJSON_Delete(j);
     buf_reset(&b);
     j = cJSON_Parse(status_doc);

@@ -24,6 +24,7 @@ static void test_park_defaults(void **state)
     assert_int_equal(m->wake.timeout_ms, 60000);
     assert_null(m->unload.body);
     assert_false(m->checkpoint);
+    assert_int_equal(m->park_keep_alive_ms, 30 * 60 * 1000);
     assert_int_equal(m->preset, PRESET_NONE);
     assert_null(m->route);
     assert_false(m->degrade.set);
@@ -103,6 +104,19 @@ static void test_sleep_wake_hooks(void **state)
                  "test.yaml:4:12: models.a.sleep: path is required (like /unload_models/)");
     expect_error("models:\n  a:\n    cmd: [x]\n    checkpoint: yes\n",
                  "test.yaml:4:17: models.a.checkpoint: expected true or false, got \"yes\"");
+}
+
+static void test_park_keep_alive(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("defaults: {park_keep_alive: forever}\n"
+                           "models: {a: {cmd: [x]}, b: {cmd: [x], park_keep_alive: 0}, c: {cmd: [x], park_keep_alive: 90s}}\n");
+    assert_true(c->models[0].park_keep_alive_ms == CONFIG_FOREVER);
+    assert_int_equal(c->models[1].park_keep_alive_ms, 0);
+    assert_int_equal(c->models[2].park_keep_alive_ms, 90000);
+    config_unref(c);
+    expect_error("models:\n  a:\n    cmd: [x]\n    park_keep_alive: soon\n",
+                 "test.yaml:4:22: models.a.park_keep_alive: expected a duration like 10m, 0 or forever, got \"soon\"");
 }
 
 static void test_preset_fills(void **state)
@@ -216,6 +230,7 @@ int main(void)
         cmocka_unit_test(test_park_defaults),   cmocka_unit_test(test_host_memory),
         cmocka_unit_test(test_cuda_library),    cmocka_unit_test(test_sleep_wake_hooks),
         cmocka_unit_test(test_preset_fills),    cmocka_unit_test(test_preset_overrides),
+        cmocka_unit_test(test_park_keep_alive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

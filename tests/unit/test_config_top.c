@@ -299,17 +299,19 @@ static void test_jobs_backend(void **state)
     assert_int_equal(c->jobs.pg.lease_ms, 30000);
     assert_int_equal(c->jobs.pg.aging_ms, 60000);
     assert_int_equal(c->jobs.pg.max_result_bytes, 256 * MiB);
+    assert_int_equal(c->jobs.pg.timeout_ms, 10000);
     config_unref(c);
 
     c = parse_ok("jobs:\n  backend: postgres\n  postgres:\n    url: \"host=db dbname=vramd password=x\"\n"
                  "    host_id: gpu-3\n    lease: 10s\n    aging: 2m\n    max_result_bytes: 1GiB\n"
-                 "models: {a: {cmd: [x]}}\n");
+                 "    timeout: 2500ms\nmodels: {a: {cmd: [x]}}\n");
     assert_int_equal(c->jobs.backend, JOBS_BACKEND_POSTGRES);
     assert_string_equal(c->jobs.pg.url, "host=db dbname=vramd password=x");
     assert_string_equal(c->jobs.pg.host_id, "gpu-3");
     assert_int_equal(c->jobs.pg.lease_ms, 10000);
     assert_int_equal(c->jobs.pg.aging_ms, 120000);
     assert_int_equal(c->jobs.pg.max_result_bytes, GiB);
+    assert_int_equal(c->jobs.pg.timeout_ms, 2500);
     config_unref(c);
 
     /* a url alone does not switch the backend */
@@ -326,6 +328,8 @@ static void test_jobs_backend(void **state)
                  "test.yaml:3:10: jobs.postgres.url: must not be empty");
     expect_error("jobs:\n  postgres:\n    lease: 100ms\nmodels: {a: {cmd: [x]}}\n",
                  "test.yaml:3:12: jobs.postgres.lease: must be at least 300ms, got \"100ms\"");
+    expect_error("jobs:\n  postgres:\n    timeout: 50ms\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:3:14: jobs.postgres.timeout: must be at least 100ms, got \"50ms\"");
     expect_error("jobs:\n  postgres:\n    max_result_bytes: 2GiB\nmodels: {a: {cmd: [x]}}\n",
                  "test.yaml:3:23: jobs.postgres.max_result_bytes: must be at most 1GiB (PostgreSQL's largest bytea"
                  " value)");

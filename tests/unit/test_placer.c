@@ -73,6 +73,31 @@ static void test_expected_delay(void **state)
     c.return_cost_ms = 0; /* never timed: the default */
     c.queued = 1;
     assert_true(placer_expected_delay_ms(&c) == (double)PLACER_UNKNOWN_RETURN_MS);
+    c.return_cost_ms = 4000;
+    c.way_out_ms = 21000; /* a park's copy out: the waiting request pays it whatever comes next */
+    assert_true(placer_expected_delay_ms(&c) == 25000.0);
+    c.queued = 0;
+    c.keep_alive_left_ms = 0;
+    assert_true(placer_expected_delay_ms(&c) == 21000.0);
+}
+
+/* Two victims that would come back equally fast: the one whose memory leaves at once (a
+ * stop) goes before the one a slow park would make the waiting request wait for. */
+static void test_way_out_counts(void **state)
+{
+    (void)state;
+    ledger_t l;
+    ledger_entry_t e[2];
+    int o[2];
+    placer_candidate_t c[2] = {
+        {.gpu_pos = 0, .bytes = 8 * GiB, .priority = 5, .last_used_ms = 10, .return_cost_ms = 10000, .way_out_ms = 20000, .gap_ms = 60000, .keep_alive_left_ms = 600000},
+        {.gpu_pos = 0, .bytes = 8 * GiB, .priority = 5, .last_used_ms = 90, .return_cost_ms = 10000, .way_out_ms = 0, .gap_ms = 60000, .keep_alive_left_ms = 600000},
+    };
+    fill(&l, e, o, c, 2);
+    placer_plan_t p;
+    assert_int_equal(placer_choose(&l, all, 12 * GiB, NULL, c, 2, &p), PLACER_EVICT);
+    assert_int_equal(p.n_evict, 1);
+    assert_int_equal(p.evict[0], 1); /* LRU alone would take 0 */
 }
 
 static void test_priority_before_cost(void **state)
@@ -237,6 +262,7 @@ int main(void)
         cmocka_unit_test(test_best_fit_picks_smallest_hole),
         cmocka_unit_test(test_never_when_bigger_than_any_gpu),
         cmocka_unit_test(test_expected_delay),
+        cmocka_unit_test(test_way_out_counts),
         cmocka_unit_test(test_priority_before_cost),
         cmocka_unit_test(test_least_expected_delay_wins),
         cmocka_unit_test(test_frees_only_what_is_needed),
