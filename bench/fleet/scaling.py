@@ -78,6 +78,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("VRAMD_BUILD", "build")
 
 from fleet import fleetkit  # noqa: E402
+from vramdkit.daemon import sanitizer_reports  # noqa: E402
 
 # name: worker flags (simulated), vramd's memory, slots, deadline (simulated s), share of the mix
 MODELS = {
@@ -380,6 +381,8 @@ def run_one(n, rep, args, tmp, factor=None):
         ooms = sum(metric(h, "vramd_oom_total") for h in fleet.hosts)
         oom_logs = sum(h.log_path.read_text(errors="replace").lower().count("out of memory")
                        for h in fleet.hosts if h.log_path.exists())
+        san = sum(len(sanitizer_reports(h.log_path.read_text(errors="replace")))
+                  for h in fleet.hosts if h.log_path.exists())
         vramd_503 = sum(metric(h, "vramd_requests_total", f'outcome="{c}"') for h in fleet.hosts
                         for c in ("queue_full", "deadline_unmeetable", "draining", "cannot_fit", "gpu_unavailable",
                                   "model_failed"))
@@ -409,7 +412,7 @@ def run_one(n, rep, args, tmp, factor=None):
             "deadline_hit": round(hits / len(arrivals), 3),
             "p50_s": round(lat[len(lat) // 2], 1) if lat else None,
             "p95_s": round(lat[int(len(lat) * 0.95)], 1) if lat else None,
-            "ooms": int(ooms), "oom_log_lines": oom_logs,
+            "ooms": int(ooms), "oom_log_lines": oom_logs, "sanitizer_reports": san,
             "vramd_503": int(vramd_503), "vramd_504": int(vramd_504),
             "haproxy_retries": sum(v["retries"] for v in hap.values()),
             "haproxy_redispatches": sum(v["redispatches"] for v in hap.values()),

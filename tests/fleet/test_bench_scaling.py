@@ -1,6 +1,7 @@
 """bench/fleet/scaling.py --smoke: the fleet scaling bench (by hand, docs/benchmarks.md) still
 runs against today's vramd, simworker and contrib/haproxy/haproxy.cfg, every request comes
-back 200 through HAProxy on 1 and 2 hosts, the JSON has the figures the docs quote, and
+back 200 through HAProxy on 1 and 2 hosts, no host logged a sanitizer report (run with
+VRAMD_BUILD=build-san), the JSON has the figures the docs quote, and
 nothing it started is left: no process, no network namespace, no simulated GPU. No timing
 figure is checked here (the bench's figures go in docs, never in tests)."""
 import json
@@ -32,6 +33,7 @@ def test_scaling_bench_smoke_runs_and_cleans_up(tmp_path):
     for r in data["runs"]:
         assert r["sent"] == 4 * r["hosts"] and r["ok"] == r["sent"], (r["hosts"], r["failed"])
         assert r["ooms"] == 0 and r["oom_log_lines"] == 0
+        assert r["sanitizer_reports"] == 0, "a host's log has a sanitizer report (VRAMD_BUILD=build-san)"
         assert r["makespan_s"] > 0 and r["loads"] >= 1
         served = sum(v for per_host in r["served_by_host"].values() for v in per_host.values())
         assert served == r["sent"], r["served_by_host"]
