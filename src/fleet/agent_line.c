@@ -124,6 +124,16 @@ static uint64_t scale(uint64_t a, uint64_t b, uint64_t c)
     return (uint64_t)((double)a * (double)b / (double)c);
 }
 
+/* QUEUE, load tier: 100 with no wait, down to 20 at AGENT_QUEUE_LOADS load times */
+static unsigned queue_weight(const agent_figures_t *f)
+{
+    if (f->load_ms == 0)
+        return 100;
+    uint64_t span = AGENT_QUEUE_LOADS * f->load_ms;
+    uint64_t wait = f->wait_ms < span ? f->wait_ms : span;
+    return 100 - (unsigned)scale(80, wait, span);
+}
+
 unsigned agent_weight(const agent_figures_t *f)
 {
     if (f->down || f->draining)
@@ -150,7 +160,7 @@ unsigned agent_weight(const agent_figures_t *f)
     case AGENT_ROOM_WARMING:
         return load ? 50 : 10;
     case AGENT_ROOM_QUEUE:
-        return load ? 100 : one ? 10 : 0;
+        return load ? queue_weight(f) : one ? 10 : 0;
     case AGENT_ROOM_PARKED:
         return load ? 50 : one ? 10 : 0;
     case AGENT_ROOM_COLD_FITS: {

@@ -36,7 +36,12 @@
  *   QUEUE     loaded here, every slot busy, and the predicted wait for a
  *             slot (queue ahead / slots x learned run time) is at most two
  *             learned load times (a load elsewhere that evicts another model
- *             costs that model a load too): waiting here is cheaper:   10       0       100
+ *             costs that model a load too): waiting here is cheaper:   10       0       Q
+ *             Q = 100 - 80 * wait / (two load times): 100 with no wait (or no
+ *             load time learned yet), 20 at two loads, so that among hosts
+ *             where the model queues the shorter queue weighs more (with
+ *             HAProxy's hash-balance-factor the weights are shares of the work
+ *             in flight; equal weights would send all of it to the hash host)
  *   PARKED    an instance sits unloaded (reload hook) or parked in host
  *             memory (sleep, checkpoint), and its return fits:          10       0       50
  *   COLD_FITS a new instance fits now without evicting anything,
@@ -71,6 +76,7 @@
 #define AGENT_NAME_MAX 128    /* bytes of a model name in it */
 #define AGENT_REASON_MAX 200  /* bytes of a down reason (cut, never split in a word's middle) */
 #define AGENT_LINE_MAX 320    /* bytes of an answer line, "\n" and NUL included */
+#define AGENT_QUEUE_LOADS 2   /* QUEUE while the predicted wait <= this many learned load times */
 
 enum agent_target { AGENT_HOST = 0, AGENT_MODEL = 1 };
 enum agent_tier { AGENT_TIER_ONE = 0, AGENT_TIER_RESIDENT = 1, AGENT_TIER_LOAD = 2 };
@@ -109,6 +115,8 @@ typedef struct agent_figures {
     bool foreign_blocked;    /* WAIT: memory vramd does not manage keeps it from ever fitting now */
     unsigned slots_free;     /* RESIDENT: free slots of its ready instances */
     unsigned slots_ready;    /* RESIDENT: slots of its ready instances */
+    uint64_t wait_ms;        /* QUEUE: predicted wait for a slot here */
+    uint64_t load_ms;        /* QUEUE: learned load time (0: none learned yet) */
     uint64_t free;           /* bytes free to admit (host: summed; model: its best GPU) */
     uint64_t need;           /* model: bytes a new instance and one request need */
     uint64_t capacity;       /* bytes (host: summed total - headroom; model: that GPU's) */

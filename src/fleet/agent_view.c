@@ -8,7 +8,6 @@
 #include "workers/supervisor.h"
 
 #define MAXCONN_CAP 1000000u
-#define AGENT_QUEUE_LOADS 2 /* QUEUE while the predicted wait <= this many learned load times */
 
 static unsigned cap_u(uint64_t v, unsigned hi) { return v == 0 ? 1 : v > hi ? hi : (unsigned)v; }
 
@@ -59,6 +58,8 @@ static void model_room(const model_t *m, agent_figures_t *f)
     uint64_t wait = sched_predicted_start_ms(m);
     if (ready_slots > 0 && free_slots == 0 && (m->load_ms_ewma == 0 || wait <= AGENT_QUEUE_LOADS * m->load_ms_ewma)) {
         f->room = AGENT_ROOM_QUEUE;
+        f->wait_ms = wait;
+        f->load_ms = m->load_ms_ewma;
         return;
     }
     bool can_add = m->n_instances < mc->instances || parked;

@@ -181,6 +181,22 @@ static void test_weights_by_tier(void **state)
     /* a short queue where it is loaded beats any load elsewhere */
     agent_figures_t q = {.tier = AGENT_TIER_LOAD, .room = AGENT_ROOM_QUEUE};
     assert_true(agent_weight(&q) >= agent_weight(&a) && agent_weight(&q) > 20 * 2);
+    /* among hosts where it queues, the shorter queue weighs more: 100 with no wait, 20 at
+     * two learned loads (bench/fleet/scaling.py --mix fits: with equal weights the whole
+     * overflow went to the model's hash host) */
+    q.load_ms = 1000;
+    q.wait_ms = 0;
+    assert_int_equal(agent_weight(&q), 100);
+    q.wait_ms = 1000;
+    assert_int_equal(agent_weight(&q), 60);
+    q.wait_ms = 2000;
+    assert_int_equal(agent_weight(&q), 20);
+    q.wait_ms = 9000; /* the view answers WAIT past two loads; clamp all the same */
+    assert_int_equal(agent_weight(&q), 20);
+    q.tier = AGENT_TIER_RESIDENT;
+    assert_int_equal(agent_weight(&q), 0);
+    q.tier = AGENT_TIER_ONE;
+    assert_int_equal(agent_weight(&q), 10);
 }
 
 static void test_host_weight(void **state)
