@@ -129,7 +129,7 @@ static unsigned queue_weight(const agent_figures_t *f)
 {
     if (f->load_ms == 0)
         return 100;
-    uint64_t span = AGENT_QUEUE_LOADS * f->load_ms;
+    uint64_t span = f->load_ms > UINT64_MAX / AGENT_QUEUE_LOADS ? UINT64_MAX : AGENT_QUEUE_LOADS * f->load_ms;
     uint64_t wait = f->wait_ms < span ? f->wait_ms : span;
     return 100 - (unsigned)scale(80, wait, span);
 }

@@ -95,6 +95,8 @@ static void check_answer(const uint8_t *data, size_t size)
     f.need = take(&p, &left, 8);
     f.capacity = take(&p, &left, 8);
     f.maxconn = (unsigned)take(&p, &left, 4);
+    f.wait_ms = take(&p, &left, 8);
+    f.load_ms = take(&p, &left, 8);
     if (flags & 4)
         agent_set_down(&f, "%.*s", (int)left, (const char *)p);
     unsigned w = agent_weight(&f);

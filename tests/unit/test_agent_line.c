@@ -193,6 +193,11 @@ static void test_weights_by_tier(void **state)
     assert_int_equal(agent_weight(&q), 20);
     q.wait_ms = 9000; /* the view answers WAIT past two loads; clamp all the same */
     assert_int_equal(agent_weight(&q), 20);
+    q.load_ms = UINT64_MAX; /* no overflow in two load times */
+    q.wait_ms = UINT64_MAX;
+    assert_int_equal(agent_weight(&q), 20);
+    q.wait_ms = 0;
+    assert_int_equal(agent_weight(&q), 100);
     q.tier = AGENT_TIER_RESIDENT;
     assert_int_equal(agent_weight(&q), 0);
     q.tier = AGENT_TIER_ONE;
