@@ -108,11 +108,6 @@ static enum park_tier park_tier_now(const instance_t *inst, bool judged)
     return PARK_NONE;
 }
 
-bool park_eviction_parks(const instance_t *inst)
-{
-    return park_tier_now(inst, true) != PARK_NONE;
-}
-
 bool park_would_park(const instance_t *inst, enum unload_reason reason)
 {
     return park_tier_now(inst, reason == UNLOAD_EVICTED) != PARK_NONE;

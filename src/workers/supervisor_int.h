@@ -124,10 +124,8 @@ void park_escalate(instance_t *inst, const char *why);
 bool park_tier_pays(const instance_t *inst, enum park_tier tier);
 /* A park of inst (its park_tier) settled took_ms after it began: learn its way out. */
 void park_learn_way_out(instance_t *inst, uint64_t took_ms);
-/* Would an eviction of inst park it now (a park tier it has, the host affords, and pays)? */
-bool park_eviction_parks(const instance_t *inst);
-/* Would a park asked for `reason` be taken now? An eviction: park_eviction_parks; an admin
- * unload or keep_alive's expiry: a park tier it has and the host affords (nobody waits for
+/* Would a park asked for `reason` be taken now? An eviction: a park tier it has, the host
+ * affords, and that pays (park_tier_pays); an admin unload or keep_alive's expiry: a park tier it has and the host affords (nobody waits for
  * their way out, so it need not pay). */
 bool park_would_park(const instance_t *inst, enum unload_reason reason);
 /* What a return from a park by `tier` of `bytes` is expected to take: the learned wake or
