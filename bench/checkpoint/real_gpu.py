@@ -15,10 +15,8 @@ Needs an NVIDIA driver with cuCheckpointProcess* (570+), a python3 with torch+CU
     /usr/bin/python3 bench/checkpoint/real_gpu.py --sizes 1,8,24 --cycles 3 [--out FILE.json]
 """
 import argparse
-import ctypes
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -28,26 +26,8 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("VRAMD_BUILD", "build")
 CKPT = os.path.join(ROOT, BUILD, "bin", "simcuda-checkpoint")
-
-
-class NvmlProcess(ctypes.Structure):
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
-
-
-def gpu_bytes_of(pid):
-    lib = ctypes.CDLL("libnvidia-ml.so.1")
-    if lib.nvmlInit_v2() != 0:
-        sys.exit("NVML does not start")
-    handle = ctypes.c_void_p()
-    n = ctypes.c_uint(64)
-    procs = (NvmlProcess * 64)()
-    total = 0
-    if (lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0 and
-            lib.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(n), procs) == 0):
-        total = sum(procs[k].usedGpuMemory for k in range(n.value) if procs[k].pid == pid)
-    lib.nvmlShutdown()
-    return total
+sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
+from gpukit import gpu0_total, gpu_bytes_of, torch_python  # noqa: E402  (the NVML readers tests/gpu uses)
 
 
 def ckpt(*args):
@@ -64,13 +44,11 @@ def health(port):
         return json.loads(r.read())
 
 
-def torch_python():
-    for py in filter(None, [os.environ.get("VRAMD_TORCH_PYTHON"), shutil.which("python3")]):
-        out = subprocess.run([py, "-c", "import torch; print(torch.cuda.is_available())"],
-                             capture_output=True, text=True)
-        if out.stdout.strip() == "True":
-            return py
-    sys.exit("no python3 with torch and CUDA ($VRAMD_TORCH_PYTHON)")
+def need_torch_python():
+    py = torch_python()
+    if py is None:
+        sys.exit("no python3 with torch and CUDA ($VRAMD_TORCH_PYTHON)")
+    return py
 
 
 def one_size(py, gib, cycles, port):
@@ -120,7 +98,9 @@ def main():
     a = ap.parse_args()
     if not os.path.exists(CKPT):
         sys.exit(f"{CKPT} is missing: make first")
-    py = torch_python()
+    py = need_torch_python()
+    if gpu0_total() == 0:
+        sys.exit("no NVIDIA GPU that NVML can read")
     results = []
     print("| size | NVML before | start (context + load) s | load GB/s | park s (GB/s) | restore s (GB/s) "
           "| lock / unlock ms | NVML parked / after |")

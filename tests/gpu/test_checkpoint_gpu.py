@@ -26,22 +26,10 @@ if os.path.join(ROOT, "tests", "lib") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))  # the vramdkit package
 
 from vramdkit import binary, free_port  # noqa: E402
+from gpukit import gpu0_total, gpu_bytes_of, nvml, torch_python  # noqa: E402  (tests/gpu/gpukit.py)
 
 RESIDENT_MIB = 4096  # the "model": 4 GiB of weights on the card
 HTTP_TIMEOUT = 300
-
-
-class NvmlProcess(ctypes.Structure):  # nvmlProcessInfo_v2_t (the _v3 call's record)
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
-
-
-def nvml():
-    try:
-        lib = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None
-    return lib if lib.nvmlInit_v2() == 0 else None
 
 
 def driver_major():
@@ -69,39 +57,6 @@ def checkpoint_api_present():
                ("cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint",
                 "cuCheckpointProcessRestore", "cuCheckpointProcessUnlock",
                 "cuCheckpointProcessGetState"))
-
-
-def gpu_bytes_of(pid):
-    """What NVML says pid holds on any device (0 when it is not listed)."""
-    lib = nvml()
-    assert lib is not None
-    total = 0
-    count = ctypes.c_uint(0)
-    lib.nvmlDeviceGetCount_v2(ctypes.byref(count))
-    for i in range(count.value):
-        handle = ctypes.c_void_p()
-        if lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0:
-            continue
-        n = ctypes.c_uint(64)
-        procs = (NvmlProcess * 64)()
-        if lib.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(n), procs) != 0:
-            continue
-        total += sum(procs[k].usedGpuMemory for k in range(n.value) if procs[k].pid == pid)
-    lib.nvmlShutdown()
-    return total
-
-
-def torch_python():
-    import shutil
-    for py in filter(None, [os.environ.get("VRAMD_TORCH_PYTHON"), shutil.which("python3"), "/usr/bin/python3"]):
-        try:
-            out = subprocess.run([py, "-c", "import torch; print(torch.cuda.is_available())"],
-                                 capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.stdout.strip() == "True":
-            return py
-    return None
 
 
 MAJOR = driver_major()
@@ -197,20 +152,6 @@ def test_park_and_restore_a_pytorch_worker(worker):
           f"{in_rate:.1f} GB/s (unlock {unpark['unlock_ms']:.0f} ms)")
 
 
-def card_total():
-    lib = nvml()
-    assert lib is not None
-    handle = ctypes.c_void_p()
-
-    class Mem(ctypes.Structure):
-        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-    mem = Mem()
-    assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
-    assert lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem)) == 0
-    lib.nvmlShutdown()
-    return mem.total
-
-
 def log_events(path, event):
     out = []
     with open(path, errors="replace") as f:
@@ -231,7 +172,7 @@ def vramd_two_models(tmp_path):
     `checkpoint: true`: they cannot both be on the card, so each one's request parks the other."""
     from vramdkit import vramd_binary
     port = free_port()
-    resident_mib = int(card_total() * 0.52 / 2**20)
+    resident_mib = int(gpu0_total() * 0.52 / 2**20)
     models = ""
     for name in ("a", "b"):
         models += f"""

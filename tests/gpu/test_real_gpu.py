@@ -4,10 +4,8 @@ driver's NVML (the same code path the simulated library serves elsewhere).
 Skips itself unless libnvidia-ml.so.1 loads, NVML reports a device, and a python3 with torch
 and CUDA is found ($VRAMD_TORCH_PYTHON, else python3 on PATH).
 """
-import ctypes
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,42 +21,7 @@ if os.path.join(ROOT, "tests", "lib") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))  # the vramdkit package
 
 from vramdkit import free_port, vramd_binary  # noqa: E402
-
-
-def torch_python():
-    for py in filter(None, [os.environ.get("VRAMD_TORCH_PYTHON"), shutil.which("python3"), "/usr/bin/python3"]):
-        try:
-            out = subprocess.run([py, "-c", "import torch; print(torch.cuda.is_available())"],
-                                 capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.stdout.strip() == "True":
-            return py
-    return None
-
-
-class NvmlMemory(ctypes.Structure):
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-
-def gpu0_total():
-    """Total memory of NVML device 0 in bytes, or 0 when there is no usable NVIDIA GPU."""
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return 0
-    if nvml.nvmlInit_v2() != 0:
-        return 0
-    total = 0
-    count = ctypes.c_uint(0)
-    handle = ctypes.c_void_p()
-    mem = NvmlMemory()
-    if (nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 and count.value > 0 and
-            nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0 and
-            nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem)) == 0):
-        total = mem.total
-    nvml.nvmlShutdown()
-    return total
+from gpukit import gpu0_total, torch_python  # noqa: E402  (tests/gpu/gpukit.py)
 
 
 def gpu_present():
