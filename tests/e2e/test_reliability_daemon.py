@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from vramdkit import (PYTHON, REPO_ROOT, children_of, free_port, pid_alive, proc_cmdline,
+from vramdkit import (PYTHON, REPO_ROOT, children_of, fill_descriptors, free_port, pid_alive, proc_cmdline,
+                      release_descriptors,
                       vramd_binary, wait_for, yaml_dump)
 from vramdkit.factory import TESTWORKER
 
@@ -171,25 +172,14 @@ def test_descriptor_exhaustion_does_not_kill_a_healthy_worker(vramd):
     r = vd.get("/a/echo")
     assert r.status == 200
     pid = r.json()["pid"]
-    resource.prlimit(vd.proc.pid, resource.RLIMIT_NOFILE, (64, 64))
-    socks = []
+    socks = fill_descriptors(vd)
     try:
-        for _ in range(80):
-            s = socket.socket()
-            s.settimeout(2)
-            try:
-                s.connect(("127.0.0.1", vd.port))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
         vd.wait_event("local_resource_exhausted", timeout=8, model="a")
         time.sleep(1.5)  # several more checks at 300 ms: each would be a failure today
         assert not vd.events("worker_unhealthy"), vd.events("worker_unhealthy")
         assert pid_alive(pid)
     finally:
-        for s in socks:
-            s.close()
+        release_descriptors(vd, socks)
     r = wait_for(lambda: (lambda x: x if x.status == 200 else None)(vd.get("/a/echo", timeout=5)),
                  timeout=10, what="a served request after the connections closed")
     assert r.json()["pid"] == pid

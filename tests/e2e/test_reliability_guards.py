@@ -12,7 +12,6 @@ the connections are gone the same worker serves again and the counters show what
 
 A connection to vramd is opened before the table is filled (a new one could not be
 accepted then) and the request is sent on it afterwards."""
-import resource
 import shutil
 import socket
 import subprocess
@@ -20,7 +19,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from vramdkit import RawConn, fd_count, free_port, wait_for
+from vramdkit import RawConn, fill_descriptors, free_port, release_descriptors, wait_for
 
 
 class SickServer:
@@ -107,46 +106,15 @@ def test_suspect_instance_is_shown_until_its_health_check_passes(vramd):
         srv.close()
 
 
-def fill_descriptors(vd, limit=64, n=80):
-    """Lower vramd's descriptor limit (the soft one: the hard one stays, so release can raise
-    it again) and open idle connections until its table is full.
-
-    Topped up until full: when an accept meets EMFILE because a short-lived descriptor of
-    vramd's own (a /proc read, a health check) held the last slot for a moment, libuv's
-    EMFILE trick accepts and closes every connection still pending, so one round of n
-    connections can leave the table a slot or two short once that descriptor is closed."""
-    soft, hard = resource.prlimit(vd.proc.pid, resource.RLIMIT_NOFILE)
-    vd.nofile = soft
-    resource.prlimit(vd.proc.pid, resource.RLIMIT_NOFILE, (limit, hard))
-    socks = []
-
-    def connect(count):
-        for _ in range(count):
-            s = socket.socket()
-            s.settimeout(2)
-            try:
-                s.connect(("127.0.0.1", vd.port))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
-
-    connect(n)
-
-    def full():
-        if fd_count(vd.proc.pid) >= limit:
-            return True
-        connect(2)  # vramd accepts them until its table is full (the rest it closes: EMFILE)
-        return False
-    wait_for(full, timeout=10, interval=0.1, what="vramd's descriptor table full")
-    return socks
-
-
-def release(vd, socks):
-    for s in socks:
-        s.close()
-    hard = resource.prlimit(vd.proc.pid, resource.RLIMIT_NOFILE)[1]
-    resource.prlimit(vd.proc.pid, resource.RLIMIT_NOFILE, (vd.nofile, hard))
+def request_while_full(vd, method, path):
+    """method path sent on a connection opened before vramd's descriptor table was filled."""
+    c0 = RawConn(vd.port, timeout=10)
+    socks = fill_descriptors(vd)
+    try:
+        return c0.request(method, path, {}, b"")
+    finally:
+        c0.close()
+        release_descriptors(vd, socks)
 
 
 def served(vd, path):
@@ -164,13 +132,7 @@ def test_proxied_request_short_of_descriptors_is_503_not_the_workers(vramd):
     vd = vramd.start(models={"a": m}, limits={"header_timeout": "30s", "max_connections": 1000})
     assert vd.post("/v1/models/a/load", timeout=20).status == 200
     pid = vd.worker_pids("a")[0]
-    c0 = RawConn(vd.port, timeout=10)
-    socks = fill_descriptors(vd)
-    try:
-        r = c0.request("GET", "/a/echo", {}, b"")
-    finally:
-        c0.close()
-        release(vd, socks)
+    r = request_while_full(vd, "GET", "/a/echo")
     assert r.status == 503, r
     assert r.error_code() == "local_resource_exhausted", r
     assert r.headers.get("retry-after") == "1", r.headers
@@ -199,13 +161,7 @@ def test_admin_unload_hook_short_of_descriptors_is_503_and_the_server_untouched(
         "unload": {"path": "/unload-hook"}, "reload": {"path": "/reload-hook"}}},
         limits={"header_timeout": "30s", "max_connections": 1000})
     vd.wait_model_state("ext", "ready", timeout=15)
-    c0 = RawConn(vd.port, timeout=10)
-    socks = fill_descriptors(vd)
-    try:
-        r = c0.request("POST", "/v1/models/ext/unload", {}, b"")
-    finally:
-        c0.close()
-        release(vd, socks)
+    r = request_while_full(vd, "POST", "/v1/models/ext/unload")
     assert r.status == 503, r
     assert r.error_code() == "local_resource_exhausted", r
     assert r.headers.get("retry-after") == "1", r.headers
@@ -244,7 +200,7 @@ def test_reload_hook_short_of_descriptors_waits_and_is_not_a_failure(vramd):
         vd.wait_event("local_resource_exhausted", timeout=5, call="/reload-hook", count=2)  # tried again
         assert not vd.events("worker_failure"), vd.events("worker_failure")
     finally:
-        release(vd, socks)
+        release_descriptors(vd, socks)
     r = c0.read_response(timeout=15)
     c0.close()
     assert r.status == 200, r

@@ -6,6 +6,7 @@ A suite's conftest.py puts tests/lib on sys.path and imports from here:
            http_request(), open_stream(), request() (http.client), readable()
   waits    wait_for(), run_threads(), Background
   proc     /proc readers: pid_alive(), children_of(), pids_with_cmdline(), wait_for_gone(), ...
+  descriptors  fill_descriptors(), release_descriptors(): vramd's descriptor table filled
   sim      sim_env(), Holder (`simgpu alloc`), sim_s(), size(), TIMESCALE
   daemon   Vramd (one daemon, GPU simulation optional), ExternalWorker, yaml_dump(),
            ledger checks, sanitizer/OOM markers
@@ -25,6 +26,7 @@ _EXPORTS = {
     "daemon": ["OOM_MARKERS", "SANITIZER_MARKERS", "ExternalWorker", "Vramd", "config_port",
                "has_oom", "ledger_is_resident_only", "ledger_problems", "sanitizer_reports",
                "yaml_dump"],
+    "descriptors": ["fill_descriptors", "release_descriptors"],
     "harness": ["GiB", "HEADROOM", "MiB"],
     "net": ["PeerClosed", "RawConn", "Reply", "build_request", "free_port", "http_request",
             "open_stream", "readable", "request"],
