@@ -142,7 +142,10 @@ def run_setup(setup, a, tmp):
 
 def figures(setup, r):
     """One setup's figures, from its run's result and logs. A generation is "alone" when it
-    arrived after every earlier one had ended (it queued behind none)."""
+    arrived after every earlier one had ended (it queued behind none). Of generations sent at
+    the same moment, the one that ended first counts as the earlier: which of them the card
+    serves first is a tie (their requests reach vramd a fraction of a millisecond apart), and
+    only the first can find the card free."""
     arrival = {q["seq"]: q["scheduled_s"] for q in r.get("requests") or [] if not q.get("step")}
 
     def step_times(step):
@@ -150,7 +153,7 @@ def figures(setup, r):
                 for q in r.get("requests") or [] if (q.get("step") or 0) == step and q.get("ok")]
 
     gens = sorted((p for p in r.get("pipeline_runs") or [] if p.get("template") == "generate"),
-                  key=lambda p: (arrival.get(p["seq"], 0), p["seq"]))
+                  key=lambda p: (arrival.get(p["seq"], 0), p.get("latency_s") or float("inf"), p["seq"]))
     busy_until, alone = 0.0, []
     for p in gens:
         t = arrival.get(p["seq"], 0.0)
@@ -306,8 +309,9 @@ def act(build, timescale, generations, setups, json_out=None):
     if figs is None:
         return 1, None
     report(figs, timescale)
-    print("\n'found the card free': arrived after every earlier generation had ended. Logs and per-request")
-    print("results of each setup (vramd.log or workers.log, player.json): %s" % " ".join(f["workdir"] for f in figs))
+    print("\n'found the card free': arrived after every earlier generation had ended (of two sent at once,")
+    print("the one served first). Logs and per-request results of each setup (vramd.log or workers.log,")
+    print("player.json): %s" % " ".join(f["workdir"] for f in figs))
     if json_out:
         with open(json_out, "w") as f:
             json.dump({"timescale": timescale, "setups": figs}, f, indent=1)
