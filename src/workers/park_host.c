@@ -25,7 +25,9 @@
  * memory only once it has exited, which the decision cannot wait for.
  *
  * Invariant: never more than the budget is booked: the park is booked again after the
- * stops, by host_book_park, which refuses as before when it still does not fit.
+ * stops, by host_book_park, which refuses as before when it still does not fit. The new park
+ * does not wait for the stopped processes to exit: for that moment (a process's exit, bounded
+ * by stop_timeout) the host's RAM holds both, within the reserve and MemAvailable checks.
  * Calls park_cost.c (a return's cost), instance.c, host_book.c and the scheduler's learned
  * gap; called by park.c.
  */
