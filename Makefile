@@ -215,7 +215,7 @@ demo: deps
 # listed there only trigger rebuilds), plus the libraries in FUZZ_LIBS_<name>. A fuzzer
 # without such a line gets the whole library.
 FUZZ_BUILD = build-fuzz
-FUZZ_DEPS_fuzz_http1 = src/net/http1.c src/net/http1_chunked.c src/net/http1.h src/net/http1_internal.h
+FUZZ_DEPS_fuzz_http1 = src/http/http1.c src/http/http1_chunked.c src/http/http1.h src/http/http1_internal.h
 FUZZ_DEPS_fuzz_degrade = src/quality/degrade_detect.c src/quality/degrade_rewrite.c src/quality/oom_message.c src/common/json_util.c \
 	src/common/buf.c src/quality/degrade.h src/quality/degrade_int.h src/quality/oom_message.h src/common/json_util.h src/common/buf.h \
 	src/config/config.h
@@ -223,8 +223,8 @@ FUZZ_LIBS_fuzz_degrade = -lcjson
 FUZZ_DEPS_fuzz_validate = src/quality/validate.c src/quality/validate_json.c src/quality/validate_glb.c \
 	src/quality/validate_ply.c src/quality/validate_png.c src/quality/validate.h src/quality/validate_int.h
 FUZZ_LIBS_fuzz_validate = -lcjson
-FUZZ_DEPS_fuzz_journal_cursor = src/jobs/journal_cursor.c src/jobs/journal.h
-FUZZ_DEPS_fuzz_job_request = src/jobs/job_request.c src/common/units.c src/jobs/job_request.h src/common/units.h
+FUZZ_DEPS_fuzz_journal_cursor = src/jobstore/journal_cursor.c src/jobstore/journal.h
+FUZZ_DEPS_fuzz_job_request = src/jobstore/job_request.c src/common/units.c src/jobstore/job_request.h src/common/units.h
 FUZZ_LIBS_fuzz_job_request = -lcjson
 FUZZ_DEPS_fuzz_agent_line = src/fleet/agent_line.c src/fleet/agent_line.h
 # fuzz_conn and fuzz_upstream drive an in-process daemon (tests/fuzz/fuzz_daemon.h) and link

@@ -15,9 +15,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "sched/ledger.h"
-#include "sched/placer.h"
-#include "sched/queue.h"
+#include "policy/ledger.h"
+#include "policy/placer.h"
+#include "policy/queue.h"
 
 #define GiB (1024ULL * 1024 * 1024)
 #define N_GPUS 8

@@ -25,7 +25,7 @@
 #include "common/buf.h"
 #include "common/list.h"
 #include "common/log.h"
-#include "net/http1.h"
+#include "http/http1.h"
 
 enum conn_state { C_HEAD = 0, C_BODY, C_ACTIVE };
 

@@ -12,7 +12,7 @@
 
 #include "common/buf.h"
 #include "common/units.h"
-#include "net/http1.h"
+#include "http/http1.h"
 
 static uint64_t now_ms(void)
 {

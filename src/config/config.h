@@ -231,7 +231,7 @@ typedef struct config {
     model_config_t *models;
     size_t n_models;
     /* limits.per_client (absent or null: off): caps per client and a fair order between
-     * clients (sched/client_limit.h, sched/dispatch.c) */
+     * clients (policy/client_limit.h, path/dispatch.c) */
     struct {
         bool on;
         int key;                /* 0 address (default), 1 token, 2 header (enum client_key_kind) */

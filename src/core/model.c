@@ -1,7 +1,7 @@
 /*
  * model: the one action on a model every layer may take: ask for its queue to be looked at
  * (dispatch, start instances) at this turn's safe point. The pump itself is the
- * dispatcher's (sched/dispatch.c), set as the model's deferred function when the
+ * dispatcher's (path/dispatch.c), set as the model's deferred function when the
  * composition root creates the model.
  */
 #include "core/model.h"

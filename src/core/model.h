@@ -5,7 +5,7 @@
  * the supervisor runs their lifecycle, the services show them.
  *
  * Who writes what: the supervisor (workers/) owns the lifecycle fields (state, proc, pid,
- * timers, failures, counters of starts and stops); the dispatcher (sched/dispatch.c) owns
+ * timers, failures, counters of starts and stops); the dispatcher (path/dispatch.c) owns
  * the queue and the in-flight counts (instance->in_flight, model->in_flight); the scheduler
  * (sched/scheduler.c) owns the memory fields (gpu, mem, measured, baseline, credit, reclaim).
  * The states and the restart policy are described in workers/supervisor.h.
@@ -27,10 +27,10 @@
 #include "core/core.h"
 #include "core/types.h"
 #include "config/config.h"
-#include "obs/histogram.h"
-#include "sched/host_ledger.h"
-#include "sched/ledger.h"
-#include "sched/queue.h"
+#include "common/histogram.h"
+#include "policy/host_ledger.h"
+#include "policy/ledger.h"
+#include "policy/queue.h"
 
 #define MODEL_PEAK_SAMPLES 32
 #define INSTANCE_PARK_PIDS_MAX 8 /* checkpoint tier: GPU processes of one instance it parks at most */ /* per-request peaks remembered for the estimate (scheduler) */
@@ -219,7 +219,7 @@ struct model {
     uint64_t invalid_total;    /* outputs that failed validation */
     uint64_t hangs_total;
     uint64_t recycles_total;
-    uint64_t retry_budget_refusals; /* 503 retry_budget_exhausted (quality/verdict.c) */
+    uint64_t retry_budget_refusals; /* 503 retry_budget_exhausted (path/verdict.c) */
     uint64_t ejections_total;  /* outlier ejections of its instances, replaced ones included */
     bool claiming;
     /* counters */

@@ -11,7 +11,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "core/model.h"
-#include "net/http_out.h"
+#include "http/http_out.h"
 
 #define BIT(s) (1u << (s))
 

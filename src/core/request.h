@@ -30,9 +30,9 @@
 #include "common/list.h"
 #include "core/core.h"
 #include "core/types.h"
-#include "net/http1.h"
-#include "sched/ledger.h"
-#include "sched/queue.h"
+#include "http/http1.h"
+#include "policy/ledger.h"
+#include "policy/queue.h"
 
 enum request_state {
     REQ_NEW = 0,
@@ -90,7 +90,7 @@ struct request {
     bool head_method;
     bool cancelled;       /* ended because its client left (CORE_EV_REQUEST_ENDED tells) */
     int gpu;              /* NVML index of the instance it last ran on, -1 = none (X-Vramd-Gpu) */
-    /* resilience (quality/verdict.c) */
+    /* resilience (path/verdict.c) */
     unsigned level;       /* degradation ladder level in use: 0 = as sent */
     buf_t orig_body;      /* the body as the client sent it, kept while a ladder may rewrite it */
     bool buffering;       /* the worker's answer is held and judged before the client sees it */
@@ -103,7 +103,7 @@ struct request {
     bool is_retry;            /* this attempt is a retry (counts against the retry budget) */
     struct process *validator; /* a validate.cmd run (or pool work) judging resp_body */
     bool validating_in_pool;   /* validator points at a thread-pool validation */
-    /* limits.per_client (sched/dispatch_clients.c) */
+    /* limits.per_client (path/dispatch_clients.c) */
     struct client_rec *client; /* its client's record once admitted there, else NULL */
     bool client_queued;        /* counted in client->queued */
     bool client_in_flight;     /* counted in client->in_flight */

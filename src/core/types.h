@@ -8,7 +8,7 @@
  *   instance_t  one worker: a supervised process or an external server (core/model.h)
  *   conn_t      one client connection (net/conn.h)
  *   request_t   one request, owned by its conn while the client is there (core/request.h)
- *   upstream_t  one connection from vramd to a worker instance (net/proxy.c)
+ *   upstream_t  one connection from vramd to a worker instance (path/proxy.c)
  */
 #ifndef VRAMD_CORE_TYPES_H
 #define VRAMD_CORE_TYPES_H

@@ -27,11 +27,11 @@
 #include "fleet/agent.h"
 #include "gpu/cuda.h"
 #include "jobs/jobs.h"
-#include "net/api.h"
+#include "serve/api.h"
 #include "net/conn.h"
-#include "sched/dispatch.h"
+#include "path/dispatch.h"
 #include "sched/scheduler.h"
-#include "workers/process.h"
+#include "proc/process.h"
 #include "workers/supervisor.h"
 
 static int mkdir_p(const char *path)
@@ -407,7 +407,7 @@ static void start_signals(vramd_t *d)
 }
 
 /* The guard kills this run's workers (whole groups, wrappers' children included) when this
- * process ends, however it ends (workers/process_guard.c). Started before the listener, the
+ * process ends, however it ends (proc/process_guard.c). Started before the listener, the
  * journal and any worker or thread, so it holds none of them. Without it (fork failed)
  * vramd runs on: PR_SET_PDEATHSIG still takes each worker's leader. */
 static void start_guard(vramd_t *d, const char *pids)

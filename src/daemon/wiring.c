@@ -1,8 +1,8 @@
 /* wiring: the layers connected once, by function pointers and listeners. See wiring.h. */
 #include "daemon/wiring.h"
 
-#include "net/proxy.h"
-#include "sched/dispatch.h"
+#include "path/proxy.h"
+#include "path/dispatch.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 

@@ -15,7 +15,7 @@
 #define VRAMD_DAEMON_WIRING_H
 
 #include "core/core.h"
-#include "net/api.h"
+#include "serve/api.h"
 
 void wiring_connect(core_t *core, const api_admin_ops_t *admin);
 

@@ -15,7 +15,7 @@
 
 #include "common/buf.h"
 #include "net/http_client.h"
-#include "net/http_out.h"
+#include "http/http_out.h"
 
 #define JOB_CLIENT_MAX_REQUEST_HEAD (256 * 1024)
 

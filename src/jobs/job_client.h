@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "jobs/job_submitter.h"
+#include "jobstore/job_submitter.h"
 
 /* Whose request the attempt is (limits.per_client, docs/jobs.md): the job's submitter, and
  * vramd's secret that makes the front door believe it (core_t.job_secret, checked in

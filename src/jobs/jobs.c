@@ -31,8 +31,8 @@
 #include "core/core.h"
 #include "core/model.h"
 #include "jobs/jobs_int.h"
-#include "jobs/journal.h"
-#include "jobs/result_store.h"
+#include "jobstore/journal.h"
+#include "jobstore/result_store.h"
 #include "net/conn.h"
 
 #define JOBS_TICK_MS 1000

@@ -1,6 +1,6 @@
 /*
- * jobs: the durable job runner. Jobs live in the journal (jobs/journal.h); results in the
- * result store (jobs/result_store.h); this module moves jobs from one to the other by
+ * jobs: the durable job runner. Jobs live in the journal (jobstore/journal.h); results in the
+ * result store (jobstore/result_store.h); this module moves jobs from one to the other by
  * running each attempt through vramd's own front door (jobs/job_client.h builds the request,
  * net/http_client.h sends it), so that a job
  * gets exactly the routing, queues, priorities, deadlines, ladder, validation and retries
@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 #include "core/types.h"
-#include "jobs/job_state.h"
+#include "jobstore/job_state.h"
 
 typedef struct jobs jobs_t;
 

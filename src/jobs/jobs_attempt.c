@@ -24,13 +24,13 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "jobs/job_client.h"
-#include "jobs/job_id.h"
+#include "jobstore/job_id.h"
 #include "jobs/jobs.h"
 #include "core/model.h"
 #include "jobs/jobs_int.h"
-#include "jobs/journal.h"
-#include "jobs/result_store.h"
-#include "sched/client_limit.h"
+#include "jobstore/journal.h"
+#include "jobstore/result_store.h"
+#include "policy/client_limit.h"
 #include "sched/scheduler.h"
 
 #define JOBS_EXCERPT_MAX 2048

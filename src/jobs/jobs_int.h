@@ -15,11 +15,11 @@
 
 #include "common/buf.h"
 #include "common/list.h"
-#include "jobs/job_id.h"
+#include "jobstore/job_id.h"
 #include "jobs/jobs.h"
-#include "jobs/journal.h"
-#include "jobs/jstore.h"
-#include "jobs/result_store.h"
+#include "jobstore/journal.h"
+#include "jobstore/jstore.h"
+#include "jobstore/result_store.h"
 #include "net/http_client.h"
 
 #define JOBS_MESSAGE_MAX 400
@@ -33,7 +33,7 @@ typedef struct model_backoff {
 
 struct jobs {
     core_t *core;
-    jstore_t *store;              /* the jobs (jobs/jstore.h): SQLite or PostgreSQL */
+    jstore_t *store;              /* the jobs (jobstore/jstore.h): SQLite or PostgreSQL */
     result_store_t *results;      /* local result files (and the temp files of inline results) */
     struct sockaddr_storage addr; /* vramd's own listen address, as a client reaches it */
     uv_timer_t tick;
@@ -117,7 +117,7 @@ bool jobs_backing_off(jobs_t *J, const char *model);
  * so a job whose state cannot be recorded is not run again and again meanwhile. */
 void jobs_journal_trouble(jobs_t *J, const char *id, const char *op, const char *err);
 
-/* One store write of the runner, in flight (jobs/jstore.h calls jobs_write_done once).
+/* One store write of the runner, in flight (jobstore/jstore.h calls jobs_write_done once).
  * It names its run by id and serial, never by pointer: the run may have ended when the
  * answer comes. J->n_writes counts them (the drain waits for them). */
 typedef struct jobs_write jobs_write_t;

@@ -22,7 +22,7 @@
 #include "core/core.h"
 #include "jobs/jobs.h"
 #include "jobs/jobs_int.h"
-#include "jobs/journal.h"
+#include "jobstore/journal.h"
 
 #define JOBS_BACKOFF_MIN_MS 1000
 #define JOBS_BACKOFF_MAX_MS 30000

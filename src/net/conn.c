@@ -21,7 +21,7 @@
 #include "core/mem_budget.h"
 #include "core/model.h"
 #include "net/conn_int.h"
-#include "net/http_out.h"
+#include "http/http_out.h"
 
 #define READ_CHUNK (64 * 1024)
 #define LINGER_MS 2000
@@ -782,7 +782,7 @@ void conn_accept(core_t *d, uv_stream_t *listener, conn_request_fn on_request)
         return;
     }
     if (d->n_conns > cap) {
-        /* past the cap: for operators (health, status, metrics, admin: net/api.c), one answer */
+        /* past the cap: for operators (health, status, metrics, admin: serve/api.c), one answer */
         c->reserve = true;
         core_conn_reserve(d, true);
         log_event(LOG_WARN, "connection_reserved", "peer=%s limit=%u reserved=%u", c->peer, cap, reserved);

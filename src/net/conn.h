@@ -25,7 +25,7 @@
  * is closed (client_send_timeout) and its request cancelled, releasing its slot.
  *
  * The reserve: past limits.max_connections, up to reserved_connections more are accepted
- * with `reserve` set: one answer each, Connection: close, and net/api.c answers only the
+ * with `reserve` set: one answer each, Connection: close, and serve/api.c answers only the
  * operator routes on them (503 overloaded otherwise). Past the reserve: closed at once.
  *
  * Pipelining: requests are parsed in a loop, never by recursion. A request answered at once
@@ -58,7 +58,7 @@
 #include "common/buf.h"
 #include "common/list.h"
 #include "core/types.h"
-#include "net/http1.h"
+#include "http/http1.h"
 #include "core/request.h"
 
 enum conn_state { CONN_HEAD = 0, CONN_BODY, CONN_ACTIVE, CONN_CLOSING };

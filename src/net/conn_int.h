@@ -15,7 +15,7 @@
 
 #include "core/request.h"
 #include "net/conn.h"
-#include "net/http1.h"
+#include "http/http1.h"
 
 /* conn_request.c ---------------------------------------------------------------------- */
 

@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net/http_out.h"
+#include "http/http_out.h"
 
 #define HTTP_CLIENT_READ_CHUNK (64 * 1024)
 #define HTTP_CLIENT_ERR_MAX 256

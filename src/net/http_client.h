@@ -1,12 +1,12 @@
 /*
  * http_client: vramd's one asynchronous HTTP/1.1 client on libuv, for the calls vramd
- * makes itself: health checks and hooks to workers (workers/http_call.c wraps it) and the
+ * makes itself: health checks and hooks to workers (net/http_call.c wraps it) and the
  * job runner's loopback attempts (jobs/jobs_attempt.c). Proxied client traffic does not go
- * through here; see net/proxy.c.
+ * through here; see path/proxy.c.
  *
  * One exchange = one fresh TCP connection to a sockaddr, the caller's request bytes
  * (written at once; the head should say "Connection: close", see http_client_head), then
- * one answer: its head (at most HTTP_CLIENT_MAX_HEAD bytes, parsed with net/http1.h; 1xx
+ * one answer: its head (at most HTTP_CLIENT_MAX_HEAD bytes, parsed with http/http1.h; 1xx
  * interim heads other than 101 are skipped) goes to on_head, then its body, decoded from
  * Content-Length, chunked or until-close framing, either goes to on_body in pieces as it
  * arrives (streamed: nothing is held beyond one read) or, with no on_body, is buffered up
@@ -36,7 +36,7 @@
 #include <uv.h>
 
 #include "common/buf.h"
-#include "net/http1.h"
+#include "http/http1.h"
 
 #define HTTP_CLIENT_MAX_HEAD (64 * 1024)
 #define HTTP_CLIENT_MAX_HEADERS 100

@@ -6,7 +6,7 @@
 #include "common/units.h"
 #include "core/core.h"
 #include "core/mem_budget.h"
-#include "sched/dispatch_clients.h"
+#include "path/dispatch_clients.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
 #include "workers/supervisor.h"

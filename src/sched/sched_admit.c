@@ -21,7 +21,7 @@
 #include "core/core.h"
 #include "core/request.h"
 #include "sched/scheduler_int.h"
-#include "workers/http_call.h"
+#include "net/http_call.h"
 
 #define LEARN_MIN_SAMPLES 3
 

@@ -24,7 +24,7 @@
 #include "core/core.h"
 #include "gpu/gpu.h"
 #include "gpu/procfs.h"
-#include "sched/reclaim_rule.h"
+#include "policy/reclaim_rule.h"
 #include "sched/scheduler_int.h"
 
 #define RECLAIM_GRACE_MS 5000

@@ -42,8 +42,8 @@
 #include "config/config.h"
 #include "core/model.h"
 #include "core/types.h"
-#include "sched/ledger.h"
-#include "sched/placer.h"
+#include "policy/ledger.h"
+#include "policy/placer.h"
 
 #define SCHED_PEAK_SAMPLES MODEL_PEAK_SAMPLES
 

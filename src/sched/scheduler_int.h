@@ -24,8 +24,8 @@
 
 #include "core/core.h"
 #include "gpu/gpu.h"
-#include "sched/ledger.h"
-#include "sched/placer.h"
+#include "policy/ledger.h"
+#include "policy/placer.h"
 #include "sched/scheduler.h"
 
 /* an idle instance is asked to clear its cache at most this often */

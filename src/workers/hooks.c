@@ -25,8 +25,8 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "sched/scheduler.h"
-#include "workers/http_call.h"
-#include "workers/process.h"
+#include "net/http_call.h"
+#include "proc/process.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 

@@ -1,5 +1,5 @@
 /*
- * host_book: the daemon's one host-memory ledger (sched/host_ledger.h) for parked
+ * host_book: the daemon's one host-memory ledger (policy/host_ledger.h) for parked
  * instances, kept in step with the config's host_memory {budget, reserve}, and the host
  * read at each park (gpu/host_mem.h: min(MemAvailable, cgroup room)).
  *
@@ -19,7 +19,7 @@
 
 #include "config/config.h"
 #include "core/model.h"
-#include "sched/host_ledger.h"
+#include "policy/host_ledger.h"
 
 #define HOST_BOOK_FALLBACK (4ULL << 30)
 

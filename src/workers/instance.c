@@ -28,8 +28,8 @@
 #include "gpu/procfs.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
-#include "workers/http_call.h"
-#include "workers/process.h"
+#include "net/http_call.h"
+#include "proc/process.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 

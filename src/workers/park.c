@@ -59,7 +59,7 @@
 #include "gpu/procfs.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
-#include "workers/process.h"
+#include "proc/process.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 

@@ -7,7 +7,7 @@
  * model_state.c (supervisor_int.h gives the order of calls between them).
  *
  * It calls nothing above itself: requests reach it only as counted slots
- * (instance_request_done), and the queue is the dispatcher's (sched/dispatch.c).
+ * (instance_request_done), and the queue is the dispatcher's (path/dispatch.c).
  * One start at a time per model, never before next_start_ms (the failure backoff).
  */
 #include <stdlib.h>

@@ -66,7 +66,7 @@ const char *instance_state_name(enum instance_state s);
 /* Its eviction tier now: "resident", "sleeping", "checkpointed" or "unloaded" (/v1/status). */
 const char *instance_tier_name(const instance_t *in);
 
-/* The supervisor's part of a pump (sched/dispatch.c runs it): before dispatch, make sure an
+/* The supervisor's part of a pump (path/dispatch.c runs it): before dispatch, make sure an
  * external model's instance exists; after it, start or reload instances on demand, arm idle
  * timers, free a removed model. supervisor_tend returns PLACER_NEVER when the model can
  * never be placed (its queue must then fail with 422), else PLACER_FITS. */

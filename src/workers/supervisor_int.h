@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <uv.h>
 
-#include "workers/http_call.h"
+#include "net/http_call.h"
 #include "workers/supervisor.h"
 
 /* ---- model_state.c ---- */

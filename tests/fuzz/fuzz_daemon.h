@@ -48,10 +48,10 @@
 #include "core/core.h"
 #include "core/model.h"
 #include "daemon/wiring.h"
-#include "net/api.h"
+#include "serve/api.h"
 #include "net/conn.h"
-#include "net/http1.h"
-#include "sched/dispatch.h"
+#include "http/http1.h"
+#include "path/dispatch.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 

@@ -1,5 +1,5 @@
 /*
- * fuzz_http1: libFuzzer entry for the HTTP/1.x parser and chunked decoder (src/net/http1.c).
+ * fuzz_http1: libFuzzer entry for the HTTP/1.x parser and chunked decoder (src/http/http1.c).
  *
  * For each input it:
  *   1. parses it as a request and as a response (request_was_head from a hash bit), whole,
@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net/http1.h"
+#include "http/http1.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /*
- * fuzz_job_request: libFuzzer entry for the POST /v1/jobs body parser (src/jobs/job_request.c).
+ * fuzz_job_request: libFuzzer entry for the POST /v1/jobs body parser (src/jobstore/job_request.c).
  *
  * For each input it:
  *   1. parses it as a job under two sets of limits (generous, and tiny: 16 body bytes, 32
@@ -22,7 +22,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "jobs/job_request.h"
+#include "jobstore/job_request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

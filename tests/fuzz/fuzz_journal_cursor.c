@@ -1,6 +1,6 @@
 /*
  * fuzz_journal_cursor: libFuzzer entry for the list cursor's text form
- * (src/jobs/journal_cursor.c), which GET /v1/jobs?cursor= feeds with client bytes.
+ * (src/jobstore/journal_cursor.c), which GET /v1/jobs?cursor= feeds with client bytes.
  *
  * For each input it:
  *   1. parses it as a C string (a copy of exactly its bytes plus a NUL, so ASan sees any read
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jobs/journal.h"
+#include "jobstore/journal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

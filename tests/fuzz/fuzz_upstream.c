@@ -1,5 +1,5 @@
 /*
- * fuzz_upstream: libFuzzer entry for what a worker answers (net/proxy.c, proxy_forward.c,
+ * fuzz_upstream: libFuzzer entry for what a worker answers (path/proxy.c, proxy_forward.c,
  * the verdict for a validated model), through real loopback sockets into an in-process
  * daemon (tests/fuzz/fuzz_daemon.h). A client sends one request (or two, pipelined) and
  * reads; the fake upstream answers with bytes from the input, split into pieces sent some

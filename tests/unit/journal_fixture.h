@@ -23,7 +23,7 @@
 
 #include <sqlite3.h>
 
-#include "jobs/journal_internal.h"
+#include "jobstore/journal_internal.h"
 
 /* The first column of the first row of sql on db, as text ("" when no row). */
 static inline int pragma_text(sqlite3 *db, const char *sql, char *out, size_t outlen)

@@ -40,10 +40,10 @@
 #include "core/core.h"
 #include "daemon/wiring.h"
 #include "core/model.h"
-#include "net/api.h"
+#include "serve/api.h"
 #include "net/conn.h"
-#include "net/proxy.h"
-#include "sched/dispatch.h"
+#include "path/proxy.h"
+#include "path/dispatch.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 

@@ -1,4 +1,4 @@
-/* Unit tests for sched/client_limit: keys (token digest, address, header, fallbacks), the
+/* Unit tests for policy/client_limit: keys (token digest, address, header, fallbacks), the
  * bounded table (lookup, LRU reuse of idle records, refusal when all are busy). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sched/client_limit.h"
+#include "policy/client_limit.h"
 
 static void key_of(const char *head, enum client_key_kind kind, const char *header, const char *peer,
                    char out[CLIENT_KEY_MAX])

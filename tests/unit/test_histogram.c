@@ -1,4 +1,4 @@
-/* Unit tests for obs/histogram: bucket choice (le semantics), cumulative counts, sum and
+/* Unit tests for common/histogram: bucket choice (le semantics), cumulative counts, sum and
  * count, bounds checking, the default bucket sets. */
 #include <math.h>
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "obs/histogram.h"
+#include "common/histogram.h"
 
 static void test_le_semantics_and_cumulative(void **state)
 {

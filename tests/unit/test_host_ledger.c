@@ -1,4 +1,4 @@
-/* Unit tests for sched/host_ledger: the budget, the live host check, settle and release
+/* Unit tests for policy/host_ledger: the budget, the live host check, settle and release
  * however a park ends, the refusal counters, and the invariants after every step of a long
  * random sequence (host_ledger_check). */
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 
-#include "sched/host_ledger.h"
+#include "policy/host_ledger.h"
 
 #define GiB (1024ULL * 1024 * 1024)
 #define MiB (1024ULL * 1024)

@@ -1,6 +1,6 @@
 /*
- * test_http1: unit tests for the strict HTTP/1.x head parser (src/net/http1.c). The chunked
- * decoder (src/net/http1_chunked.c) is tested in test_http1_chunked.c.
+ * test_http1: unit tests for the strict HTTP/1.x head parser (src/http/http1.c). The chunked
+ * decoder (src/http/http1_chunked.c) is tested in test_http1_chunked.c.
  *
  * Every rejection the header promises is checked for its error code and position (tables
  * reject_requests / reject_responses), valid requests and responses of each body framing
@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "net/http1.h"
+#include "http/http1.h"
 
 #define MAX_HEADERS 16
 

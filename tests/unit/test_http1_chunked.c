@@ -1,5 +1,5 @@
 /*
- * test_http1_chunked: unit tests for the chunked body decoder (src/net/http1_chunked.c).
+ * test_http1_chunked: unit tests for the chunked body decoder (src/http/http1_chunked.c).
  *
  * Every input is decoded whole, one byte at a time and split in two at every position, and
  * the three must agree on the answer, the bytes consumed, the payload and the error code;
@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "net/http1.h"
+#include "http/http1.h"
 
 /* Parse the head of a request into *msg (its headers point into a static array). */
 static int parse_request(const char *text, size_t len, http1_msg_t *msg)

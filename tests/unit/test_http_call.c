@@ -1,5 +1,5 @@
 /*
- * test_http_call: src/workers/http_call.c against a tiny HTTP server running in the same
+ * test_http_call: src/net/http_call.c against a tiny HTTP server running in the same
  * uv loop (tests/unit only; it reads one request, checks nothing itself, and answers with
  * canned byte pieces sent 20 ms apart so the client sees responses split across reads).
  *
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "workers/http_call.h"
+#include "net/http_call.h"
 
 #define DEADLINE_MS 20000
 #define MAX_PIECES 4

@@ -1,5 +1,5 @@
 /*
- * test_job_request: the POST /v1/jobs body parser (src/jobs/job_request.c).
+ * test_job_request: the POST /v1/jobs body parser (src/jobstore/job_request.c).
  * Covers a full valid job, defaults, JSON and base64 bodies with their content types, each
  * refusal naming its field (unknown and repeated members, bad model/path/method, refused and
  * malformed headers, both bodies, bad base64, limits, priority, deadline, trailing bytes),
@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "jobs/job_request.h"
+#include "jobstore/job_request.h"
 
 static const job_request_limits_t lim = {.max_body = 1024, .max_header_bytes = 256};
 

@@ -1,5 +1,5 @@
 /*
- * test_journal: the SQLite job journal (src/jobs/journal*.c), on real database files in a
+ * test_journal: the SQLite job journal (src/jobstore/journal*.c), on real database files in a
  * mkdtemp directory: what it stores and the order it gives. Durability, disk full and the
  * schema versions are in test_journal_store.c.
  *

@@ -1,5 +1,5 @@
 /*
- * test_journal_store: the SQLite job journal (src/jobs/journal*.c) as storage, on real
+ * test_journal_store: the SQLite job journal (src/jobstore/journal*.c) as storage, on real
  * database files in a mkdtemp directory. What it stores and its order: test_journal.c.
  *
  * Covers: disk full mapped to JOURNAL_FULL (a page cap, and a real 512 KiB tmpfs that fills

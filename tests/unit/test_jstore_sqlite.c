@@ -1,6 +1,6 @@
 /*
- * test_jstore_sqlite: the job store interface (src/jobs/jstore.h) on its SQLite
- * implementation (src/jobs/jstore_sqlite.c), on a real journal in a mkdtemp directory.
+ * test_jstore_sqlite: the job store interface (src/jobstore/jstore.h) on its SQLite
+ * implementation (src/jobstore/jstore_sqlite.c), on a real journal in a mkdtemp directory.
  *
  * Covers the contract a caller relies on: every callback is called exactly once and before
  * the operation returns (the SQLite store is synchronous); records handed to a callback are
@@ -14,7 +14,7 @@
  */
 #include "journal_fixture.h"
 
-#include "jobs/jstore.h"
+#include "jobstore/jstore.h"
 
 typedef struct seen {
     int calls;

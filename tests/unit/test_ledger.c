@@ -1,11 +1,11 @@
-/* Unit tests for sched/ledger: capacity, reserve/release, foreign, claims, invariants. */
+/* Unit tests for policy/ledger: capacity, reserve/release, foreign, claims, invariants. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "sched/ledger.h"
+#include "policy/ledger.h"
 
 #define GiB (1024ULL * 1024 * 1024)
 #define MiB (1024ULL * 1024)

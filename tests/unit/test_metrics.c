@@ -12,7 +12,7 @@
 
 #include "config/config.h"
 #include "core/core.h"
-#include "obs/histogram.h"
+#include "common/histogram.h"
 #include "obs/metrics.h"
 #include "workers/supervisor.h"
 

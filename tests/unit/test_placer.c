@@ -1,4 +1,4 @@
-/* Unit tests for sched/placer: best fit; the eviction set (priority first, then the least
+/* Unit tests for policy/placer: best fit; the eviction set (priority first, then the least
  * expected delay, then the fewest bytes), exact and greedy; the GPU choice; wait; never. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "sched/placer.h"
+#include "policy/placer.h"
 
 #define GiB (1024ULL * 1024 * 1024)
 

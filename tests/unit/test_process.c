@@ -1,5 +1,5 @@
 /*
- * test_process: spawning, output logging, stdin, stopping and reaping of src/workers/process.c
+ * test_process: spawning, output logging, stdin, stopping and reaping of src/proc/process.c
  * (and process_output.c), with real children (/bin/sh, sleep, cat, echo). The child's setup
  * (exec failures, environment, fds, PDEATHSIG) and pid files are in test_process_child.c.
  *
@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "workers/process.h"
+#include "proc/process.h"
 #include "process_test_util.h"
 
 /* ---- tests ------------------------------------------------------------------------------ */

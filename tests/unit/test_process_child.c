@@ -1,5 +1,5 @@
 /*
- * test_process_child: what a child of src/workers/process.c starts with and what it leaves
+ * test_process_child: what a child of src/proc/process.c starts with and what it leaves
  * behind (process_child.c, pidfile.c): exec and chdir failures reported by process_spawn,
  * the environment and cwd, inherited fds, PR_SET_PDEATHSIG, pid files and
  * process_kill_stale, with real children (/bin/sh, sleep). Spawning, output, stopping and
@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "workers/process.h"
+#include "proc/process.h"
 #include "process_test_util.h"
 
 /* ---- tests ------------------------------------------------------------------------------ */

@@ -1,11 +1,11 @@
-/* Unit tests for sched/queue: priority then arrival, limits, removal, aging. */
+/* Unit tests for policy/queue: priority then arrival, limits, removal, aging. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "sched/queue.h"
+#include "policy/queue.h"
 
 static void test_priority_then_arrival(void **state)
 {

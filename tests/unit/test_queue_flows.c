@@ -1,4 +1,4 @@
-/* Unit tests for sched/queue's fair order between flows (clients): round-robin between the
+/* Unit tests for policy/queue's fair order between flows (clients): round-robin between the
  * flows of one priority, arrival order within a flow, removal keeping or passing the turn,
  * retries joining their flow by arrival, the peek filter, and priorities above flows. */
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "sched/queue.h"
+#include "policy/queue.h"
 
 #define N 12
 

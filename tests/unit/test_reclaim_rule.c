@@ -1,4 +1,4 @@
-/* Unit tests for sched/reclaim_rule: a live process's verified reclaim (unload or sleep
+/* Unit tests for policy/reclaim_rule: a live process's verified reclaim (unload or sleep
  * hook, checkpoint) ends at the first reading that shows it down to what the process is
  * known to keep (its CUDA context), not after three still readings; what is kept is learned
  * from the start; a driver that releases late is still waited for; never settled while
@@ -9,7 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "sched/reclaim_rule.h"
+#include "policy/reclaim_rule.h"
 
 #define GiB (1024ULL * 1024 * 1024)
 #define MiB (1024ULL * 1024)

@@ -1,5 +1,5 @@
 /*
- * test_result_store: job ids and the result store (src/jobs/job_id.c, src/jobs/result_store.c)
+ * test_result_store: job ids and the result store (src/jobstore/job_id.c, src/jobstore/result_store.c)
  * on real files in a mkdtemp directory.
  *
  * Covers: id format and uniqueness; the validator refusing every path trick (.., /, %2e,
@@ -30,8 +30,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "jobs/job_id.h"
-#include "jobs/result_store.h"
+#include "jobstore/job_id.h"
+#include "jobstore/result_store.h"
 
 typedef struct fixture {
     char root[64];

@@ -1,0 +1,402 @@
+/*
+ * dispatch: admission into a model's queue, the pump that hands queued requests to free
+ * instances, retries back into the queue, queue deadlines, and the accounting of ended
+ * requests. See dispatch.h.
+ */
+#include "path/dispatch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "common/units.h"
+#include "core/mem_budget.h"
+#include "core/model.h"
+#include "core/request.h"
+#include "net/conn.h"
+#include "path/proxy.h"
+#include "path/verdict.h"
+#include "path/dispatch_clients.h"
+#include "sched/scheduler.h"
+#include "workers/supervisor.h"
+
+static request_t *request_of(queue_entry_t *e) { return (request_t *)((char *)e - offsetof(request_t, qe)); }
+
+/* ---- a queued request's answer belongs to the queue ------------------------------------ */
+
+static void queued_cancel(request_t *r)
+{
+    model_t *m = r->model;
+    if (queue_contains(&r->qe)) {
+        queue_remove(&m->queue, &r->qe);
+        model_schedule_pump(m);
+    }
+}
+
+static const request_ops_t queued_ops = {.cancel = queued_cancel};
+
+static void on_queue_deadline(conn_t *c)
+{
+    request_t *r = c->req;
+    if (!r || r->state != REQ_QUEUED)
+        return;
+    model_t *m = r->model;
+    queue_remove(&m->queue, &r->qe);
+    request_set_ops(r, NULL);
+    model_schedule_pump(m);
+    conn_respond_error(c, 504, "deadline_exceeded", m->name, -1, false, "model %s: deadline passed after %llu ms in queue",
+                       m->name, (unsigned long long)request_queue_ms(r));
+}
+
+static void enqueued(request_t *r, uint64_t delay_ms)
+{
+    request_set_state(r, REQ_QUEUED);
+    request_set_ops(r, &queued_ops);
+    conn_set_timer(r->conn, delay_ms, on_queue_deadline);
+}
+
+/* Every queued request of m gets `status` (model failed: 503; never fits: 422). */
+static void fail_queued(model_t *m, int status, const char *code)
+{
+    uint64_t now = core_now();
+    queue_entry_t *e;
+    while ((e = queue_pop(&m->queue, now)) != NULL) {
+        request_t *r = request_of(e);
+        request_set_ops(r, NULL);
+        char why[256];
+        if (status == 422 && sched_never_fits(m, why, sizeof why)) {
+            conn_respond_error(r->conn, status, code, m->name, -1, false, "%s", why);
+            continue;
+        }
+        conn_respond_error(r->conn, status, code, m->name, status == 503 ? 30 : -1, false, "model %s: %s", m->name,
+                           m->failed ? m->failed_reason : code);
+    }
+}
+
+/* ---- admission ------------------------------------------------------------------------- */
+
+static int retry_after_for(const model_t *m)
+{
+    /* A rough, honest hint: the queue ahead times a nominal second each, at least 1 s. */
+    size_t depth = m->queue.depth;
+    unsigned slots = m->cfg->concurrency * (m->n_instances ? m->n_instances : 1);
+    int s = (int)(depth / (slots ? slots : 1)) + 1;
+    return s > 300 ? 300 : s;
+}
+
+/* X-Vramd-Priority and X-Vramd-Deadline; false when one is malformed (answered 400). */
+static bool read_request_headers(conn_t *c, request_t *r, model_t *m, uint64_t *deadline)
+{
+    r->priority = m->cfg->priority;
+    const http1_header_t *h = http1_find_header(r->head, &r->msg, "X-Vramd-Priority");
+    if (h) {
+        const char *v = r->head + h->value.off;
+        if (h->value.len != 1 || v[0] < '0' || v[0] > '9') {
+            conn_respond_error(c, 400, "bad_request", m->name, -1, false, "X-Vramd-Priority must be a digit 0..9");
+            return false;
+        }
+        r->priority = v[0] - '0';
+    }
+    *deadline = m->cfg->deadline_ms;
+    h = http1_find_header(r->head, &r->msg, "X-Vramd-Deadline");
+    if (!h)
+        return true;
+    char tmp[64];
+    if (h->value.len >= sizeof tmp) {
+        conn_respond_error(c, 400, "bad_request", m->name, -1, false, "bad X-Vramd-Deadline");
+        return false;
+    }
+    memcpy(tmp, r->head + h->value.off, h->value.len);
+    tmp[h->value.len] = '\0';
+    if (units_parse_duration_ms(tmp, deadline) != 0 || *deadline == 0) {
+        conn_respond_error(c, 400, "bad_request", m->name, -1, false,
+                           "bad X-Vramd-Deadline \"%s\": expected a duration like 30s or 500ms", tmp);
+        return false;
+    }
+    return true;
+}
+
+/* GPU checks: NVML up, can fit at all, first level that can ever fit. False when answered. */
+static bool check_gpu_fit(conn_t *c, request_t *r, model_t *m)
+{
+    if (!sched_model_uses_gpu(m->cfg))
+        return true;
+    char why[300];
+    if (!sched_gpu_ok()) {
+        conn_respond_error(c, 503, "gpu_unavailable", m->name, 5, false, "%s", sched_gpu_error());
+        return false;
+    }
+    if (sched_never_fits(m, why, sizeof why)) {
+        conn_respond_error(c, 422, "cannot_fit", m->name, -1, false, "%s", why);
+        return false;
+    }
+    int first = sched_first_possible_level(m);
+    if (first > 0) {
+        /* the request as sent can never fit this host's GPUs: it would OOM at every level
+         * below `first`, so it starts there */
+        char lwhy[160];
+        if (verdict_prepare_level(r, (unsigned)first, lwhy, sizeof lwhy) == 0) {
+            log_event(LOG_INFO, "degrade_never_fits", "request_id=%s model=%s level=%d", r->id, m->name, first);
+            model_note_degraded(m, (unsigned)first);
+        }
+    }
+    return true;
+}
+
+/* The predicted start must meet the deadline (degrade.when: to_fit may start it lower
+ * now). False when answered 503 deadline_unmeetable. */
+static bool check_predicted_start(conn_t *c, request_t *r, model_t *m, uint64_t deadline)
+{
+    const model_config_t *mc = m->cfg;
+    uint64_t predicted = sched_predicted_start_ms(m);
+    if (predicted > deadline && mc->degrade.when == DEGRADE_TO_FIT && mc->degrade.n_ladder > 0) {
+        unsigned level = sched_level_fitting_now(m);
+        char why[160];
+        if (level > 0 && verdict_prepare_level(r, level, why, sizeof why) == 0) {
+            log_event(LOG_INFO, "degrade_to_fit", "request_id=%s model=%s level=%u predicted_ms=%llu deadline_ms=%llu",
+                      r->id, m->name, level, (unsigned long long)predicted, (unsigned long long)deadline);
+            model_note_degraded(m, level);
+            predicted = 0;
+        }
+    }
+    if (predicted <= deadline)
+        return true;
+    uint64_t over = (predicted - deadline + 999) / 1000;
+    conn_respond_error(c, 503, "deadline_unmeetable", m->name, (int)(over > 3600 ? 3600 : over), false,
+                       "model %s: predicted start in %llu ms is past the deadline of %llu ms", m->name,
+                       (unsigned long long)predicted, (unsigned long long)deadline);
+    m->deadline_rejections++;
+    return false;
+}
+
+void dispatch_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
+{
+    core_t *core = c->core;
+    const model_config_t *mc = m->cfg;
+    r->model = m;
+    r->strip_len = mc->strip ? strip_len : 0;
+    if (core->draining) {
+        conn_respond_error(c, 503, "draining", m->name, 5, false, "vramd is draining");
+        return;
+    }
+    if (m->failed) {
+        conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s", m->name,
+                           m->failed_reason);
+        return;
+    }
+    uint64_t deadline;
+    if (!read_request_headers(c, r, m, &deadline) || !check_gpu_fit(c, r, m) ||
+        !check_predicted_start(c, r, m, deadline) || !dispatch_clients_admit(c, r, m))
+        return;
+    if (m->queue.depth >= mc->queue_max) {
+        conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false,
+                           "model %s: %u requests already queued", m->name, mc->queue_max);
+        return;
+    }
+    if (core_queued_total(core) >= core->cfg->limits.queue_max) {
+        conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false, "%u requests already queued in all",
+                           core->cfg->limits.queue_max);
+        return;
+    }
+    uint64_t now = core_now();
+    r->t_queued = now;
+    r->deadline_ms = now + deadline;
+    m->queue.max = mc->queue_max;
+    if (queue_push(&m->queue, &r->qe, r->priority, now) != 0) {
+        conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false, "model %s: queue full", m->name);
+        return;
+    }
+    m->requests_total++;
+    sched_note_arrival(m);
+    dispatch_clients_queued(r);
+    enqueued(r, deadline);
+    dispatch_pump(&m->pump);
+}
+
+/* ---- retries --------------------------------------------------------------------------- */
+
+void dispatch_requeue(request_t *r, const char *why)
+{
+    conn_t *c = r->conn;
+    model_t *m = r->model;
+    uint64_t now = core_now();
+    if (r->deadline_ms && now >= r->deadline_ms) {
+        conn_respond_error(c, 504, "deadline_exceeded", m->name, -1, false,
+                           "model %s: deadline passed before a retry (%s) could start", m->name, why);
+        return;
+    }
+    if (m->failed || c->core->draining) {
+        conn_respond_error(c, 503, m->failed ? "model_failed" : "draining", m->name, 5, false,
+                           "model %s: cannot retry (%s)", m->name, m->failed ? m->failed_reason : "draining");
+        return;
+    }
+    log_event(LOG_INFO, "request_retry", "request_id=%s model=%s reason=%s level=%u attempts=%u", r->id, m->name, why,
+              r->level, r->attempts);
+    r->t_dispatched = 0;
+    queue_push_again(&m->queue, &r->qe, r->priority, r->t_queued);
+    dispatch_clients_requeued(r);
+    enqueued(r, r->deadline_ms > now ? r->deadline_ms - now : 1);
+    model_schedule_pump(m);
+}
+
+/* ---- the pump -------------------------------------------------------------------------- */
+
+/* The invariants model.h states, checked after each pump in debug builds (the sanitizer
+ * build the tests run): a model's in-flight count is the sum of its instances', none over
+ * its concurrency, and its queue never holds more than the queue's depth says. */
+static void check_model(const model_t *m)
+{
+#ifdef VRAMD_DEBUG
+    unsigned sum = 0;
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        CHECK_IF(in->in_flight > m->cfg->concurrency && !in->stop_requested);
+        sum += in->in_flight;
+    }
+    CHECK_IF(sum > m->in_flight); /* instances that left the list may still hold slots */
+    CHECK_IF(m->queue.depth > 0 && queue_peek(&m->queue, core_now()) == NULL);
+#else
+    (void)m;
+#endif
+}
+
+/* The READY instance with a free slot and the fewest requests in flight, or NULL. */
+static instance_t *free_instance(model_t *m)
+{
+    instance_t *best = NULL;
+    uint64_t now = core_now();
+    list_foreach(it, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        /* not one that is stopping, suspect (its connection just broke: a retry must not
+         * land on a dying worker before its exit is reaped) or ejected */
+        if (!instance_usable(in, now) || in->in_flight >= m->cfg->concurrency)
+            continue;
+        if (in->baseline_pending && sched_gpu_ok())
+            continue; /* one NVML read away: its post-load baseline is being measured */
+        if (!best || in->in_flight < best->in_flight)
+            best = in;
+    }
+    return best;
+}
+
+/* Hand a queued request (already out of the queue) to an instance: it takes a slot. */
+static void dispatch_to(request_t *r, instance_t *inst)
+{
+    model_t *m = inst->model;
+    conn_stop_timer(r->conn);
+    r->t_dispatched = core_now();
+    if (r->attempts == 0 && r->t_queued) /* metrics: queued -> first dispatch (the end listener counts the rest) */
+        histogram_observe(&m->queue_wait_hist, (double)(r->t_dispatched - r->t_queued) / 1000.0);
+    r->attempts++;
+    inst->in_flight++;
+    m->in_flight++;
+    BUG_ON(inst->in_flight > m->cfg->concurrency);
+    inst->requests_total++;
+    inst->last_used_ms = r->t_dispatched;
+    uv_timer_stop(&inst->idle_timer);
+    r->instance = inst;
+    r->gpu = inst->gpu;
+    dispatch_clients_dispatched(r);
+    request_set_ops(r, NULL); /* the proxy sets its own */
+    core_emit(m->core, CORE_EV_REQUEST_DISPATCHED, r);
+    proxy_start(r, inst);
+}
+
+void dispatch_pump(core_defer_t *pump)
+{
+    model_t *m = list_entry(pump, model_t, pump);
+    core_defer_cancel(&m->pump);
+    supervisor_prepare(m);
+    if (m->failed) {
+        fail_queued(m, 503, "model_failed");
+    } else {
+        uint64_t now = core_now();
+        while (m->queue.depth > 0) {
+            instance_t *inst = free_instance(m);
+            if (!inst)
+                break;
+            /* the next request whose client is under its in-flight cap (per_client) */
+            queue_entry_t *e = queue_peek_if(&m->queue, now, dispatch_clients_may_run, NULL);
+            if (!e)
+                break; /* the rest wait for their clients' requests to end */
+            request_t *r = request_of(e);
+            if (!sched_admit(r, inst)) {
+                sched_blocked(m, r, inst);
+                break;
+            }
+            queue_take(&m->queue, e);
+            dispatch_to(r, inst);
+        }
+        if (m->queue.depth == 0)
+            sched_unblocked(m);
+    }
+    check_model(m);
+    if (supervisor_tend(m) == PLACER_NEVER)
+        fail_queued(m, 422, "cannot_fit");
+}
+
+/* ---- the end of a request --------------------------------------------------------------- */
+
+/* Metrics: a request of a model ended (answered, or cancelled because its client left):
+ * count its outcome, observe its duration and, if it never left the queue for a worker,
+ * its queue wait. Admin calls on a model (REQ_LOCAL) are not model traffic. The event
+ * comes before the request's state turns DONE. */
+static void account(request_t *r)
+{
+    model_t *m = r->model;
+    if (!m || r->state == REQ_LOCAL)
+        return;
+    const char *outcome = r->outcome;
+    if (!outcome) {
+        if (r->cancelled)
+            outcome = "cancelled";
+        else if (r->status >= 200 && r->status < 400)
+            outcome = "ok";
+        else if (r->status >= 400 && r->status < 500)
+            outcome = "client_error";
+        else if (r->status >= 500)
+            outcome = "server_error";
+        else
+            outcome = "other";
+    }
+    model_note_outcome(m, outcome);
+    if (!r->t_queued)
+        return; /* refused at admission: counted above, no latency to speak of */
+    uint64_t now = core_now();
+    if (r->attempts == 0)
+        histogram_observe(&m->queue_wait_hist, (double)(now > r->t_queued ? now - r->t_queued : 0) / 1000.0);
+    histogram_observe(&m->duration_hist, (double)(now > r->t_arrival ? now - r->t_arrival : 0) / 1000.0);
+}
+
+static void on_request_ended(void *ctx, enum core_event ev, void *subject)
+{
+    core_t *core = ctx;
+    request_t *r = subject;
+    (void)ev;
+    if (!r)
+        return;
+    account(r);
+    CHECK_IF(queue_contains(&r->qe));
+    dispatch_clients_ended(r);
+    CHECK_IF(r->instance != NULL);
+    /* every exit path released the reservation already; this is the last safety net */
+    ledger_release(sched_ledger(), &r->mem);
+    if (r->is_retry)
+        core_retry_end(core);
+}
+
+/* A reload may change limits.memory_budget. */
+static void on_reloaded(void *ctx, enum core_event ev, void *subject)
+{
+    (void)ctx;
+    (void)ev;
+    mem_budget_configure(subject);
+}
+
+void dispatch_init(core_t *core)
+{
+    core_listen(core, CORE_EV_REQUEST_ENDED, on_request_ended, core);
+    core_listen(core, CORE_EV_RELOADED, on_reloaded, core);
+    mem_budget_configure(core->cfg); /* the host-memory budget for request buffers, logged */
+}

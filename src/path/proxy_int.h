@@ -1,0 +1,73 @@
+/*
+ * proxy_int: what proxy.c and proxy_forward.c share; nothing outside them may include it.
+ * The upstream connection object and its states are described in proxy.c. Calls go one
+ * way: proxy.c (connections, outcomes, reading) -> proxy_forward.c (bytes across: the request
+ * head for the worker, the response head and body for the client); proxy_forward.c never
+ * closes, fails or finishes an upstream itself: it reports and proxy.c acts.
+ */
+#ifndef VRAMD_PATH_PROXY_INT_H
+#define VRAMD_PATH_PROXY_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/buf.h"
+#include "common/list.h"
+#include "core/request.h"
+#include "http/http1.h"
+#include "path/proxy.h"
+
+#define UP_HEAD_MAX (64 * 1024)
+#define UP_MAX_HEADERS 128
+
+enum up_state { UP_CONNECTING = 0, UP_SENDING, UP_HEAD, UP_BODY, UP_IDLE, UP_CLOSED };
+
+struct upstream {
+    list_t link; /* inst->pool while IDLE */
+    instance_t *inst;
+    request_t *req;
+    enum up_state state;
+    uv_tcp_t tcp;
+    uv_connect_t connect_req;
+    uv_timer_t timer;   /* connect timeout, then the worker-silence timer (proxy.c) */
+    uint64_t t_sent;    /* the request was (being) written: response_timeout runs from here */
+    uint64_t t_heard;   /* the worker's last bytes, or vramd's last resumed reading */
+    buf_t in;
+    size_t scan_from;
+    http1_body_t framing;
+    uint64_t body_left;
+    http1_chunked_t chunked;
+    bool reused;
+    bool upstream_keep_alive;
+    bool client_chunked;
+    bool got_bytes;
+    bool paused;
+    bool too_big;       /* a held answer outgrew limits.max_body */
+    bool client_gone;   /* a write to the client failed: the request was cancelled */
+    int handles_open;
+};
+
+/* proxy_forward_body: a write to the client failed */
+#define FWD_CLIENT_GONE (-3)
+
+/* The request head for the worker (request line with the route prefix stripped, the
+ * client's end-to-end headers, X-Request-Id, X-Forwarded-For, Content-Length) into h;
+ * buf_failed(h) when it outgrew h's limit. */
+void proxy_request_head(request_t *r, buf_t *h);
+/* The worker's head goes to the client with vramd's headers and the body's framing for
+ * this client. 0, -1 when the client is gone (the request was cancelled), -2 when the head
+ * is too large. */
+int proxy_send_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg);
+/* A model that declares degrade/validate: keep the head for the verdict instead. */
+void proxy_hold_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg);
+/* Forward body bytes; returns 1 when the body is complete, 0 for more, -1 on a malformed
+ * body, -2 when a held answer outgrew max_body, FWD_CLIENT_GONE when a write to the client
+ * failed (the request was cancelled: the caller must not touch it). */
+int proxy_forward_body(upstream_t *up, const char *data, size_t len, size_t *used);
+/* Stop reading the upstream while the client's backlog is over CONN_BACKLOG_MAX (the
+ * worker-silence timer stops with it: a slow client is not a silent worker). */
+void proxy_throttle(upstream_t *up);
+
+#endif

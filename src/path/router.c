@@ -1,0 +1,94 @@
+/*
+ * router: model routes, then the JSON "model" field. See router.h.
+ */
+#include "path/router.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/model.h"
+#include "core/request.h"
+#include "net/conn.h"
+#include "path/dispatch.h"
+
+model_t *router_find_model_by_path(core_t *d, const char *path, size_t len, size_t *prefix_len)
+{
+    model_t *best = NULL;
+    size_t best_len = 0;
+    list_foreach(it, &d->models) {
+        model_t *m = list_entry(it, model_t, link);
+        const char *route = m->cfg->route;
+        if (!route || m->removed)
+            continue;
+        size_t rl = strlen(route); /* ends with '/' */
+        bool match = (len >= rl && memcmp(path, route, rl) == 0) ||
+                     (len == rl - 1 && memcmp(path, route, rl - 1) == 0) ||
+                     (len > rl - 1 && memcmp(path, route, rl - 1) == 0 && path[rl - 1] == '?');
+        if (match && rl > best_len) {
+            best = m;
+            best_len = rl;
+        }
+    }
+    if (prefix_len)
+        *prefix_len = best_len ? best_len - 1 : 0;
+    return best;
+}
+
+/* The model named by a JSON body's "model" member, for POST /v1/... */
+static model_t *model_from_body(conn_t *c, request_t *r, bool *bad_json, char *name, size_t cap)
+{
+    *bad_json = false;
+    name[0] = '\0';
+    if (r->body.len == 0)
+        return NULL;
+    cJSON *doc = cJSON_ParseWithLength(r->body.data, r->body.len);
+    if (!doc) {
+        *bad_json = true;
+        return NULL;
+    }
+    model_t *m = NULL;
+    const cJSON *mv = cJSON_GetObjectItemCaseSensitive(doc, "model");
+    if (cJSON_IsString(mv) && mv->valuestring) {
+        snprintf(name, cap, "%s", mv->valuestring);
+        m = model_find(c->core, mv->valuestring);
+    }
+    cJSON_Delete(doc);
+    return m;
+}
+
+void router_route(conn_t *c, request_t *r)
+{
+    core_t *d = c->core;
+    const char *path = r->head + r->msg.target.off;
+    size_t plen = r->msg.target.len;
+    size_t qpos = 0;
+    while (qpos < plen && path[qpos] != '?')
+        qpos++;
+    size_t prefix = 0;
+    model_t *m = router_find_model_by_path(d, path, plen, &prefix);
+    if (m) {
+        dispatch_admit(c, r, m, prefix);
+        return;
+    }
+    if (http1_span_eq(r->head, r->msg.method, "POST") && qpos >= 4 && memcmp(path, "/v1/", 4) == 0) {
+        bool bad_json;
+        char name[128];
+        m = model_from_body(c, r, &bad_json, name, sizeof name);
+        if (m) {
+            dispatch_admit(c, r, m, 0);
+            return;
+        }
+        if (bad_json) {
+            conn_respond_error(c, 400, "bad_request", NULL, -1, false, "request body is not valid JSON");
+            return;
+        }
+        if (name[0]) {
+            conn_respond_error(c, 404, "unknown_model", name, -1, false, "no model named \"%s\"", name);
+            return;
+        }
+    }
+    conn_respond_error(c, 404, "unknown_model", NULL, -1, false, "no model serves %.*s",
+                       (int)(qpos > 200 ? 200 : qpos), path);
+}

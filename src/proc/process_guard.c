@@ -1,0 +1,130 @@
+/*
+ * process_guard: a tiny process that kills vramd's workers when vramd dies, however it dies.
+ *
+ * PR_SET_PDEATHSIG kills a worker's leader only: with cmd: [/bin/sh, -c, "python3 serve.py"]
+ * (or bash start.sh) the shell dies with vramd and the server, its child in the same process
+ * group, keeps its GPU memory until the next vramd starts. The guard closes that gap.
+ *
+ * process_guard_start (called by vramd at start, before any worker, before the listener,
+ * the journal or any thread exists) forks twice: the guard is not vramd's child (vramd's
+ * children are its workers, and it reaps whatever it is told about), sits in its own
+ * session (a terminal's Ctrl-C or a kill of vramd's group does not reach it), ignores the
+ * terminal signals, and keeps only stdin/stdout (/dev/null), stderr (the log) and, as fd 3,
+ * the read end of a pipe whose write end only vramd holds (CLOEXEC: workers never inherit
+ * it). It blocks reading the pipe. When vramd's process ends (SIGKILL, a crash, a watchdog
+ * abort, or a clean exit 0), the kernel closes the write end, the read returns EOF, and the
+ * guard SIGKILLs every worker process group that a pid file of *this* vramd names
+ * (process_kill_owned: pidfile.c's stale-kill logic, restricted to files whose owner field
+ * is this vramd's pid, so a vramd started after it is never touched), then exits. After a
+ * drain no pid file is left, so it just exits.
+ *
+ * Not covered: a process that left the worker's group (setsid, setpgid: a daemonizing
+ * server) — only a cgroup would hold that, and creating one needs delegation vramd does
+ * not assume (see docs/operations.md).
+ * Return convention: the pipe's write end (>= 0), or -1 with err.
+ */
+#include "proc/process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+#define GUARD_FD 3
+
+/* Descriptors: fd 3 = the pipe's read end, 0 and 1 = /dev/null, 2 kept (the log), the
+ * rest closed. */
+static void guard_descriptors(int rfd)
+{
+    if (rfd != GUARD_FD && dup2(rfd, GUARD_FD) < 0)
+        _exit(1);
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        if (rfd == 2)
+            dup2(null, 2);
+    }
+    if (close_range(GUARD_FD + 1, ~0U, 0) != 0) {
+        long max = sysconf(_SC_OPEN_MAX);
+        for (int fd = GUARD_FD + 1; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
+            close(fd);
+    }
+}
+
+static _Noreturn void guard_main(int rfd, const char *pid_dir, pid_t owner)
+{
+    static const int ignored[] = {SIGINT, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE, SIGUSR1, SIGUSR2};
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+        signal(ignored[i], SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    prctl(PR_SET_NAME, "vramd-guard", 0, 0, 0);
+    guard_descriptors(rfd);
+    char c;
+    ssize_t n;
+    do
+        n = read(GUARD_FD, &c, 1);
+    while (n > 0 || (n < 0 && errno == EINTR));
+    int killed = process_kill_owned(pid_dir, owner);
+    if (killed > 0)
+        log_event(LOG_WARN, "guard_killed_workers", "count=%d vramd_pid=%d", killed, (int)owner);
+    _exit(0);
+}
+
+int process_guard_start(const char *pid_dir, pid_t *guard_pid, char *err, size_t errlen)
+{
+    int p[2], rep[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "pipe2: %s", strerror(errno));
+        return -1;
+    }
+    if (pipe2(rep, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "pipe2: %s", strerror(errno));
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    pid_t owner = getpid();
+    pid_t mid = fork();
+    if (mid == 0) {
+        close(p[1]);
+        close(rep[0]);
+        setsid();
+        pid_t g = fork();
+        if (g == 0) {
+            close(rep[1]);
+            guard_main(p[0], pid_dir, owner);
+        }
+        ssize_t w = write(rep[1], &g, sizeof g);
+        _exit(w == (ssize_t)sizeof g && g > 0 ? 0 : 1);
+    }
+    int fork_errno = errno;
+    close(p[0]);
+    close(rep[1]);
+    pid_t g = -1;
+    ssize_t n = -1;
+    if (mid > 0) {
+        do
+            n = read(rep[0], &g, sizeof g);
+        while (n < 0 && errno == EINTR);
+        while (waitpid(mid, NULL, 0) < 0 && errno == EINTR) {
+        }
+    }
+    close(rep[0]);
+    if (mid < 0 || n != (ssize_t)sizeof g || g <= 0) {
+        snprintf(err, errlen, "fork: %s", strerror(mid < 0 ? fork_errno : EAGAIN));
+        close(p[1]);
+        return -1;
+    }
+    *guard_pid = g;
+    return p[1];
+}
