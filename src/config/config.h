@@ -65,6 +65,10 @@ typedef struct config_memory {
     uint64_t resident;    /* bytes held while loaded; default 0 */
     uint64_t per_request; /* extra peak bytes per running request; default 0 */
     bool learn;           /* per_request: learn (declared value, if any, is the start) */
+    /* size_field: RFC 6901 pointers into a JSON body whose product is the request's input
+     * size (resolution, image count, max tokens); estimates are learned per size class */
+    char *size_fields[4];
+    size_t n_size_fields;
 } config_memory_t;
 
 typedef struct config_recycle {

@@ -81,6 +81,8 @@ void cfg_model_free(model_config_t *m)
         free(hooks[i]->path);
         free(hooks[i]->body);
     }
+    for (size_t i = 0; i < m->memory.n_size_fields; i++)
+        free(m->memory.size_fields[i]);
     cfg_degrade_free(&m->degrade);
     cfg_validate_reset(&m->validate);
 }

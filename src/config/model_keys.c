@@ -18,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/json_util.h"
 #include "common/units.h"
 #include "config/config_int.h"
 
@@ -349,6 +350,44 @@ static int fp_per_request(ctx_t *c, yaml_node_t *v, void *field, const field_spe
     return ydoc_fail(c, v, "expected a size like 12GiB, got %s", ydoc_describe(v, d, sizeof d));
 }
 
+static void size_fields_clear(config_memory_t *mem)
+{
+    for (size_t i = 0; i < mem->n_size_fields; i++)
+        free(mem->size_fields[i]);
+    mem->n_size_fields = 0;
+}
+
+/* size_field: one JSON pointer or a list of at most 4 ("/width", "/height"); null: none. */
+static int fp_size_field(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    config_memory_t *mem = field;
+    size_fields_clear(mem);
+    if (ydoc_is_null(v))
+        return 0;
+    const size_t max = sizeof mem->size_fields / sizeof mem->size_fields[0];
+    bool list = v->type == YAML_SEQUENCE_NODE;
+    size_t n = list ? ydoc_sequence_size(v) : 1;
+    if (n == 0 || n > max)
+        return ydoc_fail(c, v, "expected a JSON pointer like /resolution, or a list of 1 to %zu of them", max);
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *item = list ? ydoc_sequence_item(c, v, i) : v;
+        size_t saved = list ? ydoc_path_push_index(c, i) : 0;
+        int rc = ydoc_need_scalar(c, item, "a JSON pointer like /resolution");
+        const char *s = rc == 0 ? ydoc_scalar_text(item) : NULL;
+        if (rc == 0 && (s[0] != '/' || !json_pointer_valid(s)))
+            rc = ydoc_fail(c, item, "expected a JSON pointer like /resolution (RFC 6901, starting with /), got \"%s\"", s);
+        char *copy = rc == 0 ? ydoc_dup_or_fail(c, item, s) : NULL;
+        if (list)
+            ydoc_path_pop(c, saved);
+        if (copy == NULL) {
+            size_fields_clear(mem);
+            return -1;
+        }
+        mem->size_fields[mem->n_size_fields++] = copy;
+    }
+    return 0;
+}
+
 static int fp_keep_alive(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     if (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "forever") == 0) {
@@ -444,6 +483,7 @@ static const field_spec_t memory_fields[] = {
     {"resident", cfg_fp_size, offsetof(config_memory_t, resident), 0, 0, NULL},
     {"per_request", fp_per_request, 0, 0, 0, NULL},
     {"learn", cfg_fp_bool, offsetof(config_memory_t, learn), 0, 0, NULL},
+    {"size_field", fp_size_field, 0, 0, 0, NULL},
 };
 
 static const field_spec_t recycle_fields[] = {

@@ -28,6 +28,7 @@
 #include "core/types.h"
 #include "config/config.h"
 #include "common/histogram.h"
+#include "policy/estimate.h"
 #include "policy/host_ledger.h"
 #include "policy/ledger.h"
 #include "policy/queue.h"
@@ -202,7 +203,8 @@ struct model {
     uv_timer_t backoff_timer;
     list_t waiters;          /* admin load/unload requests waiting for a state (conn.h) */
     /* memory and time learned from NVML and completed requests */
-    uint64_t est_per_request;  /* 0 = declared value */
+    uint64_t est_per_request;  /* 0 = declared value; learned from every class (the base of a new class) */
+    est_table_t est;           /* per-request memory per (ladder level, size class): policy/estimate.h */
     uint64_t peaks[MODEL_PEAK_SAMPLES];
     unsigned n_peaks, peak_next;
     uint64_t load_ms_ewma, run_ms_ewma;

@@ -92,6 +92,8 @@ struct request {
     int gpu;              /* NVML index of the instance it last ran on, -1 = none (X-Vramd-Gpu) */
     /* resilience (path/verdict.c) */
     unsigned level;       /* degradation ladder level in use: 0 = as sent */
+    unsigned size_class;  /* the body's size class (policy/estimate.h) at size_level */
+    unsigned size_level;  /* 1 + the level size_class was read at; 0 = not read yet */
     buf_t orig_body;      /* the body as the client sent it, kept while a ladder may rewrite it */
     bool buffering;       /* the worker's answer is held and judged before the client sees it */
     buf_t resp_head;      /* held answer: "Name: value\r\n" header lines (hop-by-hop removed) */

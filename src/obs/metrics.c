@@ -227,7 +227,7 @@ static uint64_t v_deadline_rejections(const model_t *m) { return m->deadline_rej
 static uint64_t v_invalid(const model_t *m) { return m->invalid_total; }
 static uint64_t v_retry_budget(const model_t *m) { return m->retry_budget_refusals; }
 static uint64_t v_ejections(const model_t *m) { return m->ejections_total; }
-static uint64_t v_estimate(const model_t *m) { return sched_request_estimate(m); }
+static uint64_t v_estimate(const model_t *m) { return sched_request_estimate_max(m); }
 static uint64_t v_parked(const model_t *m) { return host_book_parked_by(m->name); }
 static uint64_t v_parks(const model_t *m) { return m->parks_total; }
 static uint64_t v_wakes(const model_t *m) { return m->wakes_total; }

@@ -29,6 +29,39 @@ static void outlier_json(cJSON *j, const instance_t *in, uint64_t now)
     cJSON_AddNumberToObject(j, "ejections", in->ejections);
 }
 
+/* A model's memory: declared, learned, and the estimate of each known request class. */
+static void memory_json(cJSON *mem, const model_t *m)
+{
+    cJSON_AddBoolToObject(mem, "uses_gpu", sched_model_uses_gpu(m->cfg));
+    cJSON_AddNumberToObject(mem, "resident_declared", (double)m->cfg->memory.resident);
+    cJSON_AddNumberToObject(mem, "per_request_declared", (double)m->cfg->memory.per_request);
+    cJSON_AddBoolToObject(mem, "learn", m->cfg->memory.learn);
+    cJSON_AddNumberToObject(mem, "per_request_estimate", (double)sched_request_estimate_max(m));
+    cJSON_AddNumberToObject(mem, "per_request_base", (double)sched_request_estimate(m));
+    cJSON_AddNumberToObject(mem, "samples", m->n_peaks);
+    cJSON_AddNumberToObject(mem, "oom_total", (double)m->oom_total);
+    cJSON *classes = cJSON_AddArrayToObject(mem, "classes");
+    for (size_t i = 0; classes && i < EST_CELLS; i++) {
+        const est_cell_t *c = &m->est.cells[i];
+        if (!c->used)
+            continue;
+        cJSON *e = cJSON_CreateObject();
+        if (e == NULL || !cJSON_AddItemToArray(classes, e)) {
+            cJSON_Delete(e);
+            break;
+        }
+        uint64_t base = sched_level_estimate(m, c->level);
+        cJSON_AddNumberToObject(e, "level", c->level);
+        cJSON_AddNumberToObject(e, "size_class", c->size_class);
+        cJSON_AddNumberToObject(e, "estimate", (double)est_get(&m->est, c->level, c->size_class, base,
+                                                               m->cfg->memory.learn));
+        cJSON_AddNumberToObject(e, "learned", (double)c->learned);
+        cJSON_AddNumberToObject(e, "oom_floor", (double)c->oom_floor);
+        cJSON_AddNumberToObject(e, "samples", c->n_samples);
+        cJSON_AddNumberToObject(e, "ooms", (double)c->ooms);
+    }
+}
+
 static cJSON *model_json(model_t *m, uint64_t now)
 {
     cJSON *o = cJSON_CreateObject();
@@ -62,14 +95,7 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(o, "consecutive_failures", m->consecutive_failures);
     cJSON_AddNumberToObject(o, "deadline_rejections", (double)m->deadline_rejections);
     cJSON_AddNumberToObject(o, "priority", m->cfg->priority);
-    cJSON *mem = cJSON_AddObjectToObject(o, "memory");
-    cJSON_AddBoolToObject(mem, "uses_gpu", sched_model_uses_gpu(m->cfg));
-    cJSON_AddNumberToObject(mem, "resident_declared", (double)m->cfg->memory.resident);
-    cJSON_AddNumberToObject(mem, "per_request_declared", (double)m->cfg->memory.per_request);
-    cJSON_AddBoolToObject(mem, "learn", m->cfg->memory.learn);
-    cJSON_AddNumberToObject(mem, "per_request_estimate", (double)sched_request_estimate(m));
-    cJSON_AddNumberToObject(mem, "samples", m->n_peaks);
-    cJSON_AddNumberToObject(mem, "oom_total", (double)m->oom_total);
+    memory_json(cJSON_AddObjectToObject(o, "memory"), m);
     cJSON *rs = cJSON_AddObjectToObject(o, "resilience");
     cJSON_AddNumberToObject(rs, "oom_total", (double)m->oom_total);
     cJSON_AddNumberToObject(rs, "degraded_total", (double)m->degraded_total);

@@ -440,7 +440,7 @@ void verdict_judge(request_t *r, bool oom)
     model_t *m = r->model;
     const model_config_t *mc = m->cfg;
     if (oom) {
-        sched_note_oom(m, oom_message_need(r->resp_body.data, r->resp_body.len));
+        sched_note_oom(m, r, oom_message_need(r->resp_body.data, r->resp_body.len));
         unsigned next = r->level + 1;
         log_event(LOG_WARN, "oom", "request_id=%s model=%s level=%u status=%d next_level=%u of=%zu", r->id, m->name,
                   r->level, r->resp_status, next, mc->degrade.n_ladder);

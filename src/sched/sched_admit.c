@@ -96,7 +96,7 @@ bool sched_yields_to_claim(const request_t *r, const instance_t *inst)
     const ledger_gpu_t *g = &l->gpus[inst->gpu_pos];
     if (!g->claimed || ahead_of_claim(m, r, g))
         return false;
-    uint64_t est = sched_level_estimate(m, r->level);
+    uint64_t est = sched_request_need(m, r);
     uint64_t cache = sched_instance_cache(inst);
     uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
     uint64_t credit = est < avail ? est : avail;
@@ -119,7 +119,8 @@ bool sched_admit(request_t *r, instance_t *inst)
     model_t *m = inst->model;
     if (inst->gpu_pos < 0 || !sched_uses_gpu(m))
         return true;
-    uint64_t est = sched_level_estimate(m, r->level);
+    sched_read_size(m, r);
+    uint64_t est = sched_request_need(m, r);
     uint64_t cache = sched_instance_cache(inst);
     uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
     uint64_t credit = est < avail ? est : avail;
@@ -191,6 +192,18 @@ static void learn_peak(model_t *m, uint64_t sample)
     }
 }
 
+/* A request of the class succeeded: an OOM raise of the class may fall (logged when it does). */
+static void learn_success(model_t *m, unsigned level, unsigned cls)
+{
+    uint64_t base = sched_level_estimate(m, level);
+    uint64_t before = est_get(&m->est, level, cls, base, m->cfg->memory.learn);
+    if (!est_success(&m->est, level, cls, base, m->cfg->memory.learn))
+        return;
+    uint64_t after = est_get(&m->est, level, cls, base, m->cfg->memory.learn);
+    log_event(LOG_INFO, "per_request_lowered", "model=%s level=%u size_class=%u from=%llu to=%llu", m->name, level,
+              cls, (unsigned long long)before, (unsigned long long)after);
+}
+
 void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, bool ok)
 {
     model_t *m = inst->model;
@@ -209,23 +222,27 @@ void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, boo
     r->credit = 0;
     if (ok) {
         m->run_ms_ewma = m->run_ms_ewma ? (m->run_ms_ewma * 7 + run_ms * 3) / 10 : run_ms;
+        unsigned cls = r->size_level == r->level + 1 ? r->size_class : 0;
         if (inst->run_alone && held) {
             uint64_t floor = inst->baseline ? inst->baseline : m->cfg->memory.resident;
-            if (inst->run_peak > floor)
+            if (inst->run_peak > floor) {
                 learn_peak(m, inst->run_peak - floor);
+                est_learn(&m->est, r->level, cls, inst->run_peak - floor);
+            }
         }
+        if (held)
+            learn_success(m, r->level, cls);
     }
     if (held)
         sched_pump_all(m->core);
 }
 
-void sched_note_oom(model_t *m, uint64_t process_need)
+void sched_note_oom(model_t *m, const request_t *r, uint64_t process_need)
 {
     m->oom_total++;
-    uint64_t est = sched_request_estimate(m);
-    uint64_t raised = est + est / 4;
-    if (raised < est + 256ULL * 1024 * 1024)
-        raised = est + 256ULL * 1024 * 1024;
+    unsigned cls = r->size_level == r->level + 1 ? r->size_class : 0;
+    uint64_t base = sched_level_estimate(m, r->level);
+    uint64_t est = est_get(&m->est, r->level, cls, base, m->cfg->memory.learn);
     /* the answer said how much the process wanted (PyTorch's message: held + tried to
      * allocate): beyond the model's resident memory, that much was one request's need at
      * least. Without it, one OOM of an under-declared model would leave the estimate far
@@ -233,17 +250,15 @@ void sched_note_oom(model_t *m, uint64_t process_need)
      * beside it (a worker's start, another request) would run out of memory with it. */
     uint64_t resident = m->cfg->memory.resident;
     uint64_t evidence = process_need > resident ? process_need - resident : 0;
-    if (evidence > raised)
-        raised = evidence;
     /* never past what the largest allowed GPU can give a request next to the model: the
      * request ran there, so it can fit; an estimate over the card would refuse every later
      * request with 422 cannot_fit, for good (an OOM can also come from memory others took) */
     uint64_t room = sched_largest_room(m);
-    if (room > resident && raised > room - resident)
-        raised = room - resident > est ? room - resident : est;
-    log_event(LOG_WARN, "per_request_raised", "model=%s from=%llu to=%llu reason=%s evidence=%llu", m->name,
-              (unsigned long long)est, (unsigned long long)raised, "oom", (unsigned long long)evidence);
-    m->est_per_request = raised;
+    uint64_t cap = room > resident ? room - resident : 0;
+    uint64_t raised = est_oom(&m->est, r->level, cls, base, m->cfg->memory.learn, evidence, cap);
+    log_event(LOG_WARN, "per_request_raised", "model=%s level=%u size_class=%u from=%llu to=%llu reason=%s evidence=%llu",
+              m->name, r->level, cls, (unsigned long long)est, (unsigned long long)raised, "oom",
+              (unsigned long long)evidence);
 }
 
 void sched_note_arrival(model_t *m)

@@ -353,7 +353,7 @@ void sched_blocked(model_t *m, request_t *r, instance_t *inst)
      * it is idle; the claimant's admission or the next snapshot pumps it again */
     if (sched_yields_to_claim(r, inst))
         return;
-    uint64_t est = sched_level_estimate(m, r->level);
+    uint64_t est = sched_request_need(m, r);
     uint64_t cache = sched_instance_cache(inst);
     uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
     uint64_t need = est - (est < avail ? est : avail);

@@ -18,6 +18,7 @@
 #include "common/units.h"
 #include "core/core.h"
 #include "core/request.h"
+#include "policy/request_size.h"
 #include "sched/scheduler_int.h"
 
 sched_state_t sched_state;
@@ -44,6 +45,29 @@ uint64_t sched_level_estimate(const model_t *m, unsigned level)
     if (level > 0 && level <= mc->degrade.n_ladder && mc->degrade.ladder[level - 1].has_per_request)
         return mc->degrade.ladder[level - 1].per_request;
     return sched_request_estimate(m);
+}
+
+void sched_read_size(const model_t *m, request_t *r)
+{
+    if (r->size_level == r->level + 1)
+        return;
+    const config_memory_t *mem = &m->cfg->memory;
+    uint64_t size = mem->n_size_fields
+                        ? request_size_of(r->body.data, r->body.len, mem->size_fields, mem->n_size_fields)
+                        : 0;
+    r->size_class = est_size_class(size);
+    r->size_level = r->level + 1;
+}
+
+uint64_t sched_request_need(const model_t *m, const request_t *r)
+{
+    unsigned cls = r->size_level == r->level + 1 ? r->size_class : 0;
+    return est_get(&m->est, r->level, cls, sched_level_estimate(m, r->level), m->cfg->memory.learn);
+}
+
+uint64_t sched_request_estimate_max(const model_t *m)
+{
+    return est_level_max(&m->est, 0, sched_request_estimate(m), m->cfg->memory.learn);
 }
 
 uint64_t sched_smallest_estimate(const model_t *m)

@@ -74,6 +74,14 @@ bool sched_model_uses_gpu(const model_config_t *mc);
 uint64_t sched_request_estimate(const model_t *m);
 /* The estimate at a ladder level (the level's own per_request when it declares one). */
 uint64_t sched_level_estimate(const model_t *m, unsigned level);
+/* Read r's size class from its body at its current level (memory.size_field; once per
+ * level, as a ladder may rewrite the size). */
+void sched_read_size(const model_t *m, request_t *r);
+/* What r books: the estimate of its class (ladder level, size class; policy/estimate.h),
+ * from the level's estimate as the base. */
+uint64_t sched_request_need(const model_t *m, const request_t *r);
+/* The most a request at level 0 may book now, over every known size class (status). */
+uint64_t sched_request_estimate_max(const model_t *m);
 /* The smallest estimate over the levels a request may run at (0 = as sent, then the
  * degrade ladder): what a load, or a parked instance's way back, needs room for. */
 uint64_t sched_smallest_estimate(const model_t *m);
@@ -133,12 +141,14 @@ void sched_note_arrival(model_t *m);
 uint64_t sched_expected_gap_ms(const model_t *m);
 /* Learned load time (ms) for eviction cost and deadlines. */
 void sched_note_load(model_t *m, uint64_t load_ms);
-/* An OOM was seen for m: raise the estimate now, by a quarter (at least 256 MiB), or to
- * what the answer said the process needed beyond the model's resident memory when that is
- * more (process_need: oom_message_need of the answer, 0 when unknown); never past what the
- * largest allowed GPU can give a request beside the model. With several requests in one
- * process, process_need holds all of them, so the raise errs on the large side. */
-void sched_note_oom(model_t *m, uint64_t process_need);
+/* An OOM was seen for r of m: raise the estimate of r's class (its ladder level and size
+ * class) and of no other, by a quarter (at least 256 MiB), or to what the answer said the
+ * process needed beyond the model's resident memory when that is more (process_need:
+ * oom_message_need of the answer, 0 when unknown); never past what the largest allowed GPU
+ * can give a request beside the model. With several requests in one process, process_need
+ * holds all of them, so the raise errs on the large side. The raise falls again as the
+ * class's requests succeed (policy/estimate.h). */
+void sched_note_oom(model_t *m, const request_t *r, uint64_t process_need);
 
 /* Add the "gpus" array and memory fields to a status object (cJSON *). */
 void sched_status_json(void *gpus_array);

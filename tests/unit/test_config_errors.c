@@ -33,6 +33,20 @@ static void test_error_size_like_spec(void **state)
                        "vramd.yaml:12:20: models.trellis.memory.per_request: expected a size like 12GiB, got \"12 gigs\"");
 }
 
+/* memory.size_field: a JSON pointer or a list of one to four. */
+static void test_error_size_field(void **state)
+{
+    (void)state;
+    expect_error("models:\n  a:\n    cmd: [x]\n    memory: {size_field: resolution}\n",
+                 "test.yaml:4:26: models.a.memory.size_field: expected a JSON pointer like /resolution "
+                 "(RFC 6901, starting with /), got \"resolution\"");
+    expect_error("models:\n  a:\n    cmd: [x]\n    memory: {size_field: [/a, /b, /c, /d, /e]}\n",
+                 "test.yaml:4:26: models.a.memory.size_field: expected a JSON pointer like /resolution, "
+                 "or a list of 1 to 4 of them");
+    expect_error("models:\n  a:\n    cmd: [x]\n    memory: {size_field: [/a, {b: 1}]}\n",
+                 "test.yaml:4:31: models.a.memory.size_field[1]: expected a JSON pointer like /resolution, got a mapping");
+}
+
 static void test_error_unknown_keys(void **state)
 {
     (void)state;
@@ -267,6 +281,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_size_like_spec),
         cmocka_unit_test(test_error_unknown_keys),
+        cmocka_unit_test(test_error_size_field),
         cmocka_unit_test(test_error_duplicate_keys),
         cmocka_unit_test(test_error_wrong_types),
         cmocka_unit_test(test_error_bad_values),
