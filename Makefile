@@ -248,10 +248,12 @@ lint:
 	@echo "  LINT src sim (cppcheck)"
 	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim
-	@echo "  LINT src sim (function and file length, layers; universal-ctags)"
+	@echo "  LINT src sim (function and file length, layers; universal-ctags), docs/design.md Modules"
 	$(Q)rc=0; /usr/bin/python3 mk/lint_funclen.py || rc=1; \
 	  /usr/bin/python3 mk/lint_layers.py || rc=1; \
 	  /usr/bin/python3 mk/test_lint_layers.py >/dev/null 2>&1 || { echo "lint: the checkers' self-test failed (mk/test_lint_layers.py -v)"; rc=1; }; \
+	  /usr/bin/python3 mk/lint_design.py || rc=1; \
+	  /usr/bin/python3 mk/test_lint_design.py >/dev/null 2>&1 || { echo "lint: the design lint's self-test failed (mk/test_lint_design.py -v)"; rc=1; }; \
 	  exit $$rc
 
 clean:

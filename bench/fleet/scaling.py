@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """fleet scaling: the same mixed traffic through HAProxy to 1, 2 and 3 vramd hosts (issue 14,
 bench/fleet; by hand, not part of `make test`). Results: docs/benchmarks.md, "Fleet: scaling
-over 1, 2 and 3 hosts (issue 14)".
+over 1, 2 and 3 hosts".
 
 Setup (tests/fleet/fleetkit.py, as the fleet tests; needs root for network namespaces): n
 vramd hosts, each with its own simulated 24 GiB GPU (an RTX 4090-class host, as in

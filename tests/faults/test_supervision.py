@@ -108,7 +108,7 @@ def test_worker_behind_a_shell_wrapper_is_killed_by_the_next_vramd(faults):
     assert len(inner) == 1 and "simworker" in proc_cmdline(inner[0]), inner
 
     # the guard (process_guard.c) would kill simworker within a second of vramd's death
-    # (tests/e2e/test_reliability_daemon.py): kill it first, so this tests the next
+    # (tests/e2e/test_workers_die_with_vramd.py): kill it first, so this tests the next
     # vramd's stale kill, the safety net for when the guard died too
     guard = vd.wait_event("guard_started", timeout=5)[0]["pid"]
     os.kill(guard, signal.SIGKILL)
