@@ -385,6 +385,7 @@ int jobs_init(core_t *d, char *err, size_t errlen)
         return -1;
     }
     J->core = d;
+    jobs_clock_start();
     list_init(&J->runs);
     if (loopback_address(cfg, &J->addr) != 0) {
         snprintf(err, errlen, "cannot reach the listen address %s:%d", cfg->listen_host, cfg->listen_port);
@@ -399,6 +400,7 @@ int jobs_init(core_t *d, char *err, size_t errlen)
         free(J);
         return -1;
     }
+    result_store_set_clock(J->results, jobs_wall_ms);
     J->store = open_store(J, cfg, err, errlen);
     if (!J->store) {
         result_store_close(J->results);

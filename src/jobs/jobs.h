@@ -66,7 +66,15 @@ struct result_store *jobs_results(jobs_t *J);
 /* Cancel a job's attempt in flight, if it has one (after jstore_cancel succeeded). */
 void jobs_cancel_attempt(jobs_t *J, const char *id);
 
-/* Wall-clock milliseconds (unix epoch). */
+/* The jobs' clock, in unix-epoch milliseconds: the wall clock read once when the runner
+ * starts (jobs_clock_start), advanced by the monotonic clock since. Job deadlines,
+ * running and finishing times, results_ttl and records_ttl are measured on it, so a step
+ * of the system clock within a run (NTP, an operator's date -s) neither fails queued jobs
+ * nor expires results early, nor keeps them longer. Across a restart the wall clock is
+ * read again: what a step moved takes effect then (a job whose stored deadline the new
+ * clock has passed fails at recovery, as any job whose deadline passed while vramd was
+ * down). Hosts sharing a PostgreSQL store compare leases on the server's clock. */
 int64_t jobs_wall_ms(void);
+void jobs_clock_start(void);
 
 #endif

@@ -30,11 +30,31 @@
 
 jobs_t *g_jobs; /* the one runner, set by jobs_init (NULL: jobs unavailable) */
 
-int64_t jobs_wall_ms(void)
+static int64_t clock_ms(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(id, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The jobs' clock (see jobs.h): anchored to the wall clock once, advanced by the monotonic
+ * clock. Loop thread only (jobs_clock_start is called by jobs_init before any other use;
+ * the lazy start serves the unit tests that use the runner's pieces alone). */
+static int64_t anchor_wall_ms, anchor_mono_ms;
+static bool anchored;
+
+void jobs_clock_start(void)
+{
+    anchor_wall_ms = clock_ms(CLOCK_REALTIME);
+    anchor_mono_ms = clock_ms(CLOCK_MONOTONIC);
+    anchored = true;
+}
+
+int64_t jobs_wall_ms(void)
+{
+    if (!anchored)
+        jobs_clock_start();
+    return anchor_wall_ms + (clock_ms(CLOCK_MONOTONIC) - anchor_mono_ms);
 }
 
 void jobs_default_host_id(const config_t *cfg, char *out, size_t outlen)

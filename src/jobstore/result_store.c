@@ -47,6 +47,7 @@ struct result_store {
     size_t n_buckets;             /* a power of two */
     size_t count;
     uint64_t total_bytes;
+    int64_t (*now_ms)(void);      /* the clock a committed result is dated by; NULL = its mtime */
 };
 
 struct result_writer {
@@ -337,6 +338,8 @@ void result_store_close(result_store_t *s)
     free(s);
 }
 
+void result_store_set_clock(result_store_t *s, int64_t (*now_ms)(void)) { s->now_ms = now_ms; }
+
 const char *result_store_dir(const result_store_t *s)
 {
     return s->dir;
@@ -495,7 +498,7 @@ void result_writer_close(result_store_t *s, result_writer_t *w)
     if (w == NULL)
         return;
     if (w->committed) {
-        if (index_add(s, w->id, w->bytes, w->mtime_ms) != 0)
+        if (index_add(s, w->id, w->bytes, s->now_ms ? s->now_ms() : w->mtime_ms) != 0)
             log_event(LOG_ERROR, "result_store_index_failed", "id=%s reason=%s", w->id, "out of memory");
     } else {
         result_writer_abort(w);

@@ -50,6 +50,10 @@ result_store_t *result_store_open(const char *dir, char *err, size_t errlen);
 /* Free the index (files stay). NULL is a no-op. Every writer must be closed first. */
 void result_store_close(result_store_t *s);
 
+/* Date results committed from now on by now_ms (the jobs' clock, which a step of the system
+ * clock does not move) instead of their files' mtimes; results found at open keep their
+ * mtimes (read when the clocks agree). result_store_expire compares on the same clock. */
+void result_store_set_clock(result_store_t *s, int64_t (*now_ms)(void));
 const char *result_store_dir(const result_store_t *s);
 uint64_t result_store_total_bytes(const result_store_t *s);
 size_t result_store_count(const result_store_t *s);
