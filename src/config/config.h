@@ -201,6 +201,8 @@ typedef struct config {
         uint64_t max_header;     /* default 16KiB */
         unsigned max_header_count; /* default 100 */
         unsigned max_connections;  /* default 20000 */
+        uint64_t metrics_cache_ms; /* default 1s: a /metrics exposition is reused for up to
+                                    * min(this, 10 x its build time); 0 = always rebuilt */
         uint64_t header_timeout_ms; /* default 10s */
         unsigned queue_max;        /* default 1024 */
         uint64_t drain_timeout_ms; /* default 60s: in-flight bound on SIGTERM/drain */

@@ -23,7 +23,7 @@
 
 #define CONFIG_FILE_MAX (4u << 20)   /* bytes of YAML */
 #define TOKEN_FILE_MAX 4096          /* bytes in admin_token_file */
-#define MODELS_MAX 256
+#define MODELS_MAX 4096
 #define MODEL_NAME_MAX 128
 #define ALIASES_MAX 64
 #define ARGV_MAX 256                 /* cmd: words */

@@ -147,6 +147,7 @@ config_t *cfg_config_new_builtin(void)
     cfg->limits.max_header = 16ULL << 10;
     cfg->limits.max_header_count = 100;
     cfg->limits.max_connections = 20000;
+    cfg->limits.metrics_cache_ms = 1000;
     cfg->limits.header_timeout_ms = 10 * 1000;
     cfg->limits.queue_max = 1024;
     cfg->limits.drain_timeout_ms = 60 * 1000;

@@ -223,6 +223,7 @@ static const field_spec_t limits_fields[] = {
     {"max_header", cfg_fp_size, offsetof(config_t, limits.max_header), 1024, 0, NULL},
     {"max_header_count", cfg_fp_unsigned, offsetof(config_t, limits.max_header_count), 1, 10000, NULL},
     {"max_connections", cfg_fp_unsigned, offsetof(config_t, limits.max_connections), 1, 1000000, NULL},
+    {"metrics_cache", cfg_fp_duration, offsetof(config_t, limits.metrics_cache_ms), 0, 60000, NULL},
     {"header_timeout", cfg_fp_duration, offsetof(config_t, limits.header_timeout_ms), 1, 0, NULL},
     {"queue_max", cfg_fp_unsigned, offsetof(config_t, limits.queue_max), 1, 10000000, NULL},
     {"drain_timeout", cfg_fp_duration, offsetof(config_t, limits.drain_timeout_ms), 0, 0, NULL},

@@ -29,6 +29,7 @@
 #include "jobs/jobs.h"
 #include "serve/api.h"
 #include "net/conn.h"
+#include "obs/metrics.h"
 #include "path/dispatch.h"
 #include "sched/scheduler.h"
 #include "proc/process.h"
@@ -470,6 +471,7 @@ int vramd_run(vramd_t *d)
     jobs_shutdown(core);
     fleet_agent_stop();
     sched_shutdown(core);
+    metrics_forget();
     cuda_close(core->cuda); /* calls still in flight finish on the pool; their callbacks are not called */
     core->cuda = NULL;
     /* close every handle so the loop can be closed cleanly */

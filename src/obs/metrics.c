@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/buf.h"
 #include "core/core.h"
@@ -27,15 +28,19 @@ static void family(buf_t *b, const char *name, const char *type, const char *hel
 /* A label value with \\, \" and \n escaped (the only escapes the format has). */
 static void label_value(buf_t *b, const char *s)
 {
-    for (const char *p = s ? s : ""; *p; p++) {
+    const char *p = s ? s : "";
+    while (*p) {
+        size_t run = strcspn(p, "\\\"\n");
+        buf_append(b, p, run);
+        p += run;
         if (*p == '\\')
             buf_append(b, "\\\\", 2);
         else if (*p == '"')
             buf_append(b, "\\\"", 2);
         else if (*p == '\n')
             buf_append(b, "\\n", 2);
-        else
-            buf_append(b, p, 1);
+        if (*p)
+            p++;
     }
 }
 
@@ -463,7 +468,7 @@ static void host_memory_metrics(buf_t *b, core_t *d)
                  v_checkpoint_failures);
 }
 
-char *metrics_render(core_t *d, size_t *len)
+static char *render(core_t *d, size_t *len)
 {
     buf_t b;
     buf_init(&b, METRICS_MAX_BYTES);
@@ -488,4 +493,61 @@ char *metrics_render(core_t *d, size_t *len)
     if (len)
         *len = n;
     return out;
+}
+
+/* The last exposition built, kept for limits.metrics_cache (see metrics.h). */
+static struct {
+    char *text;
+    size_t len;
+    uint64_t built_ms;  /* loop time it was built at */
+    uint64_t cost_us;   /* what building it took */
+} g_last;
+
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+char *metrics_render(core_t *d, size_t *len)
+{
+    uint64_t now = core_now();
+    uint64_t keep = d->cfg->limits.metrics_cache_ms;
+    uint64_t by_cost = g_last.cost_us / 100; /* 10 x the build time, in ms */
+    if (by_cost < keep)
+        keep = by_cost;
+    if (g_last.text && keep && now - g_last.built_ms < keep) {
+        char *copy = malloc(g_last.len ? g_last.len : 1);
+        if (copy) {
+            memcpy(copy, g_last.text, g_last.len);
+            if (len)
+                *len = g_last.len;
+        }
+        return copy;
+    }
+    uint64_t t0 = mono_us();
+    size_t n = 0;
+    char *text = render(d, &n);
+    if (text == NULL)
+        return NULL;
+    free(g_last.text);
+    g_last.text = NULL;
+    char *copy = d->cfg->limits.metrics_cache_ms ? malloc(n ? n : 1) : NULL;
+    if (copy) {
+        memcpy(copy, text, n);
+        g_last.text = copy;
+        g_last.len = n;
+        g_last.built_ms = now;
+        g_last.cost_us = mono_us() - t0;
+    }
+    if (len)
+        *len = n;
+    return text;
+}
+
+void metrics_forget(void)
+{
+    free(g_last.text);
+    memset(&g_last, 0, sizeof g_last);
 }

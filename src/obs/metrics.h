@@ -24,7 +24,13 @@
 #define METRICS_MAX_BYTES (32u * 1024 * 1024)
 
 /* The whole exposition, malloc'ed (the caller frees it), its length in *len; NULL when out
- * of memory or over METRICS_MAX_BYTES. */
+ * of memory or over METRICS_MAX_BYTES. The cost of scrapes is bounded: the last exposition
+ * is kept and served again (a copy) while it is younger than the smaller of
+ * limits.metrics_cache and 10 x the time building it took, so many scrapers of a large
+ * config cannot hold the loop (docs/config.md metrics_cache); with a small config (a build
+ * of a few hundred microseconds) a scrape is fresh within milliseconds. Loop thread only. */
 char *metrics_render(core_t *d, size_t *len);
+/* Drop the kept exposition (at shutdown). */
+void metrics_forget(void);
 
 #endif
