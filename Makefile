@@ -5,6 +5,8 @@
 #   make deps       install missing Debian packages (quiet when nothing is missing)
 #   make test       deps, strict build, every test; then again under ASan+UBSan
 #   make demo       deps, build, run the main scenario on a simulated GPU
+#   make chaos      10,000 chaos requests (REQUESTS=N), JSON result in bench/results/
+#   make soak       ten minutes at twice capacity (MINUTES=N), JSON result in bench/results/
 #   make fuzz       libFuzzer binaries (clang) into build-fuzz/
 #   make lint       cppcheck over src/ and sim/; function and file length, layering (mk/); function length (mk/lint_funclen.py);
 #                   cycles and layering of src/ (mk/lint_layers.py, ranks in mk/layers.txt)
@@ -89,7 +91,7 @@ ifneq ($(CUDACKPT_SRCS),)
 BINS += $(BUILD)/bin/simcuda-checkpoint
 endif
 
-.PHONY: all deps test demo fuzz lint clean check-build
+.PHONY: all deps test demo fuzz lint clean check-build chaos soak
 all: $(BINS) $(UNIT_BINS) $(REPLAY_BINS) $(TESTHELPER_BINS) $(PRELOAD_LIBS) $(BENCH_BINS)
 
 $(BUILD)/obj/%.o: %.c
@@ -210,6 +212,15 @@ test: deps
 demo: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@/usr/bin/python3 examples/demo.py --build build
+
+# The long reliability runs (docs/reliability.md), each writing its JSON result under
+# bench/results/: 10,000 chaos requests (RELIABILITY case 14), ten minutes at twice the
+# measured capacity (case 34). Not part of `make test`; BUILD=build-san runs them under
+# the sanitizers.
+chaos: all
+	@VRAMD_BUILD=$(BUILD) /usr/bin/python3 tests/chaos/chaos.py --requests $(or $(REQUESTS),10000)
+soak: all
+	@VRAMD_BUILD=$(BUILD) /usr/bin/python3 tests/soak/soak.py --minutes $(or $(MINUTES),10)
 
 # Each fuzzer links only the sources it exercises: FUZZ_DEPS_<name> (the .c files; headers
 # listed there only trigger rebuilds), plus the libraries in FUZZ_LIBS_<name>. A fuzzer

@@ -115,13 +115,20 @@ void est_learn(est_table_t *t, unsigned level, unsigned size_class, uint64_t pea
 bool est_success(est_table_t *t, unsigned level, unsigned size_class, uint64_t base, bool use_learned)
 {
     est_cell_t *c = touch(t, level, size_class);
-    if (c->oom_floor == 0 || ++c->ok_runs < EST_DECAY_RUNS)
+    /* only a class of one size is evidence for itself: in the "no size" class, small
+     * requests that succeed say nothing of the large ones that ran out of memory */
+    if (c->oom_floor == 0 || size_class == 0 || c->learned == 0 || ++c->ok_runs < EST_DECAY_RUNS)
         return false;
     c->ok_runs = 0;
-    uint64_t under = plain(t, level, size_class, base, use_learned);
+    uint64_t plain_v = plain(t, level, size_class, base, use_learned);
+    uint64_t under = c->learned > plain_v ? c->learned : plain_v;
     if (c->oom_floor <= under || c->oom_floor - under < 2 * EST_FLOOR_MIN) {
-        c->oom_floor = 0;
-        return true;
+        /* a measured figure above the plain one (not learning: the declared value) stays
+         * as the floor: the class's requests really need it */
+        uint64_t keep = under > plain_v ? under : 0;
+        bool changed = c->oom_floor != keep;
+        c->oom_floor = keep;
+        return changed;
     }
     c->oom_floor = under + (c->oom_floor - under) / 2;
     return true;

@@ -10,9 +10,12 @@
  *   - an OOM floor: an out-of-memory answer in that class raises the class (and only it)
  *     to max(estimate x 1.25, estimate + 256 MiB, the need the answer showed), capped at
  *     what the largest allowed GPU can give a request;
- *   - the floor falls again: after every EST_DECAY_RUNS successes in the class it halves
- *     its excess over the class's measured (or declared) figure, and is dropped once that
- *     excess is under EST_FLOOR_MIN.
+ *   - the floor falls again, in a size class (not in the "no size" class 0) whose own peaks
+ *     were measured (EST_MIN_SAMPLES): after every EST_DECAY_RUNS successes it halves its
+ *     excess over the larger of the measured figure and the class's plain estimate, and is
+ *     dropped once that excess is under 2 x EST_FLOOR_MIN. In class 0 the raise stays: its
+ *     successes may all be small inputs while the large ones keep running out of memory
+ *     (a model that wants its estimates to fall declares memory.size_field).
  * A class never seen takes the learned estimate of the nearest larger size class of its
  * level (an input no larger needs no more memory), else the base the caller gives (the
  * declared per_request, the ladder level's, or the model-wide learned figure).

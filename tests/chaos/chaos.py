@@ -323,15 +323,24 @@ def main():
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=None, help="the JSON result (default bench/results/chaos-<n>-<time>.json)")
     args = ap.parse_args()
     import tempfile
+    out = args.out or str(Path(__file__).resolve().parents[2] / "bench" / "results" /
+                          f"chaos-{args.requests}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="vramd-chaos-") as tmp:
         h = Harness(Path(tmp))
         try:
             summary = run(h, args.requests, args.seed, args.clients)
         finally:
             h.close()
-    if any(summary["worker_oom_lines"].values()):
+    summary["seconds"] = round(time.monotonic() - t0, 1)
+    summary["passed"] = not any(summary["worker_oom_lines"].values())
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    print(f"chaos: {'pass' if summary['passed'] else 'FAILED'} in {summary['seconds']} s -> {out}")
+    if not summary["passed"]:
         print(f"FAILED: workers ran out of GPU memory: {summary['worker_oom_lines']}")
         return 1
     return 0

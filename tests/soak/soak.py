@@ -299,14 +299,20 @@ def main():
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--calibrate", type=float, default=10.0, help="seconds of capacity measurement")
+    ap.add_argument("--out", default=None, help="the JSON result (default bench/results/soak-<minutes>m-<time>.json)")
     args = ap.parse_args()
     import tempfile
+    out = args.out or str(Path(__file__).resolve().parents[2] / "bench" / "results" /
+                          f"soak-{args.minutes:g}m-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with tempfile.TemporaryDirectory(prefix="vramd-soak-") as tmp:
         h = Harness(Path(tmp))
         try:
-            run(h, args.minutes * 60, args.seed, args.calibrate)
+            summary = run(h, args.minutes * 60, args.seed, args.calibrate)
         finally:
             h.close()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    print(f"soak: pass -> {out}")
     return 0
 
 

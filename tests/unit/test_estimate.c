@@ -70,34 +70,54 @@ static void test_oom_raise_rule(void **state)
     assert_int_equal(est_oom(&t, 0, 0, 50 * GiB, false, 0, 40 * GiB), 50 * GiB);
 }
 
-/* Successes in the class halve the floor's excess every EST_DECAY_RUNS and drop it at last. */
+/* Successes in a measured size class halve the floor's excess every EST_DECAY_RUNS, down to
+ * the measured figure; the "no size" class keeps its raise. */
 static void test_floor_falls_with_successes(void **state)
 {
     (void)state;
     est_table_t t;
     memset(&t, 0, sizeof t);
     uint64_t base = GiB;
-    est_oom(&t, 0, 0, base, false, 33 * GiB, 0);
-    assert_int_equal(est_get(&t, 0, 0, base, false), 33 * GiB);
+    unsigned cls = est_size_class(512);
+    est_oom(&t, 0, cls, base, true, 33 * GiB, 0);
+    assert_int_equal(est_get(&t, 0, cls, base, true), 33 * GiB);
+    /* no measurement of the class yet: nothing falls */
+    for (int i = 0; i < 3 * EST_DECAY_RUNS; i++)
+        assert_false(est_success(&t, 0, cls, base, true));
+    for (int i = 0; i < 3; i++)
+        est_learn(&t, 0, cls, 2 * GiB);
+    uint64_t measured = 2 * GiB + 2 * GiB / 10;
     for (int i = 0; i < EST_DECAY_RUNS - 1; i++)
-        assert_false(est_success(&t, 0, 0, base, false));
-    assert_true(est_success(&t, 0, 0, base, false));
-    assert_int_equal(est_get(&t, 0, 0, base, false), 17 * GiB);
+        assert_false(est_success(&t, 0, cls, base, true));
+    assert_true(est_success(&t, 0, cls, base, true));
+    assert_int_equal(est_get(&t, 0, cls, base, true), measured + (33 * GiB - measured) / 2);
     int runs = 0;
-    while (est_get(&t, 0, 0, base, false) > base && runs < 1000) {
-        est_success(&t, 0, 0, base, false);
+    while (est_get(&t, 0, cls, base, true) > measured && runs < 1000) {
+        est_success(&t, 0, cls, base, true);
         runs++;
     }
-    assert_int_equal(est_get(&t, 0, 0, base, false), base);
-    assert_true(runs < 10 * EST_DECAY_RUNS);
-    /* measured peaks count as the figure the floor falls to */
+    assert_int_equal(est_get(&t, 0, cls, base, true), measured);
+    assert_true(runs < 12 * EST_DECAY_RUNS);
+    assert_int_equal(est_find(&t, 0, cls)->oom_floor, 0);
+
+    /* not learning: the floor falls to the measured figure and stays there, above the
+     * declared 1 GiB the class really exceeds */
+    memset(&t, 0, sizeof t);
+    est_oom(&t, 0, cls, base, false, 9 * GiB, 0);
+    for (int i = 0; i < 3; i++)
+        est_learn(&t, 0, cls, 2 * GiB);
+    for (int i = 0; i < 40 * EST_DECAY_RUNS; i++)
+        est_success(&t, 0, cls, base, false);
+    assert_int_equal(est_get(&t, 0, cls, base, false), measured);
+
+    /* the "no size" class keeps its raise, whatever succeeds in it */
     memset(&t, 0, sizeof t);
     est_oom(&t, 0, 0, base, true, 9 * GiB, 0);
     for (int i = 0; i < 3; i++)
-        est_learn(&t, 0, 0, 2 * GiB);
+        est_learn(&t, 0, 0, GiB);
     for (int i = 0; i < 40 * EST_DECAY_RUNS; i++)
-        est_success(&t, 0, 0, base, true);
-    assert_int_equal(est_get(&t, 0, 0, base, true), 2 * GiB + 2 * GiB / 10);
+        assert_false(est_success(&t, 0, 0, base, true));
+    assert_int_equal(est_get(&t, 0, 0, base, true), 9 * GiB);
 }
 
 /* An unseen class takes the nearest larger learned class of its level, never a smaller one. */
