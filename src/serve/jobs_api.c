@@ -690,7 +690,7 @@ static void send_result(conn_t *c, request_t *r, jobs_t *J, const char *id)
         jstore_get_result(jobs_store(J), id, after_get_result, w);
 }
 
-/* ---- dispatch ------------------------------------------------------------------------- */
+/* ---- the rows of the route table (serve/route_table.h) -------------------------------- */
 
 /* The jobs, or NULL when they are not available (answered 503 then). */
 static jobs_t *jobs_or_refuse(conn_t *c)

@@ -219,8 +219,9 @@ static void test_answers_kept(void **state)
     m = find(API_OTHER, "/v1/jobs");
     assert_null(m.row);
     assert_true(m.first && m.first->own_path);
-    static const char *const not_jobs[] = {"/v1/jobs/0123456789ABCDEF0123456789ABCDEF", "/v1/jobs/", "/v1/jobs/x/result",
-                                           "/v1/jobs/0123456789abcdef0123456789abcdef/", "/v1/jobs/a/b/c"};
+    static const char *const not_jobs[] = {"/v1/jobs/0123456789ABCDEF0123456789ABCDEF", "/v1/jobs/",
+                                           "/v1/jobs/x/result", "/v1/jobs/0123456789abcdef0123456789abcdef/",
+                                           "/v1/jobs/a/b/c"};
     for (size_t i = 0; i < sizeof not_jobs / sizeof not_jobs[0]; i++) {
         m = find(API_GET, not_jobs[i]);
         if (!m.row || strcmp(m.row->path, "/v1/jobs/**") != 0)
