@@ -1,4 +1,9 @@
-/* api: vramd's own routes (health, status, model list, admin). See api.h. */
+/*
+ * api: vramd's own routes (health, status, model list, admin) and the one match of every
+ * request against the route table (own_routes here, then jobs_api_routes). See api.h.
+ * Invariant: a request is matched once; what follows is decided by the row: the reserve
+ * check, REQ_LOCAL, 405, the token (from access), then the row's handler.
+ */
 #include "serve/api.h"
 
 #include <stdio.h>
@@ -10,6 +15,7 @@
 #include "core/model.h"
 #include "core/request.h"
 #include "serve/jobs_api.h"
+#include "serve/route_table.h"
 #include "net/conn.h"
 #include "http/http_auth.h"
 #include "path/router.h"
@@ -18,12 +24,6 @@
 #include "obs/status.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
-
-static bool path_is(const char *path, size_t len, const char *lit)
-{
-    size_t n = strlen(lit);
-    return len == n && memcmp(path, lit, n) == 0;
-}
 
 static void respond_json(conn_t *c, int status, char *json)
 {
@@ -117,7 +117,6 @@ static const request_ops_t waiter_ops = {.cancel = waiter_cancel};
 static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
 {
     r->model = m;
-    request_set_state(r, REQ_LOCAL);
     log_event(LOG_INFO, load ? "admin_load" : "admin_unload", "model=%s peer=%s", m->name, c->peer);
     if (!load && m->cfg->url && !m->cfg->unload.set && !m->cfg->sleep.set && !m->cfg->checkpoint) {
         conn_respond_error(c, 409, "no_unload_hook", m->name, -1, false,
@@ -146,9 +145,11 @@ static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
     request_set_ops(r, &waiter_ops);
 }
 
+/* ---- the handlers of the table: each answers r once (or parks it) ------------------- */
+
 /* vramd-wide readiness: 503 while starting or draining, when NVML fails and a model needs
  * it, and when every configured model has failed (nothing could be served); else 200. */
-static void respond_readyz(conn_t *c)
+static void route_readyz(conn_t *c, request_t *r, const route_args_t *a)
 {
     core_t *d = c->core;
     bool gpu_needed = false;
@@ -179,8 +180,10 @@ static void respond_readyz(conn_t *c)
 /* GET /v1/models/NAME/ready: 200 when NAME can admit work now (vramd ready and not
  * draining, the model not failed, NVML answering if it needs a GPU), 503 with the reason's
  * code otherwise, 404 for an unknown name. A stopped model is ready: it loads on demand. */
-static void respond_model_ready(conn_t *c, const char *name, size_t len)
+static void route_model_ready(conn_t *c, request_t *r, const route_args_t *a)
 {
+    const char *name = a->arg[0];
+    size_t len = a->len[0];
     core_t *d = c->core;
     model_t *m = model_by_name(d, name, len);
     if (!m || m->removed) {
@@ -202,19 +205,8 @@ static void respond_model_ready(conn_t *c, const char *name, size_t len)
     }
 }
 
-/* "/v1/models/NAME/ready": NAME's span, or false. */
-static bool model_ready_path(const char *path, size_t len, const char **name, size_t *name_len)
-{
-    static const char pre[] = "/v1/models/", suf[] = "/ready";
-    size_t pl = sizeof pre - 1, sl = sizeof suf - 1;
-    if (len <= pl + sl || memcmp(path, pre, pl) != 0 || memcmp(path + len - sl, suf, sl) != 0)
-        return false;
-    *name = path + pl;
-    *name_len = len - pl - sl;
-    return memchr(*name, '/', *name_len) == NULL;
-}
-
-static void respond_metrics(conn_t *c)
+/* Prometheus text (obs/metrics.h) */
+static void route_metrics(conn_t *c, request_t *r, const route_args_t *a)
 {
     size_t mlen = 0;
     char *text = metrics_render(c->core, &mlen);
@@ -226,74 +218,7 @@ static void respond_metrics(conn_t *c)
     free(text);
 }
 
-/* The read-only routes anyone may call; false when the path is none of them. */
-static bool public_route(conn_t *c, request_t *r, const char *path, size_t len)
-{
-    bool get = http1_span_eq(r->head, r->msg.method, "GET") || http1_span_eq(r->head, r->msg.method, "HEAD");
-    static const char ok[] = "{\"status\":\"ok\"}";
-    size_t page_len, name_len;
-    const char *page, *name;
-    if (path_is(path, len, "/healthz")) {
-        request_set_state(r, REQ_LOCAL);
-        conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
-    } else if (path_is(path, len, "/readyz")) {
-        request_set_state(r, REQ_LOCAL);
-        respond_readyz(c);
-    } else if (get && model_ready_path(path, len, &name, &name_len)) {
-        request_set_state(r, REQ_LOCAL);
-        respond_model_ready(c, name, name_len);
-    } else if (path_is(path, len, "/v1/status") && get) {
-        request_set_state(r, REQ_LOCAL);
-        respond_json(c, 200, status_render(c->core));
-    } else if (path_is(path, len, "/v1/models") && get) {
-        request_set_state(r, REQ_LOCAL);
-        respond_json(c, 200, status_models_list(c->core));
-    } else if (path_is(path, len, "/") && get) { /* the live status page (obs/page.h) */
-        request_set_state(r, REQ_LOCAL);
-        page = page_html(&page_len);
-        conn_respond(c, 200, "text/html; charset=utf-8", page, page_len, page_headers());
-    } else if (path_is(path, len, "/metrics") && get) { /* Prometheus text (obs/metrics.h); no token */
-        request_set_state(r, REQ_LOCAL);
-        respond_metrics(c);
-    } else {
-        return false;
-    }
-    return true;
-}
-
-typedef struct admin_route {
-    enum { ADMIN_NONE = 0, ADMIN_MODEL, ADMIN_DRAIN, ADMIN_RELOAD } kind;
-    bool load;        /* ADMIN_MODEL: load (else unload) */
-    const char *name; /* ADMIN_MODEL: the model's name in the path */
-    size_t name_len;
-} admin_route_t;
-
-static admin_route_t parse_admin_route(const request_t *r, const char *path, size_t len)
-{
-    admin_route_t a = {0};
-    if (!http1_span_eq(r->head, r->msg.method, "POST"))
-        return a;
-    if (path_is(path, len, "/v1/admin/drain")) {
-        a.kind = ADMIN_DRAIN;
-    } else if (path_is(path, len, "/v1/admin/reload")) {
-        a.kind = ADMIN_RELOAD;
-    } else if (len > 11 && memcmp(path, "/v1/models/", 11) == 0) {
-        const char *rest = path + 11;
-        size_t rl = len - 11;
-        const char *slash = memchr(rest, '/', rl);
-        size_t action_len = slash ? rl - (size_t)(slash - rest) - 1 : 0;
-        if (slash && ((action_len == 4 && memcmp(slash + 1, "load", 4) == 0) ||
-                      (action_len == 6 && memcmp(slash + 1, "unload", 6) == 0))) {
-            a.kind = ADMIN_MODEL;
-            a.name = rest;
-            a.name_len = (size_t)(slash - rest);
-            a.load = action_len == 4;
-        }
-    }
-    return a;
-}
-
-static void admin_reload(conn_t *c)
+static void route_reload(conn_t *c, request_t *r, const route_args_t *a)
 {
     char err[CONFIG_ERR_MAX];
     if (g_admin.reload(g_admin.ctx, err, sizeof err) != 0) {
@@ -304,87 +229,144 @@ static void admin_reload(conn_t *c)
     conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
 }
 
-static void admin_route(conn_t *c, request_t *r, const admin_route_t *a)
+/* POST /v1/models/NAME/load|unload, past the token check. */
+static void admin_model(conn_t *c, request_t *r, const route_args_t *a, bool load)
 {
     core_t *d = c->core;
-    request_set_state(r, REQ_LOCAL);
-    if (!token_ok(d, r)) {
-        log_event(LOG_WARN, "admin_unauthorized", "peer=%s path=%s", c->peer, "admin");
-        conn_respond_error(c, 401, "unauthorized", NULL, -1, false, "admin route needs a valid bearer token");
-        return;
-    }
-    if (a->kind == ADMIN_DRAIN) {
-        static const char ok[] = "{\"draining\":true}";
-        conn_respond(c, 202, "application/json", ok, sizeof ok - 1, NULL);
-        g_admin.drain(g_admin.ctx, "admin");
-        return;
-    }
-    if (a->kind == ADMIN_RELOAD) {
-        admin_reload(c);
-        return;
-    }
-    model_t *m = model_by_name(d, a->name, a->name_len);
+    model_t *m = model_by_name(d, a->arg[0], a->len[0]);
     if (!m) {
         conn_respond_error(c, 404, "unknown_model", NULL, -1, false, "no model named \"%.*s\"",
-                           (int)(a->name_len > 100 ? 100 : a->name_len), a->name);
+                           (int)(a->len[0] > 100 ? 100 : a->len[0]), a->arg[0]);
         return;
     }
     if (d->draining) {
         conn_respond_error(c, 503, "draining", m->name, 5, false, "vramd is draining");
         return;
     }
-    model_admin(c, r, m, a->load);
+    model_admin(c, r, m, load);
 }
 
-/* vramd's own routes: true when r was one (answered or parked), false for the router. */
-static bool api_handle(conn_t *c, request_t *r, const char *path, size_t len)
+static void route_healthz(conn_t *c, request_t *r, const route_args_t *a)
 {
-    if (public_route(c, r, path, len))
-        return true;
-    if (jobs_api_handle(c, r, path, len)) /* /v1/jobs... (serve/jobs_api.h) */
-        return true;
-    admin_route_t a = parse_admin_route(r, path, len);
-    if (a.kind == ADMIN_NONE)
-        return false;
-    admin_route(c, r, &a);
-    return true;
+    static const char ok[] = "{\"status\":\"ok\"}";
+    conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
 }
 
-/* A connection accepted into the reserve (past limits.max_connections) is for operators:
- * health, readiness, status, metrics and the admin routes; nothing there reaches a model. */
-static bool reserve_route(const request_t *r, const char *path, size_t len)
+static void route_status(conn_t *c, request_t *r, const route_args_t *a)
 {
-    return path_is(path, len, "/healthz") || path_is(path, len, "/readyz") || path_is(path, len, "/v1/status") ||
-           path_is(path, len, "/metrics") || parse_admin_route(r, path, len).kind != ADMIN_NONE;
+    respond_json(c, 200, status_render(c->core));
 }
 
+static void route_models(conn_t *c, request_t *r, const route_args_t *a)
+{
+    respond_json(c, 200, status_models_list(c->core));
+}
+
+static void route_page(conn_t *c, request_t *r, const route_args_t *a) /* the live status page (obs/page.h) */
+{
+    size_t page_len;
+    const char *page = page_html(&page_len);
+    conn_respond(c, 200, "text/html; charset=utf-8", page, page_len, page_headers());
+}
+
+static void route_load(conn_t *c, request_t *r, const route_args_t *a)
+{
+    admin_model(c, r, a, true);
+}
+
+static void route_unload(conn_t *c, request_t *r, const route_args_t *a)
+{
+    admin_model(c, r, a, false);
+}
+
+static void route_drain(conn_t *c, request_t *r, const route_args_t *a)
+{
+    static const char ok[] = "{\"draining\":true}";
+    conn_respond(c, 202, "application/json", ok, sizeof ok - 1, NULL);
+    g_admin.drain(g_admin.ctx, "admin");
+}
+
+/* ---- the table (docs/api.md lists the same rows; test_route_docs compares them) ---- */
+
+#define GET_HEAD (API_GET | API_HEAD)
+
+static const api_route_t own_routes[] = {
+    /* methods, path pattern, handler, the token it needs, reachable from the reserve. None
+     * of these owns its path: another method goes on to the router (e.g. a model with
+     * route: / still gets POST /); the jobs rows own theirs (405). */
+    {API_ANY, "/healthz", route_healthz, API_PUBLIC, .reserve = true},
+    {API_ANY, "/readyz", route_readyz, API_PUBLIC, .reserve = true},
+    {GET_HEAD, "/v1/models/*/ready", route_model_ready, API_PUBLIC, .reserve = false},
+    {GET_HEAD, "/v1/status", route_status, API_PUBLIC, .reserve = true},
+    {GET_HEAD, "/v1/models", route_models, API_PUBLIC, .reserve = false},
+    {GET_HEAD, "/", route_page, API_PUBLIC, .reserve = false},
+    {GET_HEAD, "/metrics", route_metrics, API_PUBLIC, .reserve = true},
+    {API_POST, "/v1/models/*/load", route_load, API_ADMIN, .reserve = true},
+    {API_POST, "/v1/models/*/unload", route_unload, API_ADMIN, .reserve = true},
+    {API_POST, "/v1/admin/drain", route_drain, API_ADMIN, .reserve = true},
+    {API_POST, "/v1/admin/reload", route_reload, API_ADMIN, .reserve = true},
+    {0},
+};
+
+static const api_route_t *const route_tables[] = {own_routes, jobs_api_routes, NULL};
+
+const api_route_t *const *api_route_tables(void)
+{
+    return route_tables;
+}
+
+/* ---- one match per request ------------------------------------------------------------ */
+
+/* A reserve connection asked for a row not marked reserve (or none): 503, then close. */
 static void refuse_reserve(conn_t *c)
 {
+    char allowed[400];
+    route_reserve_text(route_tables, allowed, sizeof allowed);
     core_count(c->core, CORE_CNT_RESERVE_REFUSED);
     conn_respond_error(c, 503, "overloaded", NULL, 1, true,
-                       "connection limit (%u) reached: this connection may only reach /healthz, /readyz, "
-                       "/v1/status, /metrics and the admin routes",
-                       c->core->cfg->limits.max_connections);
+                       "connection limit (%u) reached: this connection may only reach %s",
+                       c->core->cfg->limits.max_connections, allowed);
+}
+
+static void method_not_allowed(conn_t *c, unsigned allowed)
+{
+    char text[64];
+    route_methods_text(allowed, ", ", text, sizeof text);
+    conn_respond_error(c, 405, "method_not_allowed", NULL, -1, false, "allowed: %s", text);
+}
+
+/* The token the row's access asks for; false when it answered 401. */
+static bool authorized(conn_t *c, const request_t *r, const api_route_t *row)
+{
+    if (row->access != API_ADMIN || token_ok(c->core, r))
+        return true;
+    log_event(LOG_WARN, "admin_unauthorized", "peer=%s path=%s", c->peer, row->path);
+    conn_respond_error(c, 401, "unauthorized", NULL, -1, false, "%s",
+                       row->unauthorized ? row->unauthorized : "admin route needs a valid bearer token");
+    return false;
 }
 
 void api_on_request(conn_t *c, request_t *r)
 {
     const char *path = r->head + r->msg.target.off;
-    size_t plen = r->msg.target.len;
-    size_t qpos = 0;
-    while (qpos < plen && path[qpos] != '?')
-        qpos++;
-    if (c->reserve && !reserve_route(r, path, qpos)) {
-        refuse_reserve(c);
+    size_t len = 0;
+    while (len < r->msg.target.len && path[len] != '?')
+        len++;
+    route_match_t m;
+    route_find(route_tables, route_method(r->head, r->msg.method), path, len, &m);
+    if (c->reserve && !(m.row && m.row->reserve)) {
+        refuse_reserve(c); /* nothing on the reserve reaches a model, nor POST /v1/status */
         return;
     }
-    if (api_handle(c, r, path, qpos))
-        return;
-    if (c->reserve) {
-        refuse_reserve(c); /* e.g. POST /v1/status: never the router */
+    if (!m.row && !(m.first && m.first->own_path)) {
+        router_route(c, r);
         return;
     }
-    router_route(c, r);
+    request_set_state(r, REQ_LOCAL);
+    if (!m.row)
+        method_not_allowed(c, m.allowed);
+    else if (authorized(c, r, m.row))
+        m.row->handler(c, r, &m.args);
 }
 
 void api_init(core_t *core, const api_admin_ops_t *admin)

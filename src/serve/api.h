@@ -1,25 +1,18 @@
 /*
- * api: vramd's own HTTP routes.
+ * api: vramd's own HTTP routes: health and readiness (vramd's and one model's), status,
+ * the model list, the status page, metrics, and the admin routes (load, unload, drain,
+ * reload); the durable jobs' routes are serve/jobs_api.h's. What each answers: docs/api.md.
  *
- *   GET  /healthz                    200 while the loop runs
- *   GET  /readyz                     200 when vramd can serve: 503 not_ready (starting), draining,
- *                                    gpu_unavailable (NVML fails, a model needs it), or
- *                                    all_models_failed (every configured model is failed)
- *   GET  /v1/models/{name}/ready     200 when that model can admit work; 503 draining, not_ready,
- *                                    model_failed, gpu_unavailable; 404 unknown_model
- *   GET  /v1/status                  JSON status (obs/status.c)
- *   GET  /v1/models                  OpenAI-style model list (names and aliases)
- *   POST /v1/models/{name}/load      admin: load; answers when READY (200) or FAILED (503)
- *   POST /v1/models/{name}/unload    admin: unload; answers when no instance is left (200)
- *   POST /v1/admin/drain             admin: 202, then drain and exit 0
- *   POST /v1/admin/reload            admin: 200, or 400 bad_config with the parse error
- *
- * Admin routes need "Authorization: Bearer TOKEN" when admin_token_file is set (401
- * unauthorized otherwise; the comparison is constant-time). Load/unload calls that wait
- * are parked on the model's waiters list (their ops: cancel unlinks them); on every
- * CORE_EV_MODEL_CHANGED the waiters whose condition now holds are answered.
- * api_on_request is the connections' request handler (the composition root gives it to
- * conn_accept): vramd's own routes, then /v1/jobs (serve/jobs_api.h), then the router.
+ * The routes are the rows of one table (serve/route_table.h): own_routes in api.c, then the
+ * rows jobs_api.c exports; docs/api.md lists the same rows. api_on_request matches a request
+ * once: a connection on the reserve reaches only rows marked reserve (else 503 overloaded
+ * naming them); a path no row has goes to the router (path/router.h), as does another
+ * method on a path whose rows do not own it (the jobs rows do: 405 method_not_allowed);
+ * an API_ADMIN row needs "Authorization: Bearer TOKEN" when admin_token_file is set (401
+ * unauthorized otherwise; the comparison is constant-time), then its handler answers.
+ * Load/unload calls that wait are parked on the model's waiters list (their ops: cancel
+ * unlinks them); on every CORE_EV_MODEL_CHANGED the waiters whose condition now holds are
+ * answered. The composition root gives api_on_request to conn_accept.
  * Drain and reload are the composition root's: it hands them over in api_init.
  */
 #ifndef VRAMD_SERVE_API_H
@@ -30,6 +23,7 @@
 
 #include "core/core.h"
 #include "core/types.h"
+#include "serve/route_table.h"
 
 /* What the admin routes ask of the daemon itself. */
 typedef struct api_admin_ops {
@@ -40,5 +34,8 @@ typedef struct api_admin_ops {
 
 void api_init(core_t *core, const api_admin_ops_t *admin);
 void api_on_request(conn_t *c, request_t *r);
+
+/* The route tables api_on_request matches, in order (NULL-terminated; for tests). */
+const api_route_t *const *api_route_tables(void);
 
 #endif

@@ -28,7 +28,6 @@
 #include "jobstore/result_store.h"
 #include "jobstore/job_submitter.h"
 #include "policy/client_limit.h"
-#include "http/http_auth.h"
 #include "net/conn.h"
 #include "path/router.h"
 #include "sched/scheduler.h"
@@ -482,11 +481,6 @@ static void after_list(void *ctx, int rc, const char *err, const job_record_t *r
 static void list_jobs(conn_t *c, request_t *r, jobs_t *J)
 {
     core_t *d = c->core;
-    if (!http_bearer_ok(d->cfg->admin_token, r->head, &r->msg)) {
-        conn_respond_error(c, 401, "unauthorized", NULL, -1, false,
-                           "listing jobs reveals their ids: it needs the admin bearer token");
-        return;
-    }
     const char *target = r->head + r->msg.target.off;
     size_t tlen = r->msg.target.len;
     const char *q = memchr(target, '?', tlen);
@@ -696,64 +690,83 @@ static void send_result(conn_t *c, request_t *r, jobs_t *J, const char *id)
         jstore_get_result(jobs_store(J), id, after_get_result, w);
 }
 
-/* ---- dispatch ------------------------------------------------------------------------- */
+/* ---- the rows of the route table (serve/route_table.h) -------------------------------- */
 
-static void method_not_allowed(conn_t *c, const char *allow)
+/* The jobs, or NULL when they are not available (answered 503 then). */
+static jobs_t *jobs_or_refuse(conn_t *c)
 {
-    conn_respond_error(c, 405, "method_not_allowed", NULL, -1, false, "allowed: %s", allow);
-}
-
-bool jobs_api_handle(conn_t *c, request_t *r, const char *path, size_t len)
-{
-    if (len < 8 || memcmp(path, "/v1/jobs", 8) != 0 || (len > 8 && path[8] != '/'))
-        return false;
-    request_set_state(r, REQ_LOCAL);
-    const char *head = r->head;
-    bool get = http1_span_eq(head, r->msg.method, "GET") || http1_span_eq(head, r->msg.method, "HEAD");
-    bool post = http1_span_eq(head, r->msg.method, "POST");
-    bool del = http1_span_eq(head, r->msg.method, "DELETE");
     jobs_t *J = jobs_get(c->core);
-    const char *rest = path + 9;
-    size_t rl = len > 9 ? len - 9 : 0;
-    const char *slash = len > 9 ? memchr(rest, '/', rl) : NULL;
-    size_t idl = slash ? (size_t)(slash - rest) : rl;
-    char id[JOB_ID_SIZE];
-    if (len > 8) {
-        /* /v1/jobs/{id}[/result]: anything but a well-formed id is not a job */
-        bool result = slash && (size_t)(rest + rl - slash) == 7 && memcmp(slash, "/result", 7) == 0;
-        if (!job_id_valid_n(rest, idl) || (slash && !result)) {
-            conn_respond_error(c, 404, "not_found", NULL, -1, false, "no such job");
-            return true;
-        }
-        if (!J) {
-            conn_respond_error(c, 503, "jobs_unavailable", NULL, 30, false, "jobs are not available (see the log)");
-            return true;
-        }
-        memcpy(id, rest, JOB_ID_LEN);
-        id[JOB_ID_LEN] = '\0';
-        if (result) {
-            if (get)
-                send_result(c, r, J, id);
-            else
-                method_not_allowed(c, "GET, HEAD");
-        } else if (get) {
-            show_job(c, r, J, id);
-        } else if (del) {
-            cancel_job(c, r, J, id);
-        } else {
-            method_not_allowed(c, "GET, HEAD, DELETE");
-        }
-        return true;
-    }
-    if (!J) {
+    if (!J)
         conn_respond_error(c, 503, "jobs_unavailable", NULL, 30, false, "jobs are not available (see the log)");
-        return true;
-    }
-    if (post)
-        submit(c, r, J);
-    else if (get)
-        list_jobs(c, r, J);
-    else
-        method_not_allowed(c, "GET, POST");
-    return true;
+    return J;
 }
+
+/* The job id of a matched /v1/jobs/{id} path (job_id_valid_n passed: JOB_ID_LEN bytes). */
+static void arg_id(const route_args_t *a, char id[JOB_ID_SIZE])
+{
+    memcpy(id, a->arg[0], JOB_ID_LEN);
+    id[JOB_ID_LEN] = '\0';
+}
+
+static void route_submit(conn_t *c, request_t *r, const route_args_t *a)
+{
+    jobs_t *J = jobs_or_refuse(c);
+    if (J)
+        submit(c, r, J);
+}
+
+static void route_list(conn_t *c, request_t *r, const route_args_t *a)
+{
+    jobs_t *J = jobs_or_refuse(c);
+    if (J)
+        list_jobs(c, r, J);
+}
+
+static void route_show(conn_t *c, request_t *r, const route_args_t *a)
+{
+    char id[JOB_ID_SIZE];
+    jobs_t *J = jobs_or_refuse(c);
+    arg_id(a, id);
+    if (J)
+        show_job(c, r, J, id);
+}
+
+static void route_cancel(conn_t *c, request_t *r, const route_args_t *a)
+{
+    char id[JOB_ID_SIZE];
+    jobs_t *J = jobs_or_refuse(c);
+    arg_id(a, id);
+    if (J)
+        cancel_job(c, r, J, id);
+}
+
+static void route_result(conn_t *c, request_t *r, const route_args_t *a)
+{
+    char id[JOB_ID_SIZE];
+    jobs_t *J = jobs_or_refuse(c);
+    arg_id(a, id);
+    if (J)
+        send_result(c, r, J, id);
+}
+
+/* Anything else under /v1/jobs/ (an id that is not one, an unknown tail): no disk touched. */
+static void route_no_such_job(conn_t *c, request_t *r, const route_args_t *a)
+{
+    conn_respond_error(c, 404, "not_found", NULL, -1, false, "no such job");
+}
+
+#define GET_HEAD (API_GET | API_HEAD)
+
+/* The jobs' rows of vramd's route table (serve/api.c matches them after its own). They own
+ * their paths: another method is 405. A '*' that is not a well-formed id matches no row
+ * but the last one (404). docs/api.md lists the same rows. */
+const api_route_t jobs_api_routes[] = {
+    {API_POST, "/v1/jobs", route_submit, API_PUBLIC, .own_path = true},
+    {GET_HEAD, "/v1/jobs", route_list, API_ADMIN, .own_path = true,
+     .unauthorized = "listing jobs reveals their ids: it needs the admin bearer token"},
+    {GET_HEAD, "/v1/jobs/*", route_show, API_PUBLIC, .own_path = true, .arg_ok = job_id_valid_n},
+    {API_DELETE, "/v1/jobs/*", route_cancel, API_PUBLIC, .own_path = true, .arg_ok = job_id_valid_n},
+    {GET_HEAD, "/v1/jobs/*/result", route_result, API_PUBLIC, .own_path = true, .arg_ok = job_id_valid_n},
+    {API_ANY, "/v1/jobs/**", route_no_such_job, API_PUBLIC, .own_path = true},
+    {0},
+};

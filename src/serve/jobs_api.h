@@ -11,17 +11,15 @@
  *
  * An {id} that is not exactly 32 lower-case hex characters is 404 not_found before anything
  * else happens: no journal lookup, no file name is ever built from it.
- * jobs_api_handle returns true when the path is one of these routes (the request is then
- * answered, or streaming its result), false otherwise.
+ * They are rows of vramd's route table (serve/route_table.h): jobs_api_routes, which
+ * serve/api.c matches after its own rows; it checks the token of the list (API_ADMIN) and
+ * answers 405 for another method. Each handler answers once, or streams the result.
  */
 #ifndef VRAMD_SERVE_JOBS_API_H
 #define VRAMD_SERVE_JOBS_API_H
 
-#include <stdbool.h>
-#include <stddef.h>
+#include "serve/route_table.h"
 
-#include "core/types.h"
-
-bool jobs_api_handle(conn_t *c, request_t *r, const char *path, size_t path_len);
+extern const api_route_t jobs_api_routes[]; /* ends with a {0} row */
 
 #endif

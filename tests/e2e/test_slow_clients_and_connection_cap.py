@@ -267,6 +267,10 @@ def test_health_and_status_reachable_at_the_connection_cap(vramd):
             assert r.error_code() == "overloaded", r
             assert r.headers.get("retry-after") == "1", r
             assert c.closed_by_peer(5)
+        # the message names what the reserve reaches (the route table's reserve rows)
+        msg = r.json()["error"]["message"]
+        assert "/healthz, /readyz, GET|HEAD /v1/status" in msg and "POST /v1/admin/drain" in msg, msg
+        assert "/v1/jobs" not in msg, msg
         # fill the reserve (connections are accepted in order): the next one is closed at once
         assert not vd.events("connection_refused")
         for _ in range(2):

@@ -128,7 +128,8 @@ def test_validation_errors(vramd, tmp_path):
     r = submit(vd, {"model": "nope", "path": "/work"})
     assert r.status == 404 and r.error_code() == "unknown_model"
     r = http_request(vd.port, "PUT", "/v1/jobs")
-    assert r.status == 405
+    assert r.status == 405 and r.error_code() == "method_not_allowed", r
+    assert r.json()["error"]["message"] == "allowed: GET, HEAD, POST", r
     # nothing was stored
     assert http_request(vd.port, "GET", "/v1/jobs").json()["jobs"] == []
 
