@@ -14,6 +14,9 @@
  *   GET  /gpu_status/  /status/            memory as this process and the GPU see it, and
  *                                          whether its GPU work is held by a CUDA lock
  * Paths match with or without a trailing slash. Unknown path: 404; wrong method: 405.
+ * Every POST to a hook path (unload/reload, sleep/wake, clear_cache and their aliases) is
+ * logged as `hook_called` with its path and body (the first SW_HOOK_BODY_LOG bytes) when it
+ * is handled (once more when a CUDA lock held it back), so a test can see what vramd sent.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,6 +29,18 @@
 #include "worker.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
+#define SW_HOOK_BODY_LOG 1024
+
+/* A hook call as it arrived: its path and body (cut at SW_HOOK_BODY_LOG bytes; NUL bytes end it). */
+static void log_hook(const sw_worker_t *w, const sw_http_req_t *r, const char *p)
+{
+    char body[SW_HOOK_BODY_LOG + 1];
+    size_t n = r->body_len < SW_HOOK_BODY_LOG ? r->body_len : SW_HOOK_BODY_LOG;
+    if (n)
+        memcpy(body, r->body, n);
+    body[n] = 0;
+    log_event(LOG_INFO, "hook_called", "model=%s path=%s body_bytes=%zu body=%s", w->f.name, p, r->body_len, body);
+}
 
 /* Path without trailing slashes ("/" stays "/"). */
 static void normalize(const char *path, char *out, size_t cap)
@@ -215,25 +230,31 @@ void sw_routes_handle(sw_http_req_t *r, void *ctx)
         else
             known = false;
     } else if (!strcmp(p, "/unload_models") || !strcmp(p, "/sleep") || !strcmp(p, "/release_memory_occupation")) {
-        if (post)
+        if (post) {
+            log_hook(w, r, p);
             unload(w, r, strcmp(p, "/unload_models") != 0);
-        else
+        } else {
             known = false;
+        }
     } else if (!strcmp(p, "/reload_models") || !strcmp(p, "/wake_up") || !strcmp(p, "/resume_memory_occupation")) {
-        if (post)
+        if (post) {
+            log_hook(w, r, p);
             reload(w, r, strcmp(p, "/reload_models") != 0);
-        else
+        } else {
             known = false;
+        }
     } else if (!strcmp(p, "/is_sleeping")) {
         if (is_get(r))
             sw_respond_json(r, 200, NULL, "{\"is_sleeping\": %s}", w->asleep ? "true" : "false");
         else
             known = false;
     } else if (!strcmp(p, "/clear_cache") || !strcmp(p, "/cleanup_gpu") || !strcmp(p, "/cleanup-memory")) {
-        if (post)
+        if (post) {
+            log_hook(w, r, p);
             clear_cache(w, r);
-        else
+        } else {
             known = false;
+        }
     } else if (!strcmp(p, "/gpu_status") || !strcmp(p, "/status")) {
         if (is_get(r))
             gpu_status(w, r);

@@ -77,6 +77,27 @@ enum unload_reason {
     UNLOAD_REASONS
 };
 
+/* Which of a model's hooks vramd calls (vramd_hook_calls_total{hook}; workers/hooks.c makes
+ * every call). Names: hook_kind_name. */
+enum hook_kind {
+    HOOK_CLEAR_CACHE = 0, /* give the allocator cache back (the scheduler's, or before a park) */
+    HOOK_UNLOAD,          /* eviction without parking, the tier after a park */
+    HOOK_RELOAD,          /* an UNLOADED instance needed again */
+    HOOK_SLEEP,           /* park tier: weights to host memory */
+    HOOK_WAKE,            /* a PARKED (sleep) instance needed again, or an external server found */
+    HOOK_KINDS
+};
+
+/* How a hook call ended (vramd_hook_calls_total{outcome}). Names: hook_outcome_name. */
+enum hook_outcome {
+    HOOK_OK = 0,           /* a 2xx answer */
+    HOOK_HTTP_ERROR,       /* an answer, not 2xx */
+    HOOK_FAILED,           /* no valid answer (refused, reset, malformed) or the call could not be made */
+    HOOK_TIMEOUT,          /* no answer within the hook's timeout */
+    HOOK_LOCAL_SHORTAGE,   /* not made, or broken off, for want of vramd's own descriptors or memory */
+    HOOK_OUTCOMES
+};
+
 /* Why a worker had to be (re)started (vramd_worker_restarts_total{reason}). Every reason
  * but RECYCLE is a failure counted in restarts_total (backoff, failed state); RECYCLE is a
  * planned replacement (instance_recycle). Names: restart_reason_name. */
@@ -128,7 +149,11 @@ struct instance {
                               * (CUDA context, residue): the least NVML showed while it started,
                               * or what a settled reclaim left; 0 = not known (sched_snapshot.c) */
     uint64_t last_clear_cache_ms;
-    struct http_call *hook_call;
+    struct http_call *hook_call;  /* the one hook call in flight (workers/hooks.c) */
+    enum hook_kind hook_kind;     /* which hook it is */
+    uint64_t hook_deadline_ms;    /* when its timeout runs out (core_now() clock) */
+    /* whom its answer goes to after it is counted and logged (an http_call_cb) */
+    void (*hook_cb)(void *ctx, int status, const char *body, size_t len, const char *error);
     unsigned in_flight;
     uint64_t requests_total;
     unsigned failed_in_row;  /* consecutive requests that ended in a worker failure or 5xx */
@@ -232,6 +257,7 @@ struct model {
     /* metrics (obs/metrics.c). They live with the model_t, so they survive config reloads. */
     uint64_t unloads_by_reason[UNLOAD_REASONS];      /* sums to unloads_total */
     uint64_t restarts_by_reason[RESTART_REASONS];    /* all but RECYCLE sum to restarts_total */
+    uint64_t hook_calls[HOOK_KINDS][HOOK_OUTCOMES];  /* hook calls by hook and how they ended */
     uint64_t degraded_by_level[MODEL_DEGRADE_LEVELS]; /* level a request was degraded to; sums to degraded_total */
     struct model_outcome {
         char name[MODEL_OUTCOME_NAME_MAX]; /* "ok", "client_error", "queue_full", ... */

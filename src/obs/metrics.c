@@ -45,7 +45,9 @@ static void label_value(buf_t *b, const char *s)
 }
 
 /* name{k1="v1",k2="v2"} for up to two labels (k2 may be NULL), no trailing space. */
-static void series(buf_t *b, const char *name, const char *k1, const char *v1, const char *k2, const char *v2)
+/* name{k1="v1",k2="v2",k3="v3"}: labels up to the first NULL key. */
+static void series3(buf_t *b, const char *name, const char *k1, const char *v1, const char *k2, const char *v2,
+                    const char *k3, const char *v3)
 {
     buf_append_str(b, name);
     if (!k1)
@@ -55,8 +57,17 @@ static void series(buf_t *b, const char *name, const char *k1, const char *v1, c
     if (k2) {
         buf_printf(b, "\",%s=\"", k2);
         label_value(b, v2);
+        if (k3) {
+            buf_printf(b, "\",%s=\"", k3);
+            label_value(b, v3);
+        }
     }
     buf_append_str(b, "\"}");
+}
+
+static void series(buf_t *b, const char *name, const char *k1, const char *v1, const char *k2, const char *v2)
+{
+    series3(b, name, k1, v1, k2, v2, NULL, NULL);
 }
 
 static void sample_u64(buf_t *b, const char *name, const char *k1, const char *v1, const char *k2, const char *v2,
@@ -251,26 +262,9 @@ static void model_family(buf_t *b, core_t *d, const char *name, const char *type
     }
 }
 
-static void model_metrics(buf_t *b, core_t *d)
+/* How the model's requests ended and how long they took and waited. */
+static void request_families(buf_t *b, core_t *d)
 {
-    model_family(b, d, "vramd_queue_depth", "gauge", "Requests waiting in the model's queue.", v_queue_depth);
-    model_family(b, d, "vramd_in_flight", "gauge", "Requests of the model running on a worker now.", v_in_flight);
-    model_family(b, d, "vramd_model_instances", "gauge", "Worker instances of the model, in any state.", v_instances);
-
-    family(b, "vramd_model_state", "gauge", "1 for the model's current state, 0 for the others.");
-    static const enum model_state states[] = {MODEL_STOPPED,  MODEL_STARTING,  MODEL_READY,
-                                              MODEL_DRAINING, MODEL_UNLOADING, MODEL_FAILED};
-    list_foreach(it, &d->models) {
-        const model_t *m = list_entry(it, model_t, link);
-        enum model_state now = model_state(m);
-        for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
-            sample_u64(b, "vramd_model_state", "model", m->name, "state", model_state_name(states[i]),
-                       states[i] == now ? 1 : 0);
-    }
-
-    model_family(b, d, "vramd_model_per_request_estimate_bytes", "gauge",
-                 "The model's per-request memory estimate now (declared, learned, raised by OOMs).", v_estimate);
-
     family(b, "vramd_requests_total", "counter",
            "Requests routed to the model that ended, by outcome: ok (2xx/3xx answer delivered), "
            "client_error/server_error (worker 4xx/5xx), cancelled (client left), or vramd's error code.");
@@ -300,6 +294,61 @@ static void model_metrics(buf_t *b, core_t *d)
         const model_t *m = list_entry(it, model_t, link);
         histogram_samples(b, "vramd_queue_wait_seconds", m->name, &m->queue_wait_hist);
     }
+}
+
+static bool hook_configured(const model_t *m, enum hook_kind k)
+{
+    const model_config_t *c = m->cfg;
+    const config_hook_t *h[HOOK_KINDS] = {&c->clear_cache, &c->unload, &c->reload, &c->sleep, &c->wake};
+    return h[k]->set;
+}
+
+/* vramd_hook_calls_total{model,hook,outcome}: every outcome of each hook a model has (or had
+ * calls of, before a reload took the hook away). */
+static void hook_calls_family(buf_t *b, core_t *d)
+{
+    family(b, "vramd_hook_calls_total", "counter",
+           "Calls of the model's hooks (clear_cache, unload, reload, sleep, wake), by how they ended: ok (2xx), "
+           "http_error (another answer), failed (no valid answer, or not made), timeout, local_shortage "
+           "(vramd's own descriptors or memory ran out).");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        for (int k = 0; k < HOOK_KINDS; k++) {
+            uint64_t any = 0;
+            for (int o = 0; o < HOOK_OUTCOMES; o++)
+                any += m->hook_calls[k][o];
+            if (!any && !hook_configured(m, (enum hook_kind)k))
+                continue;
+            for (int o = 0; o < HOOK_OUTCOMES; o++) {
+                series3(b, "vramd_hook_calls_total", "model", m->name, "hook", hook_kind_name((enum hook_kind)k),
+                        "outcome", hook_outcome_name((enum hook_outcome)o));
+                buf_printf(b, " %llu\n", (unsigned long long)m->hook_calls[k][o]);
+            }
+        }
+    }
+}
+
+static void model_metrics(buf_t *b, core_t *d)
+{
+    model_family(b, d, "vramd_queue_depth", "gauge", "Requests waiting in the model's queue.", v_queue_depth);
+    model_family(b, d, "vramd_in_flight", "gauge", "Requests of the model running on a worker now.", v_in_flight);
+    model_family(b, d, "vramd_model_instances", "gauge", "Worker instances of the model, in any state.", v_instances);
+
+    family(b, "vramd_model_state", "gauge", "1 for the model's current state, 0 for the others.");
+    static const enum model_state states[] = {MODEL_STOPPED,  MODEL_STARTING,  MODEL_READY,
+                                              MODEL_DRAINING, MODEL_UNLOADING, MODEL_FAILED};
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        enum model_state now = model_state(m);
+        for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
+            sample_u64(b, "vramd_model_state", "model", m->name, "state", model_state_name(states[i]),
+                       states[i] == now ? 1 : 0);
+    }
+
+    model_family(b, d, "vramd_model_per_request_estimate_bytes", "gauge",
+                 "The model's per-request memory estimate now (declared, learned, raised by OOMs).", v_estimate);
+
+    request_families(b, d);
 
     model_family(b, d, "vramd_model_loads_total", "counter",
                  "Times an instance of the model became loaded (first health check passed after a start or a reload hook).",
@@ -311,6 +360,7 @@ static void model_metrics(buf_t *b, core_t *d)
             sample_u64(b, "vramd_model_unloads_total", "model", m->name, "reason",
                        unload_reason_name((enum unload_reason)r), m->unloads_by_reason[r]);
     }
+    hook_calls_family(b, d);
     model_family(b, d, "vramd_oom_total", "counter", "Worker answers recognised as out of memory (degrade.detect).",
                  v_oom);
     family(b, "vramd_degraded_total", "counter", "Requests run at a degradation ladder level, by the level (1 = first ladder entry).");

@@ -1,14 +1,15 @@
 /*
  * sched_admit: a request's way through the memory book: admission (its REQUEST entry,
  * sized estimate - cache credit), the claim it no longer needs, what is learned when it
- * finishes (run time, peak samples, OOMs, load times), and asking idle instances to give
- * their cached memory back through their clear_cache hook.
+ * finishes (run time, peak samples, OOMs, load times), and choosing the idle instances
+ * asked to give their cached memory back (the supervisor calls their clear_cache hook:
+ * actions.clear_cache; this file fills no supervisor field and makes no HTTP call).
  * Invariants: a request holds its entry from sched_admit until sched_request_finished,
  * however it ends; the credit it took from its instance's verified cache is returned with
  * it; memory a finished request leaves behind is booked on its instance (unverified) until
  * the next snapshot measures it; a request younger than the GPU's claim does not lock
  * away, in a busy instance, cache the claimant lacks (sched_yields_to_claim). Calls down
- * only, into scheduler.c (scheduler_int.h).
+ * only, into scheduler.c (scheduler_int.h), and out through the action table.
  * Loop thread only.
  */
 #include "sched/scheduler.h"
@@ -21,26 +22,15 @@
 #include "core/core.h"
 #include "core/request.h"
 #include "sched/scheduler_int.h"
-#include "net/http_call.h"
 
 #define LEARN_MIN_SAMPLES 3
 
 /* ---- cached memory given back ----------------------------------------------------- */
 
-static void on_hook_answer(void *ctx, int status, const char *body, size_t len, const char *error)
-{
-    (void)body;
-    (void)len;
-    instance_t *inst = ctx;
-    inst->hook_call = NULL;
-    log_event(status >= 200 && status < 300 ? LOG_INFO : LOG_WARN, "clear_cache_done",
-              "model=%s instance=%u status=%d error=%s", inst->model->name, inst->id, status, error);
-    if (sched_state.gpu)
-        gpu_poll_now(sched_state.gpu);
-}
-
 /* Ask idle instances on GPU pos that hold cached memory (and have a clear_cache hook) to
- * give it back. Instances without a hook keep holding it until unloaded. */
+ * give it back, through the supervisor (actions.clear_cache: the hook as configured, its
+ * answer followed by an NVML reading). Instances without a hook keep holding it until
+ * unloaded. */
 void sched_clear_caches(size_t pos, const model_t *except)
 {
     core_t *d = sched_state.core;
@@ -55,18 +45,10 @@ void sched_clear_caches(size_t pos, const model_t *except)
                 sched_instance_cache(in) < SCHED_YIELD_MIN_BYTES ||
                 now - in->last_clear_cache_ms < SCHED_CLEAR_CACHE_MIN_INTERVAL_MS)
                 continue;
-            in->last_clear_cache_ms = now;
-            http_call_req_t req = {.host = in->host,
-                                   .port = in->port,
-                                   .method = m->cfg->clear_cache.method ? m->cfg->clear_cache.method : "POST",
-                                   .path = m->cfg->clear_cache.path,
-                                   .timeout_ms = m->cfg->clear_cache.timeout_ms ? m->cfg->clear_cache.timeout_ms
-                                                                                : 30000};
-            char err[160];
-            log_event(LOG_INFO, "clear_cache", "model=%s instance=%u cached=%llu", m->name, in->id,
-                      (unsigned long long)sched_instance_cache(in));
-            if (http_call_start(d->loop, &req, on_hook_answer, in, &in->hook_call, err, sizeof err) != 0)
-                in->hook_call = NULL;
+            uint64_t cached = sched_instance_cache(in);
+            if (sched_state.actions.clear_cache(in))
+                log_event(LOG_INFO, "clear_cache", "model=%s instance=%u cached=%llu", m->name, in->id,
+                          (unsigned long long)cached);
         }
     }
 }

@@ -54,6 +54,9 @@ typedef struct sched_actions {
     void (*evict)(instance_t *inst, const char *why);     /* make room: the cheapest tier (park, unload, stop) */
     void (*recycle)(instance_t *inst, const char *why);   /* replace once idle (memory growth) */
     void (*reclaimed)(instance_t *inst, bool ok);         /* NVML shows its memory back (or gave up) */
+    /* ask an idle instance for its allocator cache (its clear_cache hook; an NVML reading
+     * follows the answer); false when it was not asked */
+    bool (*clear_cache)(instance_t *inst);
     /* how long a request would wait for inst to come back if evicted now (the tier evict
      * would take: a learned wake or restore, a reload, a start); NULL = its learned load time */
     uint64_t (*return_cost_ms)(const instance_t *inst);

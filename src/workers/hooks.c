@@ -1,22 +1,31 @@
 /*
- * hooks: eviction and its way back through a model's unload and reload hooks:
+ * hooks: the one way vramd calls a worker's hook (instance_call_hook: clear_cache, unload,
+ * reload, sleep, wake; park.c, park_evict.c and the scheduler's actions.clear_cache all come
+ * here), and eviction and its way back through a model's unload and reload hooks:
  * READY --unload hook--> UNLOADING --memory back (instance_reclaimed)--> UNLOADED
  * --reload hook (instance_reload)--> RELOADING --> STARTING (health checks) --> READY.
  * Without an unload hook, eviction stops the worker.
  *
+ * Every hook call: the hook as configured (method, path, body, timeout), logged when made
+ * (hook_call) and when it ends (its *_done event: clear_cache_done, unload_hook_done, ...,
+ * with outcome), or hook_failed / local_resource_exhausted when it cannot be made; counted
+ * once in model->hook_calls[hook][outcome] (vramd_hook_calls_total) however it ends. The
+ * scheduler's clear (instance_clear_cache) is followed by an NVML reading at its answer.
+ *
  * The unload hook is also the tier after a park (park.c): from PARKING or PARKED.
  * Invariants: at most one hook call per instance is pending (inst->hook_call, cleared when
- * it answers); an answer that arrives after the instance left UNLOADING or RELOADING is
- * only logged. A supervised worker whose memory does not come back is killed; an external
- * server is marked failed. Calls instance.c and model_state.c, never supervisor.c (see
- * supervisor_int.h for the order).
+ * it answers, before its caller's callback runs); an answer that arrives after the instance
+ * left UNLOADING or RELOADING is only logged. A supervised worker whose memory does not
+ * come back is killed; an external server is marked failed. Calls instance.c and
+ * model_state.c, never supervisor.c (see supervisor_int.h for the order).
  *
  * vramd's own shortage: a hook that cannot be called, or fails, for want of vramd's own
  * descriptors or memory (HTTP_CALL_LOCAL_SHORTAGE) is not the worker's failure: nothing is
- * stopped, failed or counted; the instance stays as it was (READY, or UNLOADED for a
- * reload), an admin unload is answered 503 local_resource_exhausted, and no hook of that
- * instance is tried again for HOOK_LOCAL_RETRY_MS (then every model is pumped: eviction and
- * reload try again).
+ * stopped or failed, no failure of the worker is counted (outcome local_shortage, and
+ * CORE_CNT_LOCAL_HOOK); the instance stays as it was (READY, or UNLOADED for a reload), an
+ * admin unload is answered 503 local_resource_exhausted, and no hook of that instance is
+ * tried again for HOOK_LOCAL_RETRY_MS (then every model is pumped: eviction and reload try
+ * again).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -40,7 +49,7 @@ static void on_local_retry(uv_timer_t *t)
 
 /* A hook was not made for vramd's own shortage: log and count it, and hold further hooks of
  * this instance for HOOK_LOCAL_RETRY_MS (no busy loop of pumps while descriptors lack). */
-void instance_hook_local_shortage(instance_t *inst, const char *hook, const char *error)
+static void hook_local_shortage(instance_t *inst, const char *hook, const char *error)
 {
     model_t *m = inst->model;
     core_count(m->core, CORE_CNT_LOCAL_HOOK);
@@ -53,9 +62,58 @@ void instance_hook_local_shortage(instance_t *inst, const char *hook, const char
 
 static bool hook_cooling(const instance_t *inst) { return core_now() < inst->local_retry_ms; }
 
-int instance_call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb)
+/* What each hook is: its config, the timeout when it sets none, its answer's log event. */
+static const config_hook_t *hook_config(const model_t *m, enum hook_kind k)
+{
+    const model_config_t *c = m->cfg;
+    const config_hook_t *h[HOOK_KINDS] = {&c->clear_cache, &c->unload, &c->reload, &c->sleep, &c->wake};
+    return h[k];
+}
+
+uint64_t hooks_timeout_ms(const model_t *m, enum hook_kind k)
+{
+    const config_hook_t *h = hook_config(m, k);
+    if (h->timeout_ms)
+        return h->timeout_ms;
+    return k == HOOK_RELOAD || k == HOOK_WAKE ? 60000 : 30000;
+}
+
+static const char *hook_done_event(enum hook_kind k)
+{
+    static const char *n[HOOK_KINDS] = {"clear_cache_done", "unload_hook_done", "reload_hook_done", "sleep_hook_done",
+                                        "wake_hook_done"};
+    return n[k];
+}
+
+static void hook_count(instance_t *inst, enum hook_kind kind, enum hook_outcome o)
+{
+    inst->model->hook_calls[kind][o]++;
+}
+
+/* Every hook's answer comes here first: no longer pending, counted, logged (as the hook's
+ * *_done event), vramd's own shortage noted; then the caller's callback. */
+static void on_hook_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    enum hook_kind kind = inst->hook_kind;
+    http_call_cb cb = inst->hook_cb;
+    inst->hook_call = NULL;
+    inst->hook_cb = NULL;
+    enum hook_outcome o = hook_outcome_of(status, core_now() >= inst->hook_deadline_ms);
+    hook_count(inst, kind, o);
+    log_event(o == HOOK_OK ? LOG_INFO : LOG_WARN, hook_done_event(kind),
+              "model=%s instance=%u hook=%s status=%d outcome=%s error=%s", m->name, inst->id, hook_kind_name(kind),
+              status, hook_outcome_name(o), error);
+    if (o == HOOK_LOCAL_SHORTAGE)
+        hook_local_shortage(inst, hook_config(m, kind)->path, error);
+    cb(inst, status, body, len, error);
+}
+
+int instance_call_hook(instance_t *inst, enum hook_kind kind, http_call_cb cb)
 {
     model_t *m = inst->model;
+    const config_hook_t *hook = hook_config(m, kind);
     http_call_req_t req = {
         .host = inst->host,
         .port = inst->port,
@@ -63,28 +121,50 @@ int instance_call_hook(instance_t *inst, const config_hook_t *hook, uint64_t def
         .path = hook->path,
         .body = hook->body,
         .body_len = hook->body ? strlen(hook->body) : 0,
-        .timeout_ms = hook->timeout_ms ? hook->timeout_ms : default_timeout,
+        .timeout_ms = hooks_timeout_ms(m, kind),
         .max_response = 64 * 1024,
     };
+    log_event(LOG_INFO, "hook_call", "model=%s instance=%u hook=%s method=%s path=%s body_bytes=%zu", m->name,
+              inst->id, hook_kind_name(kind), req.method, req.path, req.body_len);
+    inst->hook_kind = kind;
+    inst->hook_cb = cb;
+    inst->hook_deadline_ms = core_now() + req.timeout_ms; /* the client's timer runs on the same clock */
     char err[160];
-    int rc = http_call_start(m->core->loop, &req, cb, inst, &inst->hook_call, err, sizeof err);
+    int rc = http_call_start(m->core->loop, &req, on_hook_answer, inst, &inst->hook_call, err, sizeof err);
     if (rc == 0)
         return 0;
     inst->hook_call = NULL;
+    inst->hook_cb = NULL;
+    hook_count(inst, kind, rc == -2 ? HOOK_LOCAL_SHORTAGE : HOOK_FAILED);
     if (rc == -2)
-        instance_hook_local_shortage(inst, hook->path, err);
+        hook_local_shortage(inst, hook->path, err);
     else
-        log_event(LOG_WARN, "hook_failed", "model=%s instance=%u path=%s error=%s", m->name, inst->id, hook->path, err);
+        log_event(LOG_WARN, "hook_failed", "model=%s instance=%u hook=%s path=%s error=%s", m->name, inst->id,
+                  hook_kind_name(kind), hook->path, err);
     return rc;
 }
 
-bool instance_hook_answered(instance_t *inst, const char *event, int status, const char *error)
+static void on_clear_answer(void *ctx, int status, const char *body, size_t len, const char *error)
 {
-    inst->hook_call = NULL;
-    bool ok = status >= 200 && status < 300;
-    log_event(ok ? LOG_INFO : LOG_WARN, event, "model=%s instance=%u status=%d error=%s", inst->model->name, inst->id,
-              status, error);
-    return ok;
+    (void)ctx;
+    (void)status;
+    (void)body;
+    (void)len;
+    (void)error;
+    sched_poll_now(); /* what it gave back shows at once, not at the next poll interval */
+}
+
+bool instance_clear_cache(instance_t *inst)
+{
+    return hooks_clear_cache(inst, on_clear_answer) == 0;
+}
+
+int hooks_clear_cache(instance_t *inst, http_call_cb cb)
+{
+    if (!inst->model->cfg->clear_cache.set || inst->state != INST_READY || inst->hook_call || hook_cooling(inst))
+        return -1;
+    inst->last_clear_cache_ms = core_now();
+    return instance_call_hook(inst, HOOK_CLEAR_CACHE, cb);
 }
 
 static void on_unload_answer(void *ctx, int status, const char *body, size_t len, const char *error)
@@ -93,9 +173,8 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
     (void)len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    bool ok = instance_hook_answered(inst, "unload_hook_done", status, error);
-    if (status == HTTP_CALL_LOCAL_SHORTAGE) {
-        instance_hook_local_shortage(inst, m->cfg->unload.path, error);
+    bool ok = hook_outcome_of(status, false) == HOOK_OK;
+    if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* counted and held back (on_hook_answer) */
         if (inst->state != INST_UNLOADING)
             return;
         if (inst->unload_reason == UNLOAD_ADMIN)
@@ -142,7 +221,7 @@ int instance_unload(instance_t *inst, enum unload_reason reason, const char *why
     uv_timer_stop(&inst->idle_timer);
     inst->unload_reason = reason;
     instance_set_state(inst, INST_UNLOADING, why);
-    int rc = instance_call_hook(inst, &m->cfg->unload, 30000, on_unload_answer);
+    int rc = instance_call_hook(inst, HOOK_UNLOAD, on_unload_answer);
     if (rc == 0)
         return 0;
     if (rc == -2 && reason == UNLOAD_ADMIN)
@@ -212,9 +291,8 @@ static void on_reload_answer(void *ctx, int status, const char *body, size_t len
     (void)len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    bool ok = instance_hook_answered(inst, "reload_hook_done", status, error);
-    if (status == HTTP_CALL_LOCAL_SHORTAGE) {
-        instance_hook_local_shortage(inst, m->cfg->reload.path, error);
+    bool ok = hook_outcome_of(status, false) == HOOK_OK;
+    if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* counted and held back (on_hook_answer) */
         if (inst->state == INST_RELOADING)
             instance_set_state(inst, INST_UNLOADED, "reload hook not made: vramd short of descriptors or memory");
         return;
@@ -258,7 +336,7 @@ void instance_reload(instance_t *inst)
         return;
     }
     instance_set_state(inst, INST_RELOADING, "needed again");
-    int rc = instance_call_hook(inst, &m->cfg->reload, 60000, on_reload_answer);
+    int rc = instance_call_hook(inst, HOOK_RELOAD, on_reload_answer);
     if (rc == -2) {
         instance_set_state(inst, INST_UNLOADED, "reload hook not made: vramd short of descriptors or memory");
     } else if (rc != 0) {

@@ -2,7 +2,7 @@
  * model_state: the supervisor's bookkeeping that every other part of it uses: state and
  * reason names, the derived model state, the one place an instance state changes
  * (instance_set_state), failure counting with restart backoff and the FAILED mark, and the
- * per-model metrics notes.
+ * per-model metrics notes (request outcomes, degrade levels, hook outcomes' names).
  *
  * Invariants: every instance state change goes through instance_set_state (logged
  * old -> new) and is announced as CORE_EV_MODEL_CHANGED (admin calls wait on it); a
@@ -64,6 +64,29 @@ const char *restart_reason_name(enum restart_reason r)
     static const char *n[] = {"crash", "start_failed", "startup_timeout", "hang", "unhealthy", "reload_failed",
                               "park_failed", "recycle"};
     return (unsigned)r < RESTART_REASONS ? n[r] : "crash";
+}
+
+const char *hook_kind_name(enum hook_kind k)
+{
+    static const char *n[] = {"clear_cache", "unload", "reload", "sleep", "wake"};
+    return (unsigned)k < HOOK_KINDS ? n[k] : "other";
+}
+
+const char *hook_outcome_name(enum hook_outcome o)
+{
+    static const char *n[] = {"ok", "http_error", "failed", "timeout", "local_shortage"};
+    return (unsigned)o < HOOK_OUTCOMES ? n[o] : "failed";
+}
+
+enum hook_outcome hook_outcome_of(int status, bool past_deadline)
+{
+    if (status >= 200 && status < 300)
+        return HOOK_OK;
+    if (status == HTTP_CALL_LOCAL_SHORTAGE)
+        return HOOK_LOCAL_SHORTAGE;
+    if (status >= 0)
+        return HOOK_HTTP_ERROR;
+    return past_deadline ? HOOK_TIMEOUT : HOOK_FAILED;
 }
 
 void model_note_degraded(model_t *m, unsigned level)

@@ -63,9 +63,6 @@
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
-#define PARK_SLEEP_TIMEOUT_MS 30000
-#define PARK_WAKE_TIMEOUT_MS 60000
-
 static const char *tier_name(const instance_t *inst)
 {
     return inst->park_tier == PARK_CHECKPOINT ? "checkpoint" : "sleep";
@@ -116,7 +113,7 @@ int park_sleep(instance_t *inst, enum unload_reason reason, const char *why)
     if (!park_book(inst, PARK_SLEEP, reason))
         return -1;
     instance_set_state(inst, INST_PARKING, why);
-    int rc = instance_call_hook(inst, &m->cfg->sleep, PARK_SLEEP_TIMEOUT_MS, on_sleep_answer);
+    int rc = instance_call_hook(inst, HOOK_SLEEP, on_sleep_answer);
     if (rc == 0)
         return 0;
     if (rc == -2 && reason == UNLOAD_ADMIN)
@@ -179,9 +176,8 @@ static void on_sleep_answer(void *ctx, int status, const char *body, size_t len,
     (void)len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    bool ok = instance_hook_answered(inst, "sleep_hook_done", status, error);
-    if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* vramd's own shortage: nothing was asked of the server */
-        instance_hook_local_shortage(inst, m->cfg->sleep.path, error);
+    bool ok = hook_outcome_of(status, false) == HOOK_OK;
+    if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* vramd's own shortage (counted, held back): nothing was asked */
         if (inst->state != INST_PARKING)
             return;
         if (inst->unload_reason == UNLOAD_ADMIN)
@@ -489,7 +485,7 @@ static void resume_tick(uv_timer_t *t)
         resumed(inst);
         return;
     }
-    uint64_t limit = m->cfg->wake.timeout_ms ? m->cfg->wake.timeout_ms : PARK_WAKE_TIMEOUT_MS;
+    uint64_t limit = hooks_timeout_ms(m, HOOK_WAKE);
     if (core_now() - inst->park_since_ms > limit) {
         wake_failed(inst, "memory not back on the GPU within wake.timeout");
         return;
@@ -539,9 +535,8 @@ static void on_wake_answer(void *ctx, int status, const char *body, size_t len, 
     (void)body;
     (void)len;
     instance_t *inst = ctx;
-    bool ok = instance_hook_answered(inst, "wake_hook_done", status, error);
-    if (status == HTTP_CALL_LOCAL_SHORTAGE) {
-        instance_hook_local_shortage(inst, inst->model->cfg->wake.path, error);
+    bool ok = hook_outcome_of(status, false) == HOOK_OK;
+    if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* counted and held back (on_hook_answer) */
         if (inst->state == INST_RESUMING)
             wake_not_made(inst);
         return;
@@ -608,7 +603,7 @@ void park_wake_found(instance_t *inst)
     inst->park_since_ms = core_now();
     inst->wake_found = true;
     instance_set_state(inst, INST_RESUMING, "found at start: woken in case it was left asleep");
-    int rc = instance_call_hook(inst, &m->cfg->wake, PARK_WAKE_TIMEOUT_MS, on_wake_answer);
+    int rc = instance_call_hook(inst, HOOK_WAKE, on_wake_answer);
     if (rc == -2)
         wake_not_made(inst);
     else if (rc != 0)
@@ -660,7 +655,7 @@ void park_wake(instance_t *inst)
         cuda_round(inst, false, false);
         return;
     }
-    int rc = instance_call_hook(inst, &m->cfg->wake, PARK_WAKE_TIMEOUT_MS, on_wake_answer);
+    int rc = instance_call_hook(inst, HOOK_WAKE, on_wake_answer);
     if (rc == -2)
         wake_not_made(inst);
     else if (rc != 0)

@@ -114,7 +114,8 @@ static void on_clear_answer(void *ctx, int status, const char *body, size_t len,
     (void)body;
     (void)len;
     instance_t *inst = ctx;
-    bool ok = instance_hook_answered(inst, "clear_cache_done", status, error);
+    (void)error;
+    bool ok = hook_outcome_of(status, false) == HOOK_OK; /* counted and logged (instance_call_hook) */
     if (!inst->park_clearing || inst->state != INST_READY)
         return;
     if (!ok) {
@@ -145,8 +146,7 @@ static int clear_before_park(instance_t *inst, enum unload_reason reason, const 
     inst->park_clear_reason = reason;
     log_event(LOG_INFO, "park_clear_cache", "model=%s instance=%u cached=%llu for=%s", m->name, inst->id,
               (unsigned long long)(inst->mem.bytes - floor), unload_reason_name(reason));
-    inst->last_clear_cache_ms = core_now();
-    if (instance_call_hook(inst, &m->cfg->clear_cache, 30000, on_clear_answer) != 0)
+    if (hooks_clear_cache(inst, on_clear_answer) != 0)
         return -1;
     inst->park_clearing = true;
     uv_timer_stop(&inst->idle_timer);

@@ -100,6 +100,11 @@ void model_note_degraded(model_t *m, unsigned level);
 void model_note_outcome(model_t *m, const char *outcome);
 const char *unload_reason_name(enum unload_reason r);
 const char *restart_reason_name(enum restart_reason r);
+const char *hook_kind_name(enum hook_kind k);
+const char *hook_outcome_name(enum hook_outcome o);
+/* How a hook call that ended with this status (an http_call_cb's) went; past_deadline: it
+ * ended at or after the deadline its timeout set (a status -1 then is the timeout). */
+enum hook_outcome hook_outcome_of(int status, bool past_deadline);
 
 /* An instance finished one request (slot released by the proxy). worker_broken: the
  * exchange showed a broken worker (connection failure, reset, timeout, malformed answer,
@@ -126,6 +131,12 @@ uint64_t instance_return_cost_ms(const instance_t *inst);
 /* How long instance_evict(inst) would take to free its memory, in ms: a park tier's learned
  * way out (0 until measured), 0 for an unload or a stop. */
 uint64_t instance_way_out_ms(const instance_t *inst);
+/* The scheduler asks an idle READY instance for its allocator cache (actions.clear_cache):
+ * its clear_cache hook, as every hook is called (instance_call_hook: body, timeout, logged,
+ * counted), then an NVML reading at once after the answer. Notes last_clear_cache_ms. False
+ * when it was not asked: no hook, not READY, a hook call in flight, hooks held back after
+ * vramd's own shortage, or the call could not be made. */
+bool instance_clear_cache(instance_t *inst);
 /* Replace the instance: stop it once its in-flight requests are done (recycling: after
  * N requests, memory growth, OOM with recycle.on_oom). */
 void instance_recycle(instance_t *inst, const char *why);

@@ -9,7 +9,7 @@
  *     -> park.c (the park tiers: sleep/wake, checkpoint; the reclaim entry point)
  *     -> park_host.c (a parked instance's host keep-alive; room made on the host book)
  *     -> park_cost.c (what a park costs: way out, way back; may a tier be taken now)
- *     -> hooks.c (unload/reload hooks, eviction without parking, reclaim)
+ *     -> hooks.c (every hook call; unload/reload hooks, eviction without parking, reclaim)
  *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
  *     -> model_state.c (names, derived model state, state changes, failure counting)
  *     -> host_book.c (the host-memory ledger of parked instances)
@@ -56,16 +56,21 @@ void instance_maybe_free(instance_t *inst);
 void model_maybe_free(model_t *m);
 
 /* ---- hooks.c ---- */
-/* Call one of the model's hooks (method, path, body, timeout) for inst: 0; -1 when it could
- * not be started (logged); -2 not made for vramd's own shortage (descriptors, memory: logged,
- * counted, further hooks of the instance held back for a second). At most one at a time
- * (inst->hook_call). */
-int instance_call_hook(instance_t *inst, const config_hook_t *hook, uint64_t default_timeout, http_call_cb cb);
-/* A hook was not made for vramd's own shortage: logged, counted, the instance's hooks held
- * back for a second (then the model is pumped again). */
-void instance_hook_local_shortage(instance_t *inst, const char *hook, const char *error);
-/* A hook call ended: no longer pending; logged as `event`; true for a 2xx. */
-bool instance_hook_answered(instance_t *inst, const char *event, int status, const char *error);
+/* The one way vramd calls a worker's hook: the model's hook of that kind as configured
+ * (method, path, body, timeout: hooks_timeout_ms) for inst, logged (hook_call) and counted
+ * (model->hook_calls, vramd_hook_calls_total) however it ends. 0: cb follows, after the
+ * answer was counted and logged as the hook's *_done event (and, for vramd's own shortage,
+ * the instance's hooks held back for a second); -1 when it could not be started (logged
+ * hook_failed); -2 not made for vramd's own shortage (descriptors, memory: logged, counted
+ * as CORE_CNT_LOCAL_HOOK too, the instance's hooks held back for a second, then the model
+ * is pumped again). At most one at a time (inst->hook_call). */
+int instance_call_hook(instance_t *inst, enum hook_kind kind, http_call_cb cb);
+/* The hook's timeout: its own, else 60 s for reload and wake, 30 s for the others. */
+uint64_t hooks_timeout_ms(const model_t *m, enum hook_kind k);
+/* An idle READY instance's clear_cache hook through instance_call_hook, last_clear_cache_ms
+ * noted: 0 asked (cb follows); otherwise not asked: -1 no hook, not READY, a hook in flight
+ * or hooks held back, else instance_call_hook's -1 or -2. */
+int hooks_clear_cache(instance_t *inst, http_call_cb cb);
 /* Make room without parking: the unload hook when the model has one, else stop the process
  * (an external server without one: marked failed). */
 void hooks_evict(instance_t *inst, const char *why);

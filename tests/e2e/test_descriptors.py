@@ -161,7 +161,8 @@ def test_admin_unload_hook_short_of_descriptors_is_503_and_the_server_untouched(
     """An external server with an unload hook: the admin unload, sent on a connection opened
     before the table filled, cannot call the hook. Expected 503 local_resource_exhausted with
     Retry-After, the model not failed and still ready, the hook never reached the server; once
-    the connections are gone the same admin call unloads it (the hook reached once)."""
+    the connections are gone the same admin call unloads it (the hook reached once).
+    vramd_hook_calls_total counts the call not made as local_shortage, the one made as ok."""
     ext = vramd.external("ext")
     vd = vramd.start(models={"ext": {
         "route": "/ext/", "url": f"http://127.0.0.1:{ext.port}",
@@ -179,12 +180,16 @@ def test_admin_unload_hook_short_of_descriptors_is_503_and_the_server_untouched(
     assert vd.get("/ext/count").json()["targets"].get("/unload-hook") is None
     assert vd.status()["local_resource_exhausted"]["hook"] == 1
     assert metric(vd, 'vramd_local_resource_exhausted_total{call="hook"}') == 1
+    unload_calls = 'vramd_hook_calls_total{model="ext",hook="unload",outcome="%s"}'
+    assert metric(vd, unload_calls % "local_shortage") == 1
+    assert metric(vd, unload_calls % "ok") == 0
     # within the hook's retry hold (1 s) the same answer, without a call; then it unloads
     r = wait_for(lambda: (lambda x: x if x.status != 503 else None)(vd.post("/v1/models/ext/unload", timeout=20)),
                  timeout=5, what="the admin unload once the hold passed")
     assert r.status == 200 and r.json()["state"] != "ready", r
     assert vd.status()["local_resource_exhausted"]["hook"] == 1
     assert vd.events("unload_hook_done", status=200), vd.log_tail(40)
+    assert metric(vd, unload_calls % "ok") == 1 and metric(vd, unload_calls % "local_shortage") == 1
 
 
 def test_reload_hook_short_of_descriptors_waits_and_is_not_a_failure(vramd):

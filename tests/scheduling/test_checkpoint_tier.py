@@ -481,7 +481,8 @@ def test_cache_cleared_before_the_park_fits_the_host_budget(sched):
 
 def test_failed_clear_cache_parks_as_before(sched):
     """The same with a clear_cache hook that fails (404): park_cleared_cache says cleared=false,
-    the whole ~10 GiB is offered to the 6 GiB host budget as before, refused, and llm stopped."""
+    the whole ~10 GiB is offered to the 6 GiB host budget as before, refused, and llm stopped.
+    The call is counted as vramd_hook_calls_total{hook="clear_cache",outcome="http_error"}."""
     gpu = sched.gpu_set("12GiB")
     llm = sched.model("llm", ["--resident", "4GiB", "--per-request", "6GiB", "--cache", "keep",
                               "--run-time", sim_s(1)], "4.3GiB", "6GiB", checkpoint=True,
@@ -492,7 +493,7 @@ def test_failed_clear_cache_parks_as_before(sched):
     pid = vd.instances("llm")[0]["pid"]
     assert vd.generate("big").status == 200
     done = vd.first("clear_cache_done", model="llm")
-    assert done and done["status"] == 404, done
+    assert done and done["status"] == 404 and done["outcome"] == "http_error", done
     cleared = after(vd.events("park_cleared_cache", model="llm"), done)
     assert cleared["cleared"] == "false" and cleared["after"] >= 10 * GiB, cleared
     refused = after(vd.events("park_refused", model="llm"), cleared)
@@ -500,6 +501,10 @@ def test_failed_clear_cache_parks_as_before(sched):
     order(refused, after(vd.events("worker_exit", model="llm"), refused), vd.first("worker_started", model="big"))
     assert not any(i["pid"] == pid for i in vd.instances("llm"))
     assert vd.status()["host_memory"]["parked"] == 0 and parked_on_host(sched, gpu) == 0
+    clear_calls = [line for line in vd.get("/metrics").body.decode().splitlines()
+                   if line.startswith('vramd_hook_calls_total{model="llm",hook="clear_cache",')]
+    assert 'vramd_hook_calls_total{model="llm",hook="clear_cache",outcome="http_error"} 1' in clear_calls, clear_calls
+    assert 'vramd_hook_calls_total{model="llm",hook="clear_cache",outcome="ok"} 0' in clear_calls, clear_calls
     vd.assert_no_oom()
     sched.finish()
 

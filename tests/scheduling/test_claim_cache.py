@@ -6,6 +6,7 @@ process keeps 12 GiB of allocator cache (one 12 GiB request at warm-up; its requ
 take 6 GiB); `big` needs 10 GiB per request. On a 24 GiB card, big fits only once mesh's
 cache is given back.
 """
+import json
 import time
 
 from vramdkit import sim_s, wait_for
@@ -17,12 +18,13 @@ GiB = 1 << 30
 CLEAR = {"method": "POST", "path": "/clear_cache/"}
 
 
-def _start(sched, mesh_run_s, mesh_concurrency):
+def _start(sched, mesh_run_s, mesh_concurrency, clear_cache=None, mesh_flags=()):
     gpu = sched.gpu_set("24GiB")
     vd = sched.start_vramd(gpu, {
         "mesh": sched.model("mesh", ["--resident", "1.7GiB", "--per-request", "6GiB", "--cache", "keep",
-                                     "--mem-scale", "size:1:1", "--run-time", sim_s(mesh_run_s)],
-                            "2GiB", "6GiB", concurrency=mesh_concurrency, priority=5, clear_cache=CLEAR),
+                                     "--mem-scale", "size:1:1", "--run-time", sim_s(mesh_run_s), *mesh_flags],
+                            "2GiB", "6GiB", concurrency=mesh_concurrency, priority=5,
+                            clear_cache=clear_cache or CLEAR),
         "big": sched.model("big", ["--resident", "1.7GiB", "--per-request", "10GiB", "--cache", "release",
                                    "--run-time", sim_s(10)], "2GiB", "10GiB", priority=3),
     })
@@ -48,6 +50,37 @@ def test_cache_cleared_instead_of_evicting(sched):
     assert not vd.events("eviction"), vd.events("eviction")
     assert vd.worker_pids("mesh") == [pid]
     assert vd.generate("mesh").status == 200
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def hook_calls_metric(vd, model, hook, outcome):
+    """vramd_hook_calls_total{model,hook,outcome} from /metrics; 0 when the series is absent."""
+    series = f'vramd_hook_calls_total{{model="{model}",hook="{hook}",outcome="{outcome}"}} '
+    for line in vd.get("/metrics").body.decode().splitlines():
+        if line.startswith(series):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_cache_cleared_by_the_scheduler_gets_the_hook_body(sched):
+    """The scene above with a clear_cache hook that has a body: the scheduler's clear (not a
+    park's: no park_clear_cache) reaches the worker with that body (simworker logs hook_called
+    with it; before issue 19 the scheduler built its own call and sent none), and the call is
+    counted in vramd_hook_calls_total{hook="clear_cache",outcome="ok"}."""
+    body = {"mode": "aggressive", "devices": [0]}
+    vd = _start(sched, 1, 1, clear_cache={**CLEAR, "body": body}, mesh_flags=("--log-format", "json"))
+    assert hook_calls_metric(vd, "mesh", "clear_cache", "ok") == 0
+    assert vd.generate("big").status == 200
+    assert vd.first("clear_instead_of_evicting", model="big"), "big fitted at once: the scene did not happen"
+    vd.wait_event("clear_cache_done", model="mesh")
+    assert not vd.events("park_clear_cache"), "a park's clear, not the scheduler's"
+    calls = [json.loads(line) for line in vd.worker_lines("mesh") if '"hook_called"' in line]
+    assert calls, "the worker logged no hook call"
+    assert all(c["path"] == "/clear_cache" for c in calls), calls
+    assert all(c["body"] and json.loads(c["body"]) == body for c in calls), calls
+    assert hook_calls_metric(vd, "mesh", "clear_cache", "ok") == len(vd.events("clear_cache_done", model="mesh")) >= 1
+    assert not vd.events("eviction"), vd.events("eviction")
     vd.assert_no_oom()
     sched.finish()
 

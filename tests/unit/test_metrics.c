@@ -1,6 +1,6 @@
 /* Unit tests for obs/metrics (rendering from a hand-built daemon and model, no loop, no GPU)
  * and the per-model metric counters of workers/supervisor (outcome table bound, degrade
- * levels). The Prometheus-side checks (promtool, a real server) are in tests/metrics/. */
+ * levels, hook outcomes). The Prometheus-side checks (promtool, a real server) are in tests/metrics/. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "config/config.h"
+#include "net/http_call.h"
 #include "core/core.h"
 #include "common/histogram.h"
 #include "obs/metrics.h"
@@ -100,7 +101,7 @@ static void test_every_family_has_help_and_type_once(void **state)
         "vramd_model_unloads_total counter", "vramd_oom_total counter", "vramd_degraded_total counter",
         "vramd_worker_restarts_total counter", "vramd_deadline_rejections_total counter", "vramd_jobs gauge",
         "vramd_host_info gauge", "vramd_model_memory_bytes gauge", "vramd_model_memory_reserved_ratio gauge",
-        "vramd_agent_checks_total counter", "vramd_agent_errors_total counter",
+        "vramd_agent_checks_total counter", "vramd_agent_errors_total counter", "vramd_hook_calls_total counter",
     };
     for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
         char line[160], name[120];
@@ -227,6 +228,53 @@ static void test_reasons_and_levels(void **state)
     free(f);
 }
 
+/* A hook call's outcome from its answer: the labels of vramd_hook_calls_total. */
+static void test_hook_outcome_of_answers(void **state)
+{
+    (void)state;
+    assert_int_equal(hook_outcome_of(200, false), HOOK_OK);
+    assert_int_equal(hook_outcome_of(204, true), HOOK_OK); /* an answer is an answer, however late */
+    assert_int_equal(hook_outcome_of(300, false), HOOK_HTTP_ERROR);
+    assert_int_equal(hook_outcome_of(404, false), HOOK_HTTP_ERROR);
+    assert_int_equal(hook_outcome_of(503, true), HOOK_HTTP_ERROR);
+    assert_int_equal(hook_outcome_of(-1, false), HOOK_FAILED); /* refused, reset, malformed */
+    assert_int_equal(hook_outcome_of(-1, true), HOOK_TIMEOUT);
+    assert_int_equal(hook_outcome_of(HTTP_CALL_LOCAL_SHORTAGE, false), HOOK_LOCAL_SHORTAGE);
+    assert_int_equal(hook_outcome_of(HTTP_CALL_LOCAL_SHORTAGE, true), HOOK_LOCAL_SHORTAGE);
+    assert_string_equal(hook_kind_name(HOOK_CLEAR_CACHE), "clear_cache");
+    assert_string_equal(hook_kind_name(HOOK_WAKE), "wake");
+    assert_string_equal(hook_outcome_name(HOOK_LOCAL_SHORTAGE), "local_shortage");
+    assert_string_equal(hook_outcome_name(HOOK_HTTP_ERROR), "http_error");
+}
+
+/* vramd_hook_calls_total: every outcome of each hook the model has, or had calls of. */
+static void test_hook_calls_by_hook_and_outcome(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_new("gen");
+    char *text = render(f);
+    assert_int_equal(count_lines_starting(text, "vramd_hook_calls_total{"), 0); /* no hooks, no calls */
+    free(text);
+
+    f->mc.clear_cache.set = true;
+    f->m.hook_calls[HOOK_CLEAR_CACHE][HOOK_OK] = 3;
+    f->m.hook_calls[HOOK_UNLOAD][HOOK_TIMEOUT] = 2; /* a hook a reload took away: still shown */
+    text = render(f);
+    assert_int_equal(count_lines_starting(text, "vramd_hook_calls_total{model=\"gen\",hook=\"clear_cache\","),
+                     HOOK_OUTCOMES);
+    assert_int_equal(count_lines_starting(text, "vramd_hook_calls_total{model=\"gen\",hook=\"unload\","),
+                     HOOK_OUTCOMES);
+    assert_int_equal(count_lines_starting(text, "vramd_hook_calls_total{"), 2 * HOOK_OUTCOMES);
+    assert_true(value_of(text, "vramd_hook_calls_total{model=\"gen\",hook=\"clear_cache\",outcome=\"ok\"}") == 3);
+    assert_true(value_of(text, "vramd_hook_calls_total{model=\"gen\",hook=\"clear_cache\",outcome=\"failed\"}") ==
+                0);
+    assert_true(value_of(text, "vramd_hook_calls_total{model=\"gen\",hook=\"unload\",outcome=\"timeout\"}") == 2);
+    assert_true(
+        value_of(text, "vramd_hook_calls_total{model=\"gen\",hook=\"unload\",outcome=\"local_shortage\"}") == 0);
+    free(text);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -235,6 +283,8 @@ int main(void)
         cmocka_unit_test(test_histograms_are_cumulative_with_inf),
         cmocka_unit_test(test_outcomes_bounded_with_other),
         cmocka_unit_test(test_reasons_and_levels),
+        cmocka_unit_test(test_hook_outcome_of_answers),
+        cmocka_unit_test(test_hook_calls_by_hook_and_outcome),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
