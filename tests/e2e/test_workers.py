@@ -158,10 +158,11 @@ def test_stop_timeout_escalates_to_sigkill(vramd):
     assert kill["reason"] == "stop timeout", kill
     assert exited["signal"] == 9 and exited["expected"] is True, exited
     t_term, t_kill, t_exit = parse_ts(stopping["ts"]), parse_ts(kill["ts"]), parse_ts(exited["ts"])
-    # log times are whole milliseconds: 1 ms of slack each way
-    assert t_term - 0.002 <= t_got_term <= t_term + 1.0, (t_term, t_got_term)
+    # log times are whole milliseconds, and the stop timer counts from the event loop's
+    # cached time, which can be a few ms behind the clock the log line read: 10 ms of slack
+    assert t_term - 0.01 <= t_got_term <= t_term + 1.0, (t_term, t_got_term)
     grace = t_kill - t_term
-    assert 1.499 <= grace < 1.5 + 2.0, f"SIGKILL {grace:.3f}s after SIGTERM: the grace is 1.5 s"
+    assert 1.49 <= grace < 1.5 + 2.0, f"SIGKILL {grace:.3f}s after SIGTERM: the grace is 1.5 s"
     assert t_kill - t_got_term >= 0.5, "the worker did not live through the grace after its SIGTERM"
     assert t_exit >= t_kill - 0.001, (kill, exited)
 

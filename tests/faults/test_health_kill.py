@@ -67,8 +67,8 @@ def test_sigstopped_worker_killed_by_health_checks_gets_sigabrt_then_sigkill_and
     assert (abort["signal"], kill["signal"]) == (6, 9), kills
     assert abort["reason"] == kill["reason"] == "health checks failing", kills
     assert abort["grace_ms"] == 1000, abort
-    grace = log_time(kill) - log_time(abort)
-    assert grace >= 0.999, f"SIGKILL {grace:.3f}s after SIGABRT: the grace is 1 s"
+    grace = log_time(kill) - log_time(abort)  # 10 ms of slack: ms log times, libuv's cached clock
+    assert 0.99 <= grace < 3.0, f"SIGKILL {grace:.3f}s after SIGABRT: the grace is 1 s"
     exited = vd.wait_event("worker_exit", model="hc", pid=pid)[0]
     assert exited["signal"] == 9, exited
     assert not vd.events("worker_hang", model="hc"), "the response_timeout path fired"
