@@ -158,6 +158,7 @@ typedef struct model_config {
     unsigned instances;   /* default 1 */
     unsigned queue_max;   /* default 64 */
     uint64_t deadline_ms; /* default 60s */
+    uint64_t max_client_deadline_ms; /* the longest X-Vramd-Deadline honoured; 0 = deadline_ms */
     int priority;         /* 0..9, default 5 */
     uint64_t keep_alive_ms; /* default 10m; CONFIG_FOREVER = pinned */
     config_hook_t unload, reload, clear_cache;

@@ -526,6 +526,7 @@ static const field_spec_t model_fields[] = {
     {"instances", cfg_fp_unsigned, offsetof(model_config_t, instances), 1, 64, NULL},
     {"queue_max", cfg_fp_unsigned, offsetof(model_config_t, queue_max), 1, 1000000, NULL},
     {"deadline", cfg_fp_duration, offsetof(model_config_t, deadline_ms), 1, 0, NULL},
+    {"max_client_deadline", cfg_fp_duration, offsetof(model_config_t, max_client_deadline_ms), 0, 0, NULL},
     {"priority", cfg_fp_int, offsetof(model_config_t, priority), 0, 9, NULL},
     {"keep_alive", fp_keep_alive, offsetof(model_config_t, keep_alive_ms), 0, 0, NULL},
     {"unload", fp_hook, offsetof(model_config_t, unload), 30000, 0, NULL},

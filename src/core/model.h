@@ -173,7 +173,7 @@ struct instance {
     /* outlier ejection (workers/instance.c): out of rotation until ejected_until_ms */
     uint64_t ejected_until_ms;
     unsigned ejections;      /* times it was ejected; the next ejection lasts 30 s x this */
-    bool hang_killed;        /* SIGABRT sent for a hang; SIGKILL follows after stop_timeout */
+    bool hang_killed;        /* SIGABRT sent (a hang or failing health checks); SIGKILL follows after stop_timeout */
     /* parking (workers/park.c): set while PARKING, PARKED or RESUMING */
     enum park_tier park_tier;
     uint64_t park_before;    /* GPU bytes booked when the park began */

@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "common/units.h"
+#include "http/http_path.h"
 
 static int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int failf(char *err, size_t errlen, const char *fmt, ...)
@@ -203,6 +204,8 @@ static int parse_path(const cJSON *v, job_request_t *out, char *err, size_t errl
         if (ch <= 0x20 || ch >= 0x7f || ch == '#')
             return failf(err, errlen, "path: byte %zu is not allowed (visible ASCII only, no '#'; percent-encode)", i);
     }
+    if (http_path_has_dot_segment(p, n)) /* the router would refuse it at every attempt */
+        return failf(err, errlen, "path: has a dot segment (\".\" or \"..\", also as %%2e)");
     out->path = strdup(p);
     return out->path ? 0 : failf(err, errlen, "path: out of memory");
 }

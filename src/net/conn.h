@@ -105,6 +105,7 @@ struct conn {
     int handles_open;
     char peer[64];
     char client_key[64];   /* a job attempt's submitter key (limits.per_client, key: token); "" = none */
+    bool job_attempt;      /* vramd's own job attempt (X-Vramd-Job-Client with the secret) */
     /* reliability (conn_watch.c) */
     uv_timer_t watch;       /* send progress and peer-gone checks; armed only while needed */
     conn_send_watch_t send; /* write progress, for limits.send_timeout */

@@ -50,6 +50,7 @@ static void adopt_job_submitter(conn_t *c, const request_t *r)
             return;
     memcpy(c->peer, peer, plen);
     c->peer[plen] = '\0';
+    c->job_attempt = true;
     if (key) {
         memcpy(c->client_key, key, klen);
         c->client_key[klen] = '\0';

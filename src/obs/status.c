@@ -155,9 +155,26 @@ static cJSON *model_json(model_t *m, uint64_t now)
 
 char *status_model_brief(model_t *m)
 {
+    enum model_state ms = model_state(m);
+    const char *state = model_state_name(ms);
+    const char *tier = NULL;
+    if (ms == MODEL_STOPPED) {
+        /* nothing serving, but a parked instance's process is up, holding the model in host
+         * memory: its state and tier are the model's real state (vramctl shows the same) */
+        list_foreach(it, &m->instances) {
+            const instance_t *in = list_entry(it, instance_t, link);
+            if (in->state == INST_PARKED) {
+                state = instance_state_name(in->state);
+                tier = instance_tier_name(in);
+                break;
+            }
+        }
+    }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", m->name);
-    cJSON_AddStringToObject(o, "state", model_state_name(model_state(m)));
+    cJSON_AddStringToObject(o, "state", state);
+    if (tier)
+        cJSON_AddStringToObject(o, "tier", tier);
     cJSON_AddNumberToObject(o, "instances", m->n_instances);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

@@ -10,6 +10,9 @@
 
 char *status_render(core_t *d);
 char *status_models_list(core_t *d);
+/* The answer of an admin load or unload: {"model", "state", "instances"}; a model whose
+ * instance is parked (nothing serving, its process up) has that instance's state ("parked")
+ * and a "tier" ("sleeping", "checkpointed"), not "stopped". */
 char *status_model_brief(model_t *m);
 
 #endif

@@ -85,7 +85,10 @@ static int retry_after_for(const model_t *m)
     return s > 300 ? 300 : s;
 }
 
-/* X-Vramd-Priority and X-Vramd-Deadline; false when one is malformed (answered 400). */
+/* X-Vramd-Priority and X-Vramd-Deadline; false when one is malformed (answered 400). A
+ * client's deadline is capped at the model's max_client_deadline (by default its deadline):
+ * a client cannot hold a queue slot longer than the operator allows. A job attempt's
+ * deadline is the time left to the job's own (checked at submission, at most 30 days). */
 static bool read_request_headers(conn_t *c, request_t *r, model_t *m, uint64_t *deadline)
 {
     r->priority = m->cfg->priority;
@@ -113,6 +116,13 @@ static bool read_request_headers(conn_t *c, request_t *r, model_t *m, uint64_t *
         conn_respond_error(c, 400, "bad_request", m->name, -1, false,
                            "bad X-Vramd-Deadline \"%s\": expected a duration like 30s or 500ms", tmp);
         return false;
+    }
+    const model_config_t *mc = m->cfg;
+    uint64_t cap = mc->max_client_deadline_ms > mc->deadline_ms ? mc->max_client_deadline_ms : mc->deadline_ms;
+    if (*deadline > cap && !c->job_attempt) {
+        log_event(LOG_INFO, "deadline_capped", "request_id=%s model=%s asked_ms=%llu deadline_ms=%llu", r->id, m->name,
+                  (unsigned long long)*deadline, (unsigned long long)cap);
+        *deadline = cap;
     }
     return true;
 }

@@ -217,8 +217,9 @@ static void fail_unsent(request_t *r, instance_t *inst, const char *why, bool ha
 }
 
 /* Something went wrong with the worker. Before the response head reached the client the
- * client gets 502 worker_failed (or a fresh connection is tried once, for a pooled one that
- * died while idle); after it, the client's response is cut short. conn_broke: the
+ * client gets 502 worker_failed (504 worker_hang when vramd killed it as wedged), or a fresh
+ * connection is tried once, for a pooled one that died while idle; after it, the client's
+ * response is cut short. conn_broke: the
  * connection itself failed (refused, reset, closed early, timed out): the instance is
  * suspect at once, before a dying worker's exit is reaped, so that a retry goes elsewhere. */
 static void fail_request(upstream_t *up, const char *why, bool conn_broke)
@@ -231,11 +232,20 @@ static void fail_request(upstream_t *up, const char *why, bool conn_broke)
     conn_t *c = r->conn;
     instance_t *inst = up->inst;
     bool retry = up->reused && !up->got_bytes && up->state != UP_BODY;
+    /* vramd killed the worker as wedged (failing health checks; a request's own timeout
+     * answers in on_worker_silent): what that kill cut ends as a hang, not a crash */
+    bool hang = inst->hang_killed;
+    char hang_why[200];
+    if (hang) {
+        snprintf(hang_why, sizeof hang_why, "worker killed as hung (%s): %s", restart_reason_name(inst->kill_reason),
+                 why);
+        why = hang_why;
+    }
     r->up = NULL;
     up->req = NULL;
     request_set_ops(r, NULL);
     up_close(up);
-    if (retry && inst->state == INST_READY) {
+    if (retry && inst->state == INST_READY && !hang) {
         log_event(LOG_DEBUG, "upstream_retry", "request_id=%s model=%s reason=%s", r->id,
                   inst->model->name, why);
         proxy_start_attempt(r, inst, false);
@@ -248,10 +258,10 @@ static void fail_request(upstream_t *up, const char *why, bool conn_broke)
     bool streamed = r->state == REQ_STREAMING && !r->buffering;
     if (streamed) {
         release_slot(r, true);
-        r->outcome = "worker_failed"; /* metrics: the answer broke halfway */
+        r->outcome = hang ? "worker_hang" : "worker_failed"; /* metrics: the answer broke halfway */
         conn_abort(c);
     } else {
-        fail_unsent(r, inst, why, false);
+        fail_unsent(r, inst, why, hang);
     }
 }
 

@@ -1,5 +1,7 @@
 /*
- * router: model routes, then the JSON "model" field. See router.h.
+ * router: model routes, then the JSON "model" field. See router.h. A path with a dot
+ * segment ("." or "..", also percent-encoded) is refused with 400 before either: it never
+ * reaches a worker (http/http_path.h says which paths).
  */
 #include "path/router.h"
 
@@ -10,6 +12,7 @@
 
 #include "core/model.h"
 #include "core/request.h"
+#include "http/http_path.h"
 #include "net/conn.h"
 #include "path/dispatch.h"
 
@@ -66,6 +69,11 @@ void router_route(conn_t *c, request_t *r)
     size_t qpos = 0;
     while (qpos < plen && path[qpos] != '?')
         qpos++;
+    if (http_path_has_dot_segment(path, plen)) {
+        conn_respond_error(c, 400, "bad_request", NULL, -1, false,
+                           "request path has a dot segment (\".\" or \"..\", also as %%2e): refused, never forwarded");
+        return;
+    }
     size_t prefix = 0;
     model_t *m = router_find_model_by_path(d, path, plen, &prefix);
     if (m) {

@@ -6,6 +6,7 @@
  * Nothing matched: 404 unknown_model. A matched request goes to the dispatcher
  * (path/dispatch.h), which admits it into the model's queue or refuses it.
  * vramd's own routes are looked at before (serve/api.c hands the rest to router_route).
+ * A path with a dot segment (http/http_path.h) is refused 400 bad_request before any match.
  */
 #ifndef VRAMD_PATH_ROUTER_H
 #define VRAMD_PATH_ROUTER_H

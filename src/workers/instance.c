@@ -1,9 +1,10 @@
 /*
  * instance: the lifecycle of one worker instance: start (spawn with {port}/{gpu}
  * substituted), health checks (STARTING -> READY, READY <-> DOWN, startup timeout, unhealthy
- * kill), process exit (crash or expected), stop and drain, recycling, hung
- * request kills, request slot release (keep_alive's idle timers are park_evict.c's: an
- * expiry may park), and freeing: of an instance, and of a removed model
+ * kill), process exit (crash or expected), stop and drain, recycling, wedged-worker kills
+ * (a request's timeout or failing health checks: SIGABRT, then SIGKILL), request slot
+ * release (keep_alive's idle timers are park_evict.c's: an expiry may park), and freeing:
+ * of an instance, and of a removed model
  * once its last instance is gone (the two are freed from each other's callbacks, so they
  * live together here).
  *
@@ -34,6 +35,13 @@
 #include "workers/supervisor_int.h"
 
 #define STARTUP_POLL_MS 100
+
+/* A supervised worker that stopped answering (a request's response_timeout or
+ * recycle.hang_timeout, or its health checks failing `failures` times in a row): SIGABRT,
+ * then SIGKILL after stop_timeout; no new requests meanwhile (suspect), and what it was
+ * running ends 504 worker_hang (path/proxy.c reads hang_killed). Its exit is a failure of
+ * kind `why` (RESTART_HANG, RESTART_UNHEALTHY). */
+static void instance_kill_wedged(instance_t *inst, enum restart_reason why);
 
 static void on_instance_handle_closed(uv_handle_t *h)
 {
@@ -175,8 +183,8 @@ static void health_passed(instance_t *inst)
 }
 
 /* A check failed while READY or DOWN: after `failures` in a row an external server goes
- * DOWN (the model FAILED), a supervised READY worker is killed. Returns false when it was
- * killed: no next check, its exit is handled as a crash. */
+ * DOWN (the model FAILED), a supervised READY worker is killed as wedged (SIGABRT, then
+ * SIGKILL). Returns false when it was killed: no next check, its exit is a failure. */
 static bool health_failed(instance_t *inst, int status, const char *error)
 {
     model_t *m = inst->model;
@@ -196,9 +204,7 @@ static bool health_failed(instance_t *inst, int status, const char *error)
     } else if (inst->state == INST_READY) {
         log_event(LOG_WARN, "worker_unhealthy", "model=%s instance=%u pid=%d", m->name, inst->id,
                   (int)inst->pid);
-        inst->kill_reason = RESTART_UNHEALTHY;
-        if (inst->proc)
-            process_signal(inst->proc, SIGKILL); /* exit is then handled as a crash */
+        instance_kill_wedged(inst, RESTART_UNHEALTHY); /* its exit is then handled as a failure */
         return false;
     }
     return true;
@@ -504,15 +510,42 @@ void instance_recycle(instance_t *inst, const char *why)
     model_schedule_pump(m);   /* a replacement starts when there is demand */
 }
 
+/* Why vramd kills a wedged worker, as its worker_kill lines say. */
+static const char *wedged_reason(const instance_t *inst)
+{
+    return inst->kill_reason == RESTART_UNHEALTHY ? "health checks failing" : "request hang";
+}
+
 /* The grace after SIGABRT ran out (a stopped or wedged worker does not act on it). */
-static void on_hang_grace(uv_timer_t *t)
+static void on_wedged_grace(uv_timer_t *t)
 {
     instance_t *inst = t->data;
     if (!inst->proc)
         return;
     log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s signal=%d", inst->model->name, inst->id,
-              (int)inst->pid, "request hang", SIGKILL);
+              (int)inst->pid, wedged_reason(inst), SIGKILL);
     process_signal(inst->proc, SIGKILL);
+}
+
+static void instance_kill_wedged(instance_t *inst, enum restart_reason why)
+{
+    model_t *m = inst->model;
+    if (inst->external || !inst->proc || inst->hang_killed)
+        return;
+    inst->hang_killed = true;
+    inst->suspect = true; /* no new requests while it dies */
+    inst->kill_reason = why;
+    if (inst->health_call) {
+        http_call_cancel(inst->health_call);
+        inst->health_call = NULL;
+    }
+    uint64_t grace = m->cfg->stop_timeout_ms ? m->cfg->stop_timeout_ms : 1;
+    log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s signal=%d grace_ms=%llu", m->name,
+              inst->id, (int)inst->pid, wedged_reason(inst), SIGABRT, (unsigned long long)grace);
+    /* gunicorn's sequence: SIGABRT (a core dump for the operator), SIGKILL if it is still
+     * there after the grace; the exit is a failure (why), replaced with backoff */
+    process_signal(inst->proc, SIGABRT);
+    uv_timer_start(&inst->timer, on_wedged_grace, grace, 0);
 }
 
 void instance_kill_hung(instance_t *inst, const char *why)
@@ -525,22 +558,7 @@ void instance_kill_hung(instance_t *inst, const char *why)
             instance_set_state(inst, INST_DOWN, why);
         return;
     }
-    if (!inst->proc || inst->hang_killed)
-        return;
-    inst->hang_killed = true;
-    inst->suspect = true; /* no new requests while it dies */
-    inst->kill_reason = RESTART_HANG;
-    if (inst->health_call) {
-        http_call_cancel(inst->health_call);
-        inst->health_call = NULL;
-    }
-    uint64_t grace = m->cfg->stop_timeout_ms ? m->cfg->stop_timeout_ms : 1;
-    log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s signal=%d grace_ms=%llu", m->name,
-              inst->id, (int)inst->pid, "request hang", SIGABRT, (unsigned long long)grace);
-    /* gunicorn's sequence: SIGABRT (a core dump for the operator), SIGKILL if it is still
-     * there after the grace; the exit is a failure (RESTART_HANG), replaced with backoff */
-    process_signal(inst->proc, SIGABRT);
-    uv_timer_start(&inst->timer, on_hang_grace, grace, 0);
+    instance_kill_wedged(inst, RESTART_HANG);
 }
 
 void instance_mark_suspect(instance_t *inst, const char *why)

@@ -95,6 +95,43 @@ def test_deadline_expires_in_queue_504(vramd):
     assert "/echo?tag=deadline" not in r.json()["targets"], r.json()["targets"]
 
 
+def test_client_deadline_is_capped_at_the_models(vramd):
+    """X-Vramd-Deadline above the model's deadline (1s here) is capped to it: behind a 4 s
+    request, a 60s header and the largest one parsed (18446744073709551615ms) each get 504
+    deadline_exceeded about 1 s after they were queued (before the cap: served after the
+    slow one, 200 at ~4 s), and deadline_capped is logged with what was asked. A model with
+    max_client_deadline 10s honours a 3s header (served 200 once the slot frees) and caps a
+    60s one to 10s."""
+    models = {"w": vramd.worker("w", route="/w/", concurrency=1, deadline="1s"),
+              "x": vramd.worker("x", route="/x/", concurrency=1, deadline="1s", max_client_deadline="10s")}
+    vd = vramd.start(models=models)
+    for name in ("w", "x"):
+        assert vd.get(f"/{name}/echo?warm=1").status == 200
+    slow = in_background(lambda: vd.get("/w/slow?ms=4000", timeout=30))
+    wait_in_flight(vd, 1)
+    for asked, asked_ms in (("60s", 60000), ("18446744073709551615ms", 18446744073709551615)):
+        t0 = time.monotonic()
+        r = vd.get("/w/echo?tag=capped", headers={"X-Vramd-Deadline": asked}, timeout=30)
+        elapsed = time.monotonic() - t0
+        assert r.status == 504 and r.error_code() == "deadline_exceeded", (asked, r)
+        assert 0.9 <= elapsed < 2.5, f"{asked}: answered after {elapsed:.2f}s, not at the model's 1 s"
+        capped = vd.wait_event("deadline_capped", model="w", asked_ms=asked_ms)[0]
+        assert capped["deadline_ms"] == 1000, capped
+    slow["thread"].join(30)
+    assert slow["result"].status == 200, slow["result"]
+
+    slow = in_background(lambda: vd.get("/x/slow?ms=2000", timeout=30))
+    wait_for(lambda: vd.model("x")["in_flight"] == 1, timeout=15, what="x in flight")
+    r = vd.get("/x/echo?tag=honoured", headers={"X-Vramd-Deadline": "3s"}, timeout=30)
+    assert r.status == 200, r
+    assert not vd.events("deadline_capped", model="x")
+    slow["thread"].join(30)
+    r = vd.get("/x/echo?tag=x-capped", headers={"X-Vramd-Deadline": "60s"}, timeout=30)
+    assert r.status == 200, r
+    capped = vd.wait_event("deadline_capped", model="x")[0]
+    assert capped["asked_ms"] == 60000 and capped["deadline_ms"] == 10000, capped
+
+
 def test_bad_deadline_and_priority_headers_400(vramd):
     """Unparseable X-Vramd-Deadline or out-of-range X-Vramd-Priority -> 400 bad_request."""
     vd = vramd.start(models=one_slot(vramd))

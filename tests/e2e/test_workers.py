@@ -135,16 +135,36 @@ def test_keep_alive_idle_stop_and_restart_on_demand(vramd):
 
 
 def test_stop_timeout_escalates_to_sigkill(vramd):
-    """A worker that ignores SIGTERM is killed after stop_timeout when vramd unloads it."""
+    """A worker that ignores SIGTERM is killed after stop_timeout when vramd unloads it
+    (case 11: SIGTERM, then SIGKILL after the stated grace). stop_timeout 1500ms. The
+    SIGTERM is sent when the instance goes to `stopping` (vramd's instance_state line); the
+    worker records when it got it (its own clock, in its "SIGTERM ignored at T" line);
+    vramd's worker_kill ("stop timeout") comes no sooner than 1.5 s after the SIGTERM and
+    the worker lives until then: it exits by signal 9, reaped after the kill."""
     vd = vramd.start(models={"w": vramd.worker("w", extra_args=("--ignore-term",),
-                                               stop_timeout="1s")})
+                                               stop_timeout="1500ms")})
     r = vd.get("/w/echo")
     pid = r.json()["pid"]
     r = vd.post("/v1/models/w/unload", timeout=60)
     assert r.status == 200, r
     wait_for(lambda: not pid_alive(pid), timeout=10, what="the SIGTERM-proof worker to die")
-    assert any("SIGTERM ignored" in (e.get("line") or "")
-               for e in vd.events("worker_output", model="w"))
+    ignored = [e for e in vd.events("worker_output", model="w", pid=pid)
+               if "SIGTERM ignored" in (e.get("line") or "")]
+    assert len(ignored) == 1, ignored
+    t_got_term = float(ignored[0]["line"].rsplit(" at ", 1)[1])
+    stopping = vd.wait_event("instance_state", model="w", pid=pid, to="stopping")[0]
+    kill = vd.wait_event("worker_kill", model="w", pid=pid)[0]
+    exited = vd.wait_event("worker_exit", model="w", pid=pid)[0]
+    assert kill["reason"] == "stop timeout", kill
+    assert exited["signal"] == 9 and exited["expected"] is True, exited
+    t_term, t_kill, t_exit = parse_ts(stopping["ts"]), parse_ts(kill["ts"]), parse_ts(exited["ts"])
+    # log times are whole milliseconds, and the stop timer counts from the event loop's
+    # cached time, which can be a few ms behind the clock the log line read: 10 ms of slack
+    assert t_term - 0.01 <= t_got_term <= t_term + 1.0, (t_term, t_got_term)
+    grace = t_kill - t_term
+    assert 1.49 <= grace < 1.5 + 2.0, f"SIGKILL {grace:.3f}s after SIGTERM: the grace is 1.5 s"
+    assert t_kill - t_got_term >= 0.5, "the worker did not live through the grace after its SIGTERM"
+    assert t_exit >= t_kill - 0.001, (kill, exited)
 
 
 def test_keep_alive_forever_starts_at_startup(vramd):

@@ -132,6 +132,26 @@ def test_admin_unload_checkpoints_and_a_request_restores(sched):
     assert parked_on_host(sched, gpu) == 0
 
 
+def test_unload_of_a_checkpointed_model_answers_parked_then_stopped(sched):
+    """The answer of POST /v1/models/NAME/unload is the model's real state: the first unload
+    checkpoints it (state parked, tier checkpointed: the process is up, in host memory, not
+    "stopped"); a second unload stops the parked process (state stopped, no tier)."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched)}, host_memory={"budget": "16GiB", "reserve": 0})
+    assert vd.generate("llm").status == 200
+    pid = vd.instances("llm")[0]["pid"]
+    r = vd.post("/v1/models/llm/unload")
+    assert r.status == 200, r
+    assert r.json() == {"model": "llm", "state": "parked", "tier": "checkpointed", "instances": 1}, r
+    assert vd.instances("llm")[0]["pid"] == pid
+    assert vd.model("llm")["state"] == "stopped"  # /v1/status: nothing serving
+    r = vd.post("/v1/models/llm/unload")
+    assert r.status == 200, r
+    assert r.json()["state"] == "stopped" and "tier" not in r.json(), r
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=10, what="the parked worker stopped")
+    sched.finish()
+
+
 def test_eviction_checkpoints_then_restores_the_same_process(sched):
     """`big` does not fit beside `llm` on 8 GiB: llm is checkpointed (not stopped) to make room;
     llm's next request stops big (no park tier) and restores llm's same process."""

@@ -462,6 +462,26 @@ static void test_outlier(void **state)
                  "test.yaml:4:15: models.a.outlier.max_ejection: unknown key \"max_ejection\"");
 }
 
+/* max_client_deadline: unset is 0 (the model's deadline caps X-Vramd-Deadline); a
+ * duration, also from defaults:; not a duration: refused. */
+static void test_max_client_deadline(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("defaults: {max_client_deadline: 10m}\n"
+                           "models:\n"
+                           "  a: {cmd: [x]}\n"
+                           "  b: {cmd: [x], deadline: 5s, max_client_deadline: 30s}\n");
+    assert_int_equal(config_find_model(c, "a")->max_client_deadline_ms, 600000);
+    assert_int_equal(config_find_model(c, "b")->max_client_deadline_ms, 30000);
+    assert_int_equal(config_find_model(c, "b")->deadline_ms, 5000);
+    config_unref(c);
+    c = parse_ok("models: {a: {cmd: [x]}}\n");
+    assert_int_equal(config_find_model(c, "a")->max_client_deadline_ms, 0);
+    config_unref(c);
+    expect_error("models:\n  a:\n    cmd: [x]\n    max_client_deadline: soon\n",
+                 "test.yaml:4:26: models.a.max_client_deadline: expected a duration like 30s, got \"soon\"");
+}
+
 static void test_per_request_learn(void **state)
 {
     (void)state;
@@ -594,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_routes),
         cmocka_unit_test(test_keep_alive),
         cmocka_unit_test(test_outlier),
+        cmocka_unit_test(test_max_client_deadline),
         cmocka_unit_test(test_per_request_learn),
         cmocka_unit_test(test_degrade_and_validate_forms),
         cmocka_unit_test(test_quoted_and_plain_scalars),

@@ -111,6 +111,8 @@ static void test_refusals_name_the_field(void **state)
     expect_error("{\"model\":\"w\",\"path\":\"a\"}", "path");
     expect_error("{\"model\":\"w\",\"path\":\"/a b\"}", "path");
     expect_error("{\"model\":\"w\",\"path\":\"/a#frag\"}", "path");
+    expect_error("{\"model\":\"w\",\"path\":\"/a/../admin\"}", "dot segment");
+    expect_error("{\"model\":\"w\",\"path\":\"/a/%2E%2e/admin\"}", "dot segment");
     expect_error("{\"model\":\"w\",\"path\":\"/a\\u0000\"}", "NUL");
     expect_error("{\"model\":\"w\",\"path\":\"/a\",\"extra\":1}", "extra");
     expect_error("{\"model\":\"w\",\"path\":\"/a\",\"path\":\"/b\"}", "given twice");
