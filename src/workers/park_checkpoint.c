@@ -178,7 +178,6 @@ static void restore_round_done(instance_t *inst)
     inst->park_report(inst, PARK_TIER_BACK_DONE, "every process restored");
 }
 
-
 /* A round ended: carry on in the state it was made for; an instance that left it meanwhile
  * (stopped, its process gone) is freed once nothing refers to it any more. */
 static void cuda_round_done(instance_t *inst)
@@ -191,8 +190,6 @@ static void cuda_round_done(instance_t *inst)
         release_if_gone(inst);
 }
 
-/* Park an idle READY instance by checkpointing every process of it that holds GPU memory;
- * 0 started, -1 when it cannot (the caller takes the next tier). */
 /* Every process of the instance that holds GPU memory (NVML's list) is what a checkpoint
  * parks: -1 (logged park_refused) when there is none, or more than it can follow. */
 static int checkpoint_prepare(instance_t *inst, enum unload_reason reason)
@@ -274,7 +271,6 @@ static void found_checkpointed(instance_t *inst)
     if (cuda_start(m->core->cuda, m->core->loop, CUDA_OP_STATE, pid, 0, on_found_state, inst) == 0)
         inst->cuda_ops++;
 }
-
 
 /* An external server found at start with checkpoint (a wake hook, when it has one, is the
  * sleep tier's): its listener's driver state is asked. */
