@@ -49,8 +49,20 @@ enum instance_state {
     INST_RESUMING,  /* the tier's return started (wake hook); waiting for NVML to show the memory back */
 };
 
-/* How an instance in PARKING, PARKED or RESUMING is parked (workers/park.c). */
-enum park_tier { PARK_NONE = 0, PARK_SLEEP, PARK_CHECKPOINT };
+/* How an instance in PARKING, PARKED or RESUMING is parked: an index into the park tier table
+ * (workers/park_tier.h: one ops row per tier, walked in this order, cheapest first) and into
+ * model_t.park_stats. A new tier is one value here (before PARK_TIER_COUNT), one file and one
+ * row of that table. PARK_NONE: not parked. */
+enum park_tier { PARK_SLEEP = 0, PARK_CHECKPOINT, PARK_TIER_COUNT, PARK_NONE = PARK_TIER_COUNT };
+
+/* What a model learned of one park tier (workers/park.c, park_cost.c): both halves of its
+ * round trip (EWMA 0.7/0.3) and how often each was taken. */
+typedef struct park_tier_stats {
+    uint64_t out_ms_ewma;  /* way out: the park's start to the memory gone */
+    uint64_t back_ms_ewma; /* way back: the return's start (wake hook, restore) to the memory back */
+    uint64_t parks;        /* parks by this tier that settled */
+    uint64_t returns;      /* returns from it that settled (READY again) */
+} park_tier_stats_t;
 
 enum model_state {
     MODEL_STOPPED = 0,
@@ -176,6 +188,9 @@ struct instance {
     bool hang_killed;        /* SIGABRT sent (a hang or failing health checks); SIGKILL follows after stop_timeout */
     /* parking (workers/park.c): set while PARKING, PARKED or RESUMING */
     enum park_tier park_tier;
+    /* where the tier reports how its call ended (workers/park_tier.h), set by park.c before
+     * each tier call: an enum park_tier_outcome and a reason */
+    void (*park_report)(instance_t *inst, int outcome, const char *why);
     uint64_t park_before;    /* GPU bytes booked when the park began */
     uint64_t park_left;      /* GPU bytes NVML still showed once parked (booked on the GPU ledger) */
     uint64_t park_since_ms;  /* when the park, or the return, began */
@@ -233,11 +248,9 @@ struct model {
     uint64_t peaks[MODEL_PEAK_SAMPLES];
     unsigned n_peaks, peak_next;
     uint64_t load_ms_ewma, run_ms_ewma;
-    uint64_t wake_ms_ewma;     /* learned time from the wake hook's call to the memory back (park.c) */
-    uint64_t parks_total, wakes_total, park_refusals; /* sleep and checkpoint tiers: parks done, returns, parks the host refused */
-    uint64_t restore_ms_ewma;  /* checkpoint tier: learned time from the restore's start to the memory back */
-    uint64_t sleep_out_ms_ewma, checkpoint_out_ms_ewma; /* a park's way out: its start to the memory gone (park_cost.c) */
-    uint64_t checkpoints_total, restores_total, checkpoint_failures; /* checkpoint tier: parks, returns, failed either way */
+    park_tier_stats_t park_stats[PARK_TIER_COUNT]; /* per park tier: learned way out and back, counts */
+    uint64_t parks_total, wakes_total, park_refusals; /* all park tiers: parks done, returns, parks the host refused */
+    uint64_t checkpoint_failures; /* checkpoint tier: parks or restores that failed */
     uint64_t last_arrival_ms;  /* when its last request arrived (0 = none yet) */
     uint64_t arrival_gap_ms;   /* mean gap between its requests (EWMA; 0 = fewer than two) */
     uint64_t oom_total;

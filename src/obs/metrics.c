@@ -248,8 +248,8 @@ static uint64_t v_parked(const model_t *m) { return host_book_parked_by(m->name)
 static uint64_t v_parks(const model_t *m) { return m->parks_total; }
 static uint64_t v_wakes(const model_t *m) { return m->wakes_total; }
 static uint64_t v_park_refusals(const model_t *m) { return m->park_refusals; }
-static uint64_t v_checkpoints(const model_t *m) { return m->checkpoints_total; }
-static uint64_t v_restores(const model_t *m) { return m->restores_total; }
+static uint64_t v_checkpoints(const model_t *m) { return m->park_stats[PARK_CHECKPOINT].parks; }
+static uint64_t v_restores(const model_t *m) { return m->park_stats[PARK_CHECKPOINT].returns; }
 static uint64_t v_checkpoint_failures(const model_t *m) { return m->checkpoint_failures; }
 
 static void model_family(buf_t *b, core_t *d, const char *name, const char *type, const char *help,

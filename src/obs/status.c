@@ -1,6 +1,8 @@
 /* status: JSON renderings of the daemon's state. See status.h. */
 #include "obs/status.h"
 
+#include <stdio.h>
+
 #include <cjson/cJSON.h>
 
 #include "common/units.h"
@@ -9,6 +11,7 @@
 #include "path/dispatch_clients.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
+#include "workers/park_tier.h"
 #include "workers/supervisor.h"
 
 /* Out of rotation: suspect (its connection broke; a passing health check clears it) and
@@ -62,6 +65,22 @@ static void memory_json(cJSON *mem, const model_t *m)
     }
 }
 
+/* What the model learned of each park tier, in the table's order (workers/park_tier.h): the
+ * ways back first (learned_wake_ms, learned_restore_ms), then the ways out
+ * (learned_sleep_out_ms, learned_checkpoint_out_ms). */
+static void add_park_tiers(cJSON *o, const model_t *m)
+{
+    char key[64];
+    for (unsigned t = 0; t < PARK_TIER_COUNT; t++) {
+        snprintf(key, sizeof key, "learned_%s_ms", park_tier_ops((enum park_tier)t)->back_name);
+        cJSON_AddNumberToObject(o, key, (double)m->park_stats[t].back_ms_ewma);
+    }
+    for (unsigned t = 0; t < PARK_TIER_COUNT; t++) {
+        snprintf(key, sizeof key, "learned_%s_out_ms", park_tier_name((enum park_tier)t));
+        cJSON_AddNumberToObject(o, key, (double)m->park_stats[t].out_ms_ewma);
+    }
+}
+
 static cJSON *model_json(model_t *m, uint64_t now)
 {
     cJSON *o = cJSON_CreateObject();
@@ -106,10 +125,7 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(rs, "ejections_total", (double)m->ejections_total);
     cJSON_AddNumberToObject(o, "learned_load_ms", (double)m->load_ms_ewma);
     cJSON_AddNumberToObject(o, "learned_run_ms", (double)m->run_ms_ewma);
-    cJSON_AddNumberToObject(o, "learned_wake_ms", (double)m->wake_ms_ewma);
-    cJSON_AddNumberToObject(o, "learned_restore_ms", (double)m->restore_ms_ewma);
-    cJSON_AddNumberToObject(o, "learned_sleep_out_ms", (double)m->sleep_out_ms_ewma);
-    cJSON_AddNumberToObject(o, "learned_checkpoint_out_ms", (double)m->checkpoint_out_ms_ewma);
+    add_park_tiers(o, m);
     cJSON_AddNumberToObject(o, "parked_bytes", (double)host_book_parked_by(m->name));
     cJSON *pk = cJSON_AddObjectToObject(o, "parking");
     cJSON_AddBoolToObject(pk, "sleep", m->cfg->sleep.set);
@@ -118,8 +134,8 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(pk, "parks_total", (double)m->parks_total);
     cJSON_AddNumberToObject(pk, "wakes_total", (double)m->wakes_total);
     cJSON_AddNumberToObject(pk, "refused_total", (double)m->park_refusals);
-    cJSON_AddNumberToObject(pk, "checkpoints_total", (double)m->checkpoints_total);
-    cJSON_AddNumberToObject(pk, "restores_total", (double)m->restores_total);
+    cJSON_AddNumberToObject(pk, "checkpoints_total", (double)m->park_stats[PARK_CHECKPOINT].parks);
+    cJSON_AddNumberToObject(pk, "restores_total", (double)m->park_stats[PARK_CHECKPOINT].returns);
     cJSON_AddNumberToObject(pk, "checkpoint_failures", (double)m->checkpoint_failures);
     cJSON *is = cJSON_AddArrayToObject(o, "instances");
     list_foreach(it, &m->instances) {

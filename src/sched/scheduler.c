@@ -170,14 +170,15 @@ uint64_t sched_predicted_start_ms(const model_t *m)
 {
     uint64_t run = m->run_ms_ewma;
     unsigned ready = 0;
-    bool parked = false, ckpt = false; /* coming back is a wake or restore (workers/park.c), not a load */
+    bool parked = false; /* coming back is its tier's way back (wake, restore: workers/park.c), not a load */
+    uint64_t back = 0;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
         if (in->state == INST_READY && !in->stop_requested)
             ready++;
-        if (in->state == INST_PARKED || in->state == INST_RESUMING) {
+        if ((in->state == INST_PARKED || in->state == INST_RESUMING) && in->park_tier < PARK_TIER_COUNT) {
             parked = true;
-            ckpt = in->park_tier == PARK_CHECKPOINT;
+            back = m->park_stats[in->park_tier].back_ms_ewma;
         }
     }
     unsigned slots = m->cfg->concurrency * (ready ? ready : 1);
@@ -186,7 +187,7 @@ uint64_t sched_predicted_start_ms(const model_t *m)
     if (run && ahead >= slots)
         wait = ((ahead - slots) / slots + 1) * run;
     if (!ready)
-        wait += parked ? (ckpt ? m->restore_ms_ewma : m->wake_ms_ewma) : m->load_ms_ewma; /* a first wake: not known yet, not refused for it */
+        wait += parked ? back : m->load_ms_ewma; /* a first wake: not known yet, not refused for it */
     return wait;
 }
 

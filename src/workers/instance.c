@@ -102,6 +102,7 @@ static instance_t *instance_new(model_t *m)
     inst->id = ++m->next_instance_id;
     inst->gpu = -1;
     inst->gpu_pos = -1;
+    inst->park_tier = PARK_NONE;
     ledger_entry_init(&inst->mem);
     host_entry_init(&inst->parked_host);
     list_init(&inst->pool);

@@ -31,22 +31,6 @@ const char *instance_state_name(enum instance_state s)
     return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
 }
 
-const char *instance_tier_name(const instance_t *in)
-{
-    switch (in->state) {
-    case INST_PARKING:
-    case INST_PARKED:
-    case INST_RESUMING:
-        return in->park_tier == PARK_CHECKPOINT ? "checkpointed" : "sleeping";
-    case INST_UNLOADING:
-    case INST_UNLOADED:
-    case INST_RELOADING:
-        return "unloaded";
-    default:
-        return "resident";
-    }
-}
-
 const char *model_state_name(enum model_state s)
 {
     static const char *n[] = {"stopped", "starting", "ready", "draining", "unloading", "failed"};

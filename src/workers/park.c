@@ -1,71 +1,58 @@
 /*
- * park: the two park tiers (SPEC 4.1), sleep/wake hooks and the CUDA driver's checkpoint,
- * and the entry point the scheduler calls to report memory back (instance_reclaimed); the
- * scheduler's eviction entry (instance_evict) is in park_evict.c.
+ * park: what every park tier shares (the tiers themselves, as a table, are park_tier.h:
+ * sleep/wake hooks in park_sleep.c, the CUDA driver's checkpoint in park_checkpoint.c), the
+ * entry points that walk that table, and the one the scheduler calls to report memory back
+ * (instance_reclaimed); the scheduler's eviction entry (instance_evict) is in park_evict.c.
  *
- *   READY --sleep hook (host memory booked first)--> PARKING
- *     --NVML shows at least half gone, settled (verified reclaim)--> PARKED
- *        (what NVML still shows stays booked on the GPU; what left it is booked on the host)
+ *   READY --the tier's way out (host memory booked first, here)--> PARKING
+ *     --the tier reports it done; NVML shows at least half gone, settled (verified
+ *       reclaim)--> PARKED (what NVML still shows stays booked on the GPU; what left it is
+ *       booked on the host)
+ *     --the tier reports it failed--> READY, the next tier of the table, else hooks_evict
  *     --too little back within stop_timeout--> the next tier: unload hook (external with
  *        one) or stop (supervised); an external server without one is marked failed
  *   PARKED --needed (a queued request, an admin load)--> RESUMING: GPU memory booked back,
- *     wake hook called --NVML shows it back--> READY (only now is a request dispatched)
- *     --wake fails or the memory is not back within wake.timeout--> stopped (supervised,
- *        a failure counted) or marked failed (external)
+ *     the tier's way back --reported done, NVML shows it back--> READY (only now is a
+ *     request dispatched; its time learned per tier: park_stats[].back_ms_ewma)
+ *     --reported failed, or the memory not back within wake.timeout--> stopped (supervised,
+ *        a failure counted) or marked failed (external); one found at start: its health
+ *        checks decide
  *   PARKED --evicted again (what it still holds is needed)--> the next tier, as above.
- *   An external server with a wake hook, found at start (a vramd that stopped while it was
- *   parked leaves it asleep): READY --wake hook--> RESUMING --> READY before its first
- *   request (waking an awake vLLM or SGLang is a no-op); a failed wake leaves it to its
- *   health checks.
- *
- * Checkpoint (model checkpoint: true, core->cuda opened by the composition root): the same
- * states, the same host booking and verified reclaim, with the driver in place of the hooks:
- *   READY --cuda_park (lock with stop_timeout, checkpoint) of every process NVML shows holding
- *     GPU memory for the instance, all at once on the thread pool--> PARKING
- *     --all parked, NVML shows the memory gone--> PARKED
- *     --one failed (lock timeout, driver error)--> the parked ones unparked again (all or
- *        nothing), then stopped (supervised) / READY and the model marked failed (external)
- *   PARKED --needed--> RESUMING: GPU booked back first, cuda_unpark (restore + unlock) of
- *     each --NVML shows it back--> READY (restore time learned: restore_ms_ewma)
- *     --a restore failed (CUDA_NO_MEMORY: the memory was taken)--> stopped / marked failed
- *   An external server found at start with checkpoint and no wake hook: its listener's state
- *   is asked; one left CHECKPOINTED or LOCKED is restored before its first request.
- *   The instance is not freed while a driver call is in flight (inst->cuda_ops).
+ *   An external server found at start: the first tier whose found() takes it (a wake hook
+ *   in case it was left asleep, its listener's driver state) brings it back before its
+ *   first request.
  *
  * A park (park_instance, called by park_evict.c's park_or_free for an eviction, an admin
- * unload or keep_alive's expiry, once any cache was cleared) takes the cheapest tier the
- * model has and the host affords: sleep, else checkpoint; else the caller's next tier. A
- * park over the host budget may stop older parked instances when that is cheaper
- * (park_host.c); one the host still cannot afford (host_book_park: host_memory budget,
- * MemAvailable, cgroup room) is skipped, counted in park_refusals and logged as
- * park_refused. A model with park_keep_alive 0 has no park tier. Once PARKED, its host
- * keep-alive runs (park_host.c: park_keep_alive, then stopped).
+ * unload or keep_alive's expiry, once any cache was cleared) takes the first tier of the
+ * table the model has, that pays (an eviction's: park_cost.c) and the host affords; else the
+ * caller's next tier. A park over the host budget may stop older parked instances when that
+ * is cheaper (park_host.c); one the host still cannot afford (host_book_park: host_memory
+ * budget, MemAvailable, cgroup room) is skipped, no later tier tried (it would book the same
+ * bytes), counted in park_refusals and logged as park_refused. A model with park_keep_alive
+ * 0 has no park tier. Once PARKED, its host keep-alive runs (park_host.c: park_keep_alive,
+ * then stopped).
  *
- * Invariants: the host entry is booked before the sleep hook is called and released by
+ * Invariants: the host entry is booked before the tier's way out starts and released by
  * instance_set_state as soon as the instance leaves PARKING/PARKED/RESUMING (however it
  * leaves); nothing is booked twice (one entry per instance, host_ledger refuses a held
  * one); while RESUMING the GPU ledger already holds the full size, so no other load can
- * take the memory that is coming back. One hook call at a time (inst->hook_call), one
- * round of driver calls at a time (inst->cuda_ops).
- * Calls hooks.c, instance.c, model_state.c, host_book.c, park_cost.c (what a tier costs, may
- * it be taken), never supervisor.c.
+ * take the memory that is coming back. A tier answers through park_report (set on the
+ * instance before each tier call), once per way out or back.
+ * Calls the table (park_tiers.c) and through it the tiers, park_host.c, park_cost.c,
+ * hooks.c, instance.c, model_state.c, host_book.c; never supervisor.c or park_evict.c.
  */
-#include <stdio.h>
-
 #include "common/log.h"
 #include "core/core.h"
-#include "gpu/cuda.h"
-#include "gpu/host_mem.h"
-#include "gpu/procfs.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
-#include "proc/process.h"
+#include "workers/park_tier.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
-static const char *tier_name(const instance_t *inst)
+/* The tier inst is parked by (PARKING, PARKED, RESUMING). */
+static const park_tier_ops_t *tier_ops(const instance_t *inst)
 {
-    return inst->park_tier == PARK_CHECKPOINT ? "checkpoint" : "sleep";
+    return park_tier_ops(inst->park_tier);
 }
 
 /* Book the park of an idle instance on the host (what it holds on the GPU now) and set the
@@ -75,13 +62,13 @@ static bool park_book(instance_t *inst, enum park_tier tier, enum unload_reason 
     model_t *m = inst->model;
     uint64_t bytes = inst->mem.gpu >= 0 ? inst->mem.bytes : (inst->measured ? inst->measured : m->cfg->memory.resident);
     enum host_verdict v = host_book_park(inst, bytes);
-    if (v == HOST_OVER_BUDGET && park_host_make_room(inst, bytes))
+    if (v == HOST_OVER_BUDGET && park_host_make_room(inst, tier, bytes))
         v = host_book_park(inst, bytes); /* older parked instances stopped: their entries are free */
     if (v != HOST_FITS) {
         m->park_refusals++;
         const host_ledger_t *h = host_book(m->core->cfg);
         log_event(LOG_WARN, "park_refused", "model=%s instance=%u tier=%s bytes=%llu reason=%s host_free=%llu "
-                  "parked=%llu", m->name, inst->id, tier == PARK_CHECKPOINT ? "checkpoint" : "sleep",
+                  "parked=%llu", m->name, inst->id, park_tier_name(tier),
                   (unsigned long long)bytes, host_verdict_name(v), (unsigned long long)host_ledger_free(h),
                   (unsigned long long)h->parked);
         return false;
@@ -93,35 +80,10 @@ static bool park_book(instance_t *inst, enum park_tier tier, enum unload_reason 
     inst->park_left = 0;
     inst->park_since_ms = core_now();
     inst->cuda_copy_us = 0;
+    inst->park_measured = 0; /* the checkpoint tier sets what its processes hold */
     return true;
 }
 
-static void on_sleep_answer(void *ctx, int status, const char *body, size_t len, const char *error);
-
-int park_sleep(instance_t *inst, enum unload_reason reason, const char *why)
-{
-    if (!park_can_sleep(inst))
-        return -1;
-    model_t *m = inst->model;
-    if (core_now() < inst->local_retry_ms) { /* a hook just failed for vramd's own shortage */
-        if (reason == UNLOAD_ADMIN) {
-            m->unload_local_failed = true;
-            core_emit(m->core, CORE_EV_MODEL_CHANGED, m); /* answers a waiting admin call */
-        }
-        return -2;
-    }
-    if (!park_book(inst, PARK_SLEEP, reason))
-        return -1;
-    instance_set_state(inst, INST_PARKING, why);
-    int rc = instance_call_hook(inst, HOOK_SLEEP, on_sleep_answer);
-    if (rc == 0)
-        return 0;
-    if (rc == -2 && reason == UNLOAD_ADMIN)
-        m->unload_local_failed = true; /* before the state change answers the admin call */
-    instance_set_state(inst, INST_READY, rc == -2 ? "sleep hook not made: vramd short of descriptors or memory"
-                                                  : "sleep hook could not be called"); /* host entry released */
-    return rc;
-}
 
 /* PARKING and NVML shows the memory gone (settled): PARKED, the rest booked on the host. */
 static void parked(instance_t *inst)
@@ -129,7 +91,7 @@ static void parked(instance_t *inst)
     model_t *m = inst->model;
     uint64_t left = inst->mem.gpu >= 0 ? inst->mem.bytes : 0;
     uint64_t before = inst->park_before;
-    if (inst->park_tier == PARK_CHECKPOINT && inst->park_measured && inst->park_measured < before)
+    if (inst->park_measured && inst->park_measured < before)
         before = inst->park_measured; /* the driver copies what the processes hold, not what was booked */
     inst->park_before = before; /* what comes back: the way back waits for half of it (wake_target) */
     uint64_t freed = before > left ? before - left : 0;
@@ -137,17 +99,15 @@ static void parked(instance_t *inst)
     host_book_settle(inst, freed);
     park_learn_way_out(inst, core_now() - inst->park_since_ms);
     m->parks_total++;
-    bool ckpt = inst->park_tier == PARK_CHECKPOINT;
-    if (ckpt)
-        m->checkpoints_total++;
+    m->park_stats[inst->park_tier].parks++;
     log_event(LOG_INFO, "parked", "model=%s instance=%u tier=%s freed=%llu left_on_gpu=%llu host=%llu wait_ms=%llu "
-              "copy_ms=%llu", m->name, inst->id, tier_name(inst), (unsigned long long)freed, (unsigned long long)left,
+              "copy_ms=%llu", m->name, inst->id, tier_ops(inst)->name, (unsigned long long)freed, (unsigned long long)left,
               (unsigned long long)inst->parked_host.bytes, (unsigned long long)(core_now() - inst->park_since_ms),
               (unsigned long long)(inst->cuda_copy_us / 1000));
     core_note_event(m->core, "parked %s instance %u (%s): %llu MiB to host memory, %llu MiB left on GPU %d",
-                    m->name, inst->id, tier_name(inst), (unsigned long long)(freed >> 20),
+                    m->name, inst->id, tier_ops(inst)->name, (unsigned long long)(freed >> 20),
                     (unsigned long long)(left >> 20), inst->gpu);
-    instance_set_state(inst, INST_PARKED, ckpt ? "checkpointed: memory left the GPU" : "asleep: memory left the GPU");
+    instance_set_state(inst, INST_PARKED, tier_ops(inst)->parked_why);
     park_host_arm(inst); /* park_keep_alive: stopped when it stays parked that long */
 }
 
@@ -155,7 +115,7 @@ void park_escalate(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     log_event(LOG_WARN, "park_escalated", "model=%s instance=%u tier=%s held=%llu reason=%s", m->name, inst->id,
-              tier_name(inst),
+              tier_ops(inst)->name,
               (unsigned long long)(inst->mem.gpu >= 0 ? inst->mem.bytes : 0), why);
     if (!inst->external) {
         instance_stop(inst, why); /* its exit's verified reclaim frees the ledger entry */
@@ -168,214 +128,7 @@ void park_escalate(instance_t *inst, const char *why)
     model_set_failed(m, "external server did not give its memory back after a park");
 }
 
-static int park_checkpoint(instance_t *inst, enum unload_reason reason, const char *why);
-
-static void on_sleep_answer(void *ctx, int status, const char *body, size_t len, const char *error)
-{
-    (void)body;
-    (void)len;
-    instance_t *inst = ctx;
-    model_t *m = inst->model;
-    bool ok = hook_outcome_of(status, false) == HOOK_OK;
-    if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* vramd's own shortage (counted, held back): nothing was asked */
-        if (inst->state != INST_PARKING)
-            return;
-        if (inst->unload_reason == UNLOAD_ADMIN)
-            m->unload_local_failed = true; /* before the state change answers the admin call */
-        instance_set_state(inst, INST_READY, "sleep hook not made: vramd short of descriptors or memory");
-        return;
-    }
-    if (inst->state != INST_PARKING)
-        return;
-    if (!ok) {
-        /* it did not sleep (or says so): the memory is still needed, take the next tier */
-        enum unload_reason reason = inst->unload_reason;
-        instance_set_state(inst, INST_READY, "sleep hook failed");
-        if (park_checkpoint(inst, reason, "sleep hook failed") != 0)
-            hooks_evict(inst, "sleep hook failed");
-        return;
-    }
-    m->unloads_total++;
-    m->unloads_by_reason[inst->unload_reason]++;
-    if (!sched_instance_holds_memory(inst)) {
-        parked(inst); /* no GPU memory booked: the hook's 2xx is the answer */
-        return;
-    }
-    sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory gone */
-}
-
-/* ---- the checkpoint tier: the CUDA driver parks the instance's processes ------------- */
-
-/* How long the driver's lock may wait for the processes' CUDA calls to stop. */
-static uint64_t lock_timeout_ms(const model_t *m)
-{
-    return m->cfg->stop_timeout_ms ? m->cfg->stop_timeout_ms : 10000;
-}
-
-/* A checkpoint park or restore did not work out (undone where it had to be): a worker
- * failure, counted as a crash is (RESTART_PARK_FAILED: the backoff before the next start,
- * the failed state after too many, the restart metrics), and the instance is stopped
- * (supervised: a fresh start on demand) or its server marked failed (external). Whatever
- * the state change, its host entry is released by instance_set_state. */
-static void cuda_tier_failed(instance_t *inst, const char *event, const char *why)
-{
-    model_t *m = inst->model;
-    m->checkpoint_failures++;
-    log_event(LOG_WARN, event, "model=%s instance=%u pids=%u reason=%s error=%s", m->name, inst->id, inst->n_park_pids,
-              why, inst->cuda_error);
-    core_note_event(m->core, "%s instance %u: %s (%s)", m->name, inst->id, why, inst->cuda_error);
-    if (!inst->external) {
-        model_record_failure(m, RESTART_PARK_FAILED, why);
-        instance_stop(inst, why); /* its exit's verified reclaim frees the GPU entry */
-        return;
-    }
-    if (inst->state == INST_PARKING)
-        instance_set_state(inst, INST_READY, why);
-    else if (inst->state == INST_RESUMING)
-        instance_set_state(inst, INST_PARKED, why);
-    model_set_failed(m, why);
-}
-
-static void on_cuda_done(void *ctx, const cuda_result_t *res);
-static void cuda_round_done(instance_t *inst);
-
-/* A driver call answered for an instance that is being stopped or whose process is gone:
- * free it now if nothing else refers to it (the call held it). A live external server's
- * instance has no process either: it is freed only once stopped. */
-static void release_if_gone(instance_t *inst)
-{
-    if (inst->state == INST_STOPPING || (!inst->proc && !inst->external))
-        instance_maybe_free(inst);
-}
-
-/* One round of driver calls, one per parked process (park: all of them; unpark: all, or
- * only_done: those the failed park had parked). Every answer comes later, on the loop
- * (on_cuda_done); a call that cannot start counts as failed at once. */
-static void cuda_round(instance_t *inst, bool park, bool only_done)
-{
-    model_t *m = inst->model;
-    if (!only_done) {
-        inst->cuda_failed = inst->cuda_no_memory = false;
-        inst->cuda_error[0] = '\0';
-        inst->cuda_copy_us = 0;
-    }
-    for (unsigned i = 0; i < inst->n_park_pids; i++) {
-        if (only_done && !inst->park_pid_done[i])
-            continue;
-        pid_t pid = inst->park_pids[i];
-        int rc = park ? cuda_park(m->core->cuda, m->core->loop, pid, lock_timeout_ms(m), on_cuda_done, inst)
-                      : cuda_unpark(m->core->cuda, m->core->loop, pid, on_cuda_done, inst);
-        if (rc == 0) {
-            inst->cuda_ops++;
-        } else if (!inst->cuda_failed) {
-            inst->cuda_failed = true;
-            inst->park_pid_done[i] = false;
-            snprintf(inst->cuda_error, sizeof inst->cuda_error, "pid %d: the driver call could not be started",
-                     (int)pid);
-        }
-    }
-    if (inst->cuda_ops == 0)
-        cuda_round_done(inst);
-}
-
-static void on_cuda_done(void *ctx, const cuda_result_t *res)
-{
-    instance_t *inst = ctx;
-    inst->cuda_ops--;
-    for (unsigned i = 0; i < inst->n_park_pids; i++)
-        if (inst->park_pids[i] == res->pid)
-            inst->park_pid_done[i] = res->status == CUDA_OK;
-    if (res->copy_us > inst->cuda_copy_us)
-        inst->cuda_copy_us = res->copy_us;
-    log_event(res->status == CUDA_OK ? LOG_INFO : LOG_WARN, "cuda_done",
-              "model=%s instance=%u op=%s pid=%d status=%s state=%s lock_ms=%f copy_ms=%f total_ms=%f error=%s",
-              inst->model->name, inst->id, cuda_op_name(res->op), (int)res->pid, cuda_status_name(res->status),
-              cuda_state_name(res->state), (double)res->lock_us / 1000.0, (double)res->copy_us / 1000.0,
-              (double)res->total_us / 1000.0, res->error);
-    if (res->status != CUDA_OK && !inst->cuda_failed) {
-        inst->cuda_failed = true;
-        snprintf(inst->cuda_error, sizeof inst->cuda_error, "pid %d: %s", (int)res->pid, res->error);
-    }
-    if (res->status == CUDA_NO_MEMORY)
-        inst->cuda_no_memory = true;
-    if (inst->cuda_ops == 0)
-        cuda_round_done(inst);
-}
-
-/* PARKING: every process parked, or the round failed (undo, then stop). */
-static void park_round_done(instance_t *inst)
-{
-    model_t *m = inst->model;
-    if (inst->cuda_undoing) { /* the processes the failed park had parked run again (best effort) */
-        inst->cuda_undoing = false;
-        cuda_tier_failed(inst, "checkpoint_failed", "checkpoint failed");
-        return;
-    }
-    if (inst->cuda_failed) {
-        bool any = false;
-        for (unsigned i = 0; i < inst->n_park_pids; i++)
-            any = any || inst->park_pid_done[i];
-        if (any) { /* all or nothing */
-            inst->cuda_undoing = true;
-            cuda_round(inst, false, true);
-            return;
-        }
-        cuda_tier_failed(inst, "checkpoint_failed", "checkpoint failed");
-        return;
-    }
-    m->unloads_total++;
-    m->unloads_by_reason[inst->unload_reason]++;
-    if (!sched_instance_holds_memory(inst)) {
-        parked(inst);
-        return;
-    }
-    sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory gone */
-}
-
-static void restore_round_done(instance_t *inst);
-
-/* A round ended: carry on in the state it was made for; an instance that left it meanwhile
- * (stopped, its process gone) is freed once nothing refers to it any more. */
-static void cuda_round_done(instance_t *inst)
-{
-    if (inst->state == INST_PARKING)
-        park_round_done(inst);
-    else if (inst->state == INST_RESUMING && inst->park_tier == PARK_CHECKPOINT)
-        restore_round_done(inst);
-    else
-        release_if_gone(inst);
-}
-
-/* Park an idle READY instance by checkpointing every process of it that holds GPU memory;
- * 0 started, -1 when it cannot (the caller takes the next tier). */
-static int park_checkpoint(instance_t *inst, enum unload_reason reason, const char *why)
-{
-    if (!park_can_checkpoint(inst))
-        return -1;
-    model_t *m = inst->model;
-    pid_t pids[INSTANCE_PARK_PIDS_MAX];
-    size_t n = sched_instance_gpu_pids(inst, pids, INSTANCE_PARK_PIDS_MAX);
-    if (n == 0 || n > INSTANCE_PARK_PIDS_MAX) {
-        log_event(LOG_WARN, "park_refused", "model=%s instance=%u tier=%s reason=%s processes=%zu", m->name, inst->id,
-                  "checkpoint", n ? "too_many_processes" : "no_gpu_process", n);
-        return -1;
-    }
-    if (!park_book(inst, PARK_CHECKPOINT, reason))
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        inst->park_pids[i] = pids[i];
-        inst->park_pid_done[i] = false;
-    }
-    inst->n_park_pids = (unsigned)n;
-    inst->park_measured = inst->measured;
-    inst->cuda_undoing = false;
-    instance_set_state(inst, INST_PARKING, why);
-    log_event(LOG_INFO, "checkpoint_started", "model=%s instance=%u pids=%zu first_pid=%d bytes=%llu lock_timeout_ms=%llu",
-              m->name, inst->id, n, (int)pids[0], (unsigned long long)inst->park_before,
-              (unsigned long long)lock_timeout_ms(m));
-    cuda_round(inst, true, false);
-    return 0;
-}
+static void park_report(instance_t *inst, int outcome, const char *why);
 
 /* An eviction's park tier that costs more than the reload it saves is skipped (park_cost.c). */
 static bool tier_pays(instance_t *inst, enum park_tier tier, enum unload_reason reason)
@@ -383,23 +136,62 @@ static bool tier_pays(instance_t *inst, enum park_tier tier, enum unload_reason 
     if (reason != UNLOAD_EVICTED || park_tier_pays(inst, tier))
         return true;
     model_t *m = inst->model;
-    bool ckpt = tier == PARK_CHECKPOINT;
+    const park_tier_stats_t *st = &m->park_stats[tier];
     log_event(LOG_INFO, "park_skipped", "model=%s instance=%u tier=%s reason=%s way_out_ms=%llu way_back_ms=%llu "
-              "load_ms=%llu", m->name, inst->id, ckpt ? "checkpoint" : "sleep", "slower_than_reload",
-              (unsigned long long)(ckpt ? m->checkpoint_out_ms_ewma : m->sleep_out_ms_ewma),
-              (unsigned long long)(ckpt ? m->restore_ms_ewma : m->wake_ms_ewma), (unsigned long long)m->load_ms_ewma);
+              "load_ms=%llu", m->name, inst->id, park_tier_name(tier), "slower_than_reload",
+              (unsigned long long)st->out_ms_ewma, (unsigned long long)st->back_ms_ewma,
+              (unsigned long long)m->load_ms_ewma);
     return false;
+}
+
+/* Park inst by the tiers of the table from `from` on, in order: the first that can, pays
+ * (judged: an eviction's) and the host affords. Returns as park_instance. */
+static int park_walk(instance_t *inst, enum park_tier from, enum unload_reason reason, const char *why, bool judged)
+{
+    for (enum park_tier t = park_tier_first(inst, from); t != PARK_NONE; t = park_tier_first(inst, t + 1)) {
+        const park_tier_ops_t *ops = park_tier_ops(t);
+        if (judged && !tier_pays(inst, t, reason))
+            continue;
+        int rc = ops->prepare(inst, reason);
+        if (rc == -1)
+            continue;
+        if (rc != 0)
+            return rc;
+        if (!park_book(inst, t, reason))
+            return -1; /* the host cannot afford it: a later tier of the same bytes neither */
+        inst->park_report = park_report;
+        rc = ops->park(inst, why);
+        if (rc != -1)
+            return rc;
+    }
+    return -1;
 }
 
 int park_instance(instance_t *inst, enum unload_reason reason, const char *why)
 {
-    uint64_t refused = inst->model->park_refusals;
-    int rc = park_can_sleep(inst) && tier_pays(inst, PARK_SLEEP, reason) ? park_sleep(inst, reason, why) : -1;
-    if (rc != -1 || inst->model->park_refusals != refused)
-        return rc; /* the host could not afford the sleep: a checkpoint of the same bytes neither */
-    if (park_can_checkpoint(inst) && !tier_pays(inst, PARK_CHECKPOINT, reason))
-        return -1;
-    return park_checkpoint(inst, reason, why);
+    return park_walk(inst, 0, reason, why, true);
+}
+
+/* The tier's way out answered: PARKED once NVML shows the memory gone; or it failed (the
+ * memory is still needed): READY, the next tier, else evicted without parking. */
+static void out_reported(instance_t *inst, bool done, const char *why)
+{
+    model_t *m = inst->model;
+    if (!done) {
+        enum unload_reason reason = inst->unload_reason;
+        enum park_tier next = inst->park_tier + 1;
+        instance_set_state(inst, INST_READY, why); /* host entry released */
+        if (park_walk(inst, next, reason, why, false) != 0)
+            hooks_evict(inst, why);
+        return;
+    }
+    m->unloads_total++;
+    m->unloads_by_reason[inst->unload_reason]++;
+    if (!sched_instance_holds_memory(inst)) {
+        parked(inst); /* no GPU memory booked: the tier's answer is the answer */
+        return;
+    }
+    sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory gone */
 }
 
 void instance_reclaimed(instance_t *inst, bool ok)
@@ -411,12 +203,9 @@ void instance_reclaimed(instance_t *inst, bool ok)
     if (ok)
         parked(inst);
     else
-        park_escalate(inst, inst->park_tier == PARK_CHECKPOINT
-                                ? "checkpoint: too little memory left the GPU within stop_timeout"
-                                : "sleep gave too little memory back within stop_timeout");
+        park_escalate(inst, tier_ops(inst)->reclaim_failed);
     sched_pump_all(inst->model->core);
 }
-
 /* ---- the way back ------------------------------------------------------------------- */
 
 static void wake_failed(instance_t *inst, const char *why)
@@ -453,25 +242,23 @@ static void resumed(instance_t *inst)
     model_t *m = inst->model;
     uint64_t now = core_now();
     uint64_t took = now - inst->park_since_ms;
-    bool ckpt = inst->park_tier == PARK_CHECKPOINT;
-    uint64_t *learned = ckpt ? &m->restore_ms_ewma : &m->wake_ms_ewma;
-    *learned = *learned ? (*learned * 7 + took * 3) / 10 : took;
+    park_tier_stats_t *st = &m->park_stats[inst->park_tier];
+    st->back_ms_ewma = st->back_ms_ewma ? (st->back_ms_ewma * 7 + took * 3) / 10 : took;
     m->wakes_total++;
-    if (ckpt)
-        m->restores_total++;
+    st->returns++;
     log_event(LOG_INFO, "resumed", "model=%s instance=%u tier=%s measured=%llu wake_ms=%llu copy_ms=%llu", m->name,
-              inst->id, tier_name(inst), (unsigned long long)inst->measured, (unsigned long long)took,
+              inst->id, tier_ops(inst)->name, (unsigned long long)inst->measured, (unsigned long long)took,
               (unsigned long long)(inst->cuda_copy_us / 1000));
     inst->ready_ms = now;
     inst->health_failures = 0;
     inst->wake_found = false;
     sched_instance_ready(inst); /* a fresh baseline before its first request */
-    instance_set_state(inst, INST_READY, ckpt ? "restored: memory back on the GPU" : "awake: memory back on the GPU");
+    instance_set_state(inst, INST_READY, tier_ops(inst)->resumed_why);
     uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
     model_schedule_pump(m);
 }
 
-/* RESUMING after the wake hook's 2xx: READY once an NVML snapshot read after the answer
+/* RESUMING after the tier's way back answered (wake hook's 2xx, every process restored): READY once an NVML snapshot read after the answer
  * (not one that was already on its way while the weights arrived) shows at least
  * wake_target (what the allocator had cached before the sleep need not come back). */
 static void resume_tick(uv_timer_t *t)
@@ -498,116 +285,38 @@ static void resume_tick(uv_timer_t *t)
     uv_timer_start(&inst->timer, resume_tick, poll < PARK_RESUME_TICK_MS ? poll : PARK_RESUME_TICK_MS, 0);
 }
 
-/* RESUMING (checkpoint): every process restored and unlocked, READY once NVML shows the
- * memory back (as after a wake); a restore that failed (the memory taken meanwhile:
- * CUDA_NO_MEMORY) stops the instance (a fresh start on demand). */
-static void restore_round_done(instance_t *inst)
-{
-    if (inst->cuda_failed && inst->wake_found) {
-        wake_failed(inst, "restore at start failed"); /* its health checks decide */
-        return;
-    }
-    if (inst->cuda_failed) {
-        cuda_tier_failed(inst, "restore_failed",
-                         inst->cuda_no_memory ? "restore: the GPU memory is no longer free" : "restore failed");
-        return;
-    }
-    inst->wake_seq = sched_snapshot_seq() + 2; /* the reading in flight now may predate the restore */
-    sched_poll_now();
-    resume_tick(&inst->timer);
-}
 
-/* The wake hook was not made for vramd's own shortage: back to where it was, tried again
- * after the hold (the pump wakes a PARKED instance; a found one is left to its health checks). */
-static void wake_not_made(instance_t *inst)
+/* How a tier's call ended (park_tier.h's convention: once per way out or back). */
+static void park_report(instance_t *inst, int outcome, const char *why)
 {
-    if (inst->wake_found) {
-        inst->wake_found = false;
-        instance_set_state(inst, INST_READY, "wake at start not made: health checks decide");
-        uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+    switch (outcome) {
+    case PARK_TIER_OUT_DONE:
+    case PARK_TIER_OUT_FAILED:
+        if (inst->state == INST_PARKING)
+            out_reported(inst, outcome == PARK_TIER_OUT_DONE, why);
         return;
-    }
-    instance_set_state(inst, INST_PARKED, "wake hook not made: vramd short of descriptors or memory");
-}
-
-static void on_wake_answer(void *ctx, int status, const char *body, size_t len, const char *error)
-{
-    (void)body;
-    (void)len;
-    instance_t *inst = ctx;
-    bool ok = hook_outcome_of(status, false) == HOOK_OK;
-    if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* counted and held back (on_hook_answer) */
+    case PARK_TIER_BACK_DONE:
+        if (inst->state != INST_RESUMING)
+            return;
+        inst->wake_seq = sched_snapshot_seq() + 2; /* the reading in flight now may predate the answer */
+        sched_poll_now();
+        resume_tick(&inst->timer);
+        return;
+    default:
         if (inst->state == INST_RESUMING)
-            wake_not_made(inst);
+            wake_failed(inst, why);
         return;
     }
-    if (inst->state != INST_RESUMING)
-        return;
-    if (!ok) {
-        wake_failed(inst, "wake hook failed");
-        return;
-    }
-    inst->wake_seq = sched_snapshot_seq() + 2; /* the reading in flight now may predate the answer */
-    sched_poll_now();
-    resume_tick(&inst->timer);
-}
-
-/* The driver's state of an external server's process, asked at start: one a vramd that died
- * left checkpointed (or locked) is restored before it serves (RESUMING, READY once NVML shows
- * its memory back); anything else (running, not a CUDA process, unknown) is left as it is. */
-static void on_found_state(void *ctx, const cuda_result_t *res)
-{
-    instance_t *inst = ctx;
-    model_t *m = inst->model;
-    inst->cuda_ops--;
-    bool parked = res->status == CUDA_OK && (res->state == CUDA_STATE_CHECKPOINTED || res->state == CUDA_STATE_LOCKED);
-    log_event(LOG_INFO, "cuda_found", "model=%s instance=%u pid=%d status=%s state=%s", m->name, inst->id,
-              (int)res->pid, cuda_status_name(res->status), cuda_state_name(res->state));
-    if (!parked || inst->state != INST_READY || inst->hook_call || inst->cuda_ops) {
-        release_if_gone(inst);
-        return;
-    }
-    inst->park_tier = PARK_CHECKPOINT;
-    inst->park_before = inst->park_left = 0; /* nothing known: READY at the first reading after the restore */
-    inst->park_since_ms = core_now();
-    inst->wake_found = true;
-    inst->park_pids[0] = res->pid;
-    inst->park_pid_done[0] = true;
-    inst->n_park_pids = 1;
-    instance_set_state(inst, INST_RESUMING, "found at start checkpointed: restored");
-    cuda_round(inst, false, false);
-}
-
-static void found_checkpointed(instance_t *inst)
-{
-    model_t *m = inst->model;
-    pid_t pid = inst->external_pid > 0 ? inst->external_pid : procfs_listener(inst->port);
-    if (pid <= 0 || inst->cuda_ops)
-        return;
-    if (cuda_start(m->core->cuda, m->core->loop, CUDA_OP_STATE, pid, 0, on_found_state, inst) == 0)
-        inst->cuda_ops++;
 }
 
 void park_wake_found(instance_t *inst)
 {
-    model_t *m = inst->model;
-    if (inst->external && !m->cfg->wake.set && m->cfg->checkpoint && m->core->cuda && cuda_available(m->core->cuda) &&
-        inst->state == INST_READY) {
-        found_checkpointed(inst);
-        return;
+    inst->park_report = park_report;
+    for (unsigned t = 0; t < PARK_TIER_COUNT; t++) {
+        const park_tier_ops_t *ops = park_tier_ops((enum park_tier)t);
+        if (ops->found && ops->found(inst))
+            return;
     }
-    if (!inst->external || !m->cfg->wake.set || inst->state != INST_READY || inst->hook_call)
-        return;
-    inst->park_tier = PARK_SLEEP;
-    inst->park_before = inst->park_left = 0; /* nothing known: READY once its usage holds still */
-    inst->park_since_ms = core_now();
-    inst->wake_found = true;
-    instance_set_state(inst, INST_RESUMING, "found at start: woken in case it was left asleep");
-    int rc = instance_call_hook(inst, HOOK_WAKE, on_wake_answer);
-    if (rc == -2)
-        wake_not_made(inst);
-    else if (rc != 0)
-        wake_failed(inst, "wake hook could not be called");
 }
 
 void park_wake(instance_t *inst)
@@ -616,12 +325,13 @@ void park_wake(instance_t *inst)
     if (inst->state != INST_PARKED || inst->hook_call || inst->cuda_ops || m->failed ||
         core_now() < inst->local_retry_ms)
         return;
-    bool ckpt = inst->park_tier == PARK_CHECKPOINT;
-    if (!ckpt && !m->cfg->wake.set) { /* a reload took the hook away while it slept: no way back but a restart */
+    const park_tier_ops_t *t = tier_ops(inst);
+    const char *lost = t->lost ? t->lost(inst) : NULL;
+    if (lost) { /* a reload took its way back away while it was parked: no way back but a restart */
         if (inst->external)
-            wake_failed(inst, "no wake hook any more (config reloaded)");
+            wake_failed(inst, lost);
         else
-            instance_stop(inst, "no wake hook any more (config reloaded)");
+            instance_stop(inst, lost);
         return;
     }
     uint64_t back = m->cfg->memory.resident > inst->park_before ? m->cfg->memory.resident : inst->park_before;
@@ -646,18 +356,6 @@ void park_wake(instance_t *inst)
     inst->park_since_ms = core_now();
     uv_timer_stop(&inst->idle_timer); /* its park_keep_alive */
     instance_set_state(inst, INST_RESUMING, "needed again");
-    if (ckpt) {
-        if (!m->core->cuda) {
-            snprintf(inst->cuda_error, sizeof inst->cuda_error, "no CUDA driver handle");
-            cuda_tier_failed(inst, "restore_failed", "restore failed");
-            return;
-        }
-        cuda_round(inst, false, false);
-        return;
-    }
-    int rc = instance_call_hook(inst, HOOK_WAKE, on_wake_answer);
-    if (rc == -2)
-        wake_not_made(inst);
-    else if (rc != 0)
-        wake_failed(inst, "wake hook could not be called");
+    inst->park_report = park_report;
+    t->resume(inst);
 }

@@ -16,40 +16,23 @@
  * time): the way out by park.c when a park settles (park_learn_way_out), the way back when a
  * return settles. Until a model's way out was measured, or while its load time is unknown,
  * the park is taken (optimistic: the first park measures it). Before a way back is measured
- * a restore is guessed at 10 GB/s and a wake at 1 s.
+ * the tier's own guess is used (park_tier.h's back_guess_ms: a wake 1 s, a restore at 10 GB/s).
  *
- * Also whether a tier can be taken at all now (park_can_sleep, park_can_checkpoint: configured,
- * idle, ready; never with park_keep_alive 0), and whether a park asked for now would be made
- * (park_would_park: an eviction's is judged by the rule above, an admin unload's or
- * keep_alive's is not, nobody waits for its way out). Reads the instance, its model and the host book; writes only the learned way
- * out. Calls nothing in park.c (park.c calls it).
+ * Also which tier an eviction would take now (park_tier_now: the first of the tier table,
+ * park_tiers.c, that can be taken (its can(): configured, idle, ready; never with
+ * park_keep_alive 0) and pays; the same walk as park.c's park_instance), and whether a park
+ * asked for now would be made (park_would_park: an eviction's is judged by the rule above,
+ * an admin unload's or keep_alive's is not, nobody waits for its way out). Reads the
+ * instance, its model and the host book; writes only the learned way out
+ * (model_t.park_stats). Calls the tier table, never park.c (park.c calls it).
  */
 #include "core/core.h"
-#include "gpu/cuda.h"
 #include "gpu/host_mem.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
+#include "workers/park_tier.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
-
-#define PARK_WAKE_GUESS_MS 1000             /* a wake before one was measured (vLLM: 0.1-6 s) */
-#define PARK_RESTORE_GUESS_BPMS 10000000ULL /* a restore before one was measured: 10 GB/s (PCIe 4 x16 ~ 20) */
-
-bool park_can_sleep(const instance_t *inst)
-{
-    const model_config_t *mc = inst->model->cfg;
-    return mc->sleep.set && mc->wake.set && mc->park_keep_alive_ms != 0 && inst->state == INST_READY &&
-           inst->in_flight == 0 && !inst->stop_requested && !inst->hook_call;
-}
-
-bool park_can_checkpoint(const instance_t *inst)
-{
-    const model_t *m = inst->model;
-    return m->cfg->checkpoint && m->cfg->park_keep_alive_ms != 0 && m->core->cuda && cuda_available(m->core->cuda) &&
-           inst->state == INST_READY &&
-           inst->in_flight == 0 && !inst->stop_requested && !inst->hook_call && inst->cuda_ops == 0 &&
-           inst->gpu_pos >= 0;
-}
 
 /* What a park of inst would book on the host: what it holds, or only its floor when its
  * cache is cleared first (park_evict.c's clear_before_park). */
@@ -64,14 +47,13 @@ static uint64_t park_bytes_expected(const instance_t *inst)
 
 static uint64_t way_out_ms(const model_t *m, enum park_tier tier)
 {
-    return tier == PARK_CHECKPOINT ? m->checkpoint_out_ms_ewma : m->sleep_out_ms_ewma;
+    return m->park_stats[tier].out_ms_ewma;
 }
 
 uint64_t park_way_back_ms(const model_t *m, enum park_tier tier, uint64_t bytes)
 {
-    if (tier == PARK_CHECKPOINT)
-        return m->restore_ms_ewma ? m->restore_ms_ewma : bytes / PARK_RESTORE_GUESS_BPMS + 1;
-    return m->wake_ms_ewma ? m->wake_ms_ewma : PARK_WAKE_GUESS_MS;
+    uint64_t learned = m->park_stats[tier].back_ms_ewma;
+    return learned ? learned : park_tier_ops(tier)->back_guess_ms(bytes);
 }
 
 bool park_tier_pays(const instance_t *inst, enum park_tier tier)
@@ -86,7 +68,7 @@ bool park_tier_pays(const instance_t *inst, enum park_tier tier)
 void park_learn_way_out(instance_t *inst, uint64_t took_ms)
 {
     model_t *m = inst->model;
-    uint64_t *learned = inst->park_tier == PARK_CHECKPOINT ? &m->checkpoint_out_ms_ewma : &m->sleep_out_ms_ewma;
+    uint64_t *learned = &m->park_stats[inst->park_tier].out_ms_ewma;
     *learned = *learned ? (*learned * 7 + took_ms * 3) / 10 : (took_ms ? took_ms : 1);
 }
 
@@ -101,10 +83,9 @@ static enum park_tier park_tier_now(const instance_t *inst, bool judged)
     bool host_fits = host_ledger_verdict(h, bytes, host_mem_room(NULL, NULL, NULL)) == HOST_FITS;
     if (!host_fits)
         return PARK_NONE;
-    if (park_can_sleep(inst) && (!judged || park_tier_pays(inst, PARK_SLEEP)))
-        return PARK_SLEEP;
-    if (park_can_checkpoint(inst) && (!judged || park_tier_pays(inst, PARK_CHECKPOINT)))
-        return PARK_CHECKPOINT;
+    for (enum park_tier t = park_tier_first(inst, 0); t != PARK_NONE; t = park_tier_first(inst, t + 1))
+        if (!judged || park_tier_pays(inst, t))
+            return t;
     return PARK_NONE;
 }
 

@@ -6,7 +6,7 @@
  * stopped once it has stayed parked that long (logged park_expired, unload reason idle); its
  * host entry is released as it leaves PARKED (instance_set_state), so the host book returns
  * to what the others hold. `forever` keeps it parked until it is needed, evicted again or
- * unloaded; 0 means the model is never parked at all (park.c's park_can_* say no). The timer
+ * unloaded; 0 means the model is never parked at all (no tier's can() holds). The timer
  * is inst->idle_timer, free while PARKED (keep_alive runs only while READY); park_wake stops
  * it. An external server is never stopped by vramd: it stays parked.
  *
@@ -16,7 +16,8 @@
  * expected to cause, as the eviction rule (docs/design.md) has it:
  *   (load(c) - return(c)) x p(c),  p(c) = 1 - exp(-host_keep_alive_left(c) / gap(c))
  * (gap: its learned gap between requests, at least the time since its last; never asked: 0).
- * Refusing the new park costs the same for it, with its whole park_keep_alive ahead. Only
+ * Refusing the new park costs the same for it (by the tier it is booked for), with its whole
+ * park_keep_alive ahead. Only
  * instances of no higher priority, idle (no queue: one with requests waiting is about to be
  * woken), with no hook or driver call in flight, are candidates; cheapest first (then the
  * longest parked), until the park fits. They are stopped when every one of them has a lower
@@ -28,7 +29,7 @@
  * stops, by host_book_park, which refuses as before when it still does not fit. The new park
  * does not wait for the stopped processes to exit: for that moment (a process's exit, bounded
  * by stop_timeout) the host's RAM holds both, within the reserve and MemAvailable checks.
- * Calls park_cost.c (a return's cost), instance.c, host_book.c and the scheduler's learned
+ * Calls park_cost.c (a return's cost), the tier table (names), instance.c, host_book.c and the scheduler's learned
  * gap; called by park.c.
  */
 #include <math.h>
@@ -38,6 +39,7 @@
 #include "core/core.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
+#include "workers/park_tier.h"
 #include "workers/supervisor_int.h"
 
 #define HOST_ROOM_CANDIDATES 32
@@ -62,7 +64,7 @@ static void on_host_keep_alive(uv_timer_t *t)
         return;
     }
     log_event(LOG_INFO, "park_expired", "model=%s instance=%u tier=%s parked_ms=%llu host=%llu park_keep_alive_ms=%llu",
-              m->name, inst->id, inst->park_tier == PARK_CHECKPOINT ? "checkpoint" : "sleep",
+              m->name, inst->id, park_tier_name(inst->park_tier),
               (unsigned long long)parked_for, (unsigned long long)inst->parked_host.bytes, (unsigned long long)ka);
     core_note_event(m->core, "%s instance %u parked for %llu s (park_keep_alive): stopped, host memory freed", m->name,
                     inst->id, (unsigned long long)(parked_for / 1000));
@@ -139,7 +141,7 @@ static size_t candidates(instance_t *inst, host_cand_t *out, uint64_t now)
     return n;
 }
 
-bool park_host_make_room(instance_t *inst, uint64_t bytes)
+bool park_host_make_room(instance_t *inst, enum park_tier tier, uint64_t bytes)
 {
     model_t *m = inst->model;
     const host_ledger_t *h = host_book(m->core->cfg);
@@ -161,7 +163,6 @@ bool park_host_make_room(instance_t *inst, uint64_t bytes)
         all_lower = all_lower && c[take].inst->model->cfg->priority < m->cfg->priority;
         take++;
     }
-    enum park_tier tier = m->cfg->sleep.set && m->cfg->wake.set ? PARK_SLEEP : PARK_CHECKPOINT;
     double refusal = drop_cost(inst, tier, bytes, m->cfg->park_keep_alive_ms);
     if (freed < need || (!all_lower && cost >= refusal)) {
         log_event(LOG_INFO, "park_displace_declined", "model=%s instance=%u bytes=%llu need=%llu could_free=%llu "

@@ -6,9 +6,13 @@
  * Calls between the files go one way only (mk/lint_layers.py rejects a cycle):
  *   supervisor.c (model runtime, demand, admin load/unload)
  *     -> park_evict.c (who parks: eviction, admin unload, keep_alive; cache cleared first)
- *     -> park.c (the park tiers: sleep/wake, checkpoint; the reclaim entry point)
+ *     -> park.c (what the park tiers share: book, parked, escalate, the way back; walks the
+ *        tier table to park, falls back to the next tier; the reclaim entry point)
  *     -> park_host.c (a parked instance's host keep-alive; room made on the host book)
- *     -> park_cost.c (what a park costs: way out, way back; may a tier be taken now)
+ *     -> park_cost.c (what a park costs: way out, way back; which tier an eviction takes now)
+ *     -> park_tiers.c (the ONE ordered table of park tiers, park_tier.h: lookups, names)
+ *     -> park_sleep.c, park_checkpoint.c (the tiers: sleep/wake hooks, the CUDA driver;
+ *        each reports to park.c through inst->park_report, never by a call)
  *     -> hooks.c (every hook call; unload/reload hooks, eviction without parking, reclaim)
  *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
  *     -> model_state.c (names, derived model state, state changes, failure counting)
@@ -98,27 +102,22 @@ int park_or_free(instance_t *inst, enum unload_reason reason, const char *why);
 void model_arm_idle_timers(model_t *m);
 
 /* ---- park.c ---- */
-/* Park an idle READY instance by its sleep hook (eviction, admin unload): 0 started, -1 when
- * it cannot (no sleep tier, not idle, the host cannot afford it, the hook could not be
- * called): the caller takes the next tier; -2 not now for vramd's own shortage (an admin
- * unload is answered 503 local_resource_exhausted): try again later, no other tier. */
-int park_sleep(instance_t *inst, enum unload_reason reason, const char *why);
-/* Park an idle READY instance by the cheapest park tier it has and the host affords: its
- * sleep hook, else a checkpoint by the CUDA driver (model checkpoint: true). Returns as
- * park_sleep (-1: neither, take the next tier). */
+/* Park an idle READY instance by the first tier of the table (park_tier.h: its sleep hook,
+ * else a checkpoint by the CUDA driver) it has, that pays (an eviction's) and the host
+ * affords: 0 started, -1 when none can (the caller takes the next tier: unload hook or
+ * stop); -2 not now for vramd's own shortage (an admin unload is answered 503
+ * local_resource_exhausted): try again later, no other tier. */
 int park_instance(instance_t *inst, enum unload_reason reason, const char *why);
-/* May inst be parked by its sleep hook / by the CUDA driver now (configured, idle, ready)? */
-bool park_can_sleep(const instance_t *inst);
-bool park_can_checkpoint(const instance_t *inst);
 #define PARK_RESUME_TICK_MS 5   /* how often a RESUMING or clearing instance looks for a fresh reading */
 #define PARK_CLEAR_MIN_BYTES (64ULL << 20) /* less cache than this is parked as it is (as sched_clear_caches) */
-/* A PARKED instance is needed again: book its memory back, then its wake hook (sleep) or
- * the driver's restore + unlock of each parked process (checkpoint). */
+/* A PARKED instance is needed again: book its memory back, then its tier's way back (the
+ * wake hook, the driver's restore + unlock of each parked process). */
 void park_wake(instance_t *inst);
-/* An external server just found (its instance created at start): call its wake hook, in
- * case a vramd that stopped while it was parked left it asleep; READY again once it holds
- * still (a failed wake: its health checks decide). Without a wake hook but with checkpoint:
- * ask the driver for its listener's state and restore it when it was left checkpointed. */
+/* An external server just found (its instance created at start): the first tier whose
+ * found() takes it brings it back in case a vramd that stopped while it was parked left it
+ * parked (the wake hook; without one but with checkpoint, its listener's driver state,
+ * restored when left checkpointed); READY again once it holds still (a failed return: its
+ * health checks decide). */
 void park_wake_found(instance_t *inst);
 /* A PARKED instance must free what it still holds: the next tier (unload hook, stop). */
 void park_escalate(instance_t *inst, const char *why);
@@ -133,17 +132,17 @@ void park_learn_way_out(instance_t *inst, uint64_t took_ms);
  * affords, and that pays (park_tier_pays); an admin unload or keep_alive's expiry: a park tier it has and the host affords (nobody waits for
  * their way out, so it need not pay). */
 bool park_would_park(const instance_t *inst, enum unload_reason reason);
-/* What a return from a park by `tier` of `bytes` is expected to take: the learned wake or
- * restore, else 1 s for a wake and 10 GB/s for a restore. */
+/* What a return from a park by `tier` of `bytes` is expected to take: the learned way back,
+ * else the tier's guess (back_guess_ms). */
 uint64_t park_way_back_ms(const model_t *m, enum park_tier tier, uint64_t bytes);
 
 /* ---- park_host.c ---- */
 /* A PARKED instance's host keep-alive (park_keep_alive): on inst->idle_timer; when it runs
  * out the instance is stopped (supervised; logged park_expired) and its host memory freed. */
 void park_host_arm(instance_t *inst);
-/* A park of `bytes` for inst is over the host budget: stop older parked instances when that
- * is cheaper than refusing this park (logged park_displaced). True when some were stopped
- * (their host entries released: book again). */
-bool park_host_make_room(instance_t *inst, uint64_t bytes);
+/* A park of `bytes` for inst by `tier` is over the host budget: stop older parked instances
+ * when that is cheaper than refusing this park (logged park_displaced). True when some were
+ * stopped (their host entries released: book again). */
+bool park_host_make_room(instance_t *inst, enum park_tier tier, uint64_t bytes);
 
 #endif

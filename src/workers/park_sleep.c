@@ -1,0 +1,168 @@
+/*
+ * park_sleep: the sleep tier (park_tier.h's ops; SPEC 4.1): the worker's own sleep hook
+ * takes its weights to host memory, its wake hook brings them back (vLLM's, SGLang's sleep
+ * mode; a model needs both hooks, and park_keep_alive not 0).
+ *
+ *   READY --sleep hook (host booked first by park.c)--> PARKING --2xx--> reported OUT_DONE
+ *     (park.c: PARKED once NVML shows the memory gone); not 2xx --> reported OUT_FAILED
+ *     (park.c: READY, the next tier); not made for vramd's own shortage --> READY again.
+ *   RESUMING (GPU booked back by park.c) --wake hook--> 2xx: reported BACK_DONE (park.c:
+ *     READY once NVML shows it back); failed, or could not be called: BACK_FAILED; not made
+ *     for vramd's own shortage --> PARKED again (tried after the hold).
+ *   An external server with a wake hook, found at start (a vramd that stopped while it was
+ *   parked leaves it asleep): READY --wake hook--> RESUMING --> READY before its first
+ *   request (waking an awake vLLM or SGLang is a no-op); a failed wake leaves it to its
+ *   health checks (park.c's wake_failed).
+ *
+ * Invariant: one hook call at a time (inst->hook_call); each hook answer is reported at most
+ * once, and not at all once the instance left the state it was made for. Calls hooks.c,
+ * instance.c, model_state.c; reports to park.c only through inst->park_report.
+ */
+#include "common/log.h"
+#include "core/core.h"
+#include "workers/park_tier.h"
+#include "workers/supervisor.h"
+#include "workers/supervisor_int.h"
+
+#define PARK_WAKE_GUESS_MS 1000 /* a wake before one was measured (vLLM: 0.1-6 s) */
+
+static bool sleep_can(const instance_t *inst)
+{
+    const model_config_t *mc = inst->model->cfg;
+    return mc->sleep.set && mc->wake.set && mc->park_keep_alive_ms != 0 && inst->state == INST_READY &&
+           inst->in_flight == 0 && !inst->stop_requested && !inst->hook_call;
+}
+
+/* A hook just failed for vramd's own shortage: not now (-2), no other tier. */
+static int sleep_prepare(instance_t *inst, enum unload_reason reason)
+{
+    model_t *m = inst->model;
+    if (core_now() >= inst->local_retry_ms)
+        return 0;
+    if (reason == UNLOAD_ADMIN) {
+        m->unload_local_failed = true;
+        core_emit(m->core, CORE_EV_MODEL_CHANGED, m); /* answers a waiting admin call */
+    }
+    return -2;
+}
+
+static void on_sleep_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    (void)body;
+    (void)len;
+    instance_t *inst = ctx;
+    model_t *m = inst->model;
+    (void)error;
+    bool ok = hook_outcome_of(status, false) == HOOK_OK; /* counted and logged (instance_call_hook) */
+    if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* vramd's own shortage (counted, held back): nothing was asked */
+        if (inst->state != INST_PARKING)
+            return;
+        if (inst->unload_reason == UNLOAD_ADMIN)
+            m->unload_local_failed = true; /* before the state change answers the admin call */
+        instance_set_state(inst, INST_READY, "sleep hook not made: vramd short of descriptors or memory");
+        return;
+    }
+    if (inst->state != INST_PARKING)
+        return;
+    /* not ok: it did not sleep (or says so): the memory is still needed, take the next tier */
+    inst->park_report(inst, ok ? PARK_TIER_OUT_DONE : PARK_TIER_OUT_FAILED, ok ? "sleep hook done" : "sleep hook failed");
+}
+
+static int sleep_park(instance_t *inst, const char *why)
+{
+    model_t *m = inst->model;
+    enum unload_reason reason = inst->unload_reason;
+    instance_set_state(inst, INST_PARKING, why);
+    int rc = instance_call_hook(inst, HOOK_SLEEP, on_sleep_answer);
+    if (rc == 0)
+        return 0;
+    if (rc == -2 && reason == UNLOAD_ADMIN)
+        m->unload_local_failed = true; /* before the state change answers the admin call */
+    instance_set_state(inst, INST_READY, rc == -2 ? "sleep hook not made: vramd short of descriptors or memory"
+                                                  : "sleep hook could not be called"); /* host entry released */
+    return rc;
+}
+
+/* The wake hook was not made for vramd's own shortage: back to where it was, tried again
+ * after the hold (the pump wakes a PARKED instance; a found one is left to its health checks). */
+static void wake_not_made(instance_t *inst)
+{
+    if (inst->wake_found) {
+        inst->wake_found = false;
+        instance_set_state(inst, INST_READY, "wake at start not made: health checks decide");
+        uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+        return;
+    }
+    instance_set_state(inst, INST_PARKED, "wake hook not made: vramd short of descriptors or memory");
+}
+
+static void on_wake_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    (void)body;
+    (void)len;
+    instance_t *inst = ctx;
+    (void)error;
+    bool ok = hook_outcome_of(status, false) == HOOK_OK;
+    if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* counted and held back (instance_call_hook) */
+        if (inst->state == INST_RESUMING)
+            wake_not_made(inst);
+        return;
+    }
+    if (inst->state != INST_RESUMING)
+        return;
+    inst->park_report(inst, ok ? PARK_TIER_BACK_DONE : PARK_TIER_BACK_FAILED, ok ? "wake hook done" : "wake hook failed");
+}
+
+static void sleep_resume(instance_t *inst)
+{
+    int rc = instance_call_hook(inst, HOOK_WAKE, on_wake_answer);
+    if (rc == -2)
+        wake_not_made(inst);
+    else if (rc != 0)
+        inst->park_report(inst, PARK_TIER_BACK_FAILED, "wake hook could not be called");
+}
+
+/* An external server with a wake hook found at start: woken in case it was left asleep. */
+static bool sleep_found(instance_t *inst)
+{
+    model_t *m = inst->model;
+    if (!inst->external || !m->cfg->wake.set)
+        return false;
+    if (inst->state != INST_READY || inst->hook_call)
+        return true;
+    inst->park_tier = PARK_SLEEP;
+    inst->park_before = inst->park_left = 0; /* nothing known: READY once its usage holds still */
+    inst->park_since_ms = core_now();
+    inst->wake_found = true;
+    instance_set_state(inst, INST_RESUMING, "found at start: woken in case it was left asleep");
+    sleep_resume(inst);
+    return true;
+}
+
+static const char *sleep_lost(const instance_t *inst)
+{
+    return inst->model->cfg->wake.set ? NULL : "no wake hook any more (config reloaded)";
+}
+
+static uint64_t sleep_back_guess_ms(uint64_t bytes)
+{
+    (void)bytes;
+    return PARK_WAKE_GUESS_MS;
+}
+
+const park_tier_ops_t park_tier_sleep = {
+    .tier = PARK_SLEEP,
+    .name = "sleep",
+    .back_name = "wake",
+    .parked_as = "sleeping",
+    .parked_why = "asleep: memory left the GPU",
+    .resumed_why = "awake: memory back on the GPU",
+    .reclaim_failed = "sleep gave too little memory back within stop_timeout",
+    .can = sleep_can,
+    .prepare = sleep_prepare,
+    .park = sleep_park,
+    .resume = sleep_resume,
+    .found = sleep_found,
+    .lost = sleep_lost,
+    .back_guess_ms = sleep_back_guess_ms,
+};

@@ -1,0 +1,92 @@
+/*
+ * park_tier: the park tiers (SPEC 4.1) as a table. A tier is one way of taking an idle
+ * instance's GPU memory to host memory and back while its process lives: sleep/wake by the
+ * worker's own hooks (park_sleep.c), a checkpoint by the CUDA driver (park_checkpoint.c).
+ * park_tiers.c holds the ONE ordered array of them (cheapest first, indexed by enum
+ * park_tier); every walk of the tiers goes through it: park.c's park_instance (which tier
+ * parks now), its fallback after a failed tier and park_wake_found, park_cost.c's
+ * park_tier_now (what an eviction would cost), status (obs/status.c: the learned costs).
+ * park.c keeps what every tier shares: the host booking before a park, PARKED once NVML
+ * shows the memory gone, the escalation, and the way back's GPU booking, tick and failure.
+ *
+ * Calling convention (park.c calls, the tier answers):
+ *   - can(inst): may the tier park inst now (configured, idle, ready, what it needs is
+ *     there)? No side effects: park_cost.c asks it for every eviction candidate.
+ *   - prepare(inst, reason): called once can() held and before anything is booked: 0 go
+ *     on; -1 not this tier now (logged by the tier; the walk takes the next tier); -2 not
+ *     now for vramd's own shortage (no other tier; an admin unload is answered 503).
+ *     It may fill the instance's tier fields (the checkpoint's process list).
+ *   - park(inst, why): called with the host booked (park.c's park_book: park_tier, the
+ *     park fields set). The tier moves inst to PARKING and starts its way out: 0 started;
+ *     -1 / -2 it could not (inst is READY again, its host entry released): as prepare.
+ *   - resume(inst): called with inst RESUMING and its GPU memory booked back: starts the
+ *     way back; returns nothing.
+ *   - found(inst): an external server just found at start: true when this tier looks after
+ *     it (it may have started its way back: RESUMING), false to ask the next tier. NULL:
+ *     the tier never does.
+ *   - lost(inst): NULL when the way back is still there for a PARKED inst; else why not (a
+ *     config reload took the wake hook away): park.c stops it instead. NULL: never lost.
+ *   - back_guess_ms(bytes): the way back of `bytes` before one was measured (park_cost.c).
+ *   - After park() returned 0 (and after resume() or a found() that went RESUMING), the
+ *     tier reports EXACTLY ONCE through inst->park_report (set by park.c before the call),
+ *     later, from the loop: PARK_TIER_OUT_DONE / OUT_FAILED for a way out, BACK_DONE /
+ *     BACK_FAILED for a way back, with a reason (never NULL, valid during the call); OR it
+ *     ends the park itself, without a report, by moving inst out of PARKING/RESUMING with
+ *     the lower layers (READY again when vramd's own shortage kept a hook from being made;
+ *     stopped, or READY/PARKED with the model failed, when the driver failed). It reports
+ *     nothing while inst has left that state meanwhile (stopped, died).
+ *   - A tier calls only files below it (hooks.c, instance.c, model_state.c, the scheduler,
+ *     the driver), never park*.c: what park.c must do next comes through the report.
+ *
+ * Adding a tier: a value in core/model.h's enum park_tier (before PARK_TIER_COUNT), its
+ * file (park_<name>.c, defining its park_tier_ops_t) declared below, and its row in
+ * park_tiers.c's array; status shows learned_<back>_ms and learned_<name>_out_ms for it.
+ * Included by src/workers files and by obs/status.c (the names).
+ */
+#ifndef VRAMD_WORKERS_PARK_TIER_H
+#define VRAMD_WORKERS_PARK_TIER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/model.h"
+
+/* How a tier's way out or back ended (inst->park_report's outcome). */
+enum park_tier_outcome {
+    PARK_TIER_OUT_DONE,    /* the way out answered: the memory is leaving the GPU (still PARKING) */
+    PARK_TIER_OUT_FAILED,  /* it did not park (still PARKING): the memory is still needed, take the next tier */
+    PARK_TIER_BACK_DONE,   /* the way back answered (RESUMING): READY once NVML shows the memory back */
+    PARK_TIER_BACK_FAILED, /* the way back failed (RESUMING) */
+};
+
+typedef struct park_tier_ops {
+    enum park_tier tier;      /* its index in the table and in model_t.park_stats */
+    const char *name;         /* "sleep": logs (tier=), status learned_<name>_out_ms */
+    const char *back_name;    /* its way back, "wake": status learned_<back_name>_ms */
+    const char *parked_as;    /* an instance's tier in status while parked by it: "sleeping" */
+    const char *parked_why;   /* the state change's reason once PARKED: "asleep: memory left the GPU" */
+    const char *resumed_why;  /* once READY again: "awake: memory back on the GPU" */
+    const char *reclaim_failed; /* PARKING ran out of stop_timeout with too little gone */
+    bool (*can)(const instance_t *inst);
+    int (*prepare)(instance_t *inst, enum unload_reason reason);
+    int (*park)(instance_t *inst, const char *why);
+    void (*resume)(instance_t *inst);
+    bool (*found)(instance_t *inst);
+    const char *(*lost)(const instance_t *inst);
+    uint64_t (*back_guess_ms)(uint64_t bytes);
+} park_tier_ops_t;
+
+/* The tiers (each in its own file). */
+extern const park_tier_ops_t park_tier_sleep;      /* park_sleep.c */
+extern const park_tier_ops_t park_tier_checkpoint; /* park_checkpoint.c */
+
+/* ---- park_tiers.c: the table ---- */
+/* The tier of index t (0 <= t < PARK_TIER_COUNT), in walk order; NULL otherwise. */
+const park_tier_ops_t *park_tier_ops(enum park_tier t);
+/* The first tier at or after `from` in walk order whose can(inst) holds; PARK_NONE when none. */
+enum park_tier park_tier_first(const instance_t *inst, enum park_tier from);
+/* A tier's name ("sleep", "checkpoint"); "none" for PARK_NONE. */
+const char *park_tier_name(enum park_tier t);
+
+
+#endif

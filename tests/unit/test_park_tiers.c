@@ -1,0 +1,128 @@
+/* Unit tests for workers/park_tiers.c: the one ordered table of park tiers (park_tier.h),
+ * walked without a daemon: its rows in order with their names, and the walk's skipping of a
+ * tier whose needs (configuration, an idle READY instance, the CUDA driver) are unmet. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "config/config.h"
+#include "core/core.h"
+#include "workers/park_tier.h"
+#include "workers/supervisor.h"
+
+typedef struct fixture {
+    core_t d; /* no CUDA driver handle: the checkpoint tier's needs are never met */
+    model_config_t mc;
+    model_t m;
+    instance_t in;
+} fixture_t;
+
+static fixture_t *fixture_new(void)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->mc.name = (char *)"unit";
+    f->mc.park_keep_alive_ms = 60000;
+    f->m.name = (char *)"unit";
+    f->m.cfg = &f->mc;
+    f->m.core = &f->d;
+    f->in.model = &f->m;
+    f->in.state = INST_READY;
+    f->in.gpu_pos = 0;
+    f->in.park_tier = PARK_NONE;
+    return f;
+}
+
+/* Row t is the tier of enum value t, in walk order: sleep, then checkpoint; every row has
+ * its names and the ops every walk calls. */
+static void test_order_and_names(void **state)
+{
+    (void)state;
+    static const char *names[] = {"sleep", "checkpoint"}, *backs[] = {"wake", "restore"},
+                      *parked[] = {"sleeping", "checkpointed"};
+    assert_int_equal(PARK_TIER_COUNT, 2);
+    for (unsigned t = 0; t < PARK_TIER_COUNT; t++) {
+        const park_tier_ops_t *ops = park_tier_ops((enum park_tier)t);
+        assert_non_null(ops);
+        assert_int_equal(ops->tier, t);
+        assert_string_equal(ops->name, names[t]);
+        assert_string_equal(park_tier_name((enum park_tier)t), names[t]);
+        assert_string_equal(ops->back_name, backs[t]);
+        assert_string_equal(ops->parked_as, parked[t]);
+        assert_non_null(ops->parked_why);
+        assert_non_null(ops->resumed_why);
+        assert_non_null(ops->reclaim_failed);
+        assert_non_null(ops->can);
+        assert_non_null(ops->prepare);
+        assert_non_null(ops->park);
+        assert_non_null(ops->resume);
+        assert_non_null(ops->back_guess_ms);
+    }
+    assert_null(park_tier_ops(PARK_NONE));
+    assert_string_equal(park_tier_name(PARK_NONE), "none");
+    /* the guesses before a way back was measured: a wake 1 s, a restore at 10 GB/s */
+    assert_int_equal(park_tier_ops(PARK_SLEEP)->back_guess_ms(20000000000ULL), 1000);
+    assert_int_equal(park_tier_ops(PARK_CHECKPOINT)->back_guess_ms(20000000000ULL), 2001);
+}
+
+/* The walk returns the first tier whose needs are met, from where it is asked to start. */
+static void test_walk_skips_unmet(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_new();
+    /* nothing configured: no tier */
+    assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
+    /* checkpoint configured but no CUDA driver: skipped */
+    f->mc.checkpoint = true;
+    assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
+    /* sleep and wake hooks: the sleep tier, first in order; after it nothing is met */
+    f->mc.sleep.set = f->mc.wake.set = true;
+    assert_int_equal(park_tier_first(&f->in, 0), PARK_SLEEP);
+    assert_int_equal(park_tier_first(&f->in, PARK_CHECKPOINT), PARK_NONE);
+    /* a sleep hook without a wake hook is no tier */
+    f->mc.wake.set = false;
+    assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
+    f->mc.wake.set = true;
+    /* not idle, not READY, or park_keep_alive 0: no tier */
+    f->in.in_flight = 1;
+    assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
+    f->in.in_flight = 0;
+    f->in.state = INST_STARTING;
+    assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
+    f->in.state = INST_READY;
+    f->mc.park_keep_alive_ms = 0;
+    assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
+    free(f);
+}
+
+/* An instance's tier in status: the parked tier's name while PARKING, PARKED or RESUMING. */
+static void test_instance_tier_name(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_new();
+    assert_string_equal(instance_tier_name(&f->in), "resident");
+    f->in.state = INST_PARKED;
+    f->in.park_tier = PARK_CHECKPOINT;
+    assert_string_equal(instance_tier_name(&f->in), "checkpointed");
+    f->in.state = INST_RESUMING;
+    f->in.park_tier = PARK_SLEEP;
+    assert_string_equal(instance_tier_name(&f->in), "sleeping");
+    f->in.state = INST_UNLOADED;
+    f->in.park_tier = PARK_NONE;
+    assert_string_equal(instance_tier_name(&f->in), "unloaded");
+    free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_order_and_names),
+        cmocka_unit_test(test_walk_skips_unmet),
+        cmocka_unit_test(test_instance_tier_name),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
