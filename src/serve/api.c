@@ -387,6 +387,37 @@ void api_on_request(conn_t *c, request_t *r)
     router_route(c, r);
 }
 
+/* Would api_handle take this request (the paths and methods its three parts match)? */
+static bool own_route(const request_t *r, const char *path, size_t len)
+{
+    bool get = http1_span_eq(r->head, r->msg.method, "GET") || http1_span_eq(r->head, r->msg.method, "HEAD");
+    const char *name;
+    size_t name_len;
+    if (path_is(path, len, "/healthz") || path_is(path, len, "/readyz"))
+        return true;
+    if (get && (model_ready_path(path, len, &name, &name_len) || path_is(path, len, "/v1/status") ||
+                path_is(path, len, "/v1/models") || path_is(path, len, "/") || path_is(path, len, "/metrics")))
+        return true;
+    if (len >= 8 && memcmp(path, "/v1/jobs", 8) == 0 && (len == 8 || path[8] == '/'))
+        return true; /* jobs_api_handle */
+    return parse_admin_route(r, path, len).kind != ADMIN_NONE;
+}
+
+bool api_on_head(conn_t *c, request_t *r)
+{
+    const char *path = r->head + r->msg.target.off;
+    size_t qpos = 0;
+    while (qpos < r->msg.target.len && path[qpos] != '?')
+        qpos++;
+    if (c->reserve && !(reserve_route(r, path, qpos) && own_route(r, path, qpos))) {
+        refuse_reserve(c);
+        return true;
+    }
+    if (own_route(r, path, qpos))
+        return false; /* vramd's own routes decide on the whole request */
+    return router_head_refused(c, r);
+}
+
 void api_init(core_t *core, const api_admin_ops_t *admin)
 {
     g_admin = *admin;

@@ -20,6 +20,9 @@
  * CORE_EV_MODEL_CHANGED the waiters whose condition now holds are answered.
  * api_on_request is the connections' request handler (the composition root gives it to
  * conn_accept): vramd's own routes, then /v1/jobs (serve/jobs_api.h), then the router.
+ * api_on_head is their head handler (Expect: 100-continue, body not read yet): a reserve
+ * connection's 503 overloaded, vramd's own routes go on to their body, the rest is the
+ * router's (path/router.h router_head_refused).
  * Drain and reload are the composition root's: it hands them over in api_init.
  */
 #ifndef VRAMD_SERVE_API_H
@@ -40,5 +43,7 @@ typedef struct api_admin_ops {
 
 void api_init(core_t *core, const api_admin_ops_t *admin);
 void api_on_request(conn_t *c, request_t *r);
+/* conn_head_fn: true when r's head alone refuses it (answered). */
+bool api_on_head(conn_t *c, request_t *r);
 
 #endif
