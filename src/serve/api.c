@@ -387,7 +387,8 @@ void api_on_request(conn_t *c, request_t *r)
     router_route(c, r);
 }
 
-/* Would api_handle take this request (the paths and methods its three parts match)? */
+/* Would api_handle take this request? The paths and methods that public_route,
+ * jobs_api_handle and parse_admin_route match: a route added there is added here. */
 static bool own_route(const request_t *r, const char *path, size_t len)
 {
     bool get = http1_span_eq(r->head, r->msg.method, "GET") || http1_span_eq(r->head, r->msg.method, "HEAD");
