@@ -172,7 +172,7 @@ $(BUILD)/tests/test_config_model $(BUILD)/tests/test_config_top $(BUILD)/tests/t
 	$(BUILD)/tests/test_config_park $(BUILD)/tests/test_config_limits $(BUILD)/tests/test_config_fleet: \
 	tests/unit/config_test.h
 $(BUILD)/tests/test_journal $(BUILD)/tests/test_journal_store $(BUILD)/tests/test_jstore_sqlite: tests/unit/journal_fixture.h
-$(BUILD)/tests/test_request_path $(BUILD)/tests/test_request_path_queue: tests/unit/path_fixture.h \
+$(BUILD)/tests/test_request_path $(BUILD)/tests/test_request_path_queue $(BUILD)/tests/test_request_head: tests/unit/path_fixture.h \
 	tests/unit/path_upstream.h
 
 $(BUILD)/tests/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(BUILD)/libvramd.a

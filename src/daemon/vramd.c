@@ -3,7 +3,7 @@
  * reload, drain, stop. See vramd.h.
  *
  * Wiring: wiring_connect (daemon/wiring.c) connects the layers; here, the rest:
- *   conn_accept(.., api_on_request)            a complete request goes to the services
+ *   conn_accept(.., wiring_conn_handlers())    a head, then a complete request, go to the services
  *   model_create(.., dispatch_pump)            a model's deferred pump is the dispatcher's
  *   api admin ops = {vramd_drain, vramd_reload}
  *   fleet_agent_start: the agent-check listener (fleet.agent_listen), answering from the core
@@ -57,7 +57,7 @@ static void on_connection(uv_stream_t *server, int status)
         log_event(LOG_WARN, "accept_failed", "error=%s", uv_strerror(status));
         return;
     }
-    conn_accept(&d->core, server, api_on_request);
+    conn_accept(&d->core, server, wiring_conn_handlers());
 }
 
 static int start_listening(vramd_t *d, char *err, size_t errlen)

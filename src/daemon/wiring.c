@@ -6,6 +6,12 @@
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
 
+const conn_handlers_t *wiring_conn_handlers(void)
+{
+    static const conn_handlers_t handlers = {.on_request = api_on_request, .on_head = api_on_head};
+    return &handlers;
+}
+
 void wiring_connect(core_t *core, const api_admin_ops_t *admin)
 {
     core->requeue = dispatch_requeue;

@@ -534,7 +534,7 @@ static void request_complete(conn_t *c)
 {
     uv_timer_stop(&c->timer);
     conn_set_state(c, CONN_ACTIVE);
-    c->on_request(c, c->req);
+    c->handlers.on_request(c, c->req);
 }
 
 /* Parse the head at the start of c->in. 1: msg is complete; 0: need more; -1: answered
@@ -601,16 +601,18 @@ static void start_request(conn_t *c)
                            (unsigned long long)cfg->limits.max_body);
         return;
     }
+    if (msg.body == HTTP1_BODY_NONE || (msg.body == HTTP1_BODY_LENGTH && msg.content_length == 0)) {
+        request_complete(c);
+        return;
+    }
+    if (msg.expect_continue && conn_refused_on_head(c))
+        return; /* before the budget is charged for a body that will never come */
     if (msg.body == HTTP1_BODY_LENGTH && mem_budget_reserve_body(r, msg.content_length) != 0) {
         const buf_budget_t *bb = mem_budget();
         conn_respond_error(c, 503, "memory_budget", NULL, 2, true,
                            "a body of %llu bytes would pass limits.memory_budget (%llu of %llu bytes held)",
                            (unsigned long long)msg.content_length, (unsigned long long)bb->used,
                            (unsigned long long)bb->limit);
-        return;
-    }
-    if (msg.body == HTTP1_BODY_NONE || (msg.body == HTTP1_BODY_LENGTH && msg.content_length == 0)) {
-        request_complete(c);
         return;
     }
     if (msg.expect_continue && c->in.len == 0) {
@@ -741,13 +743,13 @@ void conn_request_done(conn_t *c)
 /* ---- accepting -------------------------------------------------------------------- */
 
 
-void conn_accept(core_t *d, uv_stream_t *listener, conn_request_fn on_request)
+void conn_accept(core_t *d, uv_stream_t *listener, const conn_handlers_t *handlers)
 {
     conn_t *c = calloc(1, sizeof *c);
     if (!c)
         return;
     c->core = d;
-    c->on_request = on_request;
+    c->handlers = *handlers;
     core_defer_init(&c->resume, on_resume);
     uv_tcp_init(d->loop, &c->tcp);
     c->tcp.data = c;

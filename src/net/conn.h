@@ -4,6 +4,16 @@
  * pipelining, timeouts and closing. It knows nothing above the core: whoever owns a
  * request's answer acts through the request's ops (core/request.h).
  *
+ * Refusing on the head: a request with a body and "Expect: 100-continue" is shown to the
+ * composition root's on_head before any of its body is read, and before the memory budget
+ * is charged for it: on_head either answers it (the final refusal: no 100 Continue is sent,
+ * the answer says Connection: close, and the connection closes without reading the body)
+ * or lets it go on (100 Continue, the body, then on_request, which decides again on the
+ * whole request). Without Expect the body is read first, as the client is already sending
+ * it: answering mid-upload and closing can reset the connection under the client before it
+ * reads the answer (RFC 9112 9.6). Only a Content-Length over max_body (413) and one the
+ * memory budget cannot hold (503) are refused before the body either way.
+ *
  * Connection states (conn_set_state logs old -> new at debug level):
  *   HEAD     reading a request head; one deadline (limits.header_timeout) for the whole
  *            head, armed when its first byte arrives (or at accept), so slowloris cannot
@@ -67,6 +77,16 @@ enum conn_state { CONN_HEAD = 0, CONN_BODY, CONN_ACTIVE, CONN_CLOSING };
 #define CONN_PIPELINE_BURST 32          /* pipelined requests parsed per loop turn */
 
 typedef void (*conn_request_fn)(conn_t *c, request_t *r);
+/* A head whose body is not read yet: true when it answered r (a refusal; r has then ended
+ * and the connection is closing), false to let the body be read. */
+typedef bool (*conn_head_fn)(conn_t *c, request_t *r);
+
+/* What the composition root hands each accepted connection. on_head may be NULL (nothing is
+ * refused before its body). */
+typedef struct conn_handlers {
+    conn_request_fn on_request; /* a complete request */
+    conn_head_fn on_head;       /* the head of an Expect: 100-continue request */
+} conn_handlers_t;
 
 /* Write progress of one connection (net/conn_watch.c): a stall is measured from the last
  * time the kernel took answer bytes, or from when bytes started waiting. */
@@ -79,7 +99,7 @@ typedef struct conn_send_watch {
 struct conn {
     list_t link; /* core->conns */
     core_t *core;
-    conn_request_fn on_request;
+    conn_handlers_t handlers;
     uv_tcp_t tcp;
     uv_timer_t timer;    /* head/body deadline; the owner's timer (queue deadline) while ACTIVE */
     void (*timer_fn)(conn_t *c);
@@ -114,7 +134,7 @@ struct conn {
     bool lingering;         /* answered and FIN sent: waiting for the client's FIN (LINGER_MS) */
 };
 
-void conn_accept(core_t *core, uv_stream_t *listener, conn_request_fn on_request);
+void conn_accept(core_t *core, uv_stream_t *listener, const conn_handlers_t *handlers);
 /* Copy data into a write to the client. */
 int conn_write(conn_t *c, const void *data, size_t len);
 /* Between cork and uncork, writes are collected and leave as one write (a response head

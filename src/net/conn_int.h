@@ -1,7 +1,7 @@
 /*
  * conn_int: the parts of a client connection (net/conn.c) kept in their own files, each
  * used by conn.c only and calling nothing in it (no cycle): conn_request.c builds a request
- * from a parsed head and words a refusal; conn_watch.c reads what the kernel knows of a
+ * from a parsed head, asks the head handler about it, and words a refusal; conn_watch.c reads what the kernel knows of a
  * socket (is the peer gone? did the client take answer bytes?); conn_state.c checks and
  * logs state changes. Not for use outside src/net/conn*.c.
  */
@@ -22,6 +22,11 @@
 /* A request object for a parsed head at the start of c->in (its bytes and the n_headers
  * slots of hdrs copied out); NULL when out of memory. */
 request_t *conn_request_new(conn_t *c, const http1_msg_t *msg, const http1_header_t *hdrs);
+/* Expect: 100-continue: the handlers' on_head looks at c->req's head before any of its body
+ * is read (conn.h). A refusal is answered with Connection: close and the connection closes
+ * without reading the body (a lingering close discards what the client sends meanwhile).
+ * True when refused: the request has ended. */
+bool conn_refused_on_head(conn_t *c);
 /* The status and vramd error code for a head the parser refused: 431 header_too_large,
  * 414 uri_too_long, 501 not_implemented, 505 / 400 bad_request. */
 int conn_refusal_status(const http1_error_t *e, const char **code);

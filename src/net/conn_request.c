@@ -1,11 +1,12 @@
-/* conn_request: a request object from a parsed head, and how a refusal reads (see
- * conn_int.h). */
+/* conn_request: a request object from a parsed head, the head handler's say on it, and how
+ * a refusal reads (see conn_int.h). */
 #include "net/conn_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/log.h"
 #include "core/core.h"
 #include "core/mem_budget.h"
@@ -92,6 +93,19 @@ request_t *conn_request_new(conn_t *c, const http1_msg_t *msg, const http1_heade
     request_make_id(r, rid ? r->head + rid->value.off : NULL, rid ? rid->value.len : 0);
     adopt_job_submitter(c, r);
     return r;
+}
+
+bool conn_refused_on_head(conn_t *c)
+{
+    if (!c->handlers.on_head)
+        return false;
+    bool keep_alive = c->keep_alive;
+    c->keep_alive = false; /* the body stays unread: nothing may follow a refusal */
+    if (c->handlers.on_head(c, c->req))
+        return true;
+    BUG_ON(c->req == NULL || c->state != CONN_HEAD); /* answered, yet said it did not */
+    c->keep_alive = keep_alive;
+    return false;
 }
 
 int conn_refusal_status(const http1_error_t *e, const char **code)

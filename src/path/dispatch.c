@@ -127,8 +127,9 @@ static bool read_request_headers(conn_t *c, request_t *r, model_t *m, uint64_t *
     return true;
 }
 
-/* GPU checks: NVML up, can fit at all, first level that can ever fit. False when answered. */
-static bool check_gpu_fit(conn_t *c, request_t *r, model_t *m)
+/* GPU checks: NVML up, can fit at all, first level that can ever fit (on the whole request
+ * only: starting at that level rewrites the body). False when answered. */
+static bool check_gpu_fit(conn_t *c, request_t *r, model_t *m, bool head_only)
 {
     if (!sched_model_uses_gpu(m->cfg))
         return true;
@@ -141,6 +142,8 @@ static bool check_gpu_fit(conn_t *c, request_t *r, model_t *m)
         conn_respond_error(c, 422, "cannot_fit", m->name, -1, false, "%s", why);
         return false;
     }
+    if (head_only)
+        return true;
     int first = sched_first_possible_level(m);
     if (first > 0) {
         /* the request as sent can never fit this host's GPUs: it would OOM at every level
@@ -155,14 +158,17 @@ static bool check_gpu_fit(conn_t *c, request_t *r, model_t *m)
 }
 
 /* The predicted start must meet the deadline (degrade.when: to_fit may start it lower
- * now). False when answered 503 deadline_unmeetable. */
-static bool check_predicted_start(conn_t *c, request_t *r, model_t *m, uint64_t deadline)
+ * now). False when answered 503 deadline_unmeetable. On the head alone a level that fits
+ * now lets the request go on: whether its body can be rewritten to it is known later. */
+static bool check_predicted_start(conn_t *c, request_t *r, model_t *m, uint64_t deadline, bool head_only)
 {
     const model_config_t *mc = m->cfg;
     uint64_t predicted = sched_predicted_start_ms(m);
     if (predicted > deadline && mc->degrade.when == DEGRADE_TO_FIT && mc->degrade.n_ladder > 0) {
         unsigned level = sched_level_fitting_now(m);
         char why[160];
+        if (level > 0 && head_only)
+            return true;
         if (level > 0 && verdict_prepare_level(r, level, why, sizeof why) == 0) {
             log_event(LOG_INFO, "degrade_to_fit", "request_id=%s model=%s level=%u predicted_ms=%llu deadline_ms=%llu",
                       r->id, m->name, level, (unsigned long long)predicted, (unsigned long long)deadline);
@@ -180,35 +186,67 @@ static bool check_predicted_start(conn_t *c, request_t *r, model_t *m, uint64_t 
     return false;
 }
 
-void dispatch_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
+/* Every admission check of r for m, in the order that picks the answer: draining, model
+ * failed, the priority and deadline headers, GPU fit, predicted start, the client's cap,
+ * queue room. head_only: on the head alone, changing nothing the body could still undo (no
+ * degradation level prepared, no client record made). False when answered. */
+static bool admission_checks(conn_t *c, request_t *r, model_t *m, bool head_only, uint64_t *deadline)
 {
     core_t *core = c->core;
     const model_config_t *mc = m->cfg;
-    r->model = m;
-    r->strip_len = mc->strip ? strip_len : 0;
     if (core->draining) {
         conn_respond_error(c, 503, "draining", m->name, 5, false, "vramd is draining");
-        return;
+        return false;
     }
     if (m->failed) {
         conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s", m->name,
                            m->failed_reason);
-        return;
+        return false;
     }
-    uint64_t deadline;
-    if (!read_request_headers(c, r, m, &deadline) || !check_gpu_fit(c, r, m) ||
-        !check_predicted_start(c, r, m, deadline) || !dispatch_clients_admit(c, r, m))
-        return;
+    if (!read_request_headers(c, r, m, deadline) || !check_gpu_fit(c, r, m, head_only) ||
+        !check_predicted_start(c, r, m, *deadline, head_only))
+        return false;
+    if (!(head_only ? dispatch_clients_head_ok(c, r, m) : dispatch_clients_admit(c, r, m)))
+        return false;
     if (m->queue.depth >= mc->queue_max) {
         conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false,
                            "model %s: %u requests already queued", m->name, mc->queue_max);
-        return;
+        return false;
     }
     if (core_queued_total(core) >= core->cfg->limits.queue_max) {
         conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false, "%u requests already queued in all",
                            core->cfg->limits.queue_max);
-        return;
+        return false;
     }
+    return true;
+}
+
+bool dispatch_head_refused(conn_t *c, request_t *r, model_t *m)
+{
+    if (!m) {
+        /* the body names the model: only what refuses every model is known */
+        if (!c->core->draining)
+            return false;
+        conn_respond_error(c, 503, "draining", NULL, 5, false, "vramd is draining");
+        return true;
+    }
+    r->model = m; /* a refusal is counted against m, as after the body */
+    uint64_t deadline;
+    if (!admission_checks(c, r, m, true, &deadline))
+        return true;
+    r->model = NULL; /* routed again once the body is in (a reload may remove m meanwhile) */
+    r->priority = 0;
+    return false;
+}
+
+void dispatch_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
+{
+    const model_config_t *mc = m->cfg;
+    r->model = m;
+    r->strip_len = mc->strip ? strip_len : 0;
+    uint64_t deadline;
+    if (!admission_checks(c, r, m, false, &deadline))
+        return;
     uint64_t now = core_now();
     r->t_queued = now;
     r->deadline_ms = now + deadline;

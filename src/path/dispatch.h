@@ -2,8 +2,12 @@
  * dispatch: a request's way from admission to a worker slot, and back when it is retried.
  *
  *   dispatch_admit    checks a routed request (draining, failed model, priority and
- *                     deadline headers, GPU fit, predicted start, queue room) and queues it,
- *                     or answers it with the error (503/504/400/422);
+ *                     deadline headers, GPU fit, predicted start, the client's cap, queue
+ *                     room) and queues it, or answers it with the error (503/429/400/422);
+ *   dispatch_head_refused  the same checks, in the same order and with the same answers,
+ *                     on a head whose body is not read yet (Expect: 100-continue), changing
+ *                     nothing: what only the body can tell (a degradation level that would
+ *                     fit, a model named in the body) lets the request go on;
  *   dispatch_pump     (a model's deferred pump, run at the check phase) hands queued
  *                     requests to free instances, in queue order, while the scheduler
  *                     admits their memory; then lets the supervisor start or stop instances;
@@ -34,6 +38,9 @@ void dispatch_init(core_t *core);
 /* The deferred pump of a model (model_t.pump's function). */
 void dispatch_pump(core_defer_t *pump);
 void dispatch_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len);
+/* True when the head of r for m already refuses it (answered, with dispatch_admit's error);
+ * m NULL: the body will name the model (only draining refuses then). */
+bool dispatch_head_refused(conn_t *c, request_t *r, model_t *m);
 void dispatch_requeue(request_t *r, const char *why);
 
 #endif

@@ -2,6 +2,7 @@
 #include "path/dispatch_clients.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "common/log.h"
 #include "core/model.h"
@@ -36,36 +37,75 @@ static int retry_after(const client_rec_t *rec, unsigned max_in_flight)
     return s > 60 ? 60 : (int)s;
 }
 
+/* The client key of r on c: a job attempt's submitter under key: token, else from the head. */
+static void request_key(const conn_t *c, const request_t *r, const config_t *cfg, char key[CLIENT_KEY_MAX])
+{
+    if (cfg->per_client.key == CLIENT_KEY_TOKEN && c->client_key[0]) /* a job attempt's submitter */
+        snprintf(key, CLIENT_KEY_MAX, "%s", c->client_key);
+    else
+        client_key((enum client_key_kind)cfg->per_client.key, cfg->per_client.header, r->head, &r->msg, c->peer,
+                   key);
+}
+
+/* 429: every record is busy with another client (limits.per_client.max_clients). */
+static void refuse_table_full(conn_t *c, model_t *m)
+{
+    g_refused++;
+    conn_respond_error(c, 429, "client_limit", m->name, 1, false,
+                       "%u clients already have requests queued or running (limits.per_client.max_clients)",
+                       g_table.cap);
+}
+
+/* 429: the client already has max_queued requests queued. */
+static void refuse_queued(conn_t *c, const request_t *r, model_t *m, const client_rec_t *rec)
+{
+    const config_t *cfg = c->core->cfg;
+    g_refused++;
+    log_event(LOG_INFO, "client_limit", "request_id=%s model=%s client=%s queued=%u in_flight=%u", r->id, m->name,
+              rec->key, rec->queued, rec->in_flight);
+    conn_respond_error(c, 429, "client_limit", m->name, retry_after(rec, cfg->per_client.max_in_flight), false,
+                       "client %s already has %u requests queued (limits.per_client.max_queued)", rec->key,
+                       rec->queued);
+}
+
 bool dispatch_clients_admit(conn_t *c, request_t *r, model_t *m)
 {
     const config_t *cfg = c->core->cfg;
     if (!cfg->per_client.on)
         return true;
     char key[CLIENT_KEY_MAX];
-    if (cfg->per_client.key == CLIENT_KEY_TOKEN && c->client_key[0]) /* a job attempt's submitter */
-        snprintf(key, sizeof key, "%s", c->client_key);
-    else
-        client_key((enum client_key_kind)cfg->per_client.key, cfg->per_client.header, r->head, &r->msg, c->peer,
-                   key);
+    request_key(c, r, cfg, key);
     client_rec_t *rec = client_get(table(cfg), key, core_now());
     if (!rec) {
-        g_refused++;
-        conn_respond_error(c, 429, "client_limit", m->name, 1, false,
-                           "%u clients already have requests queued or running (limits.per_client.max_clients)",
-                           g_table.cap);
+        refuse_table_full(c, m);
         return false;
     }
     if (rec->queued >= cfg->per_client.max_queued) {
-        g_refused++;
-        log_event(LOG_INFO, "client_limit", "request_id=%s model=%s client=%s queued=%u in_flight=%u", r->id, m->name,
-                  rec->key, rec->queued, rec->in_flight);
-        conn_respond_error(c, 429, "client_limit", m->name, retry_after(rec, cfg->per_client.max_in_flight), false,
-                           "client %s already has %u requests queued (limits.per_client.max_queued)", rec->key,
-                           rec->queued);
+        refuse_queued(c, r, m, rec);
         return false;
     }
     r->client = rec;
     r->qe.flow = &rec->flow;
+    return true;
+}
+
+bool dispatch_clients_head_ok(conn_t *c, request_t *r, model_t *m)
+{
+    const config_t *cfg = c->core->cfg;
+    if (!cfg->per_client.on)
+        return true;
+    char key[CLIENT_KEY_MAX];
+    request_key(c, r, cfg, key);
+    const client_table_t *t = table(cfg);
+    const client_rec_t *rec = client_peek(t, key);
+    if (!rec && !client_has_room(t)) {
+        refuse_table_full(c, m);
+        return false;
+    }
+    if (rec && rec->queued >= cfg->per_client.max_queued) {
+        refuse_queued(c, r, m, rec);
+        return false;
+    }
     return true;
 }
 

@@ -26,6 +26,9 @@
 /* Before the queue push: false when answered (429 client_limit). Sets r->client and the
  * request's queue flow. */
 bool dispatch_clients_admit(conn_t *c, request_t *r, model_t *m);
+/* The same refusals on a head whose body is not read yet, changing nothing (no record made):
+ * false when answered 429 client_limit. */
+bool dispatch_clients_head_ok(conn_t *c, request_t *r, model_t *m);
 /* The request was pushed into its queue. */
 void dispatch_clients_queued(request_t *r);
 /* Queued -> in flight. */

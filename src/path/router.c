@@ -5,6 +5,7 @@
  */
 #include "path/router.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,26 +62,68 @@ static model_t *model_from_body(conn_t *c, request_t *r, bool *bad_json, char *n
     return m;
 }
 
+/* The length of r's path without its query; *path the target's first byte. */
+static size_t path_of(const request_t *r, const char **path)
+{
+    *path = r->head + r->msg.target.off;
+    size_t qpos = 0;
+    while (qpos < r->msg.target.len && (*path)[qpos] != '?')
+        qpos++;
+    return qpos;
+}
+
+/* A POST under /v1/ may name its model in its JSON body. */
+static bool body_may_name_model(const request_t *r, const char *path, size_t qpos)
+{
+    return http1_span_eq(r->head, r->msg.method, "POST") && qpos >= 4 && memcmp(path, "/v1/", 4) == 0;
+}
+
+/* A path with a dot segment is answered 400 and never forwarded (http/http_path.h). */
+static bool refused_dot_segment(conn_t *c, const char *path, size_t len)
+{
+    if (!http_path_has_dot_segment(path, len))
+        return false;
+    conn_respond_error(c, 400, "bad_request", NULL, -1, false,
+                       "request path has a dot segment (\".\" or \"..\", also as %%2e): refused, never forwarded");
+    return true;
+}
+
+static void refuse_unknown(conn_t *c, const char *path, size_t qpos)
+{
+    conn_respond_error(c, 404, "unknown_model", NULL, -1, false, "no model serves %.*s",
+                       (int)(qpos > 200 ? 200 : qpos), path);
+}
+
+bool router_head_refused(conn_t *c, request_t *r)
+{
+    const char *path;
+    size_t qpos = path_of(r, &path);
+    if (refused_dot_segment(c, path, r->msg.target.len))
+        return true;
+    model_t *m = router_find_model_by_path(c->core, path, r->msg.target.len, NULL);
+    if (m)
+        return dispatch_head_refused(c, r, m);
+    if (body_may_name_model(r, path, qpos))
+        return dispatch_head_refused(c, r, NULL);
+    refuse_unknown(c, path, qpos);
+    return true;
+}
+
 void router_route(conn_t *c, request_t *r)
 {
     core_t *d = c->core;
-    const char *path = r->head + r->msg.target.off;
+    const char *path;
+    size_t qpos = path_of(r, &path);
     size_t plen = r->msg.target.len;
-    size_t qpos = 0;
-    while (qpos < plen && path[qpos] != '?')
-        qpos++;
-    if (http_path_has_dot_segment(path, plen)) {
-        conn_respond_error(c, 400, "bad_request", NULL, -1, false,
-                           "request path has a dot segment (\".\" or \"..\", also as %%2e): refused, never forwarded");
+    if (refused_dot_segment(c, path, plen))
         return;
-    }
     size_t prefix = 0;
     model_t *m = router_find_model_by_path(d, path, plen, &prefix);
     if (m) {
         dispatch_admit(c, r, m, prefix);
         return;
     }
-    if (http1_span_eq(r->head, r->msg.method, "POST") && qpos >= 4 && memcmp(path, "/v1/", 4) == 0) {
+    if (body_may_name_model(r, path, qpos)) {
         bool bad_json;
         char name[128];
         m = model_from_body(c, r, &bad_json, name, sizeof name);
@@ -97,6 +140,5 @@ void router_route(conn_t *c, request_t *r)
             return;
         }
     }
-    conn_respond_error(c, 404, "unknown_model", NULL, -1, false, "no model serves %.*s",
-                       (int)(qpos > 200 ? 200 : qpos), path);
+    refuse_unknown(c, path, qpos);
 }

@@ -108,6 +108,16 @@ client_rec_t *client_get(client_table_t *t, const char *key, uint64_t now_ms)
     return rec;
 }
 
+const client_rec_t *client_peek(const client_table_t *t, const char *key)
+{
+    return t->recs ? find(t, key, fnv1a(key)) : NULL;
+}
+
+bool client_has_room(const client_table_t *t)
+{
+    return t->recs && (t->n < t->cap || !list_empty(&t->idle));
+}
+
 void client_touch(client_table_t *t, client_rec_t *rec)
 {
     list_remove(&rec->idle);

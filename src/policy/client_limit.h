@@ -57,6 +57,10 @@ void client_table_free(client_table_t *t);
 /* The record of key (created, reusing the least recently idle one when full), or NULL when
  * the table is full of busy clients. */
 client_rec_t *client_get(client_table_t *t, const char *key, uint64_t now_ms);
+/* Without changing the table: the record of key, or NULL when it has none. */
+const client_rec_t *client_peek(const client_table_t *t, const char *key);
+/* Would client_get find a record for a key the table does not hold (one unused or idle)? */
+bool client_has_room(const client_table_t *t);
 /* After a count changed: an idle record goes to the back of the LRU list, a busy one off it. */
 void client_touch(client_table_t *t, client_rec_t *rec);
 /* Records in use (busy or idle) and busy ones. */

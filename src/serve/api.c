@@ -369,6 +369,27 @@ void api_on_request(conn_t *c, request_t *r)
         m.row->handler(c, r, &m.args);
 }
 
+/* The head handler (Expect: 100-continue, body not read yet): the same table match as
+ * api_on_request. A reserve connection that no reserve row admits is refused on its head;
+ * vramd's own routes (a row, or a path a row owns: 405) decide on the whole request; the
+ * rest is the router's head check. */
+bool api_on_head(conn_t *c, request_t *r)
+{
+    const char *path = r->head + r->msg.target.off;
+    size_t len = 0;
+    while (len < r->msg.target.len && path[len] != '?')
+        len++;
+    route_match_t m;
+    route_find(route_tables, route_method(r->head, r->msg.method), path, len, &m);
+    if (c->reserve && !(m.row && m.row->reserve)) {
+        refuse_reserve(c);
+        return true;
+    }
+    if (m.row || (m.first && m.first->own_path))
+        return false;
+    return router_head_refused(c, r);
+}
+
 void api_init(core_t *core, const api_admin_ops_t *admin)
 {
     g_admin = *admin;

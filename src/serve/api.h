@@ -13,6 +13,9 @@
  * Load/unload calls that wait are parked on the model's waiters list (their ops: cancel
  * unlinks them); on every CORE_EV_MODEL_CHANGED the waiters whose condition now holds are
  * answered. The composition root gives api_on_request to conn_accept.
+ * api_on_head is their head handler (Expect: 100-continue, body not read yet): a reserve
+ * connection's 503 overloaded, vramd's own routes go on to their body, the rest is the
+ * router's (path/router.h router_head_refused).
  * Drain and reload are the composition root's: it hands them over in api_init.
  */
 #ifndef VRAMD_SERVE_API_H
@@ -34,6 +37,8 @@ typedef struct api_admin_ops {
 
 void api_init(core_t *core, const api_admin_ops_t *admin);
 void api_on_request(conn_t *c, request_t *r);
+/* conn_head_fn: true when r's head alone refuses it (answered). */
+bool api_on_head(conn_t *c, request_t *r);
 
 /* The route tables api_on_request matches, in order (NULL-terminated; for tests). */
 const api_route_t *const *api_route_tables(void);

@@ -5,7 +5,7 @@
  *   D  the daemon side: a config parsed from a YAML string, core_init, wiring_connect (the
  *      composition root's wiring), model_create + model_start_pinned for every model, and a
  *      libuv listener on 127.0.0.1 port 0 whose connections go to conn_accept(..,
- *      api_on_request). No NVML (VRAMD_NVML_LIBRARY names a file that does not exist) and
+ *      wiring_conn_handlers()). No NVML (VRAMD_NVML_LIBRARY names a file that does not exist) and
  *      no memory declared. fd_daemon_start / fd_daemon_stop build and tear it down for
  *      every input (about a millisecond), so no state leaks from one input to the next.
  *   U  a fake upstream worker that every model's `url:` points at: raw non-blocking sockets
@@ -333,7 +333,7 @@ static inline void fd_on_conn(uv_stream_t *server, int status)
 {
     if (status == 0) {
         D.accepted++;
-        conn_accept(&D.core, server, api_on_request);
+        conn_accept(&D.core, server, wiring_conn_handlers());
     }
 }
 

@@ -49,6 +49,15 @@ def conn_seeds():
         op(1, READ) + op(2, READ) + op(0, WAIT)
     s["expect_continue"] = b"\x00" + op(0, TPL, 6, len(b"POST /a/e HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")) + op(0, RUN, 3) + op(0, READ) + op(0, REST) + op(0, WAIT) + op(0, READ)
     s["expect_too_big"] = b"\x00" + op(0, TPL, 15, 0) + op(0, RUN, 3) + op(0, READ) + op(0, WAIT)
+    # Expect heads refused before their bodies (404 unknown route, 400 bad priority) and one
+    # whose model is named in the body (100 Continue, then the body)
+    s["expect_refused_on_head"] = b"\x00" + \
+        write(0, b"POST /zz/u HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 4000\r\n\r\n") + \
+        op(0, RUN, 3) + op(0, READ) + \
+        write(1, b"POST /a/p HTTP/1.1\r\nHost: t\r\nX-Vramd-Priority: x\r\nExpect: 100-continue\r\n"
+                 b"Content-Length: 4000\r\n\r\n") + op(1, WAIT) + \
+        write(2, b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 15\r\n\r\n") + \
+        op(2, RUN, 3) + op(2, READ) + write(2, b'{"model":"bee"}') + op(2, WAIT) + op(2, READ) + op(0, WAIT)
     s["keepalive_sequence"] = b"\x01" + b"".join(op(0, TPL, t, 0) + op(0, WAIT) + op(0, READ) for t in (0, 1, 3, 4, 8, 17, 10))
     s["half_close_after_request"] = b"\x02" + op(0, TPL, 0, 0) + op(0, SHUT) + op(0, WAIT) + op(0, READ)
     s["half_close_mid_head"] = b"\x00" + op(0, TPL, 0, 12) + op(0, SHUT) + op(0, WAIT)

@@ -7,7 +7,7 @@
  *   - the daemon side (D): a config parsed from a YAML string, core_init, the wiring of
  *     daemon/vramd.c's wire() (no NVML: VRAMD_NVML_LIBRARY names a file that does not
  *     exist; the models declare no memory), model_create + model_start_pinned for every
- *     model, and a listener whose connections go to conn_accept(.., api_on_request).
+ *     model, and a listener whose connections go to conn_accept(.., wiring_conn_handlers()).
  *   - clients (C[]): libuv clients that send one raw request and read until the daemon
  *     closes the connection (they send "Connection: close" unless a test wants otherwise).
  *
@@ -336,7 +336,7 @@ static inline void path_wire(core_t *core)
 static inline void on_daemon_conn(uv_stream_t *server, int status)
 {
     if (status == 0)
-        conn_accept(&D.core, server, api_on_request);
+        conn_accept(&D.core, server, wiring_conn_handlers());
 }
 
 static inline model_t *path_model(const char *name)

@@ -1,5 +1,6 @@
 /* Unit tests for policy/client_limit: keys (token digest, address, header, fallbacks), the
- * bounded table (lookup, LRU reuse of idle records, refusal when all are busy). */
+ * bounded table (lookup, LRU reuse of idle records, refusal when all are busy, peeking without
+ * a change). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,6 +84,33 @@ static void test_table_lookup_and_lru(void **state)
     client_table_free(&t);
 }
 
+/* client_peek and client_has_room answer what client_get would do, changing nothing. */
+static void test_peek_changes_nothing(void **state)
+{
+    (void)state;
+    client_table_t t;
+    assert_int_equal(client_table_init(&t, 2), 0);
+    assert_null(client_peek(&t, "a"));
+    assert_true(client_has_room(&t));
+    assert_int_equal(client_count(&t), 0); /* peeking made no record */
+    client_rec_t *a = client_get(&t, "a", 1);
+    client_rec_t *b = client_get(&t, "b", 2);
+    assert_ptr_equal(client_peek(&t, "a"), a);
+    assert_true(client_has_room(&t)); /* full, but both idle: one would be reused */
+    a->queued = 1;
+    client_touch(&t, a);
+    b->in_flight = 1;
+    client_touch(&t, b);
+    assert_false(client_has_room(&t)); /* every record busy: client_get refuses a new key */
+    assert_null(client_get(&t, "c", 3));
+    assert_null(client_peek(&t, "c"));
+    assert_ptr_equal(client_peek(&t, "b"), b);
+    assert_int_equal(t.evicted, 0);
+    client_table_free(&t);
+    assert_null(client_peek(&t, "a"));
+    assert_false(client_has_room(&t));
+}
+
 static void test_many_keys_stay_findable(void **state)
 {
     (void)state;
@@ -108,6 +136,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_table_lookup_and_lru),
+        cmocka_unit_test(test_peek_changes_nothing),
         cmocka_unit_test(test_many_keys_stay_findable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
