@@ -6,7 +6,8 @@
  *   core->requeue = dispatch_requeue       retries from the proxy and the verdict
  *   dispatch_init, proxy_init              listeners of REQUEST_ENDED and INSTANCE_DOWN
  *   sched_init(.., actions)                the scheduler acts through the supervisor's
- *                                          instance_evict / instance_recycle / instance_reclaimed
+ *                                          instance_evict / instance_recycle / instance_reclaimed,
+ *                                          and has it refresh identities (instance_refresh_identity)
  *   api_init(.., admin)                    drain and reload of the caller; MODEL_CHANGED waiters
  * The request handler for new connections is api_on_request; a model's pump is
  * dispatch_pump (both given by the caller, which owns the listener and the models).
