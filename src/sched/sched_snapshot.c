@@ -3,9 +3,10 @@
  * state), sched_shutdown closes it; each snapshot, read on the thread pool by gpu/nvml.c,
  * arrives here on the loop thread and is applied: each GPU's foreign usage (used minus
  * what the processes of managed instances use, attributed by proc/attrib.h: pid, process
- * group, or the listener pid of an external server), each instance's measured usage booked in its RESIDENT entry, the
- * verified reclaim of unloading instances, the post-load baseline and running peaks that
- * learning uses, and recycling on memory growth.
+ * group, or the listener pid of an external server), each instance's measured usage
+ * booked in its RESIDENT entry, the verified reclaim of unloading instances, the post-load
+ * baseline and running peaks that learning uses, and recycling on memory growth. It only
+ * reads instances' identities: their refresh is the supervisor's (refresh_identity action).
  * Invariants: foreign usage rises at once and falls only on two agreeing readings; an
  * idle READY instance is booked at max(declared, measured beyond running reservations,
  * floor + lent cache), so it never under-counts; a reclaim ends settled or after
@@ -27,7 +28,7 @@
 #include "sched/scheduler_int.h"
 
 #define RECLAIM_GRACE_MS 5000
-#define LISTENER_LOOKUP_INTERVAL_MS 5000
+#define IDENTITY_REFRESH_INTERVAL_MS 5000
 
 /* ---- which instance a process belongs to (proc/attrib.h answers, per identity) ------- */
 
@@ -52,15 +53,15 @@ static instance_t *owner_of(pid_t pid, attrib_cache_t *cache)
     return owner;
 }
 
-/* Before a snapshot is attributed, at most every LISTENER_LOOKUP_INTERVAL_MS: the
+/* Before a snapshot is attributed, at most every IDENTITY_REFRESH_INTERVAL_MS: the
  * supervisor refreshes the identities of the instances of GPU models (an external
  * server's listener may have restarted). The scheduler only reads identities. */
 static void refresh_identities(uint64_t now)
 {
-    uint64_t last = sched_state.last_listener_lookup_ms;
-    if (now - last < LISTENER_LOOKUP_INTERVAL_MS && last)
+    uint64_t last = sched_state.last_identity_refresh_ms;
+    if (now - last < IDENTITY_REFRESH_INTERVAL_MS && last)
         return;
-    sched_state.last_listener_lookup_ms = now;
+    sched_state.last_identity_refresh_ms = now;
     list_foreach(mi, &sched_state.core->models) {
         model_t *m = list_entry(mi, model_t, link);
         if (!sched_uses_gpu(m))
