@@ -8,6 +8,8 @@
  * timers, failures, counters of starts and stops); the dispatcher (path/dispatch.c) owns
  * the queue and the in-flight counts (instance->in_flight, model->in_flight); the scheduler
  * (sched/scheduler.c) owns the memory fields (gpu, mem, measured, baseline, credit, reclaim).
+ * The identity (ident: which processes are the instance's) is the supervisor's too, written
+ * only through proc/attrib.h; the scheduler reads it to attribute GPU memory.
  * The states and the restart policy are described in workers/supervisor.h.
  *
  * Invariants: instance->in_flight <= cfg->concurrency; model->in_flight is the sum of its
@@ -32,6 +34,7 @@
 #include "policy/host_ledger.h"
 #include "policy/ledger.h"
 #include "policy/queue.h"
+#include "proc/attrib.h"
 
 #define MODEL_PEAK_SAMPLES 32
 #define INSTANCE_PARK_PIDS_MAX 8 /* checkpoint tier: GPU processes of one instance it parks at most */ /* per-request peaks remembered for the estimate (scheduler) */
@@ -143,8 +146,8 @@ struct instance {
     int gpu;                 /* NVML index, -1 = not assigned (model uses no GPU memory) */
     int gpu_pos;             /* position in the ledger, -1 = none */
     ledger_entry_t mem;      /* RESIDENT reservation (scheduler.h says when it is held) */
-    pid_t pgid;
-    pid_t external_pid;      /* external servers: pid listening on the port, 0 = unknown */
+    attrib_identity_t ident; /* which processes are its (proc/attrib.h): the supervisor's, set and
+                              * refreshed through attrib only; the scheduler reads it */
     uint64_t measured;       /* bytes NVML shows for its processes (last snapshot) */
     uint64_t baseline;       /* measured when it became ready (nothing cached yet) */
     bool baseline_pending;   /* READY, waiting for the first snapshot to take the baseline */

@@ -20,7 +20,8 @@ void wiring_connect(core_t *core, const api_admin_ops_t *admin)
     static const sched_actions_t actions = {
         .evict = instance_evict, .recycle = instance_recycle, .reclaimed = instance_reclaimed,
         .clear_cache = instance_clear_cache,
-        .return_cost_ms = instance_return_cost_ms, .way_out_ms = instance_way_out_ms};
+        .return_cost_ms = instance_return_cost_ms, .way_out_ms = instance_way_out_ms,
+        .refresh_identity = instance_refresh_identity};
     sched_init(core, &actions);
     api_init(core, admin);
 }

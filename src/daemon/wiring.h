@@ -6,7 +6,8 @@
  *   core->requeue = dispatch_requeue       retries from the proxy and the verdict
  *   dispatch_init, proxy_init              listeners of REQUEST_ENDED and INSTANCE_DOWN
  *   sched_init(.., actions)                the scheduler acts through the supervisor's
- *                                          instance_evict / instance_recycle / instance_reclaimed
+ *                                          instance_evict / instance_recycle / instance_reclaimed,
+ *                                          and has it refresh identities (instance_refresh_identity)
  *   api_init(.., admin)                    drain and reload of the caller; MODEL_CHANGED waiters
  * New connections get wiring_conn_handlers(): api_on_request for a complete request,
  * api_on_head for the head of an Expect: 100-continue request (refused before its body is

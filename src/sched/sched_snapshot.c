@@ -2,10 +2,11 @@
  * sched_snapshot: NVML for the scheduler. sched_init opens NVML (and sets up the shared
  * state), sched_shutdown closes it; each snapshot, read on the thread pool by gpu/nvml.c,
  * arrives here on the loop thread and is applied: each GPU's foreign usage (used minus
- * what the processes of managed instances use: pid, process group, or the listener pid of
- * an external server), each instance's measured usage booked in its RESIDENT entry, the
- * verified reclaim of unloading instances, the post-load baseline and running peaks that
- * learning uses, and recycling on memory growth.
+ * what the processes of managed instances use, attributed by proc/attrib.h: pid, process
+ * group, or the listener pid of an external server), each instance's measured usage
+ * booked in its RESIDENT entry, the verified reclaim of unloading instances, the post-load
+ * baseline and running peaks that learning uses, and recycling on memory growth. It only
+ * reads instances' identities: their refresh is the supervisor's (refresh_identity action).
  * Invariants: foreign usage rises at once and falls only on two agreeing readings; an
  * idle READY instance is booked at max(declared, measured beyond running reservations,
  * floor + lent cache), so it never under-counts; a reclaim ends settled or after
@@ -14,7 +15,6 @@
  */
 #include "sched/scheduler.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,87 +23,50 @@
 #include "common/units.h"
 #include "core/core.h"
 #include "gpu/gpu.h"
-#include "gpu/procfs.h"
 #include "policy/reclaim_rule.h"
+#include "proc/attrib.h"
 #include "sched/scheduler_int.h"
 
 #define RECLAIM_GRACE_MS 5000
-#define LISTENER_LOOKUP_INTERVAL_MS 5000
-#define PGID_CACHE 64
+#define IDENTITY_REFRESH_INTERVAL_MS 5000
 
-/* ---- which instance a process belongs to --------------------------------------------- */
+/* ---- which instance a process belongs to (proc/attrib.h answers, per identity) ------- */
 
-typedef struct pgid_cache {
-    pid_t pid[PGID_CACHE];
-    pid_t pgid[PGID_CACHE];
-    size_t n;
-} pgid_cache_t;
-
-static pid_t cached_pgid(pgid_cache_t *c, pid_t pid)
+/* The instance that owns pid: the first with the strongest claim (attrib.h); NULL = foreign. */
+static instance_t *owner_of(pid_t pid, attrib_cache_t *cache)
 {
-    for (size_t i = 0; i < c->n; i++)
-        if (c->pid[i] == pid)
-            return c->pgid[i];
-    pid_t g = procfs_pgid(pid);
-    if (c->n < PGID_CACHE) {
-        c->pid[c->n] = pid;
-        c->pgid[c->n] = g;
-        c->n++;
-    }
-    return g;
-}
-
-static instance_t *owner_of(pid_t pid, pgid_cache_t *cache)
-{
-    pid_t pgid = 0;
-    bool looked = false;
+    instance_t *owner = NULL;
+    enum attrib_claim best = ATTRIB_NONE;
     list_foreach(mi, &sched_state.core->models) {
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
-            if ((in->pid > 0 && in->pid == pid) || (in->external_pid > 0 && in->external_pid == pid))
-                return in;
-        }
-    }
-    list_foreach(mi, &sched_state.core->models) {
-        model_t *m = list_entry(mi, model_t, link);
-        list_foreach(ii, &m->instances) {
-            instance_t *in = list_entry(ii, instance_t, link);
-            pid_t group = in->pgid > 0 ? in->pgid : 0;
-            if (!group)
-                continue;
-            if (!looked) {
-                pgid = cached_pgid(cache, pid);
-                looked = true;
+            enum attrib_claim c = attrib_claim(&in->ident, pid, cache);
+            if (c > best) {
+                best = c;
+                owner = in;
             }
-            if (pgid > 0 && pgid == group)
-                return in;
+            if (best == ATTRIB_PROCESS)
+                return owner;
         }
     }
-    return NULL;
+    return owner;
 }
 
-static void find_external_pids(uint64_t now)
+/* Before a snapshot is attributed, at most every IDENTITY_REFRESH_INTERVAL_MS: the
+ * supervisor refreshes the identities of the instances of GPU models (an external
+ * server's listener may have restarted). The scheduler only reads identities. */
+static void refresh_identities(uint64_t now)
 {
-    uint64_t last = sched_state.last_listener_lookup_ms;
-    if (now - last < LISTENER_LOOKUP_INTERVAL_MS && last)
+    uint64_t last = sched_state.last_identity_refresh_ms;
+    if (now - last < IDENTITY_REFRESH_INTERVAL_MS && last)
         return;
-    sched_state.last_listener_lookup_ms = now;
+    sched_state.last_identity_refresh_ms = now;
     list_foreach(mi, &sched_state.core->models) {
         model_t *m = list_entry(mi, model_t, link);
-        list_foreach(ii, &m->instances) {
-            instance_t *in = list_entry(ii, instance_t, link);
-            if (!in->external || !sched_uses_gpu(m))
-                continue;
-            if (in->external_pid > 0 && kill(in->external_pid, 0) == 0)
-                continue;
-            pid_t p = procfs_listener(in->port);
-            if (p != in->external_pid) {
-                in->external_pid = p;
-                in->pgid = p > 0 ? procfs_pgid(p) : 0;
-                log_event(LOG_INFO, "external_pid", "model=%s port=%d pid=%d", m->name, in->port, (int)p);
-            }
-        }
+        if (!sched_uses_gpu(m))
+            continue;
+        list_foreach(ii, &m->instances) sched_state.actions.refresh_identity(list_entry(ii, instance_t, link));
     }
 }
 
@@ -132,8 +95,8 @@ static void measure_gpus(core_t *d, const gpu_snapshot_t *snap)
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) list_entry(ii, instance_t, link)->measured = 0;
     }
-    pgid_cache_t cache;
-    cache.n = 0;
+    attrib_cache_t cache;
+    attrib_cache_init(&cache);
     for (size_t pos = 0; pos < sched_state.ledger.n_gpus; pos++) {
         const gpu_device_t *dev = NULL;
         for (size_t k = 0; k < snap->n_devices; k++)
@@ -298,7 +261,7 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
 {
     core_t *d = sched_state.core;
     uint64_t now = core_now();
-    find_external_pids(now);
+    refresh_identities(now);
     measure_gpus(d, snap);
     /* residents, reclaim, peaks */
     list_foreach(mi, &d->models) {
@@ -343,30 +306,24 @@ static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
     apply_snapshot(sched_state.snap);
 }
 
+typedef struct owned_by {
+    const instance_t *inst;
+    attrib_cache_t cache;
+} owned_by_t;
+
+static bool is_owned_by(void *ctx, pid_t pid)
+{
+    owned_by_t *o = ctx;
+    return owner_of(pid, &o->cache) == o->inst;
+}
+
 size_t sched_instance_gpu_pids(const instance_t *inst, pid_t *out, size_t max)
 {
     if (!sched_state.ok || !sched_state.snap)
         return 0;
-    const gpu_snapshot_t *snap = sched_state.snap;
-    pgid_cache_t cache;
-    cache.n = 0;
-    size_t n = 0;
-    for (size_t k = 0; k < snap->n_devices; k++) {
-        const gpu_device_t *dev = &snap->devices[k];
-        for (size_t p = 0; p < dev->n_procs; p++) {
-            if (dev->procs[p].used == 0 || owner_of(dev->procs[p].pid, &cache) != inst)
-                continue;
-            bool seen = false; /* one process on several GPUs is parked once */
-            for (size_t i = 0; i < n && i < max; i++)
-                seen = seen || out[i] == dev->procs[p].pid;
-            if (seen)
-                continue;
-            if (n < max)
-                out[n] = dev->procs[p].pid;
-            n++;
-        }
-    }
-    return n;
+    owned_by_t o = {.inst = inst};
+    attrib_cache_init(&o.cache);
+    return attrib_gpu_pids(sched_state.snap, is_owned_by, &o, out, max);
 }
 
 void sched_init(core_t *d, const sched_actions_t *actions)

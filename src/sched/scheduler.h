@@ -63,6 +63,10 @@ typedef struct sched_actions {
     /* how long evict would take to free inst's memory (a park's copy out; 0 for a stop);
      * NULL = 0 */
     uint64_t (*way_out_ms)(const instance_t *inst);
+    /* refresh which processes are inst's (its identity, proc/attrib.h: an external server's
+     * listener may have changed); asked before a snapshot is attributed, every few seconds
+     * at most. Required: the scheduler only reads identities, the supervisor writes them */
+    void (*refresh_identity)(instance_t *inst);
 } sched_actions_t;
 
 void sched_init(core_t *d, const sched_actions_t *actions);

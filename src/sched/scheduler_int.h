@@ -43,7 +43,7 @@ typedef struct sched_state {
     gpu_snapshot_t *snap;  /* last good snapshot (heap: it is large) */
     placer_candidate_t cands[PLACER_MAX_EVICT]; /* eviction candidates (scratch) */
     uint64_t foreign_raw[LEDGER_MAX_GPUS]; /* last raw reading: a drop needs two in a row */
-    uint64_t last_listener_lookup_ms;
+    uint64_t last_identity_refresh_ms; /* instances asked to refresh their identity (sched_snapshot.c) */
     sched_actions_t actions; /* what the scheduler has the supervisor do */
 } sched_state_t;
 

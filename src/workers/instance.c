@@ -3,10 +3,11 @@
  * substituted), health checks (STARTING -> READY, READY <-> DOWN, startup timeout, unhealthy
  * kill), process exit (crash or expected), stop and drain, recycling, wedged-worker kills
  * (a request's timeout or failing health checks: SIGABRT, then SIGKILL), request slot
- * release (keep_alive's idle timers are park_evict.c's: an expiry may park), and freeing:
- * of an instance, and of a removed model
- * once its last instance is gone (the two are freed from each other's callbacks, so they
- * live together here).
+ * release (keep_alive's idle timers are park_evict.c's: an expiry may park), its identity
+ * (which processes are its: set at the spawn or for an external server, refreshed on the
+ * scheduler's request, always through proc/attrib.h), and freeing: of an instance, and of
+ * a removed model once its last instance is gone (the two are freed from each other's
+ * callbacks, so they live together here).
  *
  * Invariants: nothing is freed inside a callback that may still use it: an instance is
  * freed only when it has no process, no request in flight, no pending health or hook call,
@@ -26,10 +27,10 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "core/core.h"
-#include "gpu/procfs.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
 #include "net/http_call.h"
+#include "proc/attrib.h"
 #include "proc/process.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
@@ -214,13 +215,12 @@ static bool health_failed(instance_t *inst, int status, const char *error)
 /* A supervised worker's first healthy answer: did it come from the worker? vramd chose the
  * port with bind(0) and let it go; until the worker binds it, another process can take it
  * (an outgoing connection's source port, another daemon's worker), and a server there could
- * answer the health check, so requests would go to it. Checked once, at the start, through
- * /proc; when /proc cannot tell (another PID namespace), the answer is taken as the worker's. */
+ * answer the health check, so requests would go to it. Checked once, at the start, by
+ * attribution (proc/attrib.h); when /proc cannot tell (another PID namespace), the answer
+ * is taken as the worker's. */
 static bool port_is_the_workers(instance_t *inst)
 {
-    if (inst->external || inst->pgid <= 0)
-        return true;
-    if (procfs_port_owned(inst->port, inst->pgid) != 0)
+    if (attrib_port_is_workers(&inst->ident))
         return true;
     log_event(LOG_WARN, "worker_port_taken", "model=%s instance=%u pid=%d port=%d", inst->model->name, inst->id,
               (int)inst->pid, inst->port);
@@ -429,7 +429,7 @@ void instance_start(model_t *m, size_t gpu_pos)
         return;
     }
     inst->pid = process_pid(inst->proc);
-    inst->pgid = inst->pid; /* process.c puts every worker in its own group */
+    attrib_set_worker(&inst->ident, inst->pid, inst->port); /* it leads its own process group */
     log_event(LOG_INFO, "worker_started", "model=%s instance=%u pid=%d port=%d gpu=%d", m->name, inst->id,
               (int)inst->pid, inst->port, inst->gpu);
     instance_set_state(inst, INST_STARTING, "started");
@@ -448,6 +448,7 @@ void model_ensure_external(model_t *m)
     inst->external = true;
     snprintf(inst->host, sizeof inst->host, "%s", m->cfg->url_host);
     inst->port = m->cfg->url_port;
+    attrib_set_external(&inst->ident, inst->port); /* its listener: found by instance_refresh_identity */
     inst->started_ms = inst->ready_ms = core_now();
     instance_set_state(inst, INST_READY, "external server (until health checks say otherwise)");
     if (sched_model_uses_gpu(m->cfg) && sched_gpu_ok()) {
@@ -468,6 +469,15 @@ void model_ensure_external(model_t *m)
         sched_place_instance(inst, pos);
     }
     uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+}
+
+void instance_refresh_identity(instance_t *inst)
+{
+    if (!attrib_refresh(&inst->ident))
+        return;
+    if (inst->ident.external) /* its listener changed (restarted, or found for the first time) */
+        log_event(LOG_INFO, "external_pid", "model=%s port=%d pid=%d", inst->model->name, inst->port,
+                  (int)inst->ident.external_pid);
 }
 
 void instance_stop(instance_t *inst, const char *reason)

@@ -25,7 +25,7 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "gpu/cuda.h"
-#include "gpu/procfs.h"
+#include "proc/attrib.h"
 #include "sched/scheduler.h"
 #include "workers/park_tier.h"
 #include "workers/supervisor.h"
@@ -265,7 +265,7 @@ static void on_found_state(void *ctx, const cuda_result_t *res)
 static void found_checkpointed(instance_t *inst)
 {
     model_t *m = inst->model;
-    pid_t pid = inst->external_pid > 0 ? inst->external_pid : procfs_listener(inst->port);
+    pid_t pid = attrib_listener(&inst->ident);
     if (pid <= 0 || inst->cuda_ops)
         return;
     if (cuda_start(m->core->cuda, m->core->loop, CUDA_OP_STATE, pid, 0, on_found_state, inst) == 0)

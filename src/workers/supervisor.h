@@ -148,6 +148,10 @@ void instance_kill_hung(instance_t *inst, const char *why);
 /* The instance's connection broke without an answer: no new requests until its next health
  * check (started now) passes; a dead worker's exit is reaped meanwhile. */
 void instance_mark_suspect(instance_t *inst, const char *why);
+/* Refresh who the instance is (proc/attrib.h's attrib_refresh: an external server's listener
+ * that went away is looked up again on its port, logged as external_pid); the scheduler
+ * asks before it attributes a snapshot. Scans /proc: called every few seconds at most. */
+void instance_refresh_identity(instance_t *inst);
 /* The scheduler saw the instance's memory come back (ok) or gave up waiting (!ok). */
 void instance_reclaimed(instance_t *inst, bool ok);
 
