@@ -81,6 +81,50 @@ static void add_park_tiers(cJSON *o, const model_t *m)
     }
 }
 
+/* A model's parking: which tiers it has, and what they did. */
+static void parking_json(cJSON *pk, const model_t *m)
+{
+    cJSON_AddBoolToObject(pk, "sleep", m->cfg->sleep.set);
+    cJSON_AddBoolToObject(pk, "checkpoint", m->cfg->checkpoint);
+    cJSON_AddStringToObject(pk, "preset", config_preset_name(m->cfg->preset));
+    cJSON_AddNumberToObject(pk, "parks_total", (double)m->parks_total);
+    cJSON_AddNumberToObject(pk, "wakes_total", (double)m->wakes_total);
+    cJSON_AddNumberToObject(pk, "refused_total", (double)m->park_refusals);
+    cJSON_AddNumberToObject(pk, "checkpoints_total", (double)m->park_stats[PARK_CHECKPOINT].parks);
+    cJSON_AddNumberToObject(pk, "restores_total", (double)m->park_stats[PARK_CHECKPOINT].returns);
+    cJSON_AddNumberToObject(pk, "checkpoint_failures", (double)m->checkpoint_failures);
+}
+
+/* One instance: state, tier, process, GPU, memory, requests, outlier state. */
+static cJSON *instance_json(instance_t *in, uint64_t now)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "id", in->id);
+    cJSON_AddStringToObject(j, "state", instance_state_name(in->state));
+    cJSON_AddStringToObject(j, "tier", instance_tier_name(in));
+    cJSON_AddNumberToObject(j, "parked_bytes", (double)(in->parked_host.held ? in->parked_host.bytes : 0));
+    if (in->pid > 0)
+        cJSON_AddNumberToObject(j, "pid", in->pid);
+    else
+        cJSON_AddNullToObject(j, "pid");
+    cJSON_AddStringToObject(j, "host", in->host);
+    cJSON_AddNumberToObject(j, "port", in->port);
+    if (in->gpu >= 0)
+        cJSON_AddNumberToObject(j, "gpu", in->gpu);
+    else
+        cJSON_AddNullToObject(j, "gpu");
+    cJSON_AddNumberToObject(j, "in_flight", in->in_flight);
+    cJSON_AddNumberToObject(j, "reserved_bytes", (double)in->mem.bytes);
+    cJSON_AddNumberToObject(j, "measured_bytes", (double)in->measured);
+    cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->baseline);
+    cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);
+    cJSON_AddNumberToObject(j, "failed_in_row", in->failed_in_row);
+    outlier_json(j, in, now);
+    cJSON_AddNumberToObject(j, "idle_connections", in->pool_size);
+    cJSON_AddNumberToObject(j, "uptime_ms", in->started_ms ? (double)(now - in->started_ms) : 0);
+    return j;
+}
+
 static cJSON *model_json(model_t *m, uint64_t now)
 {
     cJSON *o = cJSON_CreateObject();
@@ -127,44 +171,10 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(o, "learned_run_ms", (double)m->run_ms_ewma);
     add_park_tiers(o, m);
     cJSON_AddNumberToObject(o, "parked_bytes", (double)host_book_parked_by(m->name));
-    cJSON *pk = cJSON_AddObjectToObject(o, "parking");
-    cJSON_AddBoolToObject(pk, "sleep", m->cfg->sleep.set);
-    cJSON_AddBoolToObject(pk, "checkpoint", m->cfg->checkpoint);
-    cJSON_AddStringToObject(pk, "preset", config_preset_name(m->cfg->preset));
-    cJSON_AddNumberToObject(pk, "parks_total", (double)m->parks_total);
-    cJSON_AddNumberToObject(pk, "wakes_total", (double)m->wakes_total);
-    cJSON_AddNumberToObject(pk, "refused_total", (double)m->park_refusals);
-    cJSON_AddNumberToObject(pk, "checkpoints_total", (double)m->park_stats[PARK_CHECKPOINT].parks);
-    cJSON_AddNumberToObject(pk, "restores_total", (double)m->park_stats[PARK_CHECKPOINT].returns);
-    cJSON_AddNumberToObject(pk, "checkpoint_failures", (double)m->checkpoint_failures);
+    parking_json(cJSON_AddObjectToObject(o, "parking"), m);
     cJSON *is = cJSON_AddArrayToObject(o, "instances");
     list_foreach(it, &m->instances) {
-        instance_t *in = list_entry(it, instance_t, link);
-        cJSON *j = cJSON_CreateObject();
-        cJSON_AddNumberToObject(j, "id", in->id);
-        cJSON_AddStringToObject(j, "state", instance_state_name(in->state));
-        cJSON_AddStringToObject(j, "tier", instance_tier_name(in));
-        cJSON_AddNumberToObject(j, "parked_bytes", (double)(in->parked_host.held ? in->parked_host.bytes : 0));
-        if (in->pid > 0)
-            cJSON_AddNumberToObject(j, "pid", in->pid);
-        else
-            cJSON_AddNullToObject(j, "pid");
-        cJSON_AddStringToObject(j, "host", in->host);
-        cJSON_AddNumberToObject(j, "port", in->port);
-        if (in->gpu >= 0)
-            cJSON_AddNumberToObject(j, "gpu", in->gpu);
-        else
-            cJSON_AddNullToObject(j, "gpu");
-        cJSON_AddNumberToObject(j, "in_flight", in->in_flight);
-        cJSON_AddNumberToObject(j, "reserved_bytes", (double)in->mem.bytes);
-        cJSON_AddNumberToObject(j, "measured_bytes", (double)in->measured);
-        cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->baseline);
-        cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);
-        cJSON_AddNumberToObject(j, "failed_in_row", in->failed_in_row);
-        outlier_json(j, in, now);
-        cJSON_AddNumberToObject(j, "idle_connections", in->pool_size);
-        cJSON_AddNumberToObject(j, "uptime_ms", in->started_ms ? (double)(now - in->started_ms) : 0);
-        cJSON_AddItemToArray(is, j);
+        cJSON_AddItemToArray(is, instance_json(list_entry(it, instance_t, link), now));
     }
     return o;
 }

@@ -315,6 +315,31 @@ static char *submitter_json(const conn_t *c, const request_t *r)
     return job_submitter_to_json(&sub);
 }
 
+/* What refuses a parsed job for its model now: it can never fit (422), or the disk under
+ * state_dir is below jobs.min_free_disk (507). True when it answered. */
+static bool submit_refused(conn_t *c, model_t *m)
+{
+    const config_t *cfg = c->core->cfg;
+    if (sched_model_uses_gpu(m->cfg) && sched_gpu_ok()) {
+        char why[300];
+        if (sched_never_fits(m, why, sizeof why)) {
+            conn_respond_error(c, 422, "cannot_fit", m->name, -1, false, "%s", why);
+            return true;
+        }
+    }
+    uint64_t free_bytes = 0;
+    int frc = result_store_free_disk(cfg->state_dir, &free_bytes);
+    if (frc == 0 && free_bytes < cfg->jobs.min_free_disk) {
+        log_event(LOG_WARN, "job_refused_disk_full", "free_bytes=%llu min_free_disk=%llu",
+                  (unsigned long long)free_bytes, (unsigned long long)cfg->jobs.min_free_disk);
+        conn_respond_error(c, 507, "disk_full", m->name, 60, false,
+                           "%llu bytes free under state_dir, below jobs.min_free_disk (%llu)",
+                           (unsigned long long)free_bytes, (unsigned long long)cfg->jobs.min_free_disk);
+        return true;
+    }
+    return false;
+}
+
 static void submit(conn_t *c, request_t *r, jobs_t *J)
 {
     core_t *d = c->core;
@@ -344,23 +369,8 @@ static void submit(conn_t *c, request_t *r, jobs_t *J)
         conn_respond_error(c, 400, "bad_request", m->name, -1, false, "%s", err);
         goto out;
     }
-    if (sched_model_uses_gpu(mc) && sched_gpu_ok()) {
-        char why[300];
-        if (sched_never_fits(m, why, sizeof why)) {
-            conn_respond_error(c, 422, "cannot_fit", m->name, -1, false, "%s", why);
-            goto out;
-        }
-    }
-    uint64_t free_bytes = 0;
-    int frc = result_store_free_disk(cfg->state_dir, &free_bytes);
-    if (frc == 0 && free_bytes < cfg->jobs.min_free_disk) {
-        log_event(LOG_WARN, "job_refused_disk_full", "free_bytes=%llu min_free_disk=%llu",
-                  (unsigned long long)free_bytes, (unsigned long long)cfg->jobs.min_free_disk);
-        conn_respond_error(c, 507, "disk_full", m->name, 60, false,
-                           "%llu bytes free under state_dir, below jobs.min_free_disk (%llu)",
-                           (unsigned long long)free_bytes, (unsigned long long)cfg->jobs.min_free_disk);
+    if (submit_refused(c, m))
         goto out;
-    }
     hjson = headers_json(&jr);
     if (!hjson) {
         conn_respond_error(c, 500, "internal", m->name, -1, false, "out of memory");
