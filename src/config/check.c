@@ -3,7 +3,8 @@
  * validate kind cmd with a cmd; names and aliases as one namespace and unique routes;
  * sleep with wake; the admin token file (read, trimmed, required off loopback); state_dir
  * resolved against the config's directory; the VRAMD_NVML_LIBRARY and VRAMD_CUDA_LIBRARY
- * overrides; host_memory.budget above its reserve; jobs limits against each other.
+ * overrides; host_memory.budget above its reserve; jobs limits against each other;
+ * gpu.stale_after resolved (auto) and bounded against gpu.poll.
  *
  * Invariants: they run after the keys are parsed, in a fixed order, and the first failing
  * one reports; an error points at the key that was last set (the model's own mapping,
@@ -20,6 +21,9 @@
 
 #include "common/units.h"
 #include "config/config_int.h"
+
+#define STALE_AFTER_AUTO_MIN_MS 1000ULL     /* gpu.stale_after: auto is never below 1 s */
+#define STALE_AFTER_MAX_MS (3600ULL * 1000) /* nor any value above an hour */
 
 /* dir + "/" + rel for a relative path ("./" prefixes dropped); absolute paths copied. */
 static char *resolve_path(const char *dir, const char *path)
@@ -250,8 +254,32 @@ static int check_client_stall_limits(ctx_t *c, const config_t *cfg, yaml_node_t 
     return 0;
 }
 
+/* gpu.stale_after: auto = 5 x poll, at least 1 s (a loaded host's hiccup of a few polls is
+ * not a hung driver); an explicit value from 2 x poll (one late reading is not stale) to
+ * STALE_AFTER_MAX_MS. */
+static int check_stale_after(ctx_t *c, config_t *cfg, yaml_node_t *root)
+{
+    if (cfg->gpu.stale_after_ms == 0) {
+        uint64_t five = cfg->gpu.poll_ms * 5;
+        cfg->gpu.stale_after_ms = five > STALE_AFTER_AUTO_MIN_MS ? five : STALE_AFTER_AUTO_MIN_MS;
+        if (cfg->gpu.stale_after_ms > STALE_AFTER_MAX_MS)
+            cfg->gpu.stale_after_ms = STALE_AFTER_MAX_MS;
+        return 0;
+    }
+    if (cfg->gpu.stale_after_ms >= 2 * cfg->gpu.poll_ms && cfg->gpu.stale_after_ms <= STALE_AFTER_MAX_MS)
+        return 0;
+    yaml_node_t *node = ydoc_find_value(c, ydoc_find_value(c, root, "gpu"), "stale_after");
+    ydoc_path_reset(c);
+    ydoc_path_append(c, "gpu.stale_after");
+    return ydoc_fail(c, node ? node : root, "%llu ms is outside %llu ms (2 x gpu.poll) .. %llu ms",
+                     (unsigned long long)cfg->gpu.stale_after_ms, (unsigned long long)(2 * cfg->gpu.poll_ms),
+                     (unsigned long long)STALE_AFTER_MAX_MS);
+}
+
 int cfg_check_top(ctx_t *c, config_t *cfg, yaml_node_t *root)
 {
+    if (check_stale_after(c, cfg, root) != 0)
+        return -1;
     if (check_client_stall_limits(c, cfg, root) != 0)
         return -1;
     if (load_admin_token(c, cfg, root) != 0)

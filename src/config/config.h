@@ -195,6 +195,10 @@ typedef struct config {
         size_t n_device_uuids;
         uint64_t headroom; /* default 512MiB */
         uint64_t poll_ms;  /* default 100ms */
+        /* gpu.stale_after: a snapshot older than this is stale (readiness 503, admission of
+         * new memory waits). auto (the default) = 5 x poll_ms, at least 1s; resolved by the
+         * checks, so never 0 in a loaded config. */
+        uint64_t stale_after_ms;
         bool foreign_measure; /* foreign_usage: measure (default) | ignore */
     } gpu;
     struct {

@@ -157,12 +157,23 @@ static const field_spec_t log_fields[] = {
     {"level", fp_log_level, offsetof(config_t, log_level), 0, 0, NULL},
 };
 
+/* gpu.stale_after: auto (0 here, resolved by cfg_check_top) or a duration */
+static int fp_stale_after(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    if (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "auto") == 0) {
+        *(uint64_t *)field = 0;
+        return 0;
+    }
+    return cfg_fp_duration(c, v, field, spec);
+}
+
 static const field_spec_t gpu_fields[] = {
     {"nvml_library", cfg_fp_string, offsetof(config_t, gpu.nvml_library), 0, 0, NULL},
     {"cuda_library", cfg_fp_string, offsetof(config_t, gpu.cuda_library), 0, 0, NULL},
     {"devices", fp_devices, 0, 0, 0, NULL},
     {"headroom", cfg_fp_size, offsetof(config_t, gpu.headroom), 0, 0, NULL},
     {"poll", cfg_fp_duration, offsetof(config_t, gpu.poll_ms), 1, 0, NULL},
+    {"stale_after", fp_stale_after, offsetof(config_t, gpu.stale_after_ms), 1, 0, NULL},
     {"foreign_usage", fp_foreign_usage, offsetof(config_t, gpu.foreign_measure), 0, 0, NULL},
 };
 

@@ -472,7 +472,7 @@ int vramd_run(vramd_t *d)
     fleet_agent_stop();
     sched_shutdown(core);
     metrics_forget();
-    cuda_close(core->cuda); /* calls still in flight finish on the pool; their callbacks are not called */
+    cuda_close(core->cuda); /* calls still in the driver are abandoned, never waited for (gpu/driver_thread.h) */
     core->cuda = NULL;
     /* close every handle so the loop can be closed cleanly */
     uv_walk(core->loop, close_walk_cb, NULL);

@@ -7,18 +7,24 @@
  *   cuda_open   dlopen (RTLD_NOW|RTLD_LOCAL) -> dlsym every entry point -> cuInit(0) ->
  *               cuDriverGetVersion. A failure at any step leaves an unavailable handle with
  *               the reason, the library closed.
- *   operations  run_op() on the calling thread (cuda_run) or on a pool thread (cuda_start,
- *               one heap-allocated cuda_req_t per operation; its after-work callback runs
- *               on the loop thread, calls the caller's callback and frees the request).
- *   cuda_close  marks the handle closing; it is destroyed when no request is in flight and
- *               no callback runs (in cuda_close itself or in the last after-work callback).
+ *   operations  run_op() on the calling thread (cuda_run) or on a thread of its own
+ *               (cuda_start: driver_thread.h, never libuv's pool, whose threads are joined
+ *               at exit; one heap-allocated cuda_req_t per operation; its done callback
+ *               runs on the loop thread, calls the caller's callback and frees the request).
+ *   cuda_close  marks the handle closing and gives the operations still in the driver up
+ *               (nothing waits for them: a hung driver cannot hold up vramd's exit); the
+ *               handle is destroyed when its last reference goes (below).
  *
  * Invariants:
  *   - After cuda_open the handle's fields are read-only, so any number of threads may call
  *     the driver through it at once (the driver API is thread-safe; so is libcuda-sim).
- *   - in_flight, in_callback and closing are touched on the loop thread only.
- *   - A caller's callback never runs after cuda_close; the library is never dlclosed while a
- *     request is in the driver.
+ *   - closing and calls are touched on the loop thread only; refs (atomic) counts the
+ *     caller's reference and one per operation started and not yet ended, so the library is
+ *     never dlclosed while a request is in the driver: an abandoned operation that returns
+ *     drops its reference on its own thread, and the last one destroys the handle there.
+ *   - A caller's callback never runs after cuda_close.
+ *   - At most CUDA_MAX_IN_FLIGHT operations run at once (threads bounded even when every
+ *     one hangs); cuda_start refuses more.
  *   - Every state an operation leaves is read back with cuCheckpointProcessGetState; a
  *     result's state is what the driver said last (UNKNOWN when it could not say).
  *
@@ -26,10 +32,14 @@
  */
 #include "gpu/cuda.h"
 
+#include "gpu/driver_thread.h"
+
 #include <dlfcn.h>
 #include <limits.h>
 #include <link.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +88,9 @@ struct cuda_api {
 
 #define LIBRARY_PATH_MAX 4096
 #define REASON_MAX 512
+/* Operations at once per handle: one per parked or parking instance is the most vramd asks
+ * for; the bound keeps a hung driver from taking a thread per retry without end. */
+#define CUDA_MAX_IN_FLIGHT 64
 
 struct cuda {
     void *lib;
@@ -86,14 +99,17 @@ struct cuda {
     bool available;
     char reason[REASON_MAX];
     int driver_version;
+    atomic_uint refs; /* the caller's + one per operation not yet ended */
     /* loop thread only */
-    unsigned in_flight;
-    unsigned in_callback;
+    drv_calls_t *calls; /* made at the first cuda_start, on its loop */
+    uv_loop_t *loop;
     bool closing;
 };
 
+static atomic_uint g_live; /* cuda_t objects not yet destroyed (cuda_live_count) */
+
 typedef struct cuda_req {
-    uv_work_t work;
+    drv_call_t call;
     cuda_t *c;
     cuda_op_t op;
     pid_t pid;
@@ -223,6 +239,8 @@ cuda_t *cuda_open(const char *library)
     cuda_t *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    atomic_init(&c->refs, 1);
+    atomic_fetch_add(&g_live, 1);
     set_text(c->library, sizeof c->library, "%s", requested);
     dlerror();
     c->lib = dlopen(requested, RTLD_NOW | RTLD_LOCAL);
@@ -268,17 +286,20 @@ int cuda_driver_version(const cuda_t *c)
     return c ? c->driver_version : 0;
 }
 
-static void cuda_destroy(cuda_t *c)
+unsigned cuda_live_count(void)
 {
+    return atomic_load(&g_live);
+}
+
+/* Drop one reference (any thread); the last destroys the handle. */
+static void cuda_unref(cuda_t *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
     if (c->lib)
         dlclose(c->lib);
     free(c);
-}
-
-static void maybe_destroy(cuda_t *c)
-{
-    if (c->closing && c->in_flight == 0 && c->in_callback == 0)
-        cuda_destroy(c);
+    atomic_fetch_sub(&g_live, 1);
 }
 
 void cuda_close(cuda_t *c)
@@ -286,7 +307,12 @@ void cuda_close(cuda_t *c)
     if (!c || c->closing)
         return;
     c->closing = true;
-    maybe_destroy(c);
+    if (c->calls) { /* operations still in the driver are given up (on_orphaned) */
+        drv_calls_t *calls = c->calls;
+        c->calls = NULL;
+        drv_calls_close(calls);
+    }
+    cuda_unref(c);
 }
 
 /* ---- one operation (any thread) ---- */
@@ -499,38 +525,49 @@ int cuda_run(cuda_t *c, cuda_op_t op, pid_t pid, uint64_t lock_timeout_ms, cuda_
     return 0;
 }
 
-/* ---- on the thread pool ---- */
+/* ---- on a thread of its own ---- */
 
-static void on_work(uv_work_t *work)
+static cuda_req_t *of_call(drv_call_t *call)
 {
-    cuda_req_t *r = work->data;
+    return (cuda_req_t *)((char *)call - offsetof(cuda_req_t, call));
+}
+
+static void on_work(drv_call_t *call)
+{
+    cuda_req_t *r = of_call(call);
     run_op(r->c, r->op, r->pid, r->timeout_ms, &r->res);
 }
 
-static void on_work_done(uv_work_t *work, int status)
+static void on_done(drv_call_t *call)
 {
-    cuda_req_t *r = work->data;
+    cuda_req_t *r = of_call(call);
     cuda_t *c = r->c;
-    c->in_flight--;
-    if (!c->closing && r->cb) {
-        if (status != 0) { /* cancelled before it ran: nothing was done */
-            r->res.status = CUDA_FAILED;
-            set_text(r->res.error, sizeof r->res.error, "%s of pid %d was cancelled",
-                     cuda_op_name(r->op), (int)r->pid);
-        }
-        c->in_callback++;
+    if (!c->closing && r->cb)
         r->cb(r->ctx, &r->res);
-        c->in_callback--;
-    }
     free(r);
-    maybe_destroy(c);
+    cuda_unref(c);
+}
+
+/* cuda_close gave the operation up: no callback (its thread, or the loop thread). */
+static void on_orphaned(drv_call_t *call)
+{
+    cuda_req_t *r = of_call(call);
+    cuda_t *c = r->c;
+    free(r);
+    cuda_unref(c);
 }
 
 int cuda_start(cuda_t *c, uv_loop_t *loop, cuda_op_t op, pid_t pid, uint64_t lock_timeout_ms,
                cuda_done_cb cb, void *ctx)
 {
-    if (!c || !loop || !cb || c->closing || pid <= 0 || !op_valid(op))
+    if (!c || !loop || !cb || c->closing || pid <= 0 || !op_valid(op) || (c->loop && c->loop != loop))
         return -1;
+    if (!c->calls) {
+        c->calls = drv_calls_open(loop, CUDA_MAX_IN_FLIGHT);
+        if (!c->calls)
+            return -1;
+        c->loop = loop;
+    }
     cuda_req_t *r = calloc(1, sizeof *r);
     if (!r)
         return -1;
@@ -543,12 +580,15 @@ int cuda_start(cuda_t *c, uv_loop_t *loop, cuda_op_t op, pid_t pid, uint64_t loc
     r->res.op = op;
     r->res.pid = pid;
     r->res.state_before = r->res.state = CUDA_STATE_UNKNOWN;
-    r->work.data = r;
-    if (uv_queue_work(loop, &r->work, on_work, on_work_done) != 0) {
+    r->call.work = on_work;
+    r->call.done = on_done;
+    r->call.orphaned = on_orphaned;
+    atomic_fetch_add(&c->refs, 1);
+    if (drv_calls_start(c->calls, &r->call) != 0) {
+        atomic_fetch_sub(&c->refs, 1); /* never the last: the caller holds one */
         free(r);
         return -1;
     }
-    c->in_flight++;
     return 0;
 }
 

@@ -24,15 +24,22 @@
  *           or stop it).
  *   state, lock, checkpoint, restore, unlock: the single driver calls (for tools, tests and
  *           cleanup after a restart); lock takes the timeout, the others ignore it.
- * cuda_start() runs one on libuv's thread pool (a checkpoint of tens of GB takes seconds)
- * and calls cb on the loop thread with the result; cuda_run() runs it on the caller's
- * thread (blocking: for tools and tests, never on the event loop). Any number may be in
- * flight, for different pids; two at once on one pid get the driver's ILLEGAL_STATE.
+ * cuda_start() runs one off the loop (a checkpoint of tens of GB takes seconds) and calls
+ * cb on the loop thread with the result; cuda_run() runs it on the caller's thread
+ * (blocking: for tools and tests, never on the event loop). Several may be in flight, for
+ * different pids; two at once on one pid get the driver's ILLEGAL_STATE.
+ *
+ * cuda_start runs each operation on a thread of its own (driver_thread.h), not on libuv's
+ * pool: an operation that hangs in the driver never holds up the loop's end or vramd's exit.
+ * At most CUDA_MAX_IN_FLIGHT (cuda.c) run at once per handle; cuda_start refuses more. All
+ * cuda_start calls of a handle use one loop.
  *
  * Lifetime: cuda_close() may be called with operations in flight: their callbacks are not
- * called, and the library is closed when the last one has returned from the driver (the
- * loop must run for that). A process parked when vramd stops stays parked: the next start
- * finds it with `state` (CHECKPOINTED processes hold host memory until restored or killed).
+ * called, nothing waits for them, and the library is closed when the last one has returned
+ * from the driver (on that operation's thread; never, for one that hangs until the process
+ * ends). The loop must run once after cuda_close (a handle's close). A process parked when
+ * vramd stops stays parked: the next start finds it with `state` (CHECKPOINTED processes
+ * hold host memory until restored or killed).
  *
  * Return convention: cuda_start/cuda_run return 0 when the operation ran (its outcome is in
  * the result's status), -1 on bad arguments or a closed handle (no callback then).
@@ -99,6 +106,9 @@ typedef void (*cuda_done_cb)(void *ctx, const cuda_result_t *res);
  * takes (up to a second or so on a real driver): call it at start-up, not per request. */
 cuda_t *cuda_open(const char *library);
 void cuda_close(cuda_t *c);
+/* Handles opened and not yet destroyed in this process (an abandoned operation keeps its
+ * handle until the driver returns). */
+unsigned cuda_live_count(void);
 bool cuda_available(const cuda_t *c);
 const char *cuda_unavailable_reason(const cuda_t *c); /* "" when available */
 const char *cuda_library(const cuda_t *c);            /* the path loaded (or asked for) */

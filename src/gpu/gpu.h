@@ -8,10 +8,12 @@
  *
  * Reading NVML can take milliseconds on a real driver, so reads never run on the event
  * loop: gpu_poll_start() reads a full snapshot (every device: identity, memory, per-process
- * usage, utilization) on libuv's thread pool every poll interval, and hands it to the
- * callback on the loop thread. gpu_probe_once() is the synchronous read used at start
- * (and by tests). A failing or slow NVML is reported (gpu_snapshot.error, the callback's
- * ok flag) and retried at the next interval; it is never fatal.
+ * usage, utilization) on a thread of its own (driver_thread.h) every poll interval, and
+ * hands it to the callback on the loop thread. gpu_probe_once() is the synchronous read
+ * used at start (and by tests). A failing or slow NVML is reported (gpu_snapshot.error, the
+ * callback's ok flag) and retried at the next interval; it is never fatal. A hung NVML
+ * (a call that never returns) delivers nothing: the caller sees it by the age of its last
+ * snapshot; gpu_close gives the hung read up and never waits for it.
  *
  * Devices: gpu.devices selects which NVML devices vramd manages (all, or indexes /
  * UUIDs); snapshot entries keep NVML's own index.
@@ -70,10 +72,18 @@ typedef struct gpu_options {
 
 /* dlopen NVML, nvmlInit_v2, resolve the devices. */
 gpu_t *gpu_open(const gpu_options_t *opt, char *err, size_t errlen);
-void gpu_close(gpu_t *g); /* stops polling first; nvmlShutdown, dlclose */
+/* Stops polling first; nvmlShutdown, dlclose. Never waits for a read in flight: that read
+ * is abandoned and the probe is destroyed on its thread when (if) NVML returns. */
+void gpu_close(gpu_t *g);
+/* Probes opened and not yet destroyed, in this process (an abandoned read keeps its probe
+ * until NVML returns). */
+unsigned gpu_live_count(void);
+/* Is a poll read in the driver (or finished, not yet delivered) now? */
+bool gpu_read_in_flight(const gpu_t *g);
 /* The library path actually loaded. */
 const char *gpu_library(const gpu_t *g);
-/* Synchronous read into *out (for start-up and tests). */
+/* Synchronous read into *out (for start-up and tests; it waits for a poll read in flight,
+ * so never call it on the loop while polling). */
 int gpu_probe_once(gpu_t *g, gpu_snapshot_t *out);
 /* Poll every interval_ms on the thread pool; cb runs on the loop thread with each snapshot.
  * At most one read is in flight; if a read takes longer than the interval, the next

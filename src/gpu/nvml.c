@@ -10,12 +10,13 @@
  *                done and returns NULL with the reason in err.
  *   reads        read_snapshot() fills a gpu_snapshot_t: memory info, the per-process list
  *                (two-call INSUFFICIENT_SIZE protocol), utilization, for each device.
- *   polling      one uv_work_t on the loop's thread pool, one uv_timer_t on the loop.
+ *   polling      one read at a time on a thread of its own (driver_thread.h: never libuv's
+ *                pool, whose threads are joined at exit), one uv_timer_t on the loop.
  *   gpu_close    stops polling; the object is destroyed at the first safe point (below).
  *
  * Invariants:
  *   - Only one thread calls NVML at a time for a gpu_t: every call after gpu_open happens
- *     with nvml_lock held (the pool thread during a poll read, the caller of
+ *     with nvml_lock held (the read thread during a poll read, the caller of
  *     gpu_probe_once). proc_buf belongs to whoever holds nvml_lock.
  *   - At most one read is in flight (read_in_flight). The next read is queued only from
  *     the loop thread and only at a safe point: never while a read is in flight and never
@@ -25,11 +26,13 @@
  *   - The timer is armed only while polling and no read is in flight: the next read starts
  *     interval_ms after the previous one ended (or at once after gpu_poll_now).
  *   - The snapshot callback never runs after gpu_poll_stop or gpu_close.
- *   - gpu_close never frees under a running read, a running callback or an open timer
- *     handle: destroy happens when closing && !read_in_flight && !in_callback && the timer
- *     is closed (or was never created). That point is reached in gpu_close itself, in the
- *     after-work callback, or in the timer's close callback, whichever comes last; the loop
- *     must therefore run after gpu_close when polling was started on it.
+ *   - gpu_close never waits for NVML: a read still in the driver (a hung driver) is
+ *     abandoned, and the gpu_t then belongs to that read: it is destroyed on the read's
+ *     thread when (if ever) NVML returns, never while the thread may use it. Without a read
+ *     in flight it is destroyed in gpu_close, or after the snapshot callback when gpu_close
+ *     ran inside it. The timer and the read thread's async handle are separate allocations
+ *     freed by their close callbacks, so the loop must run after gpu_close (it never waits
+ *     on a read).
  *   - Every buffer is bounded: GPU_MAX_DEVICES devices, GPU_MAX_PROCS processes per device
  *     in a snapshot, PROCS_READ_MAX entries in the NVML process buffer.
  *
@@ -38,11 +41,15 @@
  */
 #include "gpu/gpu.h"
 
+#include "gpu/driver_thread.h"
+
 #include <dlfcn.h>
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,13 +148,12 @@ struct gpu {
     nvmlProcessInfo_t *proc_buf;               /* under nvml_lock */
     unsigned proc_cap;                         /* entries in proc_buf, <= PROCS_READ_MAX */
 
-    /* Polling: touched on the loop thread only (the pool thread touches poll_snap while
+    /* Polling: touched on the loop thread only (the read thread touches poll_snap while
      * read_in_flight, and nothing else). */
     uv_loop_t *loop;
-    uv_timer_t timer;
-    bool timer_initialised;
-    bool timer_closed;
-    uv_work_t work;
+    uv_timer_t *timer;     /* heap: freed by its close callback; NULL before polling, after close */
+    drv_calls_t *calls;    /* the read thread's owner; NULL before polling, after close */
+    drv_call_t read_call;  /* the one read (at most one in flight) */
     gpu_snapshot_t *poll_snap;
     gpu_snapshot_cb cb;
     void *cb_ctx;
@@ -321,7 +327,15 @@ static int select_devices(gpu_t *g, const gpu_options_t *opt, char *err, size_t 
     return 0;
 }
 
-/* Undo everything; only at a safe point (no read in flight, timer closed or never made). */
+static atomic_uint g_live; /* gpu_t objects not yet destroyed (gpu_live_count) */
+
+unsigned gpu_live_count(void)
+{
+    return atomic_load(&g_live);
+}
+
+/* Undo everything; only at a safe point (no read in flight or the read's own thread after
+ * it returned; timer and read owner closed or never made). */
 static void gpu_destroy(gpu_t *g)
 {
     if (g->nvml_initialised)
@@ -332,6 +346,7 @@ static void gpu_destroy(gpu_t *g)
     free(g->poll_snap);
     pthread_mutex_destroy(&g->nvml_lock);
     free(g);
+    atomic_fetch_sub(&g_live, 1);
 }
 
 gpu_t *gpu_open(const gpu_options_t *opt, char *err, size_t errlen)
@@ -347,6 +362,7 @@ gpu_t *gpu_open(const gpu_options_t *opt, char *err, size_t errlen)
         set_err(err, errlen, "out of memory");
         return NULL;
     }
+    atomic_fetch_add(&g_live, 1);
     pthread_mutex_init(&g->nvml_lock, NULL);
     snprintf(g->library, sizeof g->library, "%s", requested);
 
@@ -562,24 +578,34 @@ int gpu_probe_once(gpu_t *g, gpu_snapshot_t *out)
     return out->ok ? 0 : -1;
 }
 
-/* ---- polling (loop thread, except on_read_work) ---- */
+/* ---- polling (loop thread, except on_read_work and an abandoned read's end) ---- */
 
 static void maybe_destroy(gpu_t *g)
 {
-    if (g->closing && !g->read_in_flight && !g->in_callback &&
-        (!g->timer_initialised || g->timer_closed))
+    if (g->closing && !g->read_in_flight && !g->in_callback)
         gpu_destroy(g);
 }
 
-static void on_read_work(uv_work_t *work)
+static gpu_t *of_read(drv_call_t *call)
 {
-    gpu_t *g = work->data;
+    return (gpu_t *)((char *)call - offsetof(gpu_t, read_call));
+}
+
+static void on_read_work(drv_call_t *call)
+{
+    gpu_t *g = of_read(call);
     pthread_mutex_lock(&g->nvml_lock);
     read_snapshot(g, g->poll_snap);
     pthread_mutex_unlock(&g->nvml_lock);
 }
 
-static void on_read_done(uv_work_t *work, int status);
+/* gpu_close gave the read up: the gpu_t is this read's now (its thread, or the loop thread
+ * when it had finished undelivered). */
+static void on_read_orphaned(drv_call_t *call)
+{
+    gpu_destroy(of_read(call));
+}
+
 static void on_poll_timer(uv_timer_t *timer);
 
 /* Start a read now if that is safe, else remember that one is wanted. */
@@ -591,15 +617,14 @@ static void request_read(gpu_t *g)
         g->read_requested = true;
         return;
     }
-    uv_timer_stop(&g->timer);
+    uv_timer_stop(g->timer);
     g->read_requested = false;
-    g->work.data = g;
-    if (uv_queue_work(g->loop, &g->work, on_read_work, on_read_done) == 0) {
+    if (drv_calls_start(g->calls, &g->read_call) == 0) {
         g->read_in_flight = true;
         return;
     }
-    /* Cannot happen with valid arguments; try again after an interval. */
-    uv_timer_start(&g->timer, on_poll_timer, g->interval_ms ? g->interval_ms : 1, 0);
+    /* No thread could be made: try again after an interval. */
+    uv_timer_start(g->timer, on_poll_timer, g->interval_ms ? g->interval_ms : 1, 0);
 }
 
 static void on_poll_timer(uv_timer_t *timer)
@@ -607,11 +632,11 @@ static void on_poll_timer(uv_timer_t *timer)
     request_read(timer->data);
 }
 
-static void on_read_done(uv_work_t *work, int status)
+static void on_read_done(drv_call_t *call)
 {
-    gpu_t *g = work->data;
+    gpu_t *g = of_read(call);
     g->read_in_flight = false;
-    if (status == 0 && g->polling && !g->closing && g->cb) {
+    if (g->polling && !g->closing && g->cb) {
         g->in_callback = true;
         g->cb(g->cb_ctx, g->poll_snap);
         g->in_callback = false;
@@ -625,7 +650,41 @@ static void on_read_done(uv_work_t *work, int status)
     if (g->read_requested)
         request_read(g);
     else
-        uv_timer_start(&g->timer, on_poll_timer, g->interval_ms, 0);
+        uv_timer_start(g->timer, on_poll_timer, g->interval_ms, 0);
+}
+
+static void free_handle(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* The timer and the read thread's owner, made at the first gpu_poll_start. */
+static int poll_setup(gpu_t *g, uv_loop_t *loop)
+{
+    if (!g->poll_snap) {
+        g->poll_snap = calloc(1, sizeof *g->poll_snap);
+        if (!g->poll_snap)
+            return -1;
+    }
+    if (!g->timer) {
+        uv_timer_t *t = calloc(1, sizeof *t);
+        if (!t || uv_timer_init(loop, t) != 0) {
+            free(t);
+            return -1;
+        }
+        t->data = g;
+        g->timer = t;
+        g->loop = loop;
+    }
+    if (!g->calls) {
+        g->calls = drv_calls_open(loop, 1);
+        if (!g->calls)
+            return -1;
+        g->read_call.work = on_read_work;
+        g->read_call.done = on_read_done;
+        g->read_call.orphaned = on_read_orphaned;
+    }
+    return 0;
 }
 
 int gpu_poll_start(gpu_t *g, uv_loop_t *loop, uint64_t interval_ms, gpu_snapshot_cb cb, void *ctx)
@@ -634,18 +693,8 @@ int gpu_poll_start(gpu_t *g, uv_loop_t *loop, uint64_t interval_ms, gpu_snapshot
         return -1;
     if (g->loop && g->loop != loop)
         return -1; /* the timer lives on the first loop */
-    if (!g->poll_snap) {
-        g->poll_snap = calloc(1, sizeof *g->poll_snap);
-        if (!g->poll_snap)
-            return -1;
-    }
-    if (!g->timer_initialised) {
-        if (uv_timer_init(loop, &g->timer) != 0)
-            return -1;
-        g->timer.data = g;
-        g->timer_initialised = true;
-        g->loop = loop;
-    }
+    if (poll_setup(g, loop) != 0)
+        return -1;
     g->interval_ms = interval_ms;
     g->cb = cb;
     g->cb_ctx = ctx;
@@ -666,15 +715,13 @@ void gpu_poll_stop(gpu_t *g)
         return;
     g->polling = false;
     g->read_requested = false;
-    if (g->timer_initialised && !g->closing)
-        uv_timer_stop(&g->timer);
+    if (g->timer && !g->closing)
+        uv_timer_stop(g->timer);
 }
 
-static void on_timer_closed(uv_handle_t *handle)
+bool gpu_read_in_flight(const gpu_t *g)
 {
-    gpu_t *g = handle->data;
-    g->timer_closed = true;
-    maybe_destroy(g);
+    return g && g->read_in_flight;
 }
 
 void gpu_close(gpu_t *g)
@@ -683,9 +730,19 @@ void gpu_close(gpu_t *g)
         return;
     gpu_poll_stop(g);
     g->closing = true;
-    if (g->timer_initialised)
-        uv_close((uv_handle_t *)&g->timer, on_timer_closed);
-    maybe_destroy(g);
+    if (g->timer) {
+        uv_close((uv_handle_t *)g->timer, free_handle);
+        g->timer = NULL;
+    }
+    /* With a read in flight g becomes the read's (on_read_orphaned destroys it, maybe
+     * inside drv_calls_close): g must not be touched after. */
+    bool abandoned = g->read_in_flight;
+    drv_calls_t *calls = g->calls;
+    g->calls = NULL;
+    if (calls)
+        drv_calls_close(calls);
+    if (!abandoned)
+        maybe_destroy(g);
 }
 
 uint64_t gpu_proc_used(const gpu_device_t *dev, pid_t pid)

@@ -173,7 +173,7 @@ static void guard_metrics(buf_t *b, core_t *d)
 static void gpu_metrics(buf_t *b)
 {
     family(b, "vramd_nvml_up", "gauge", "1 when NVML answered and GPU figures are current, else 0.");
-    sample_u64(b, "vramd_nvml_up", NULL, NULL, NULL, NULL, sched_gpu_ok() ? 1 : 0);
+    sample_u64(b, "vramd_nvml_up", NULL, NULL, NULL, NULL, sched_gpu_ok() && !sched_gpu_stale() ? 1 : 0);
     size_t n = sched_gpu_count();
     sched_gpu_figures_t *f = calloc(n ? n : 1, sizeof *f);
     if (!f)
@@ -227,6 +227,14 @@ static void gpu_metrics(buf_t *b)
             sample_u64(b, figures[k].name, "gpu", idx[i], NULL, NULL, v);
         }
     }
+    family(b, "vramd_gpu_snapshot_age_seconds", "gauge",
+           "Age of the last good NVML snapshot the figures come from (its read's start).");
+    for (size_t i = 0; i < n; i++)
+        sample_double(b, "vramd_gpu_snapshot_age_seconds", "gpu", idx[i], (double)f[i].age_ms / 1000.0);
+    family(b, "vramd_gpu_stale", "gauge",
+           "1 while the snapshot is older than gpu.stale_after: readiness 503, new memory not admitted.");
+    for (size_t i = 0; i < n; i++)
+        sample_u64(b, "vramd_gpu_stale", "gpu", idx[i], NULL, NULL, f[i].stale ? 1 : 0);
     free(idx);
     free(f);
 }

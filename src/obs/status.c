@@ -291,6 +291,9 @@ char *status_render(core_t *d)
     cJSON_AddBoolToObject(gpu, "ok", sched_gpu_ok());
     if (!sched_gpu_ok())
         cJSON_AddStringToObject(gpu, "error", sched_gpu_error());
+    cJSON_AddBoolToObject(gpu, "stale", sched_gpu_stale());
+    cJSON_AddNumberToObject(gpu, "snapshot_age_ms", (double)sched_snapshot_age_ms());
+    cJSON_AddNumberToObject(gpu, "stale_after_ms", (double)sched_stale_after_ms());
     cJSON_AddStringToObject(gpu, "attribution", "pid");
     sched_status_json(cJSON_AddArrayToObject(o, "gpus"));
     cJSON *ms = cJSON_AddArrayToObject(o, "models");

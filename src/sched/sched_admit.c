@@ -8,7 +8,9 @@
  * however it ends; the credit it took from its instance's verified cache is returned with
  * it; memory a finished request leaves behind is booked on its instance (unverified) until
  * the next snapshot measures it; a request younger than the GPU's claim does not lock
- * away, in a busy instance, cache the claimant lacks (sched_yields_to_claim). Calls down
+ * away, in a busy instance, cache the claimant lacks (sched_yields_to_claim); while the
+ * snapshot is stale, only a request whose reservation its instance's verified cache covers
+ * (nothing new to book) is admitted, and a blocked one evicts or claims nothing. Calls down
  * only, into scheduler.c (scheduler_int.h), and out through the action table.
  * Loop thread only.
  */
@@ -108,6 +110,10 @@ bool sched_admit(request_t *r, instance_t *inst)
     uint64_t credit = est < avail ? est : avail;
     uint64_t need = est - credit;
     ledger_t *l = &sched_state.ledger;
+    /* Stale figures (no NVML reading for gpu.stale_after): only what memory already booked
+     * for the instance covers runs; the rest waits for a fresh snapshot, which pumps. */
+    if (need > 0 && sched_gpu_stale())
+        return false;
     /* A younger request that its instance's cache would fund, while the instance holds more
      * cache than it takes, would lock that rest away from an older claimant that needs it
      * (the instance stays busy, so its cache cannot be cleared): it waits instead, the

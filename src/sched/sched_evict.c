@@ -12,7 +12,9 @@
  * when the idle instances' caches alone would (they are asked back instead); an eviction is always made under the
  * claimant's claim on that GPU; a queued model is evicted only for a claimant whose oldest
  * request is strictly older (the complement of sched_admit's rule, so neither waits for
- * the other). Calls down only, into sched_admit.c and scheduler.c. Loop thread only.
+ * the other); while the snapshot is stale (sched_gpu_stale) nothing is placed, woken or
+ * evicted: every answer is WAIT until a fresh snapshot pumps. Calls down only, into
+ * sched_admit.c and scheduler.c. Loop thread only.
  */
 #include "sched/scheduler.h"
 
@@ -289,7 +291,7 @@ enum placer_result sched_place(model_t *m, size_t *gpu_pos)
     *gpu_pos = 0;
     if (!sched_uses_gpu(m))
         return PLACER_FITS;
-    if (!sched_state.ok || sched_state.ledger.n_gpus == 0)
+    if (!sched_state.ok || sched_state.ledger.n_gpus == 0 || sched_gpu_stale())
         return PLACER_WAIT;
     bool allowed[LEDGER_MAX_GPUS];
     sched_allowed_mask(m, allowed);
@@ -298,7 +300,7 @@ enum placer_result sched_place(model_t *m, size_t *gpu_pos)
 
 enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra)
 {
-    if (!sched_state.ok || gpu_pos >= sched_state.ledger.n_gpus)
+    if (!sched_state.ok || gpu_pos >= sched_state.ledger.n_gpus || sched_gpu_stale())
         return PLACER_WAIT;
     bool only[LEDGER_MAX_GPUS] = {false};
     only[gpu_pos] = true;
@@ -311,7 +313,7 @@ enum placer_result sched_place_dry(const model_t *m, sched_room_t *out)
     *out = (sched_room_t){0};
     if (!sched_uses_gpu(m))
         return PLACER_FITS;
-    if (!sched_state.ok || sched_state.ledger.n_gpus == 0)
+    if (!sched_state.ok || sched_state.ledger.n_gpus == 0 || sched_gpu_stale())
         return PLACER_WAIT;
     const ledger_t *l = &sched_state.ledger;
     bool allowed[LEDGER_MAX_GPUS];
@@ -342,13 +344,15 @@ bool sched_request_fits_now(const instance_t *inst)
     uint64_t cache = sched_instance_cache(inst);
     uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
     uint64_t need = est - (est < avail ? est : avail);
+    if (sched_gpu_stale())
+        return need == 0; /* as sched_admit: only what is booked already */
     return ledger_fits(&sched_state.ledger, (size_t)inst->gpu_pos, need, m);
 }
 
 void sched_blocked(model_t *m, request_t *r, instance_t *inst)
 {
-    if (inst->gpu_pos < 0 || !sched_state.ok)
-        return;
+    if (inst->gpu_pos < 0 || !sched_state.ok || sched_gpu_stale())
+        return; /* stale: no eviction or claim on figures that may be wrong */
     /* it waits for the claimant, whose own blocked path clears this instance's cache once
      * it is idle; the claimant's admission or the next snapshot pumps it again */
     if (sched_yields_to_claim(r, inst))

@@ -11,7 +11,10 @@
  * idle READY instance is booked at max(declared, measured beyond running reservations,
  * floor + lent cache), so it never under-counts; a reclaim ends settled or after
  * stop_timeout (+ RECLAIM_GRACE_MS for an exited process). Every snapshot ends with a
- * pump of all waiting models. Calls down only, into sched_admit.c and scheduler.c.
+ * pump of all waiting models. A good snapshot's read start is the scheduler's freshness
+ * (sched_gpu_stale); a timer only logs the turn to stale (gpu_stale) and the next good
+ * snapshot its end (gpu_fresh). sched_shutdown never waits for a hung NVML read.
+ * Calls down only, into sched_admit.c and scheduler.c.
  */
 #include "sched/scheduler.h"
 
@@ -287,6 +290,54 @@ void sched_poll_now(void)
         gpu_poll_now(sched_state.gpu);
 }
 
+/* ---- staleness: the age of the last good snapshot (scheduler.h, sched_gpu_stale) ---- */
+
+static void on_stale_timer(uv_timer_t *t);
+
+/* Wake up when the snapshot would turn stale (only to say so: admission and readiness ask
+ * sched_gpu_stale themselves, whenever they run). */
+static void arm_stale_timer(void)
+{
+    if (!sched_state.stale_timer_on)
+        return;
+    uint64_t after = sched_stale_after_ms(), age = sched_snapshot_age_ms();
+    uv_timer_start(&sched_state.stale_timer, on_stale_timer, age < after ? after - age + 1 : 1, 0);
+}
+
+static void on_stale_timer(uv_timer_t *t)
+{
+    (void)t;
+    if (!sched_gpu_stale()) {
+        arm_stale_timer(); /* stale_after grew (a reload) */
+        return;
+    }
+    if (sched_state.stale_noted)
+        return;
+    sched_state.stale_noted = true;
+    uint64_t age = sched_snapshot_age_ms();
+    log_event(LOG_WARN, "gpu_stale", "age_ms=%llu stale_after_ms=%llu read_in_flight=%B last_error=%s",
+              (unsigned long long)age, (unsigned long long)sched_stale_after_ms(),
+              gpu_read_in_flight(sched_state.gpu), sched_state.ok ? "" : sched_state.error);
+    core_note_event(sched_state.core, "GPU figures stale: no NVML reading for %llu ms; requests needing new memory wait",
+                    (unsigned long long)age);
+}
+
+/* A good snapshot came: its read began at snap's taken_ms - read time (monotonic, the loop
+ * clock's base). */
+static void note_fresh(const gpu_snapshot_t *snap)
+{
+    uint64_t now = core_now();
+    uint64_t began = snap->taken_ms - snap->read_us / 1000;
+    sched_state.fresh_ms = began && began < now ? began : now;
+    if (sched_state.stale_noted && !sched_gpu_stale()) {
+        sched_state.stale_noted = false;
+        log_event(LOG_INFO, "gpu_fresh", "read_ms=%llu", (unsigned long long)(snap->read_us / 1000));
+        core_note_event(sched_state.core, "GPU figures fresh again (NVML read took %llu ms)",
+                        (unsigned long long)(snap->read_us / 1000));
+    }
+    arm_stale_timer();
+}
+
 static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
 {
     (void)ctx;
@@ -302,8 +353,9 @@ static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
     sched_state.ok = true;
     sched_state.error[0] = '\0';
     memcpy(sched_state.snap, snap, sizeof *snap);
+    note_fresh(snap);
     g_snapshot_seq++;
-    apply_snapshot(sched_state.snap);
+    apply_snapshot(sched_state.snap); /* its pump admits what waited for fresh figures */
 }
 
 typedef struct owned_by {
@@ -354,6 +406,7 @@ void sched_init(core_t *d, const sched_actions_t *actions)
         log_event(LOG_WARN, "nvml_unavailable", "error=%s", sched_state.error);
     } else {
         sched_state.ok = true;
+        sched_state.fresh_ms = core_now();
         for (size_t i = 0; i < sched_state.snap->n_devices && i < LEDGER_MAX_GPUS; i++) {
             const gpu_device_t *dev = &sched_state.snap->devices[i];
             ledger_set_gpu(&sched_state.ledger, i, dev->index, dev->total, c->gpu.headroom);
@@ -363,13 +416,23 @@ void sched_init(core_t *d, const sched_actions_t *actions)
                       dev->uuid, t, gpu_library(sched_state.gpu));
         }
     }
+    if (uv_timer_init(d->loop, &sched_state.stale_timer) == 0) {
+        sched_state.stale_timer_on = true;
+        uv_unref((uv_handle_t *)&sched_state.stale_timer); /* it never keeps the loop alive */
+        arm_stale_timer();
+    }
     gpu_poll_start(sched_state.gpu, d->loop, c->gpu.poll_ms, on_snapshot, NULL);
 }
 
 void sched_shutdown(core_t *d)
 {
     (void)d;
+    if (sched_state.stale_timer_on) {
+        uv_close((uv_handle_t *)&sched_state.stale_timer, NULL); /* static memory: no callback */
+        sched_state.stale_timer_on = false;
+    }
     if (sched_state.gpu) {
+        /* never waits for NVML: a read still in the driver is abandoned (gpu.h) */
         gpu_close(sched_state.gpu);
         sched_state.gpu = NULL;
     }

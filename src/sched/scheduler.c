@@ -2,7 +2,8 @@
  * scheduler: the scheduler's shared state and the questions answered from it alone.
  * Holds sched_state (scheduler_int.h; set up by sched_init in sched_snapshot.c), the
  * per-request and per-level estimates, whether a model can ever or now fit, predicted
- * start times, the cached-memory figures of an instance, pumping, and the GPU status.
+ * start times, the cached-memory figures of an instance, pumping, the GPU status and
+ * whether the last snapshot is stale (scheduler.h, sched_gpu_stale).
  * Invariants: this is the lowest of the scheduler's files: it calls nothing defined in
  * sched_admit.c, sched_evict.c or sched_snapshot.c, and it never changes the ledger. The
  * rules themselves (ledger entries, foreign usage, learning, claims) are in scheduler.h.
@@ -26,6 +27,30 @@ sched_state_t sched_state;
 ledger_t *sched_ledger(void) { return &sched_state.ledger; }
 bool sched_gpu_ok(void) { return sched_state.ok; }
 const char *sched_gpu_error(void) { return sched_state.error; }
+
+uint64_t sched_stale_after_ms(void)
+{
+    const config_t *c = sched_state.core ? sched_state.core->cfg : NULL;
+    if (!c)
+        return 0;
+    if (c->gpu.stale_after_ms)
+        return c->gpu.stale_after_ms;
+    uint64_t five = c->gpu.poll_ms * 5; /* a config not through the checks: their auto */
+    return five > 1000 ? five : 1000;
+}
+
+uint64_t sched_snapshot_age_ms(void)
+{
+    if (!sched_state.gpu || !sched_state.fresh_ms)
+        return 0;
+    uint64_t now = core_now();
+    return now > sched_state.fresh_ms ? now - sched_state.fresh_ms : 0;
+}
+
+bool sched_gpu_stale(void)
+{
+    return sched_state.gpu && sched_state.fresh_ms && sched_snapshot_age_ms() > sched_stale_after_ms();
+}
 
 bool sched_model_uses_gpu(const model_config_t *mc)
 {
@@ -153,6 +178,8 @@ bool sched_never_fits(const model_t *m, char *why, size_t whylen)
 
 unsigned sched_level_fitting_now(const model_t *m)
 {
+    if (sched_gpu_stale())
+        return 0; /* nothing fits on figures that may be wrong */
     for (unsigned level = 1; level <= m->cfg->degrade.n_ladder; level++) {
         uint64_t est = sched_level_estimate(m, level);
         list_foreach(it, &m->instances) {
@@ -269,6 +296,8 @@ bool sched_gpu_figures(size_t pos, sched_gpu_figures_t *out)
     out->capacity = ledger_capacity(&sched_state.ledger, pos);
     out->reserved = g->reserved;
     out->free_to_admit = ledger_free(&sched_state.ledger, pos);
+    out->age_ms = sched_snapshot_age_ms();
+    out->stale = sched_gpu_stale();
     return true;
 }
 
@@ -298,6 +327,8 @@ void sched_status_json(void *gpus_array)
         cJSON_AddNumberToObject(o, "claimed", (double)g->claimed);
         cJSON_AddNumberToObject(o, "free_to_admit", (double)ledger_free(l, pos));
         cJSON_AddNumberToObject(o, "utilization", dev ? dev->util_gpu : 0);
+        cJSON_AddNumberToObject(o, "snapshot_age_ms", (double)sched_snapshot_age_ms());
+        cJSON_AddBoolToObject(o, "stale", sched_gpu_stale());
         cJSON *entries = cJSON_AddArrayToObject(o, "ledger");
         list_foreach(it, &g->entries) {
             const ledger_entry_t *e = list_entry(it, ledger_entry_t, link);

@@ -73,6 +73,18 @@ void sched_init(core_t *d, const sched_actions_t *actions);
 void sched_shutdown(core_t *d);
 bool sched_gpu_ok(void);
 const char *sched_gpu_error(void);
+/* Staleness: the last good NVML snapshot is older than gpu.stale_after (its read began that
+ * long ago: a hung or failing NVML). While stale, readiness says so (503 gpu_stale), and
+ * the figures are not trusted for NEW memory: a request is admitted only when its whole
+ * reservation is covered by memory already booked for its instance (its verified cache;
+ * a model without per-request memory: always), nothing is placed, loaded, woken or evicted;
+ * the rest waits queued (bounded by its deadline) until a fresh snapshot pumps every model.
+ * Never stale before the first good snapshot or without NVML (gpu_ok says so then). */
+bool sched_gpu_stale(void);
+/* Age of the last good snapshot in ms (0 before the first one). */
+uint64_t sched_snapshot_age_ms(void);
+/* gpu.stale_after in ms (the config's, resolved). */
+uint64_t sched_stale_after_ms(void);
 ledger_t *sched_ledger(void);
 
 /* Does this model use GPU memory at all? */
@@ -167,6 +179,8 @@ typedef struct sched_gpu_figures {
     char uuid[96];
     char name[96];
     uint64_t total, used, foreign, headroom, capacity, reserved, free_to_admit;
+    uint64_t age_ms; /* of the snapshot these figures come from (sched_snapshot_age_ms) */
+    bool stale;      /* sched_gpu_stale */
 } sched_gpu_figures_t;
 /* How full, 0..1, the memory m's requests may use is: the reservations of its running
  * requests over those plus what is free to admit on the GPUs its instances are on (its

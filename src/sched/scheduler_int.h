@@ -41,6 +41,10 @@ typedef struct sched_state {
     char error[400];       /* why not, when !ok */
     ledger_t ledger;
     gpu_snapshot_t *snap;  /* last good snapshot (heap: it is large) */
+    uint64_t fresh_ms;     /* loop clock when the last good snapshot's read began; 0: none */
+    bool stale_noted;      /* the stale state was logged (gpu_stale), not yet its end */
+    bool stale_timer_on;   /* stale_timer initialised (closed by sched_shutdown) */
+    uv_timer_t stale_timer; /* fires when the last good snapshot turns stale (for the log) */
     placer_candidate_t cands[PLACER_MAX_EVICT]; /* eviction candidates (scratch) */
     uint64_t foreign_raw[LEDGER_MAX_GPUS]; /* last raw reading: a drop needs two in a row */
     uint64_t last_identity_refresh_ms; /* instances asked to refresh their identity (sched_snapshot.c) */

@@ -145,10 +145,24 @@ static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
     request_set_ops(r, &waiter_ops);
 }
 
+/* While a model needs the GPU and the last NVML snapshot is stale (a hung or failing NVML:
+ * sched_gpu_stale), 503 gpu_stale, and true; else false (nothing sent). */
+static bool respond_if_gpu_stale(conn_t *c, bool gpu_needed)
+{
+    if (!gpu_needed || !sched_gpu_stale())
+        return false;
+    conn_respond_error(c, 503, "gpu_stale", NULL, 1, false,
+                       "no NVML reading for %llu ms (gpu.stale_after %llu ms): GPU figures are stale, "
+                       "requests that need new GPU memory wait",
+                       (unsigned long long)sched_snapshot_age_ms(), (unsigned long long)sched_stale_after_ms());
+    return true;
+}
+
 /* ---- the handlers of the table: each answers r once (or parks it) ------------------- */
 
 /* vramd-wide readiness: 503 while starting or draining, when NVML fails and a model needs
- * it, and when every configured model has failed (nothing could be served); else 200. */
+ * it (gpu_unavailable) or its last snapshot is stale (gpu_stale), and when every configured
+ * model has failed (nothing could be served); else 200. */
 static void route_readyz(conn_t *c, request_t *r, const route_args_t *a)
 {
     core_t *d = c->core;
@@ -165,6 +179,8 @@ static void route_readyz(conn_t *c, request_t *r, const route_args_t *a)
     }
     if (d->ready && !d->draining && gpu_needed && !sched_gpu_ok()) {
         conn_respond_error(c, 503, "gpu_unavailable", NULL, 5, false, "%s", sched_gpu_error());
+    } else if (d->ready && !d->draining && respond_if_gpu_stale(c, gpu_needed)) {
+        return;
     } else if (d->ready && !d->draining && n_models > 0 && n_failed == n_models) {
         conn_respond_error(c, 503, "all_models_failed", NULL, 30, false,
                            "every model (%u) has failed; POST /v1/models/NAME/load to retry one", n_models);

@@ -327,7 +327,9 @@ static void on_process_exit(process_t *p, int exit_status, int term_signal, void
     core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
     instance_set_state(inst, INST_STOPPING, expected ? (inst->stop_reason ? inst->stop_reason : "stopped") : "exited");
     if (sched_instance_holds_memory(inst)) {
-        if (sched_gpu_ok()) {
+        /* verified reclaim only while it can matter: not once vramd is stopping (nothing is
+         * admitted any more, and a hung NVML would hold the exit until the forced stop) */
+        if (sched_gpu_ok() && !m->core->stopping) {
             inst->reclaiming = false;
             sched_instance_unloading(inst); /* entry released when NVML shows the memory back */
         } else {

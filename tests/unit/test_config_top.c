@@ -5,7 +5,8 @@
  * Covers: listen and the loopback rule; the admin token file (relative, absolute, empty,
  * missing); config_load of a missing file; state_dir resolved against the file's
  * directory; names, aliases and their collisions; gpu.devices and a model's gpus; the
- * VRAMD_NVML_LIBRARY override; the jobs section and its cross-checks.
+ * VRAMD_NVML_LIBRARY override; the jobs section and its cross-checks; gpu.stale_after (auto
+ * from gpu.poll with its 1 s floor, explicit values, the bounds).
  * Run: make build/tests/test_config_top && build/tests/test_config_top (and with make SAN=1).
  */
 
@@ -339,6 +340,32 @@ static void test_jobs_backend(void **state)
 
 /* limits.send_timeout, body_timeout (idle bounds of a client, at most 1h) and
  * reserved_connections (0..10000). */
+static void test_gpu_stale_after(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("models: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->gpu.stale_after_ms, 1000); /* 5 x 100ms is under the 1 s floor */
+    config_unref(c);
+    c = parse_ok("gpu: {poll: 500ms}\nmodels: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->gpu.stale_after_ms, 2500);
+    config_unref(c);
+    c = parse_ok("gpu: {poll: 500ms, stale_after: auto}\nmodels: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->gpu.stale_after_ms, 2500);
+    config_unref(c);
+    c = parse_ok("gpu: {poll: 50ms, stale_after: 300ms}\nmodels: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->gpu.stale_after_ms, 300);
+    config_unref(c);
+    c = parse_ok("gpu: {poll: 20m}\nmodels: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->gpu.stale_after_ms, 3600 * 1000); /* auto is capped at an hour too */
+    config_unref(c);
+    expect_error("gpu: {poll: 100ms, stale_after: 150ms}\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:1:33: gpu.stale_after: 150 ms is outside 200 ms (2 x gpu.poll) .. 3600000 ms");
+    expect_error("gpu: {stale_after: 2h}\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:1:20: gpu.stale_after: 7200000 ms is outside 200 ms (2 x gpu.poll) .. 3600000 ms");
+    expect_error("gpu: {stale_after: soon}\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:1:20: gpu.stale_after: expected a duration like 30s, got \"soon\"");
+}
+
 static void test_client_limits(void **state)
 {
     (void)state;
@@ -376,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_jobs_section),
         cmocka_unit_test(test_jobs_backend),
         cmocka_unit_test(test_client_limits),
+        cmocka_unit_test(test_gpu_stale_after),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

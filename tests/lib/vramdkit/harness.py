@@ -110,7 +110,8 @@ class Harness:
         m.update(overrides)
         return m
 
-    def start_vramd(self, gpu_set, models, gpu=None, level="info", **top):
+    def start_vramd(self, gpu_set, models, gpu=None, level="info", extra_env=None, **top):
+        """extra_env: added to vramd's environment (e.g. another NVML library)."""
         cfg = {
             "listen": f"127.0.0.1:{free_port()}",
             "state_dir": str(self.tmp / f"var{len(self.daemons)}"),
@@ -125,7 +126,7 @@ class Harness:
         vd = Vramd(self.tmp, f"vramd{len(self.daemons)}", cfg, gpu_set=gpu_set, cwd=self.tmp,
                    config_format="json", stdout_apart=False, http="stdlib",
                    start_timeout=START_TIMEOUT, stop_timeout=STOP_TIMEOUT,
-                   request_timeout=REQUEST_TIMEOUT)
+                   request_timeout=REQUEST_TIMEOUT, extra_env=extra_env)
         self.daemons.append(vd)
         vd.start()
         wait_for(lambda: vd.status()["nvml"]["ok"] and vd.status()["gpus"], timeout=START_TIMEOUT,
