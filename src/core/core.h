@@ -8,8 +8,9 @@
  *   - counters behind functions: the queued and in-flight totals are derived from the
  *     models (never kept by hand), the retry count and request count change only through
  *     core_* calls;
- *   - a small list of events (one-to-many notifications set up at start: who listens to
- *     what is written once, in daemon/vramd.c);
+ *   - a small list of events (one-to-many notifications set up at start: each listener
+ *     subscribes in its own module's init function, which the composition root calls once;
+ *     docs/design.md lists who listens to what);
  *   - a deferred-work queue run in the loop's check phase, right after the turn's I/O, and
  *     a free list run after it: the safe point where objects that a caller up the stack may
  *     still hold (requests) are freed (as Redis's freeClientAsync).
