@@ -21,7 +21,7 @@ import time
 from vramdkit import Background
 
 from .faultkit import instance_pid, resilience, wait_gone
-from .test_reliability_workers import fw_model, in_flight, log_time, metrics
+from .test_hangs_outliers_retries import fw_model, in_flight, log_time, metrics
 
 HEALTH = {"path": "/health", "interval": "200ms", "timeout": "500ms", "failures": 3}
 
