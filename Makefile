@@ -15,6 +15,11 @@
 # unit tests and fuzz replayers link against it. New modules need no Makefile change.
 
 SAN ?= 0
+# A plain `make` builds on every core (as `make -jN` would); an explicit -j wins.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(JOBS)
+endif
 ifeq ($(SAN),1)
 BUILD ?= build-san
 SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DVRAMD_DEBUG
@@ -200,8 +205,6 @@ $(BUILD)/bench/%: $(BUILD)/libvramd.a $(BENCH_SRCS)
 
 deps:
 	@sh mk/deps.sh
-
-JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
