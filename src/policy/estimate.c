@@ -95,6 +95,20 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+uint64_t est_from_peaks(const uint64_t *peaks, unsigned n)
+{
+    uint64_t sorted[EST_PEAKS_MAX];
+    if (n == 0)
+        return 0;
+    if (n > EST_PEAKS_MAX)
+        n = EST_PEAKS_MAX;
+    memcpy(sorted, peaks, n * sizeof sorted[0]);
+    qsort(sorted, n, sizeof sorted[0], cmp_u64);
+    size_t idx = ((size_t)n * 95 + 99) / 100;
+    uint64_t q = sorted[idx > 0 ? idx - 1 : 0];
+    return q + q / 10;
+}
+
 void est_learn(est_table_t *t, unsigned level, unsigned size_class, uint64_t peak)
 {
     est_cell_t *c = touch(t, level, size_class);
@@ -104,12 +118,7 @@ void est_learn(est_table_t *t, unsigned level, unsigned size_class, uint64_t pea
         c->n_samples++;
     if (c->n_samples < EST_MIN_SAMPLES)
         return;
-    uint64_t sorted[EST_SAMPLES];
-    memcpy(sorted, c->samples, c->n_samples * sizeof sorted[0]);
-    qsort(sorted, c->n_samples, sizeof sorted[0], cmp_u64);
-    size_t idx = (c->n_samples * 95 + 99) / 100;
-    uint64_t q = sorted[idx > 0 ? idx - 1 : 0];
-    c->learned = q + q / 10;
+    c->learned = est_from_peaks(c->samples, c->n_samples);
 }
 
 bool est_success(est_table_t *t, unsigned level, unsigned size_class, uint64_t base, bool use_learned)

@@ -55,6 +55,12 @@ typedef struct est_table {
     uint64_t tick;
 } est_table_t;
 
+/* The learned figure of measured peaks: their 95th percentile + 10 % (0 for none). The
+ * scheduler's model-wide figure and each class's use the same rule. At most EST_PEAKS_MAX
+ * peaks are read. */
+#define EST_PEAKS_MAX 64
+uint64_t est_from_peaks(const uint64_t *peaks, unsigned n);
+
 /* The size class of an input size: 0 for 0 (none known), else four classes per power of two
  * (boundaries at 2^k, 1.25, 1.5 and 1.75 x 2^k), so 512, 720 and 1024 fall in three classes. */
 unsigned est_size_class(uint64_t size);

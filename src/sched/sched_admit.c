@@ -149,11 +149,7 @@ bool sched_admit(request_t *r, instance_t *inst)
     return true;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
+_Static_assert(SCHED_PEAK_SAMPLES <= EST_PEAKS_MAX, "every remembered peak is read by est_from_peaks");
 
 static void learn_peak(model_t *m, uint64_t sample)
 {
@@ -163,14 +159,7 @@ static void learn_peak(model_t *m, uint64_t sample)
         m->n_peaks++;
     if (!m->cfg->memory.learn || m->n_peaks < LEARN_MIN_SAMPLES)
         return;
-    uint64_t sorted[SCHED_PEAK_SAMPLES];
-    memcpy(sorted, m->peaks, m->n_peaks * sizeof sorted[0]);
-    qsort(sorted, m->n_peaks, sizeof sorted[0], cmp_u64);
-    size_t idx = (m->n_peaks * 95 + 99) / 100;
-    if (idx > 0)
-        idx--;
-    uint64_t q = sorted[idx];
-    uint64_t est = q + q / 10;
+    uint64_t est = est_from_peaks(m->peaks, m->n_peaks);
     if (est != m->est_per_request) {
         char a[32], b[32];
         units_format_size(m->est_per_request ? m->est_per_request : m->cfg->memory.per_request, a, sizeof a);
