@@ -154,10 +154,16 @@ static int check_outlier(ctx_t *c, const model_config_t *m, yaml_node_t *where)
 int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_node_t *model_node)
 {
     yaml_node_t *where = model_node && !ydoc_is_null(model_node) ? model_node : key_node;
+    char why[200];
+    if (cfg_container_finish(m, why, sizeof why) != 0) {
+        yaml_node_t *n = model_key_node(c, m->name, where, m->container.from_cmd ? "cmd" : "container");
+        return ydoc_fail(c, n, "%s", why);
+    }
     if (m->cmd == NULL && m->url == NULL) {
         ydoc_path_reset(c);
         ydoc_path_append(c, "models.%s", m->name);
-        return ydoc_fail(c, key_node, "needs cmd (a server vramd starts) or url (a server already running)");
+        return ydoc_fail(c, key_node, "needs cmd (a server vramd starts), container (one it runs in a container) "
+                                      "or url (a server already running)");
     }
     if (m->cmd != NULL && m->url != NULL) {
         yaml_node_t *n = model_key_node(c, m->name, where, "url");

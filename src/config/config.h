@@ -134,6 +134,28 @@ typedef struct config_outlier {
     uint64_t max_ejection_ms;  /* default 5m; base_ejection_time..1h */
 } config_outlier_t;
 
+/* container: a worker that runs in a container (config/container_keys.c builds its cmd) */
+typedef struct config_container {
+    bool set;          /* a container: block, or a cmd recognised as `docker|podman run ...` */
+    bool from_cmd;     /* recognised in cmd (no block) */
+    char *engine;      /* the engine program: podman | docker (or cmd's argv[0]) */
+    char *image;
+    char *name;        /* the container's name template; default "vramd-{name}" */
+    char *gpus;        /* NULL = the instance's GPU; "all"; "none"; or "0,1" */
+    char **ports;      /* -p values */
+    size_t n_ports;
+    char *network;
+    char **volumes;    /* -v values */
+    size_t n_volumes;
+    config_kv_t *env;  /* -e NAME=VALUE */
+    size_t n_env;
+    char **args;       /* extra `run` arguments, before the image */
+    size_t n_args;
+    char **command;    /* after the image */
+    size_t n_command;
+    int cgroup_parent; /* -1 auto (podman yes, docker no), 0 no, 1 yes: --cgroup-parent={cgroup} */
+} config_container_t;
+
 typedef struct model_config {
     char *name;
     char *route; /* path prefix, normalised to start and end with '/'; NULL = no route */
@@ -142,6 +164,9 @@ typedef struct model_config {
     size_t n_aliases;
     char **cmd; /* NULL-terminated argv (with "{port}" / "{gpu}" placeholders); NULL if external */
     size_t n_cmd;
+    char **stop_cmd; /* run to stop an instance (same placeholders, and {pid}); NULL = signals only */
+    size_t n_stop_cmd;
+    config_container_t container;
     config_kv_t *env;
     size_t n_env;
     char *cwd;
@@ -272,6 +297,12 @@ typedef struct config {
                              cgroup room) at start) */
         uint64_t reserve; /* default 2GiB: host memory never used for parking */
     } host_memory;
+    /* cgroup: a cgroup per worker instance (proc/cgroup.h); read at start only (a reload
+     * that changes it is refused: it needs a restart) */
+    struct {
+        char *mode; /* auto (default) | v2 | v1 | subreaper | off */
+        char *path; /* NULL = auto: under vramd's own cgroup; else the delegated subtree dir */
+    } cgroup;
 } config_t;
 
 /* Parse and validate. On failure returns NULL and writes "file:line:col: key.path: message"

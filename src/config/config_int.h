@@ -57,6 +57,14 @@ typedef struct section {
 bool cfg_all_chars_in(const char *s, const char *set);
 cJSON *cfg_yaml_to_json(ctx_t *c, yaml_node_t *n, int depth);
 
+/* container_keys.c: container: and stop_cmd:, and the cmd of a container worker */
+int cfg_fp_container(ctx_t *c, yaml_node_t *v, void *field, const struct field_spec *spec);
+int cfg_fp_stop_cmd(ctx_t *c, yaml_node_t *v, void *field, const struct field_spec *spec);
+void cfg_container_free(config_container_t *k);
+/* After the model's keys: build cmd from container:, or recognise `docker|podman run` in cmd.
+ * 0, or -1 with the reason in why. */
+int cfg_container_finish(model_config_t *m, char *why, size_t whylen);
+
 /* fields.c: the table walk, one parser per value kind, and lists of words */
 void cfg_free_argv(char **argv, size_t n);
 int cfg_parse_argv(ctx_t *c, yaml_node_t *v, char ***argv, size_t *n_argv);

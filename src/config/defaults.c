@@ -52,6 +52,7 @@ int cfg_model_init_builtin(model_config_t *m)
     m->response_timeout_ms = 10 * 60 * 1000; /* seconds-to-minutes GPU work; docs/config.md */
     m->retry_budget.percent = 20;
     m->retry_budget.min = 3;
+    m->container.cgroup_parent = -1;             /* auto: podman yes, docker no */
     m->outlier.base_ejection_ms = 30 * 1000;     /* Envoy's base_ejection_time */
     m->outlier.max_ejection_ms = 5 * 60 * 1000;  /* Envoy's max_ejection_time */
     bool ok = m->health.path && m->unload.method && m->reload.method && m->clear_cache.method && m->sleep.method &&
@@ -65,6 +66,8 @@ void cfg_model_free(model_config_t *m)
     free(m->route);
     cfg_free_argv(m->aliases, m->n_aliases);
     cfg_free_argv(m->cmd, m->n_cmd);
+    cfg_free_argv(m->stop_cmd, m->n_stop_cmd);
+    cfg_container_free(&m->container);
     for (size_t i = 0; i < m->n_env; i++) {
         free(m->env[i].key);
         free(m->env[i].value);
@@ -99,6 +102,8 @@ void cfg_config_free(config_t *cfg)
     free(cfg->admin_token_file);
     free(cfg->admin_token);
     free(cfg->state_dir);
+    free(cfg->cgroup.mode);
+    free(cfg->cgroup.path);
     free(cfg->jobs.pg.url);
     free(cfg->jobs.pg.host_id);
     free(cfg->gpu.nvml_library);
@@ -173,7 +178,8 @@ config_t *cfg_config_new_builtin(void)
     cfg->fleet.host_name = default_host_name();
     cfg->host_memory.budget = 0; /* auto */
     cfg->host_memory.reserve = 2ULL << 30;
-    if (cfg->listen_host == NULL || cfg->state_dir == NULL || cfg->gpu.nvml_library == NULL ||
+    cfg->cgroup.mode = strdup("auto");
+    if (cfg->listen_host == NULL || cfg->state_dir == NULL || cfg->cgroup.mode == NULL || cfg->gpu.nvml_library == NULL ||
         cfg->gpu.cuda_library == NULL || cfg->fleet.host_name == NULL) {
         cfg_config_free(cfg);
         return NULL;

@@ -1,5 +1,6 @@
 /*
- * model_keys: the keys of a model (route, aliases, cmd, env, cwd, url, health, timeouts,
+ * model_keys: the keys of a model (route, aliases, cmd, env, cwd, url (container and
+ * stop_cmd come from container_keys.c), health, timeouts,
  * gpus, memory, concurrency, queue, deadline, priority, keep_alive, hooks, recycle,
  * checkpoint, park_keep_alive; the quality keys degrade, validate and retry come from quality_keys.c,
  * preset from presets.c), the model table, and cfg_parse_models(), which builds every
@@ -517,6 +518,8 @@ static const field_spec_t model_fields[] = {
     {"env", fp_env, 0, 0, 0, NULL},
     {"cwd", cfg_fp_string_opt, offsetof(model_config_t, cwd), 0, 0, NULL},
     {"url", fp_url, 0, 0, 0, NULL},
+    {"container", cfg_fp_container, offsetof(model_config_t, container), 0, 0, NULL},
+    {"stop_cmd", cfg_fp_stop_cmd, 0, 0, 0, NULL},
     {"health", cfg_fp_section, offsetof(model_config_t, health), 0, 0, &health_section},
     {"startup_timeout", cfg_fp_duration, offsetof(model_config_t, startup_timeout_ms), 1, 0, NULL},
     {"stop_timeout", cfg_fp_duration, offsetof(model_config_t, stop_timeout_ms), 0, 0, NULL},

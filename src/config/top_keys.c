@@ -1,6 +1,6 @@
 /*
  * top_keys: the top-level keys (listen, admin_token_file, state_dir, log, gpu, limits,
- * jobs, host_memory, defaults, models) and their tables; cfg_top_section is the root table.
+ * jobs, host_memory, cgroup, defaults, models) and their tables; cfg_top_section is the root table.
  *
  * Invariants: listen is host:port with an IP address or localhost (stored as 127.0.0.1);
  * gpu.devices is all or a list of distinct indexes and/or UUIDs; `defaults:` and `models:`
@@ -285,6 +285,45 @@ static const field_spec_t host_memory_fields[] = {
     {"reserve", cfg_fp_size, offsetof(config_t, host_memory.reserve), 0, 0, NULL},
 };
 
+/* cgroup.mode: auto | v2 | v1 | subreaper | off (kept as its name) */
+static int fp_cgroup_mode(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    static const char *const names[] = {"auto", "v2", "v1", "subreaper", "off", NULL};
+    int choice;
+    if (cfg_parse_choice(c, v, names, &choice) != 0)
+        return -1;
+    char *copy = ydoc_dup_or_fail(c, v, names[choice]);
+    if (!copy)
+        return -1;
+    free(*(char **)field);
+    *(char **)field = copy;
+    return 0;
+}
+
+/* cgroup.path: auto (NULL) or an absolute directory */
+static int fp_cgroup_path(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    char d[DESCRIBE_MAX];
+    if (ydoc_need_scalar(c, v, "auto or an absolute directory") != 0)
+        return -1;
+    const char *s = ydoc_scalar_text(v);
+    free(*(char **)field);
+    *(char **)field = NULL;
+    if (strcmp(s, "auto") == 0)
+        return 0;
+    if (s[0] != '/' || strstr(s, "/../") || strlen(s) >= 256)
+        return ydoc_fail(c, v, "expected auto or an absolute directory in a cgroup mount, got %s",
+                         ydoc_describe(v, d, sizeof d));
+    *(char **)field = ydoc_dup_or_fail(c, v, s);
+    return *(char **)field ? 0 : -1;
+}
+
+static const field_spec_t cgroup_fields[] = {
+    {"mode", fp_cgroup_mode, offsetof(config_t, cgroup.mode), 0, 0, NULL},
+    {"path", fp_cgroup_path, offsetof(config_t, cgroup.path), 0, 0, NULL},
+};
+
+static const section_t cgroup_section = SECTION(cgroup_fields);
 static const section_t log_section = SECTION(log_fields);
 static const section_t host_memory_section = SECTION(host_memory_fields);
 static const section_t gpu_section = SECTION(gpu_fields);
@@ -301,6 +340,7 @@ static const field_spec_t top_fields[] = {
     {"jobs", cfg_fp_section, 0, 0, 0, &jobs_section},
     {"fleet", cfg_fp_section, 0, 0, 0, &cfg_fleet_section},
     {"host_memory", cfg_fp_section, 0, 0, 0, &host_memory_section},
+    {"cgroup", cfg_fp_section, 0, 0, 0, &cgroup_section},
     {"defaults", fp_defaults, 0, 0, 0, NULL},
     {"models", fp_models, 0, 0, 0, NULL},
 };

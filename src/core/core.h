@@ -81,6 +81,7 @@ typedef struct core_defer {
 struct core {
     uv_loop_t *loop;
     config_t *cfg;           /* current, fully validated; swapped by core_set_config */
+    const struct cgroup_tree *cgroups; /* the workers' cgroup subtree (composition root); NULL = none */
     list_t models;           /* model_t.link, config order */
     list_t conns;            /* conn_t.link */
     unsigned n_conns;

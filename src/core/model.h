@@ -218,6 +218,12 @@ struct instance {
     char park_clear_why[96];
     enum unload_reason park_clear_reason; /* who asked for the park: eviction, admin unload, keep_alive */
     uint64_t local_retry_ms; /* a hook failed for vramd's own shortage (EMFILE ...): no new try before this */
+    /* stop commands (workers/worker_cmds.c): stop_cmd, and a container's removal, run one
+     * after another while STOPPING; the instance is not freed before the last one ends */
+    struct process *cmd_proc;   /* the command running; NULL = none */
+    unsigned cmd_next;          /* the next step of the sequence */
+    bool container_removed;     /* `ENGINE rm -f NAME` ran for this instance */
+    void (*cmd_done)(instance_t *inst); /* called once the sequence ended */
 };
 
 struct model {

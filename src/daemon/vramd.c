@@ -32,6 +32,7 @@
 #include "obs/metrics.h"
 #include "path/dispatch.h"
 #include "sched/scheduler.h"
+#include "proc/cgroup.h"
 #include "proc/process.h"
 #include "workers/supervisor.h"
 
@@ -190,6 +191,8 @@ static int check_start_only(const config_t *old, const config_t *cfg, char *err,
     for (size_t i = 0; !key && i < cfg->gpu.n_device_uuids; i++)
         if (!same_str(old->gpu.device_uuids[i], cfg->gpu.device_uuids[i]))
             key = "gpu.devices";
+    if (!key && (!same_str(old->cgroup.mode, cfg->cgroup.mode) || !same_str(old->cgroup.path, cfg->cgroup.path)))
+        key = "cgroup";
     if (!key && old->jobs.backend != cfg->jobs.backend)
         key = "jobs.backend";
     else if (!key && (!same_str(old->jobs.pg.url, cfg->jobs.pg.url) || !same_str(old->jobs.pg.host_id, cfg->jobs.pg.host_id) ||
@@ -415,11 +418,35 @@ static void start_guard(vramd_t *d, const char *pids)
 {
     char gerr[256];
     pid_t gpid = 0;
-    d->guard_fd = process_guard_start(pids, &gpid, gerr, sizeof gerr);
+    d->guard_fd = process_guard_start(pids, cgroup_tree_active(&d->cgroups) ? &d->cgroups : NULL, &gpid, gerr,
+                                      sizeof gerr);
     if (d->guard_fd < 0)
         log_event(LOG_ERROR, "guard_unavailable", "error=%s", gerr);
     else
         log_event(LOG_INFO, "guard_started", "pid=%d", (int)gpid);
+}
+
+/* The workers' cgroup subtree (proc/cgroup.h): opened once, at start; what an earlier run
+ * left in it (a setsid helper, a container's processes) is killed and removed first
+ * (RELIABILITY case 37). A mode named in the config that cannot be had is an error. */
+static int open_cgroups(vramd_t *d, const config_t *cfg, char *err, size_t errlen)
+{
+    char name[32], cerr[512];
+    cgroup_tree_name(cfg->state_dir, name, sizeof name);
+    if (cgroup_tree_open(&d->cgroups, cfg->cgroup.mode, cfg->cgroup.path, name, cerr, sizeof cerr) != 0) {
+        snprintf(err, errlen, "%s: cgroup: %s", cfg->path, cerr);
+        return -1;
+    }
+    d->core.cgroups = &d->cgroups;
+    size_t killed = 0, removed = 0;
+    int left = cgroup_sweep(&d->cgroups, &killed, &removed);
+    if (killed > 0 || removed > 0 || left > 0)
+        log_event(LOG_WARN, "cgroup_swept", "killed=%zu removed=%zu left=%d path=%s", killed, removed, left,
+                  d->cgroups.rel);
+    log_event(LOG_INFO, "cgroup_ready", "mode=%s path=%s kill=%s", cgroup_mode_name(d->cgroups.mode),
+              cgroup_tree_active(&d->cgroups) ? d->cgroups.join[0] : "", d->cgroups.has_kill ? "cgroup.kill"
+              : d->cgroups.freezer >= 0 ? "freezer" : "signals");
+    return 0;
 }
 
 int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, size_t errlen)
@@ -444,7 +471,11 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     int killed = process_kill_stale(pids);
     if (killed > 0)
         log_event(LOG_WARN, "stale_workers_killed", "count=%d dir=%s", killed, pids);
+    if (open_cgroups(d, cfg, err, errlen) != 0)
+        return -1;
     start_guard(d, pids);
+    if (cgroup_subreaper_start(&d->cgroups) != 0) /* after the guard: it must not become our child */
+        log_event(LOG_WARN, "subreaper_unavailable", "error=%s", strerror(errno));
     if (start_listening(d, err, errlen) != 0)
         return -1;
     if (fleet_agent_start(core, err, errlen) != 0)
@@ -479,5 +510,8 @@ int vramd_run(vramd_t *d)
     uv_run(core->loop, UV_RUN_DEFAULT);
     core_close(core);
     jobs_close(core);
+    size_t killed = 0, removed = 0;
+    if (cgroup_sweep(&d->cgroups, &killed, &removed) == 0) /* every worker is gone: leaves are empty */
+        cgroup_tree_remove(&d->cgroups);
     return d->exit_code;
 }

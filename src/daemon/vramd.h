@@ -22,6 +22,7 @@
 #include <uv.h>
 
 #include "core/core.h"
+#include "proc/cgroup.h"
 
 struct vramd {
     core_t core;             /* what the modules share */
@@ -34,6 +35,7 @@ struct vramd {
     char bound_host[64];     /* the listener's address as bound at start (reloads never re-bind) */
     int bound_port;
     int guard_fd;            /* write end of the guard's pipe: closed only by this process's end */
+    cgroup_tree_t cgroups;   /* the workers' cgroup subtree, opened at start (core.cgroups points here) */
 };
 
 int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, size_t errlen);

@@ -46,6 +46,24 @@ int procfs_is_dead(pid_t pid)
     return state == 'Z' || state == 'X';
 }
 
+int procfs_comm(pid_t pid, char *out, size_t outlen)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f || outlen == 0) {
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    size_t n = fread(out, 1, outlen - 1, f);
+    fclose(f);
+    out[n] = '\0';
+    if (n > 0 && out[n - 1] == '\n')
+        out[n - 1] = '\0';
+    return n > 0 ? 0 : -1;
+}
+
 static unsigned long find_inode(const char *table, int port)
 {
     FILE *f = fopen(table, "r");

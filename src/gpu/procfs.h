@@ -16,12 +16,15 @@
 #ifndef VRAMD_GPU_PROCFS_H
 #define VRAMD_GPU_PROCFS_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 pid_t procfs_pgid(pid_t pid);
 /* Has pid exited (gone, or a zombie not yet reaped)? */
 int procfs_is_dead(pid_t pid);
 pid_t procfs_listener(int port);
+/* The process's name (/proc/PID/comm, at most 15 characters), into out: 0, or -1. */
+int procfs_comm(pid_t pid, char *out, size_t outlen);
 int procfs_port_owned(int port, pid_t pgid);
 
 #endif

@@ -9,6 +9,7 @@
 #include "core/core.h"
 #include "core/mem_budget.h"
 #include "path/dispatch_clients.h"
+#include "proc/cgroup.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
 #include "workers/park_tier.h"
@@ -107,6 +108,10 @@ static cJSON *instance_json(instance_t *in, uint64_t now)
         cJSON_AddNumberToObject(j, "pid", in->pid);
     else
         cJSON_AddNullToObject(j, "pid");
+    if (in->ident.cgroup[0])
+        cJSON_AddStringToObject(j, "cgroup", in->ident.cgroup);
+    else
+        cJSON_AddNullToObject(j, "cgroup");
     cJSON_AddStringToObject(j, "host", in->host);
     cJSON_AddNumberToObject(j, "port", in->port);
     if (in->gpu >= 0)
@@ -294,7 +299,14 @@ char *status_render(core_t *d)
     cJSON_AddBoolToObject(gpu, "stale", sched_gpu_stale());
     cJSON_AddNumberToObject(gpu, "snapshot_age_ms", (double)sched_snapshot_age_ms());
     cJSON_AddNumberToObject(gpu, "stale_after_ms", (double)sched_stale_after_ms());
-    cJSON_AddStringToObject(gpu, "attribution", "pid");
+    bool by_cgroup = cgroup_tree_active(d->cgroups);
+    cJSON_AddStringToObject(gpu, "attribution", by_cgroup ? "cgroup" : "pid");
+    cJSON *cg = cJSON_AddObjectToObject(o, "cgroup");
+    cJSON_AddStringToObject(cg, "mode", cgroup_mode_name(d->cgroups ? d->cgroups->mode : CGROUP_OFF));
+    if (by_cgroup)
+        cJSON_AddStringToObject(cg, "path", d->cgroups->rel);
+    else
+        cJSON_AddNullToObject(cg, "path");
     sched_status_json(cJSON_AddArrayToObject(o, "gpus"));
     cJSON *ms = cJSON_AddArrayToObject(o, "models");
     list_foreach(it, &d->models) {

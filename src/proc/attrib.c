@@ -6,12 +6,16 @@
 
 #include "gpu/procfs.h"
 
-void attrib_set_worker(attrib_identity_t *id, pid_t pid, int port)
+void attrib_set_worker(attrib_identity_t *id, pid_t pid, int port, const cgroup_tree_t *tree, const char *leaf)
 {
     memset(id, 0, sizeof *id);
     id->pid = pid;
     id->port = port;
     id->pgid = pid;
+    if (cgroup_tree_active(tree) && leaf) {
+        id->tree = tree;
+        cgroup_leaf_path(tree, leaf, id->cgroup, sizeof id->cgroup);
+    }
 }
 
 void attrib_set_external(attrib_identity_t *id, int port)
@@ -35,7 +39,22 @@ bool attrib_refresh(attrib_identity_t *id)
     return true;
 }
 
-void attrib_cache_init(attrib_cache_t *c) { c->n = 0; }
+void attrib_cache_init(attrib_cache_t *c) { c->n = c->n_cg = 0; }
+
+/* pid's cgroup path under the identity's tree ("" when outside), through the cache. */
+static const char *cached_cgroup(attrib_cache_t *c, const cgroup_tree_t *tree, pid_t pid, char *tmp, size_t tmplen)
+{
+    for (size_t i = 0; i < c->n_cg; i++)
+        if (c->cg_pid[i] == pid)
+            return c->cg[i];
+    cgroup_path_of(tree, pid, tmp, tmplen);
+    if (c->n_cg < ATTRIB_CACHE && strlen(tmp) < sizeof c->cg[0]) {
+        c->cg_pid[c->n_cg] = pid;
+        snprintf(c->cg[c->n_cg], sizeof c->cg[0], "%s", tmp);
+        return c->cg[c->n_cg++];
+    }
+    return tmp;
+}
 
 static pid_t cached_pgid(attrib_cache_t *c, pid_t pid)
 {
@@ -57,6 +76,11 @@ enum attrib_claim attrib_claim(const attrib_identity_t *id, pid_t pid, attrib_ca
         return ATTRIB_NONE;
     if ((id->pid > 0 && id->pid == pid) || (id->external_pid > 0 && id->external_pid == pid))
         return ATTRIB_PROCESS;
+    if (id->tree && id->cgroup[0]) {
+        char tmp[CGROUP_PATH_MAX];
+        if (cgroup_path_within(cached_cgroup(c, id->tree, pid, tmp, sizeof tmp), id->cgroup))
+            return ATTRIB_CGROUP;
+    }
     if (id->pgid > 0 && cached_pgid(c, pid) == id->pgid)
         return ATTRIB_GROUP;
     return ATTRIB_NONE;
@@ -90,9 +114,36 @@ pid_t attrib_listener(const attrib_identity_t *id)
     return procfs_listener(id->port);
 }
 
+/* A container runtime's process that holds a published port for the container. */
+static bool runtime_port_proxy(pid_t pid)
+{
+    static const char *const names[] = {"docker-proxy", "conmon", "rootlessport", "rootlessport-ch",
+                                         "slirp4netns", "pasta", "pasta.avx2"};
+    char comm[32];
+    if (procfs_comm(pid, comm, sizeof comm) != 0)
+        return false;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(comm, names[i]) == 0)
+            return true;
+    return false;
+}
+
 bool attrib_port_is_workers(const attrib_identity_t *id)
 {
     if (id->external || id->pgid <= 0)
         return true;
-    return procfs_port_owned(id->port, id->pgid) != 0;
+    int owned = procfs_port_owned(id->port, id->pgid);
+    if (owned != 0)
+        return true; /* its group's, or /proc cannot tell */
+    if (!id->tree && !id->container)
+        return false;
+    /* another group holds it: the worker's still when it is in the worker's cgroup, or a
+     * container runtime's proxy for a container worker */
+    pid_t holder = procfs_listener(id->port);
+    if (holder <= 0)
+        return true;
+    char path[CGROUP_PATH_MAX];
+    if (id->tree && cgroup_path_of(id->tree, holder, path, sizeof path) && cgroup_path_within(path, id->cgroup))
+        return true;
+    return id->container && runtime_port_proxy(holder);
 }

@@ -25,7 +25,10 @@
  * group; the first instance wins among equals); an unclaimed process is foreign. Group
  * lookups read /proc once per pid per attrib_cache_t (one cache per snapshot).
  *
- * Adding a way to find a worker's processes (a cgroup per worker, a pid namespace): a field
+ * A cgroup per worker (proc/cgroup.h) is such a way: ATTRIB_CGROUP, between GROUP and
+ * PROCESS; a process is looked up by its /proc/PID/cgroup line that names vramd's subtree.
+ *
+ * Adding a way to find a worker's processes (a pid namespace, ...): a field
  * in attrib_identity_t, set in attrib_set_worker / attrib_refresh, a claim level in enum
  * attrib_claim (between GROUP and PROCESS, or below GROUP) answered in attrib_claim, and
  * the /proc reader in gpu/procfs.c. Nothing outside this module and procfs changes: the
@@ -44,6 +47,7 @@
 #include <sys/types.h>
 
 #include "gpu/gpu.h"
+#include "proc/cgroup.h"
 
 #define ATTRIB_CACHE 64 /* pids whose process group one attrib_cache_t remembers */
 
@@ -53,11 +57,17 @@ typedef struct attrib_identity {
     int port;           /* the TCP port it serves on */
     pid_t pgid;         /* every member of this process group is the instance's; 0 = unknown */
     pid_t external_pid; /* external: the pid listening on port; 0 = unknown */
+    /* supervised in a cgroup leaf (proc/cgroup.h): every process in it or under it is the
+     * instance's, whatever its process group (setsid helpers, a container's processes) */
+    const cgroup_tree_t *tree; /* NULL = no cgroup */
+    char cgroup[CGROUP_PATH_MAX]; /* the leaf as /proc/PID/cgroup names it; "" = none */
+    bool container;     /* its server runs in a container: a runtime's port proxy may hold the port
+                         * (the supervisor sets it after attrib_set_worker) */
 } attrib_identity_t;
 
 /* A spawned worker: pid serving on port, leading its own process group (proc/process.c
- * puts every worker in one). */
-void attrib_set_worker(attrib_identity_t *id, pid_t pid, int port);
+ * puts every worker in one) and, when tree is active, in the cgroup leaf named leaf. */
+void attrib_set_worker(attrib_identity_t *id, pid_t pid, int port, const cgroup_tree_t *tree, const char *leaf);
 /* An external server on port: nobody known until attrib_refresh finds the listener. */
 void attrib_set_external(attrib_identity_t *id, int port);
 /* Look again who the instance is, when that can have changed: an external server whose
@@ -71,6 +81,10 @@ typedef struct attrib_cache {
     pid_t pid[ATTRIB_CACHE];
     pid_t pgid[ATTRIB_CACHE];
     size_t n;
+    /* cgroup paths looked up (a second table: most snapshots need none) */
+    pid_t cg_pid[ATTRIB_CACHE];
+    char cg[ATTRIB_CACHE][CGROUP_PATH_MAX / 2];
+    size_t n_cg;
 } attrib_cache_t;
 
 void attrib_cache_init(attrib_cache_t *c);
@@ -79,6 +93,7 @@ void attrib_cache_init(attrib_cache_t *c);
 enum attrib_claim {
     ATTRIB_NONE = 0,
     ATTRIB_GROUP,   /* a member of its process group */
+    ATTRIB_CGROUP,  /* a member of its cgroup leaf (or a cgroup under it) */
     ATTRIB_PROCESS, /* the worker itself, or the external server's listener (the strongest) */
 };
 
@@ -95,8 +110,9 @@ size_t attrib_gpu_pids(const gpu_snapshot_t *snap, attrib_mine_fn mine, void *ct
 /* The process serving on the identity's port: an external server's known listener, else
  * whoever listens on the port now (a scan of every process); 0 when none is visible. */
 pid_t attrib_listener(const attrib_identity_t *id);
-/* Is the process listening on a spawned worker's port in the worker's process group? False
- * only when /proc shows another process holding it; true when it is the worker's, when
+/* Is the process listening on a spawned worker's port the worker's: in its cgroup leaf, in
+ * its process group, or (a container) a runtime's port proxy (docker-proxy, conmon,
+ * rootlessport, slirp4netns, pasta)? False only when /proc shows another process holding it; true when it is the worker's, when
  * /proc cannot tell (nothing visible listening, another PID namespace), and for an external
  * server or a worker not spawned yet (nothing to compare with). */
 bool attrib_port_is_workers(const attrib_identity_t *id);

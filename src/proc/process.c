@@ -52,6 +52,7 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/buf.h"
@@ -190,6 +191,14 @@ static void watch_update_ref(sigchld_watch_t *w)
 
 static void on_timer(uv_timer_t *t);
 
+/* Signal p's group and every member of its cgroup leaf. */
+static void signal_all(process_t *p, int sig)
+{
+    kill(-p->pid, sig);
+    if (p->cg)
+        cgroup_leaf_signal(p->cg, p->cg_leaf, sig);
+}
+
 void process_handle_closed(uv_handle_t *h)
 {
     process_t *p = h->data;
@@ -199,10 +208,12 @@ void process_handle_closed(uv_handle_t *h)
     sigchld_watch_t *w = p->watch;
     if (p->cb)
         p->cb(p, p->exit_status, p->term_signal, p->ctx);
+    process_leaf_finished(p->loop, p->cg, p->cg_leaf);
     buf_free(&p->captured);
     free(p->log_name);
     free(p->pidfile);
     free(p->in_data);
+    free(p->cg_leaf);
     free(p);
     watch_release(w); /* after the callback: a respawn from it reuses the watcher */
 }
@@ -250,7 +261,7 @@ static void on_timer(uv_timer_t *t)
     if (!p->exited) { /* stop timeout */
         log_event(LOG_WARN, "worker_kill", "model=%s pid=%d reason=%s",
                   p->log_name ? p->log_name : "", (int)p->pid, "stop timeout");
-        kill(-p->pid, SIGKILL);
+        signal_all(p, SIGKILL);
         return;
     }
     /* Drain limit: something outside the group still holds the pipes. */
@@ -299,7 +310,7 @@ static void reap_children(void)
         pid_t pid = si.si_pid;
         process_t *p = find_tracked(pid);
         if (p)
-            kill(-p->pid, SIGKILL); /* the rest of the group, while the zombie pins the pgid */
+            signal_all(p, SIGKILL); /* the rest of the group (the zombie pins the pgid) and of its leaf */
         int status = 0;
         pid_t r;
         do
@@ -354,6 +365,7 @@ static void spawn_fds_close(spawn_fds_t *fds)
 /* Frees a process_t that never became tracked (no uv handle of it was initialised). */
 static void process_free_untracked(process_t *p)
 {
+    free(p->cg_leaf);
     buf_free(&p->captured);
     free(p->log_name);
     free(p->pidfile);
@@ -375,7 +387,11 @@ static process_t *process_new(uv_loop_t *loop, const process_spec_t *spec, proce
     buf_init(&p->captured, PROCESS_CAPTURE_MAX);
     p->log_name = dup_or_null(spec->log_name);
     p->pidfile = dup_or_null(spec->pidfile);
-    if ((spec->log_name && !p->log_name) || (spec->pidfile && !p->pidfile)) {
+    if (cgroup_tree_active(spec->cgroups) && spec->cgroup_leaf) {
+        p->cg = spec->cgroups;
+        p->cg_leaf = strdup(spec->cgroup_leaf);
+    }
+    if ((spec->log_name && !p->log_name) || (spec->pidfile && !p->pidfile) || (p->cg && !p->cg_leaf)) {
         process_free_untracked(p);
         return NULL;
     }
@@ -397,6 +413,16 @@ static process_t *process_new(uv_loop_t *loop, const process_spec_t *spec, proce
  * the child's pid, or -1 with err. */
 static pid_t spawn_fork(const process_spec_t *spec, char **envp, spawn_fds_t *fds, char *err, size_t errlen)
 {
+    int cg_fds[CGROUP_JOIN_MAX];
+    size_t n_cg = 0;
+    if (spec->cgroups && spec->cgroup_leaf &&
+        cgroup_leaf_open(spec->cgroups, spec->cgroup_leaf, cg_fds, &n_cg, err, errlen) != 0) {
+        close_fd(&fds->out[1]);
+        close_fd(&fds->err[1]);
+        close_fd(&fds->in[0]);
+        close_fd(&fds->status[1]);
+        return -1;
+    }
     child_setup_t setup = {
         .argv = spec->argv,
         .envp = envp,
@@ -406,6 +432,8 @@ static pid_t spawn_fork(const process_spec_t *spec, char **envp, spawn_fds_t *fd
         .out_w = fds->out[1],
         .err_w = fds->err[1],
         .status_w = fds->status[1],
+        .cg_fds = cg_fds,
+        .n_cg_fds = n_cg,
     };
     sigset_t all, old;
     sigfillset(&all);
@@ -415,6 +443,8 @@ static pid_t spawn_fork(const process_spec_t *spec, char **envp, spawn_fds_t *fd
         process_child_exec(&setup);
     int fork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    for (size_t i = 0; i < n_cg; i++)
+        close(cg_fds[i]);
     close_fd(&fds->out[1]);
     close_fd(&fds->err[1]);
     close_fd(&fds->in[0]);
@@ -539,6 +569,8 @@ int process_spawn(uv_loop_t *loop, const process_spec_t *spec, process_exit_cb c
 oom:
     snprintf(err, errlen, "out of memory");
 fail:
+    if (p && p->cg)
+        process_leaf_finished(loop, p->cg, p->cg_leaf); /* made for a child that never ran */
     if (p)
         process_free_untracked(p);
     if (w)
@@ -558,14 +590,14 @@ pid_t process_pid(const process_t *p)
 void process_signal(process_t *p, int sig)
 {
     if (!p->exited)
-        kill(-p->pid, sig);
+        signal_all(p, sig);
 }
 
 void process_stop(process_t *p, uint64_t timeout_ms)
 {
     if (p->exited)
         return; /* its group already got SIGKILL at the reap */
-    kill(-p->pid, SIGTERM);
+    signal_all(p, SIGTERM);
     if (!p->stopping) {
         p->stopping = true;
         uv_timer_start(&p->timer, on_timer, timeout_ms, 0);

@@ -1,8 +1,9 @@
 /*
  * process: spawning and reaping worker processes (and validator commands) under libuv.
  *
- * Every child runs in its own process group (setpgid), gets PR_SET_PDEATHSIG(SIGKILL) so
- * it dies with vramd, and inherits only fds 0 (/dev/null), 1 and 2 (pipes read by vramd).
+ * Every child runs in its own process group (setpgid) and, when the spec names a cgroup
+ * tree, in a cgroup leaf of its own (proc/cgroup.h: whatever it starts stays in it, setsid
+ * or not); it gets PR_SET_PDEATHSIG(SIGKILL) so it dies with vramd, and inherits only fds 0 (/dev/null), 1 and 2 (pipes read by vramd).
  * Each line the child writes is logged as one JSON event "worker_output" with the model
  * name, pid and stream (lines are capped at 8 KiB; longer ones are split). Optionally the
  * child's stdin is fed from a buffer (validators read the body on stdin).
@@ -35,6 +36,7 @@
 #include <uv.h>
 
 #include "config/config.h"
+#include "proc/cgroup.h"
 
 typedef struct process process_t;
 
@@ -51,14 +53,21 @@ typedef struct process_spec {
     const char *stdin_data;   /* NULL = /dev/null; else written to the child's stdin, then closed */
     size_t stdin_len;
     int capture_stdout;       /* 1: keep stdout in a buffer (up to 64 KiB) instead of logging it */
+    /* NULL (or a tree not active) = none; else the child joins the leaf cgroup_leaf of this
+     * tree before exec (made when missing), and the leaf's members are signalled with the
+     * group, killed when the child exits, and the leaf removed once it is empty. The tree
+     * must outlive the process_t. */
+    const cgroup_tree_t *cgroups;
+    const char *cgroup_leaf;
 } process_spec_t;
 
 int process_spawn(uv_loop_t *loop, const process_spec_t *spec, process_exit_cb cb, void *ctx,
                   process_t **out, char *err, size_t errlen);
 pid_t process_pid(const process_t *p);
-/* Send sig to the whole process group. */
+/* Send sig to the whole process group (and every member of its cgroup leaf). */
 void process_signal(process_t *p, int sig);
-/* SIGTERM to the group now, SIGKILL to the group after timeout_ms if it has not exited. */
+/* SIGTERM to the group (and its cgroup leaf) now, SIGKILL to both after timeout_ms if it has
+ * not exited. */
 void process_stop(process_t *p, uint64_t timeout_ms);
 /* Captured stdout (capture_stdout), valid inside the exit callback. */
 const char *process_stdout(const process_t *p, size_t *len);
@@ -69,10 +78,14 @@ int process_kill_stale(const char *pid_dir);
 /* Kill the workers (whole groups) that pid files in pid_dir name with owner as their vramd;
  * the files stay. Returns how many were killed, or -1. */
 int process_kill_owned(const char *pid_dir, pid_t owner);
-/* Start the guard for pid_dir (call once, early, before any thread, listener or worker).
+/* Start the guard for pid_dir and the cgroup tree (NULL: none) (call once, early, before any thread, listener or worker).
  * Returns the write end of its pipe, to keep open for the life of the process (CLOEXEC);
  * *guard_pid gets the guard's pid. -1 with err when it could not be started. */
-int process_guard_start(const char *pid_dir, pid_t *guard_pid, char *err, size_t errlen);
+int process_guard_start(const char *pid_dir, const cgroup_tree_t *cgroups, pid_t *guard_pid, char *err,
+                        size_t errlen);
+/* Leaves of finished processes that could not be removed yet (members still dying): tried
+ * again now; returns how many are still left. */
+size_t process_cgroup_retry(void);
 /* Number of live children (for tests and status). */
 size_t process_count(void);
 

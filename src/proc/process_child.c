@@ -7,8 +7,9 @@
  * owned ones are the last process_env_owned_count() entries, freed by process_env_free.
  *
  * The child (process_child_exec): between fork and exec it calls only async-signal-safe
- * functions: the environment array is built in the parent, execvpe takes it. It joins a
- * process group of its own, asks for PR_SET_PDEATHSIG(SIGKILL), resets every signal
+ * functions: the environment array is built in the parent, execvpe takes it. It joins its
+ * cgroup leaf first (the parent opened the cgroup.procs files), then a process group of its
+ * own, asks for PR_SET_PDEATHSIG(SIGKILL), resets every signal
  * disposition, keeps only fds 0, 1 and 2 (plus the CLOEXEC status pipe on fd 3), and
  * unblocks signals just before exec. A failed step writes a child_report_t on the status
  * pipe and _exits; EOF on that pipe means exec succeeded. process_child_failure turns a
@@ -111,7 +112,8 @@ void process_env_free(char **envp, size_t n_owned)
  */
 
 enum child_stage {
-    STAGE_SETPGID = 1,
+    STAGE_CGROUP = 1,
+    STAGE_SETPGID,
     STAGE_PDEATHSIG,
     STAGE_STDIN,
     STAGE_FDS,
@@ -168,6 +170,8 @@ static void child_close_from(int from)
 _Noreturn void process_child_exec(const child_setup_t *s)
 {
     int st = s->status_w;
+    if (cgroup_child_join(s->cg_fds, s->n_cg_fds) != 0) /* first: nothing it starts escapes */
+        child_report(st, STAGE_CGROUP);
     if (setpgid(0, 0) != 0)
         child_report(st, STAGE_SETPGID);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
@@ -224,6 +228,7 @@ void process_child_failure(const child_report_t *r, const process_spec_t *spec, 
     const char *what = "child setup failed";
     const char *detail = NULL;
     switch (r->stage) {
+    case STAGE_CGROUP: what = "joining its cgroup failed"; detail = spec->cgroup_leaf; break;
     case STAGE_SETPGID: what = "setpgid failed"; break;
     case STAGE_PDEATHSIG: what = "prctl(PR_SET_PDEATHSIG) failed"; break;
     case STAGE_STDIN: what = "open /dev/null failed"; break;

@@ -18,9 +18,11 @@
  * is this vramd's pid, so a vramd started after it is never touched), then exits. After a
  * drain no pid file is left, so it just exits.
  *
- * Not covered: a process that left the worker's group (setsid, setpgid: a daemonizing
- * server) — only a cgroup would hold that, and creating one needs delegation vramd does
- * not assume (see docs/operations.md).
+ * Then it kills and removes every leaf of vramd's cgroup subtree (proc/cgroup.h), when vramd
+ * has one: a helper that left the worker's group (setsid, a daemonizing server, a container
+ * under --cgroup-parent) dies too. The guard keeps its own copy of the tree (fork), as it was
+ * when vramd started. Without a cgroup tree (subreaper or off mode) such a helper survives
+ * vramd's SIGKILL (docs/operations.md).
  * Return convention: the pipe's write end (>= 0), or -1 with err.
  */
 #include "proc/process.h"
@@ -59,7 +61,7 @@ static void guard_descriptors(int rfd)
     }
 }
 
-static _Noreturn void guard_main(int rfd, const char *pid_dir, pid_t owner)
+static _Noreturn void guard_main(int rfd, const char *pid_dir, const cgroup_tree_t *cgroups, pid_t owner)
 {
     static const int ignored[] = {SIGINT, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE, SIGUSR1, SIGUSR2};
     for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
@@ -75,12 +77,17 @@ static _Noreturn void guard_main(int rfd, const char *pid_dir, pid_t owner)
         n = read(GUARD_FD, &c, 1);
     while (n > 0 || (n < 0 && errno == EINTR));
     int killed = process_kill_owned(pid_dir, owner);
-    if (killed > 0)
-        log_event(LOG_WARN, "guard_killed_workers", "count=%d vramd_pid=%d", killed, (int)owner);
+    size_t cg_killed = 0, cg_removed = 0;
+    if (cgroups) /* what left the groups (setsid helpers, containers under --cgroup-parent) */
+        cgroup_sweep(cgroups, &cg_killed, &cg_removed);
+    if (killed > 0 || cg_killed > 0)
+        log_event(LOG_WARN, "guard_killed_workers", "count=%d cgroup_members=%zu cgroups_removed=%zu vramd_pid=%d",
+                  killed, cg_killed, cg_removed, (int)owner);
     _exit(0);
 }
 
-int process_guard_start(const char *pid_dir, pid_t *guard_pid, char *err, size_t errlen)
+int process_guard_start(const char *pid_dir, const cgroup_tree_t *cgroups, pid_t *guard_pid, char *err,
+                        size_t errlen)
 {
     int p[2], rep[2];
     if (pipe2(p, O_CLOEXEC) != 0) {
@@ -102,7 +109,7 @@ int process_guard_start(const char *pid_dir, pid_t *guard_pid, char *err, size_t
         pid_t g = fork();
         if (g == 0) {
             close(rep[1]);
-            guard_main(p[0], pid_dir, owner);
+            guard_main(p[0], pid_dir, cgroups, owner);
         }
         ssize_t w = write(rep[1], &g, sizeof g);
         _exit(w == (ssize_t)sizeof g && g > 0 ? 0 : 1);

@@ -5,6 +5,7 @@
  *   process.c          spawn, SIGCHLD reaping, stop, drain, the life of a process_t
  *   process_child.c    the child's environment, and the child between fork and exec
  *   process.c          also the child's stdout/stderr: logged line by line, or captured
+ *   process_leaves.c   removing a finished process's cgroup leaf (retried while busy)
  *   pidfile.c          pid files, and killing what a previous vramd left behind
  *
  * Invariants: a process_t is owned by process.c and freed only from
@@ -74,6 +75,9 @@ struct process {
 
     buf_t captured;
     bool captured_truncated;
+
+    const cgroup_tree_t *cg; /* NULL: no cgroup leaf */
+    char *cg_leaf;
 };
 
 /* ------------------------------------------------------------------ process.c */
@@ -90,6 +94,11 @@ void process_progress(process_t *p);
 void process_output_start(process_t *p, output_stream_t *s, int fd, const char *name, bool capture);
 /* Logs a partial last line and closes s's pipe (no-op when already closed). */
 void process_output_close(process_t *p, output_stream_t *s);
+
+/* ------------------------------------------------------------------ process_leaves.c */
+
+/* The leaf of a finished process (tree NULL: nothing): removed now, or retried later. */
+void process_leaf_finished(uv_loop_t *loop, const cgroup_tree_t *tree, const char *leaf);
 
 /* ------------------------------------------------------------------ process_child.c */
 
@@ -108,6 +117,8 @@ typedef struct child_setup {
     pid_t parent;
     int in_r; /* -1: /dev/null */
     int out_w, err_w, status_w;
+    const int *cg_fds; /* cgroup.procs files of the leaf to join first */
+    size_t n_cg_fds;
 } child_setup_t;
 
 /* environ minus private variables and those named in extra, then extra's set values

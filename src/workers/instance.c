@@ -59,7 +59,7 @@ static void on_instance_handle_closed(uv_handle_t *h)
 void instance_maybe_free(instance_t *inst)
 {
     if (inst->proc || inst->in_flight > 0 || inst->closing_handles > 0 || inst->health_call || inst->hook_call ||
-        inst->cuda_ops > 0 || sched_instance_holds_memory(inst))
+        inst->cuda_ops > 0 || inst->cmd_proc || sched_instance_holds_memory(inst))
         return;
     model_t *m = inst->model;
     host_book_release(inst); /* released at its last state change already; never outlives it */
@@ -336,34 +336,13 @@ static void on_process_exit(process_t *p, int exit_status, int term_signal, void
             ledger_release(sched_ledger(), &inst->mem);
         }
     }
+    /* a container whose CLI exited (crashed, killed) may still run: removed by the runtime
+     * (the instance is freed after that; a second maybe_free below is a no-op then) */
+    worker_cmds_after_exit(inst, instance_maybe_free);
     instance_maybe_free(inst);
     if (m->unload_requested && !model_has_live_instances(m))
         m->unload_requested = false;
     model_schedule_pump(m);
-}
-
-static char *subst(const char *arg, int port, int gpu)
-{
-    char portbuf[16], gpubuf[16];
-    snprintf(portbuf, sizeof portbuf, "%d", port);
-    snprintf(gpubuf, sizeof gpubuf, "%d", gpu < 0 ? 0 : gpu);
-    buf_t b;
-    buf_init(&b, 64 * 1024);
-    for (const char *p = arg; *p;) {
-        if (strncmp(p, "{port}", 6) == 0) {
-            buf_append_str(&b, portbuf);
-            p += 6;
-        } else if (strncmp(p, "{gpu}", 5) == 0) {
-            buf_append_str(&b, gpubuf);
-            p += 5;
-        } else {
-            buf_append(&b, p, 1);
-            p++;
-        }
-    }
-    if (!b.data)
-        return strdup("");
-    return buf_steal(&b, NULL);
 }
 
 void instance_start(model_t *m, size_t gpu_pos)
@@ -376,8 +355,10 @@ void instance_start(model_t *m, size_t gpu_pos)
     snprintf(inst->host, sizeof inst->host, "127.0.0.1");
     inst->port = pick_free_port();
     inst->started_ms = core_now(); /* STARTING since instance_new */
-    char **argv = calloc(mc->n_cmd + 1, sizeof *argv);
+    char **argv = worker_cmds_argv(inst, mc->cmd, mc->n_cmd);
     size_t n_env = mc->n_env + 3;
+    char leaf[200];
+    worker_cmds_leaf(inst, leaf, sizeof leaf);
     config_kv_t *env = calloc(n_env, sizeof *env);
     char portbuf[16], gpubuf[16];
     snprintf(portbuf, sizeof portbuf, "%d", inst->port);
@@ -386,9 +367,7 @@ void instance_start(model_t *m, size_t gpu_pos)
     snprintf(pidfile, sizeof pidfile, "%s/pids/%s.%u.pid", m->core->cfg->state_dir, m->name, inst->id);
     char err[256] = "";
     int rc = -1;
-    if (argv && env && inst->port > 0) {
-        for (size_t i = 0; i < mc->n_cmd; i++)
-            argv[i] = subst(mc->cmd[i], inst->port, inst->gpu);
+    if (argv && argv[0] && env && inst->port > 0) {
         env[0].key = "PORT";
         env[0].value = portbuf;
         env[1].key = "VRAMD_MODEL";
@@ -409,15 +388,14 @@ void instance_start(model_t *m, size_t gpu_pos)
             .cwd = mc->cwd,
             .log_name = m->name,
             .pidfile = pidfile,
+            .cgroups = m->core->cgroups,
+            .cgroup_leaf = leaf,
         };
         rc = process_spawn(m->core->loop, &spec, on_process_exit, inst, &inst->proc, err, sizeof err);
     } else {
         snprintf(err, sizeof err, "%s", inst->port <= 0 ? "no free port" : "out of memory");
     }
-    if (argv)
-        for (size_t i = 0; i < mc->n_cmd; i++)
-            free(argv[i]);
-    free(argv);
+    worker_cmds_free_argv(argv);
     free(env);
     if (rc != 0) {
         log_event(LOG_ERROR, "worker_spawn_failed", "model=%s instance=%u error=%s", m->name, inst->id, err);
@@ -431,7 +409,9 @@ void instance_start(model_t *m, size_t gpu_pos)
         return;
     }
     inst->pid = process_pid(inst->proc);
-    attrib_set_worker(&inst->ident, inst->pid, inst->port); /* it leads its own process group */
+    /* it leads its own process group, in a cgroup leaf of its own when vramd has a tree */
+    attrib_set_worker(&inst->ident, inst->pid, inst->port, m->core->cgroups, leaf);
+    inst->ident.container = mc->container.set;
     log_event(LOG_INFO, "worker_started", "model=%s instance=%u pid=%d port=%d gpu=%d", m->name, inst->id,
               (int)inst->pid, inst->port, inst->gpu);
     instance_set_state(inst, INST_STARTING, "started");
@@ -482,6 +462,15 @@ void instance_refresh_identity(instance_t *inst)
                   (int)inst->ident.external_pid);
 }
 
+/* The stop commands ended: signal what is left (the group, the cgroup), or free. */
+static void after_stop_cmds(instance_t *inst)
+{
+    if (inst->proc)
+        process_stop(inst->proc, inst->model->cfg->stop_timeout_ms);
+    else
+        instance_maybe_free(inst);
+}
+
 void instance_stop(instance_t *inst, const char *reason)
 {
     model_t *m = inst->model;
@@ -502,10 +491,10 @@ void instance_stop(instance_t *inst, const char *reason)
     }
     core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
     instance_set_state(inst, INST_STOPPING, reason);
-    if (inst->proc)
-        process_stop(inst->proc, m->cfg->stop_timeout_ms);
-    else
+    if (!inst->proc)
         instance_maybe_free(inst);
+    else if (!worker_cmds_stop(inst, after_stop_cmds)) /* stop_cmd, a container's removal */
+        process_stop(inst->proc, m->cfg->stop_timeout_ms);
 }
 
 void instance_recycle(instance_t *inst, const char *why)

@@ -15,6 +15,7 @@
  *        each reports to park.c through inst->park_report, never by a call)
  *     -> hooks.c (every hook call; unload/reload hooks, eviction without parking, reclaim)
  *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
+ *     -> worker_cmds.c (placeholders in cmd and stop_cmd; stop_cmd and a container's removal)
  *     -> model_state.c (names, derived model state, state changes, failure counting)
  *     -> host_book.c (the host-memory ledger of parked instances)
  * A file may call any file below it, never one above.
@@ -44,6 +45,26 @@ void model_note_state(model_t *m, enum model_state before, const char *why);
 void model_set_failed(model_t *m, const char *reason);
 /* Count a failed start or crash: backoff for the next start; FAILED after too many. */
 void model_record_failure(model_t *m, enum restart_reason kind, const char *why);
+
+/* ---- worker_cmds.c ---- */
+/* {name}: the model's name, or NAME-ID when it may run several instances. */
+void worker_cmds_name(const instance_t *inst, char *out, size_t outlen);
+/* The instance's cgroup leaf: NAME-ID. */
+void worker_cmds_leaf(const instance_t *inst, char *out, size_t outlen);
+/* arg with every placeholder filled (malloc'd); NULL for an argument to leave out. */
+char *worker_cmds_subst(const instance_t *inst, const char *arg);
+/* words[0..n-1] filled, NULL-terminated, arguments left out removed; free with
+ * worker_cmds_free_argv. NULL when out of memory. */
+char **worker_cmds_argv(const instance_t *inst, char *const *words, size_t n);
+void worker_cmds_free_argv(char **argv);
+/* vramd stops the instance: its stop_cmd, then a container's removal, one after another;
+ * done(inst) once they ended (maybe before this returns). False when there is nothing to
+ * run (done is not called). */
+bool worker_cmds_stop(instance_t *inst, void (*done)(instance_t *inst));
+/* A container worker's process exited and its container was not removed yet: remove it;
+ * done(inst) after. False when there is nothing to run. */
+bool worker_cmds_after_exit(instance_t *inst, void (*done)(instance_t *inst));
+bool worker_cmds_running(const instance_t *inst);
 
 /* ---- instance.c ---- */
 /* Start a supervised worker on ledger position gpu_pos (placed already). */

@@ -151,7 +151,7 @@ static void test_worker_claims_itself_and_its_group(void **state)
     family_t f = spawn_family(false);
     family_t other = spawn_family(false);
     attrib_identity_t id;
-    attrib_set_worker(&id, f.leader, 4242);
+    attrib_set_worker(&id, f.leader, 4242, NULL, NULL);
     assert_int_equal(id.pgid, f.leader);
     assert_false(id.external);
     attrib_cache_t c;
@@ -176,7 +176,7 @@ static void test_group_lookups_cached_and_bounded(void **state)
     (void)state;
     family_t f = spawn_family(false);
     attrib_identity_t id;
-    attrib_set_worker(&id, f.leader, 4242);
+    attrib_set_worker(&id, f.leader, 4242, NULL, NULL);
     attrib_cache_t c;
     attrib_cache_init(&c);
     assert_int_equal(attrib_claim(&id, f.member, &c), ATTRIB_GROUP);
@@ -206,7 +206,7 @@ static void test_process_claim_beats_group_claim(void **state)
     (void)state;
     family_t f = spawn_family(true);
     attrib_identity_t worker, ext;
-    attrib_set_worker(&worker, f.leader, 4242);
+    attrib_set_worker(&worker, f.leader, 4242, NULL, NULL);
     attrib_set_external(&ext, f.port);
     assert_true(attrib_refresh(&ext));
     attrib_cache_t c;
@@ -245,7 +245,7 @@ static void test_external_refresh_follows_the_listener(void **state)
     assert_false(attrib_refresh(&id));
     /* a worker's identity never changes by a refresh */
     attrib_identity_t w;
-    attrib_set_worker(&w, getpid(), f.port);
+    attrib_set_worker(&w, getpid(), f.port, NULL, NULL);
     assert_false(attrib_refresh(&w));
     assert_int_equal(w.pid, getpid());
 }
@@ -274,27 +274,27 @@ static void test_port_is_the_workers(void **state)
     family_t other = spawn_family(false);
     attrib_identity_t id;
     /* held by a member of the worker's group (not the leader itself: found by the scan) */
-    attrib_set_worker(&id, f.leader, f.port);
+    attrib_set_worker(&id, f.leader, f.port, NULL, NULL);
     assert_true(attrib_port_is_workers(&id));
     /* another worker's group: the port is not its */
-    attrib_set_worker(&id, other.leader, f.port);
+    attrib_set_worker(&id, other.leader, f.port, NULL, NULL);
     assert_false(attrib_port_is_workers(&id));
     /* a port thief: this process listens where a worker was to be */
     int thief_port = 0;
     int fd = listen_any(&thief_port);
     assert_true(fd >= 0);
-    attrib_set_worker(&id, other.leader, thief_port);
+    attrib_set_worker(&id, other.leader, thief_port, NULL, NULL);
     assert_false(attrib_port_is_workers(&id));
-    attrib_set_worker(&id, getpgrp(), thief_port); /* this process's own group: its */
+    attrib_set_worker(&id, getpgrp(), thief_port, NULL, NULL); /* this process's own group: its */
     assert_true(attrib_port_is_workers(&id));
     close(fd);
     /* nothing listening: /proc cannot tell, taken as the worker's */
-    attrib_set_worker(&id, other.leader, free_port());
+    attrib_set_worker(&id, other.leader, free_port(), NULL, NULL);
     assert_true(attrib_port_is_workers(&id));
     /* an external server, or a worker not spawned yet: nothing to compare with */
     attrib_set_external(&id, f.port);
     assert_true(attrib_port_is_workers(&id));
-    attrib_set_worker(&id, 0, f.port);
+    attrib_set_worker(&id, 0, f.port, NULL, NULL);
     assert_true(attrib_port_is_workers(&id));
     end_family(&f);
     end_family(&other);
@@ -337,7 +337,7 @@ static void test_gpu_pids_of_an_instance(void **state)
     add_proc(&snap->devices[1], f.leader, 50);      /* the same process on a second GPU */
     add_proc(&snap->devices[1], f.member, 10);
     attrib_identity_t id;
-    attrib_set_worker(&id, f.leader, 4242);
+    attrib_set_worker(&id, f.leader, 4242, NULL, NULL);
     mine_ctx_t ctx = {.id = &id};
     attrib_cache_init(&ctx.cache);
     pid_t out[4] = {0};

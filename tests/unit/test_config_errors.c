@@ -194,9 +194,9 @@ static void test_error_cmd_url(void **state)
 {
     (void)state;
     expect_error("models:\n  a:\n    route: /a/\n",
-                 "test.yaml:2:3: models.a: needs cmd (a server vramd starts) or url (a server already running)");
+                 "test.yaml:2:3: models.a: needs cmd (a server vramd starts), container (one it runs in a container) or url (a server already running)");
     expect_error("models:\n  a:\n", /* a model with nothing at all */
-                 "test.yaml:2:3: models.a: needs cmd (a server vramd starts) or url (a server already running)");
+                 "test.yaml:2:3: models.a: needs cmd (a server vramd starts), container (one it runs in a container) or url (a server already running)");
     expect_error("models:\n  a:\n    cmd: [x]\n    url: http://127.0.0.1:9000\n",
                  "test.yaml:4:10: models.a.url: cmd and url cannot both be set (cmd: vramd starts the server; url: it is already running)");
     expect_error("defaults:\n  cmd: [x]\nmodels:\n  a:\n    url: http://127.0.0.1:9000\n",

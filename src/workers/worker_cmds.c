@@ -1,0 +1,242 @@
+/*
+ * worker_cmds: the words a worker is started and stopped with, and the commands run to stop
+ * it another way than by signals.
+ *
+ * Placeholders (worker_cmds_subst), filled per instance in cmd, stop_cmd and a container's
+ * words: {port}, {gpu}, {model}, {name} (the model's name, or NAME-ID when the model may run
+ * more than one instance: what a container is named after), {pid} (the worker's main
+ * process, stop_cmd only), {owner} (the daemon's subtree name, "vramd-1a2b3c4d": the
+ * vramd.owner label of its containers) and {cgroup} (the instance's cgroup path; an
+ * argument "--cgroup-parent={cgroup}" is left out when there is none).
+ *
+ * Stop commands (worker_cmds_stop): when vramd stops an instance, first its stop_cmd (for a
+ * container without one: `ENGINE stop -t GRACE NAME`), then for a container
+ * `ENGINE rm -f NAME`; each bounded by stop_timeout (SIGTERM, then SIGKILL after 1 s more),
+ * a failure or timeout logged (stop_cmd_failed) and the sequence carried on; then the
+ * caller's done callback (instance.c signals what is left: the group and the cgroup).
+ * After any exit of a container worker whose container was not removed yet (its CLI
+ * crashed or was killed), worker_cmds_after_exit runs `ENGINE rm -f NAME`.
+ *
+ * Invariants: at most one command per instance at a time (inst->cmd_proc); the instance
+ * is not freed while one runs (instance_maybe_free checks cmd_proc); the commands run with
+ * the model's env and cwd, in vramd's own cgroup (never in the instance's leaf, which is
+ * killed after them); inst->timer bounds each command (the instance is STOPPING: no health
+ * check uses the timer then).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/log.h"
+#include "core/core.h"
+#include "proc/cgroup.h"
+#include "proc/process.h"
+#include "workers/supervisor_int.h"
+
+#define CMD_KILL_GRACE_MS 1000
+
+enum cmd_step { STEP_STOP = 0, STEP_REMOVE, STEP_END };
+
+/* ---------------------------------------------------------------------------------------
+ * Placeholders
+ */
+
+void worker_cmds_name(const instance_t *inst, char *out, size_t outlen)
+{
+    const model_t *m = inst->model;
+    if (m->cfg->instances <= 1)
+        snprintf(out, outlen, "%s", m->name);
+    else
+        snprintf(out, outlen, "%s-%u", m->name, inst->id);
+}
+
+void worker_cmds_leaf(const instance_t *inst, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s-%u", inst->model->name, inst->id);
+}
+
+char *worker_cmds_subst(const instance_t *inst, const char *arg)
+{
+    const model_t *m = inst->model;
+    char port[16], gpu[16], pid[16], name[160], owner[32], leaf[160], cgroup[CGROUP_PATH_MAX];
+    snprintf(port, sizeof port, "%d", inst->port);
+    snprintf(gpu, sizeof gpu, "%d", inst->gpu < 0 ? 0 : inst->gpu);
+    snprintf(pid, sizeof pid, "%d", (int)inst->pid);
+    worker_cmds_name(inst, name, sizeof name);
+    cgroup_tree_name(m->core->cfg->state_dir, owner, sizeof owner);
+    worker_cmds_leaf(inst, leaf, sizeof leaf);
+    cgroup_leaf_path(m->core->cgroups, leaf, cgroup, sizeof cgroup);
+    if (strcmp(arg, "--cgroup-parent={cgroup}") == 0 && !cgroup[0])
+        return NULL; /* no cgroup to give: the argument is left out */
+    const struct {
+        const char *key;
+        const char *value;
+    } vars[] = {{"{port}", port}, {"{gpu}", gpu}, {"{pid}", pid}, {"{name}", name},
+                {"{model}", m->name}, {"{owner}", owner}, {"{cgroup}", cgroup}};
+    buf_t b;
+    buf_init(&b, 64 * 1024);
+    for (const char *p = arg; *p;) {
+        size_t k = 0;
+        while (k < sizeof vars / sizeof vars[0] && strncmp(p, vars[k].key, strlen(vars[k].key)) != 0)
+            k++;
+        if (k < sizeof vars / sizeof vars[0]) {
+            buf_append_str(&b, vars[k].value);
+            p += strlen(vars[k].key);
+        } else {
+            buf_append(&b, p, 1);
+            p++;
+        }
+    }
+    if (!b.data)
+        return strdup("");
+    return buf_steal(&b, NULL);
+}
+
+char **worker_cmds_argv(const instance_t *inst, char *const *words, size_t n)
+{
+    char **argv = calloc(n + 1, sizeof *argv);
+    if (!argv)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *w = worker_cmds_subst(inst, words[i]);
+        if (w)
+            argv[k++] = w;
+    }
+    return argv;
+}
+
+void worker_cmds_free_argv(char **argv)
+{
+    if (!argv)
+        return;
+    for (size_t i = 0; argv[i]; i++)
+        free(argv[i]);
+    free(argv);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Stop commands
+ */
+
+static void run_next(instance_t *inst);
+
+static void on_cmd_timeout(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    if (!inst->cmd_proc)
+        return;
+    log_event(LOG_WARN, "stop_cmd_failed", "model=%s instance=%u error=%s", inst->model->name, inst->id,
+              "timed out (stop_timeout)");
+    process_stop(inst->cmd_proc, CMD_KILL_GRACE_MS);
+}
+
+static void on_cmd_exit(process_t *p, int exit_status, int term_signal, void *ctx)
+{
+    (void)p;
+    instance_t *inst = ctx;
+    inst->cmd_proc = NULL;
+    uv_timer_stop(&inst->timer);
+    if (exit_status != 0 || term_signal != 0)
+        log_event(LOG_WARN, "stop_cmd_failed", "model=%s instance=%u exit_status=%d signal=%d", inst->model->name,
+                  inst->id, exit_status, term_signal);
+    else
+        log_event(LOG_INFO, "stop_cmd_done", "model=%s instance=%u", inst->model->name, inst->id);
+    run_next(inst);
+}
+
+/* The words of a step ({engine, stop, -t, N, NAME}, {engine, rm, -f, NAME} or stop_cmd),
+ * placeholders filled; NULL when the step has nothing to run. */
+static char **step_argv(instance_t *inst, enum cmd_step step)
+{
+    const model_config_t *mc = inst->model->cfg;
+    const config_container_t *k = &mc->container;
+    if (step == STEP_STOP && mc->stop_cmd)
+        return worker_cmds_argv(inst, mc->stop_cmd, mc->n_stop_cmd);
+    if (!k->set || !k->engine || !k->name)
+        return NULL;
+    char grace[24];
+    snprintf(grace, sizeof grace, "%llu", (unsigned long long)((mc->stop_timeout_ms + 999) / 1000));
+    if (step == STEP_STOP) {
+        char *const words[] = {k->engine, "stop", "-t", grace, k->name};
+        return worker_cmds_argv(inst, words, 5);
+    }
+    char *const words[] = {k->engine, "rm", "-f", k->name};
+    return worker_cmds_argv(inst, words, 4);
+}
+
+static bool start_step(instance_t *inst, enum cmd_step step)
+{
+    const model_config_t *mc = inst->model->cfg;
+    char **argv = step_argv(inst, step);
+    if (!argv || !argv[0]) {
+        worker_cmds_free_argv(argv);
+        return false;
+    }
+    if (step == STEP_REMOVE)
+        inst->container_removed = true;
+    char log_name[200];
+    snprintf(log_name, sizeof log_name, "%s:%s", inst->model->name, step == STEP_REMOVE ? "rm" : "stop_cmd");
+    process_spec_t spec = {
+        .argv = argv,
+        .env = mc->env,
+        .n_env = mc->n_env,
+        .cwd = mc->cwd,
+        .log_name = log_name,
+    };
+    char err[256];
+    int rc = process_spawn(inst->model->core->loop, &spec, on_cmd_exit, inst, &inst->cmd_proc, err, sizeof err);
+    log_event(rc == 0 ? LOG_INFO : LOG_WARN, rc == 0 ? "stop_cmd" : "stop_cmd_failed",
+              "model=%s instance=%u cmd=%s error=%s", inst->model->name, inst->id, argv[0], rc == 0 ? "" : err);
+    worker_cmds_free_argv(argv);
+    if (rc != 0) {
+        inst->cmd_proc = NULL;
+        return false;
+    }
+    uint64_t limit = mc->stop_timeout_ms > 0 ? mc->stop_timeout_ms : CMD_KILL_GRACE_MS;
+    uv_timer_start(&inst->timer, on_cmd_timeout, limit + CMD_KILL_GRACE_MS, 0);
+    return true;
+}
+
+static void run_next(instance_t *inst)
+{
+    while (inst->cmd_next < STEP_END) {
+        enum cmd_step step = (enum cmd_step)inst->cmd_next++;
+        if (step == STEP_REMOVE && inst->container_removed)
+            continue;
+        if (start_step(inst, step))
+            return;
+    }
+    void (*done)(instance_t *) = inst->cmd_done;
+    inst->cmd_done = NULL;
+    if (done)
+        done(inst);
+}
+
+bool worker_cmds_stop(instance_t *inst, void (*done)(instance_t *inst))
+{
+    const model_config_t *mc = inst->model->cfg;
+    if (inst->cmd_proc || (!mc->stop_cmd && !mc->container.set))
+        return false;
+    inst->cmd_next = STEP_STOP;
+    inst->cmd_done = done;
+    run_next(inst);
+    return true;
+}
+
+bool worker_cmds_after_exit(instance_t *inst, void (*done)(instance_t *inst))
+{
+    if (inst->cmd_proc || !inst->model->cfg->container.set || inst->container_removed)
+        return false;
+    inst->cmd_next = STEP_REMOVE;
+    inst->cmd_done = done;
+    run_next(inst);
+    return true;
+}
+
+bool worker_cmds_running(const instance_t *inst)
+{
+    return inst->cmd_proc != NULL;
+}
