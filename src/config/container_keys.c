@@ -283,7 +283,7 @@ static int build_block_cmd(const char *model, config_container_t *k, char ***cmd
     add(&a, "--rm");
     if (!docker)
         add(&a, "--replace");
-    add2(&a, "--name", k->name ? k->name : "vramd-{name}");
+    add2(&a, "--name", k->name);
     add2(&a, "--label", "vramd.owner={owner}");
     snprintf(label, sizeof label, "vramd.model=%s", model);
     add2(&a, "--label", label);
@@ -379,6 +379,10 @@ int cfg_container_finish(model_config_t *m, char *why, size_t whylen)
         }
         if (!k->engine || !k->image) {
             snprintf(why, whylen, "container needs engine (podman or docker) and image");
+            return -1;
+        }
+        if (!k->name && !(k->name = strdup("vramd-{name}"))) {
+            snprintf(why, whylen, "out of memory");
             return -1;
         }
         if (build_block_cmd(m->name, k, &m->cmd, &m->n_cmd) != 0) {

@@ -473,6 +473,7 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
         log_event(LOG_WARN, "stale_workers_killed", "count=%d dir=%s", killed, pids);
     if (open_cgroups(d, cfg, err, errlen) != 0)
         return -1;
+    supervisor_sweep_containers(cfg); /* before any worker: a name it will use may be taken */
     start_guard(d, pids);
     if (cgroup_subreaper_start(&d->cgroups) != 0) /* after the guard: it must not become our child */
         log_event(LOG_WARN, "subreaper_unavailable", "error=%s", strerror(errno));

@@ -6,6 +6,7 @@
  *   process_child.c    the child's environment, and the child between fork and exec
  *   process.c          also the child's stdout/stderr: logged line by line, or captured
  *   process_leaves.c   removing a finished process's cgroup leaf (retried while busy)
+ *   process_sync.c     a short command run to its end, synchronously (start-up only)
  *   pidfile.c          pid files, and killing what a previous vramd left behind
  *
  * Invariants: a process_t is owned by process.c and freed only from

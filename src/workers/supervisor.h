@@ -89,6 +89,10 @@ bool model_unload_pending(const model_t *m);
 bool model_unload_done(const model_t *m);
 /* Start pinned (keep_alive: forever) models and external health checks at startup. */
 void model_start_pinned(model_t *m);
+/* At start, before any worker: remove every container that a previous run of this daemon
+ * left (label vramd.owner=<its subtree name>), for each container model's engine and env,
+ * synchronously, each command bounded. Returns how many were removed. */
+size_t supervisor_sweep_containers(const config_t *cfg);
 /* Drain: stop every instance (after in-flight), no restarts. */
 void model_stop_all(model_t *m, const char *reason);
 bool model_has_live_instances(const model_t *m);

@@ -17,6 +17,10 @@
  * After any exit of a container worker whose container was not removed yet (its CLI
  * crashed or was killed), worker_cmds_after_exit runs `ENGINE rm -f NAME`.
  *
+ * At start (supervisor_sweep_containers), the containers labelled with this daemon's owner
+ * name that a previous run left (vramd SIGKILLed, the host rebooted mid-run) are removed,
+ * synchronously and bounded, before any worker starts.
+ *
  * Invariants: at most one command per instance at a time (inst->cmd_proc); the instance
  * is not freed while one runs (instance_maybe_free checks cmd_proc); the commands run with
  * the model's env and cwd, in vramd's own cgroup (never in the instance's leaf, which is
@@ -239,4 +243,72 @@ bool worker_cmds_after_exit(instance_t *inst, void (*done)(instance_t *inst))
 bool worker_cmds_running(const instance_t *inst)
 {
     return inst->cmd_proc != NULL;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * What a previous run left
+ */
+
+#define SWEEP_TIMEOUT_MS 20000
+#define SWEEP_IDS_MAX 64
+
+/* The ids `ENGINE ps -aq --filter label=vramd.owner=OWNER` lists for the model's engine and
+ * env, removed with `ENGINE rm -f`. Returns how many. */
+static size_t sweep_model(const model_config_t *mc, const char *owner)
+{
+    char label[64], out[8192], err[256];
+    snprintf(label, sizeof label, "label=vramd.owner=%s", owner);
+    char *const ps[] = {mc->container.engine, "ps", "-aq", "--filter", label, NULL};
+    int status = 0;
+    if (process_run_sync(ps, mc->env, mc->n_env, SWEEP_TIMEOUT_MS, out, sizeof out, &status, err, sizeof err) != 0 ||
+        status != 0) {
+        log_event(LOG_WARN, "container_sweep_failed", "model=%s engine=%s status=%d error=%s", mc->name,
+                  mc->container.engine, status, status == -2 ? "timed out" : err);
+        return 0;
+    }
+    char *argv[SWEEP_IDS_MAX + 4] = {mc->container.engine, "rm", "-f"};
+    size_t n = 3;
+    char *save = NULL;
+    for (char *id = strtok_r(out, " \t\r\n", &save); id && n < SWEEP_IDS_MAX + 3; id = strtok_r(NULL, " \t\r\n", &save))
+        argv[n++] = id;
+    argv[n] = NULL;
+    if (n == 3)
+        return 0;
+    char rm_out[256];
+    if (process_run_sync(argv, mc->env, mc->n_env, SWEEP_TIMEOUT_MS, rm_out, sizeof rm_out, &status, err,
+                         sizeof err) != 0 || status != 0)
+        log_event(LOG_WARN, "container_sweep_failed", "model=%s engine=%s status=%d error=%s", mc->name,
+                  mc->container.engine, status, status == -2 ? "timed out" : err);
+    return n - 3;
+}
+
+size_t supervisor_sweep_containers(const config_t *cfg)
+{
+    char owner[32];
+    cgroup_tree_name(cfg->state_dir, owner, sizeof owner);
+    size_t removed = 0;
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        const model_config_t *mc = &cfg->models[i];
+        if (!mc->container.set || !mc->container.engine)
+            continue;
+        /* one sweep per engine and env: a later model with the same ones finds nothing left */
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++) {
+            const model_config_t *o = &cfg->models[j];
+            seen = o->container.set && o->container.engine && strcmp(o->container.engine, mc->container.engine) == 0 &&
+                   o->n_env == mc->n_env;
+            for (size_t e = 0; seen && e < mc->n_env; e++)
+                seen = strcmp(o->env[e].key, mc->env[e].key) == 0 &&
+                       (o->env[e].value && mc->env[e].value ? strcmp(o->env[e].value, mc->env[e].value) == 0
+                                                            : o->env[e].value == mc->env[e].value);
+        }
+        if (seen)
+            continue;
+        size_t n = sweep_model(mc, owner);
+        if (n > 0)
+            log_event(LOG_WARN, "containers_swept", "model=%s engine=%s owner=%s count=%zu", mc->name,
+                      mc->container.engine, owner, n);
+        removed += n;
+    }
+    return removed;
 }
