@@ -13,6 +13,8 @@ A suite's conftest.py puts tests/lib on sys.path and imports from here:
   factory  the `vramd` fixture (VramdFactory: testworker models, no simulated GPU)
   harness  the `sched` fixture (Harness: simulated GPUs, simworker models)
   report   the failure-report hook (pytest_runtest_makereport) and track()
+  containers  Podman (an isolated podman setup, a simworker image), podman_usable(), and
+           the `podman` fixture
 
 Names are looked up lazily (`from vramdkit import free_port` imports net.py only), so the
 benchmarks can use net.py and proc.py without pytest.
@@ -23,6 +25,7 @@ teardown; every simulated GPU set made is removed.
 import importlib
 
 _EXPORTS = {
+    "containers": ["Podman", "PodmanError", "podman_usable"],
     "daemon": ["OOM_MARKERS", "SANITIZER_MARKERS", "ExternalWorker", "Vramd", "config_port",
                "has_oom", "ledger_is_resident_only", "ledger_problems", "sanitizer_reports",
                "yaml_dump"],
