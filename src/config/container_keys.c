@@ -9,7 +9,8 @@
  * (--replace for podman only; GPU flags: docker --gpus, podman --device nvidia.com/gpu=...
  * through CDI; none with gpus: none). A cmd of its own that is `docker run ...` or
  * `podman run ...` is recognised as a container too: vramd adds --name vramd-{name} when it
- * has none, and the owner label, so that it can stop and find it. The placeholders are
+ * has none, and the owner label, so that it can stop and find it (and for podman
+ * --cgroup-parent={cgroup} when the cmd has no --cgroup-parent, as a block does). The placeholders are
  * filled per instance by the supervisor (workers/instance.c): {port}, {gpu}, {name} (the
  * model's name, or NAME-ID when it may run more than one instance), {model}, {owner} (the
  * daemon's cgroup subtree name), {cgroup} (the instance's cgroup path; an argument
@@ -322,15 +323,18 @@ static int adopt_run_cmd(model_config_t *m)
 {
     config_container_t *k = &m->container;
     const char *name = NULL;
-    bool has_owner = false;
+    bool has_owner = false, has_parent = false;
     for (size_t i = 2; i < m->n_cmd; i++) {
         if (strcmp(m->cmd[i], "--name") == 0 && i + 1 < m->n_cmd)
             name = m->cmd[i + 1];
         else if (strncmp(m->cmd[i], "--name=", 7) == 0)
             name = m->cmd[i] + 7;
         has_owner = has_owner || strstr(m->cmd[i], "vramd.owner=") != NULL;
+        has_parent = has_parent || strncmp(m->cmd[i], "--cgroup-parent", 15) == 0;
     }
-    size_t extra = (name ? 0 : 2) + (has_owner ? 0 : 2);
+    /* podman's processes go under the instance's cgroup, as with a container: block */
+    bool add_parent = !has_parent && strcmp(engine_kind(m->cmd[0]), "podman") == 0;
+    size_t extra = (name ? 0 : 2) + (has_owner ? 0 : 2) + (add_parent ? 1 : 0);
     if (m->n_cmd + extra + 1 > ARGV_MAX)
         return -1;
     char **cmd = calloc(m->n_cmd + extra + 1, sizeof *cmd);
@@ -347,6 +351,8 @@ static int adopt_run_cmd(model_config_t *m)
         cmd[n++] = strdup("--label");
         cmd[n++] = strdup("vramd.owner={owner}");
     }
+    if (add_parent)
+        cmd[n++] = strdup("--cgroup-parent={cgroup}");
     for (size_t i = 2; i < m->n_cmd; i++)
         cmd[n++] = m->cmd[i];
     bool ok = true;

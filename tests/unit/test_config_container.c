@@ -101,7 +101,7 @@ static void test_run_cmd_adopted(void **state)
     assert_true(c->models[0].container.from_cmd);
     assert_string_equal(c->models[0].container.name, "vramd-{name}");
     joined(&c->models[1], cmd, sizeof cmd);
-    assert_string_equal(cmd, "/usr/bin/podman run --label vramd.owner={owner} --name mine img");
+    assert_string_equal(cmd, "/usr/bin/podman run --label vramd.owner={owner} --cgroup-parent={cgroup} --name mine img");
     assert_string_equal(c->models[1].container.name, "mine");
     assert_int_equal(c->models[1].n_stop_cmd, 5);
     assert_string_equal(c->models[1].stop_cmd[4], "mine");
