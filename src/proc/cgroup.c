@@ -446,9 +446,17 @@ static size_t for_each_member(const cgroup_tree_t *t, const char *leaf, pid_fn f
     return count;
 }
 
+typedef struct signal_ctx {
+    int sig;
+    pid_t skip_pgid; /* members of this process group got the signal already; 0 = none */
+} signal_ctx_t;
+
 static void send_signal(pid_t pid, void *ctx)
 {
-    kill(pid, *(int *)ctx);
+    const signal_ctx_t *s = ctx;
+    if (s->skip_pgid > 0 && getpgid(pid) == s->skip_pgid)
+        return;
+    kill(pid, s->sig);
 }
 
 /* v1 freezer or v2 cgroup.freeze of the leaf: on, and wait (bounded) until frozen. */
@@ -477,26 +485,28 @@ static void leaf_freeze(const cgroup_tree_t *t, const char *leaf, bool on)
     }
 }
 
-int cgroup_leaf_signal(const cgroup_tree_t *t, const char *leaf, int sig)
+int cgroup_leaf_signal(const cgroup_tree_t *t, const char *leaf, int sig, pid_t skip_pgid)
 {
     if (!cgroup_tree_active(t))
         return 0;
+    signal_ctx_t sc = {sig, skip_pgid};
     if (sig != SIGKILL)
-        return (int)for_each_member(t, leaf, send_signal, &sig);
+        return (int)for_each_member(t, leaf, send_signal, &sc);
+    sc.skip_pgid = 0; /* SIGKILL twice does no harm, and a member between two reads is caught */
     size_t first = 0;
     if (t->mode == CGROUP_V2 && t->has_kill) {
         char dir[CGROUP_PATH_MAX];
-        first = for_each_member(t, leaf, send_signal, &sig);
+        first = for_each_member(t, leaf, send_signal, &sc);
         if (join_path(dir, sizeof dir, t->join[0], leaf))
             write_text(dir, "cgroup.kill", "1");
         /* an engine's cgroups in other hierarchies: members there were signalled above */
         return (int)first;
     }
     leaf_freeze(t, leaf, true);
-    first = for_each_member(t, leaf, send_signal, &sig);
+    first = for_each_member(t, leaf, send_signal, &sc);
     bool frozen = t->mode == CGROUP_V2 || t->freezer >= 0;
     for (int pass = 1; !frozen && pass < KILL_PASSES; pass++)
-        if (for_each_member(t, leaf, send_signal, &sig) == 0)
+        if (for_each_member(t, leaf, send_signal, &sc) == 0)
             break;
     leaf_freeze(t, leaf, false); /* the killed processes die once thawed */
     return (int)first;
@@ -587,7 +597,7 @@ int cgroup_sweep(const cgroup_tree_t *t, size_t *killed, size_t *removed)
     size_t n = list_leaves(t, names, CGROUP_WALK_MAX);
     int left = 0;
     for (size_t i = 0; i < n; i++) {
-        int k = cgroup_leaf_signal(t, names[i], SIGKILL);
+        int k = cgroup_leaf_signal(t, names[i], SIGKILL, 0);
         *killed += k > 0 ? (size_t)k : 0;
         /* the killed leave their cgroup as they exit: a short bounded wait */
         bool gone = false;

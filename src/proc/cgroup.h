@@ -92,10 +92,12 @@ int cgroup_leaf_open(const cgroup_tree_t *t, const char *leaf, int fds[CGROUP_JO
                      size_t errlen);
 /* In the child, between fork and exec: join every fd's cgroup. 0, or -1 with errno. */
 int cgroup_child_join(const int *fds, size_t n);
-/* Signal every process in the leaf's subtree, in every hierarchy. SIGKILL kills for good:
+/* Signal every process in the leaf's subtree, in every hierarchy, but (for signals other
+ * than SIGKILL) those in process group skip_pgid, which the caller signalled already (a
+ * worker must not see one SIGTERM twice); 0 = skip none. SIGKILL kills for good:
  * cgroup.kill where there is one, else freeze, SIGKILL each member, thaw. Returns how many
  * processes were signalled (cgroup.kill counts as the members it found first). */
-int cgroup_leaf_signal(const cgroup_tree_t *t, const char *leaf, int sig);
+int cgroup_leaf_signal(const cgroup_tree_t *t, const char *leaf, int sig, pid_t skip_pgid);
 /* Processes in the leaf's subtree (every hierarchy, each once), at most max into out; returns
  * how many there are. */
 size_t cgroup_leaf_members(const cgroup_tree_t *t, const char *leaf, pid_t *out, size_t max);

@@ -196,7 +196,7 @@ static void signal_all(process_t *p, int sig)
 {
     kill(-p->pid, sig);
     if (p->cg)
-        cgroup_leaf_signal(p->cg, p->cg_leaf, sig);
+        cgroup_leaf_signal(p->cg, p->cg_leaf, sig, p->pid); /* its group got it above */
 }
 
 void process_handle_closed(uv_handle_t *h)

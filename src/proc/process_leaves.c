@@ -38,7 +38,7 @@ size_t process_cgroup_retry(void)
 {
     size_t kept = 0;
     for (size_t i = 0; i < g_cg_npending; i++) {
-        cgroup_leaf_signal(g_cg_pending[i].tree, g_cg_pending[i].leaf, SIGKILL);
+        cgroup_leaf_signal(g_cg_pending[i].tree, g_cg_pending[i].leaf, SIGKILL, 0);
         if (cgroup_leaf_remove(g_cg_pending[i].tree, g_cg_pending[i].leaf) == 0)
             continue;
         if (++g_cg_pending[i].tries >= CG_RETRIES) {
