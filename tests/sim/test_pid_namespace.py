@@ -81,7 +81,7 @@ def ckpt(sim, gpu, *args):
                           capture_output=True, text=True, env=env, timeout=COMMAND_TIMEOUT)
 
 
-def test_worker_booked_under_its_host_pid(sim, workers, pidns_ok):
+def test_worker_booked_under_its_host_pid(pidns_ok, sim, workers):
     gpu = sim.create(memory="8GiB", release_delay="100s", timescale=TIMESCALE)  # 1 s real
     host = sim.alloc(gpu, 100 * MiB)
     w = workers.start(gpu, "--resident", "1GiB", "--per-request", "512MiB", "--run-time", "30s",
@@ -91,14 +91,15 @@ def test_worker_booked_under_its_host_pid(sim, workers, pidns_ok):
     assert w.status()["pid"] == 1  # what the worker itself sees
     held = CONTEXT + GiB
 
+    # The NVML simulation is the first on the host to look: it finds the host pid itself.
+    rc, doc = sim.probe(gpu)
+    assert doc["violations"] == [] and rc == 0, doc
+    assert {p["pid"]: p["used"] for p in doc["devices"][0]["processes"]} == \
+        {hp: held, host.pid: 100 * MiB}
     procs = processes(sim, gpu)
     assert procs[hp] == {"pid": hp, "used": held, "dead": False, "ns_pid": 1,
                          "pid_ns": os.stat(f"/proc/{hp}/ns/pid").st_ino}
     assert procs[host.pid] == {"pid": host.pid, "used": 100 * MiB, "dead": False}
-    rc, doc = sim.probe(gpu)  # the NVML simulation, on the host
-    assert doc["violations"] == [] and rc == 0, doc
-    assert {p["pid"]: p["used"] for p in doc["devices"][0]["processes"]} == \
-        {hp: held, host.pid: 100 * MiB}
 
     # A host process allocating meanwhile; the worker allocates and frees for a request
     # (each of its accesses judges the slots it can see: not the host's).
@@ -125,7 +126,7 @@ def test_worker_booked_under_its_host_pid(sim, workers, pidns_ok):
         {host.pid: False, late.pid: False}
 
 
-def test_worker_parked_by_host_pid(sim, workers, pidns_ok):
+def test_worker_parked_by_host_pid(pidns_ok, sim, workers):
     gpu = sim.create(memory="8GiB", timescale=TIMESCALE)
     w = workers.start(gpu, "--resident", "1GiB", prefix=NS_PREFIX)
     hp = host_pid_of(w)

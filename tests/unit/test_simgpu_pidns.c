@@ -88,7 +88,7 @@ static void require_pidns(void)
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        print_message("skipped: unshare(CLONE_NEWPID) is not permitted here\n");
+        print_message("SKIPPED: unshare(CLONE_NEWPID) is not permitted here; needs root\n");
         skip();
     }
 }
