@@ -9,8 +9,9 @@
  *
  * Allocation is like cudaMalloc: simgpu_alloc either takes the bytes for the calling
  * process or fails (-1, errno ENOMEM) when used + bytes > total. Memory belongs to a pid.
- * A process that dies (even by SIGKILL) is detected on the next access by anyone: its pid
- * is gone, or its /proc starttime changed (pid reuse); its memory is then released after the
+ * A process that dies (even by SIGKILL) is detected on the next access by any process that
+ * can see it (see "Pid namespaces"): its pid is gone, or its /proc starttime changed (pid
+ * reuse), or it is a zombie; its memory is then released after the
  * set's release delay (the driver's lag), scaled by SIMGPU_TIMESCALE. Until then it still
  * shows as used, held by that (dead) pid, as NVML does.
  *
