@@ -11,9 +11,8 @@
  * Sizes and durations use src/common/units.h ("24GiB", "1.5s"). `alloc` is a process that
  * takes memory and holds it (foreign usage, as another program on the card would): it prints
  * one line "allocated BYTES on gpu I of NAME pid PID" (PID: getpid(), its pid in its own pid
- * namespace) when it holds the memory, then holds it
- * for --hold (simulated time, scaled by SIMGPU_TIMESCALE; default: until SIGTERM/SIGINT),
- * frees it (as cudaFree would) and exits 0. A SIGKILLed holder leaves its memory to the
+ * namespace) when it holds the memory, then holds it for --hold (simulated time, scaled by
+ * SIMGPU_TIMESCALE; default: until SIGTERM/SIGINT), frees it (as cudaFree would) and exits 0. A SIGKILLed holder leaves its memory to the
  * set's release delay, like a crashed CUDA process.
  * `--pcie-bandwidth` is the simulated host<->GPU copy rate of checkpoint/restore
  * (libcuda-sim.so): "20GB/s" (the default, or $SIMGPU_PCIE_BW), "16GiB/s", "2e9".
