@@ -22,6 +22,9 @@
  *              -> CUDA_ERROR_TIMEOUT (the process stays RUNNING); a restore that does not
  *              fit -> CUDA_ERROR_OUT_OF_MEMORY (it stays CHECKPOINTED). Checkpoint and
  *              restore block the calling thread for bytes / the set's PCIe bandwidth.
+ *              The pid is read in the caller's pid namespace: a host pid on the host (a
+ *              worker in a container is named by its host pid), a pid of its own namespace
+ *              in a container.
  *   cuCheckpointProcessGetRestoreThreadId  the pid itself (no separate thread is simulated).
  *
  * Thread safety: the set is mapped once (under init_lock) and never unmapped while the

@@ -2,12 +2,16 @@
  * simgpu.c: simulated GPUs in POSIX shared memory (see simgpu.h for the contract).
  *
  * Layout of the shm object "/simgpu.NAME": see simgpu_int.h. The rooms below this one:
- * simgpu_park.c (the CUDA checkpoint state; sg_reap_locked) and simgpu_table.c (clock,
- * process identity, the mutex, the slot table), which the park room builds on too.
+ * simgpu_park.c (the CUDA checkpoint state; sg_reap_locked), simgpu_table.c (time scale, the
+ * mutex, the slot table), which the park room builds on too, and simgpu_proc.c (clock,
+ * process identity across pid namespaces, liveness, host pid translation) under both.
  *
- * A slot is one process's holding on one GPU: (pid, starttime, bytes, dead, dead_since_ms,
- * utilization). A process is identified by pid AND its /proc starttime, so a recycled pid is
- * a different process.
+ * A slot is one process's holding on one GPU: (ident, bytes, dead, dead_since_ms,
+ * utilization). A process is identified by its pid namespace, its pid there AND its /proc
+ * starttime, so a recycled pid is a different process, and a process in a container (its own
+ * pid namespace) is told apart from the host process with the same number. The pid a slot
+ * reports (simgpu_processes, hence NVML) is the host pid: the pid in the set creator's
+ * namespace, found by the host side for a process of another namespace (simgpu_proc.c).
  *
  * Invariants (all under the set's mutex):
  *   - "used" is never stored: it is the sum of the bytes of the slots in use, so a process
@@ -15,9 +19,12 @@
  *   - used <= total after every successful simgpu_alloc (the fit check and the write happen
  *     under the same lock); dead-but-unreleased memory counts as used, like the driver.
  *   - A live process has at most one live slot per GPU.
- *   - A slot is marked dead (dead_since_ms = CLOCK_MONOTONIC ms) the first time any access
- *     finds its process gone: kill(pid, 0) == ESRCH, /proc/PID/stat missing, state 'Z'
- *     (zombie), or a different starttime (pid reuse). It is cleared once
+ *   - A slot is marked dead (dead_since_ms = CLOCK_MONOTONIC ms) the first time an access by
+ *     a process that can judge it finds its process gone: kill(pid, 0) == ESRCH,
+ *     /proc/PID/stat missing, state 'Z' (zombie), or a different starttime (pid reuse). Who
+ *     can judge: a process of the slot's own pid namespace (by its pid there), or one of the
+ *     creator's namespace (by the host pid, once found; a slot whose host pid the host side
+ *     finds no process for is gone too). Nobody else marks it. Anyone clears a dead slot once
  *     now - dead_since_ms >= the set's release delay.
  *   - The release delay is scaled by SIMGPU_TIMESCALE once, when the set is created, and
  *     stored in real milliseconds, so every process sees the same delay whatever its own
@@ -128,10 +135,6 @@ static void uuid_for(const char *set_name, int index, char *out, size_t cap)
              (unsigned)((lo >> 32) & 0xffff), (unsigned)(lo & 0xffffffffu));
 }
 
-/* ---- process identity ---- */
-
-/* Read state and starttime from /proc/PID/stat. Returns 0, or -1 when unreadable
- * (errno ENOENT when the process does not exist). */
 /* A locked or checkpointed process's CUDA calls block in the real driver; here they fail. */
 static void set_unlock_busy(simgpu_t *s)
 {
@@ -230,6 +233,7 @@ int simgpu_create(const char *name, int n_gpus, uint64_t memory_per_gpu, const c
     hdr->release_delay_sim_ms = release_delay_ms;
     hdr->release_delay_real_ms = simgpu_scaled_ms(release_delay_ms);
     hdr->pcie_bw = sg_default_pcie_bw();
+    hdr->creator_ns_ino = sg_pidns_self(); /* the set's host side (simgpu_proc.c) */
     snprintf(hdr->set_name, sizeof hdr->set_name, "%s", name);
     for (int g = 0; g < n_gpus; g++) {
         struct gpu_record *gpu = &hdr->gpus[g];
@@ -345,6 +349,7 @@ simgpu_t *simgpu_open(const char *name, char *err, size_t errlen)
     s->map_len = len;
     s->n_gpus = (int)hdr->n_gpus;
     s->park_index = -1;
+    sg_pidns_init(s);
     return s;
 }
 
@@ -412,9 +417,13 @@ int simgpu_processes(simgpu_t *s, int gpu, simgpu_proc_t *out, size_t cap, size_
         if (!slot->in_use)
             continue;
         if (count < cap) {
-            out[count].pid = slot->pid;
+            memset(&out[count], 0, sizeof out[count]);
+            out[count].pid = sg_ident_host_pid(&slot->id);
             out[count].used = slot->bytes;
             out[count].dead = slot->dead != 0;
+            out[count].ns_pid = slot->id.ns_pid;
+            out[count].pid_ns = slot->id.ns_ino;
+            out[count].other_ns = slot->id.ns_ino != s->hdr->creator_ns_ino;
         }
         count++;
     }
@@ -427,12 +436,12 @@ int simgpu_alloc(simgpu_t *s, int gpu, uint64_t bytes)
 {
     if (!gpu_index_ok(s, gpu))
         return -1;
-    pid_t pid = getpid();
-    uint64_t starttime = sg_self_starttime();
+    struct sg_ident me;
+    sg_self_ident(s, &me);
     if (sg_lock(s) < 0)
         return -1;
     sg_reap_locked(s);
-    if (sg_park_blocks_locked(s, pid, starttime)) {
+    if (sg_park_blocks_locked(s, &me)) {
         set_unlock_busy(s);
         return -1;
     }
@@ -443,7 +452,7 @@ int simgpu_alloc(simgpu_t *s, int gpu, uint64_t bytes)
         errno = ENOMEM;
         return -1;
     }
-    struct proc_slot *slot = sg_own_slot_locked(rec, pid, starttime);
+    struct proc_slot *slot = sg_own_slot_locked(rec, &me);
     if (slot) {
         slot->bytes += bytes;
         sg_unlock(s);
@@ -453,7 +462,8 @@ int simgpu_alloc(simgpu_t *s, int gpu, uint64_t bytes)
         sg_unlock(s);
         return 0;
     }
-    slot = sg_take_slot_locked(rec, pid, starttime, bytes);
+    sg_ident_learn_locked(s, &me); /* a process of another namespace: its host pid if known */
+    slot = sg_take_slot_locked(rec, &me, bytes);
     sg_unlock(s);
     if (slot)
         return 0;
@@ -465,16 +475,16 @@ int simgpu_free(simgpu_t *s, int gpu, uint64_t bytes)
 {
     if (!gpu_index_ok(s, gpu))
         return -1;
-    pid_t pid = getpid();
-    uint64_t starttime = sg_self_starttime();
+    struct sg_ident me;
+    sg_self_ident(s, &me);
     if (sg_lock(s) < 0)
         return -1;
     sg_reap_locked(s);
-    if (sg_park_blocks_locked(s, pid, starttime)) {
+    if (sg_park_blocks_locked(s, &me)) {
         set_unlock_busy(s);
         return -1;
     }
-    struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[gpu], pid, starttime);
+    struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[gpu], &me);
     uint64_t held = slot ? slot->bytes : 0;
     if (bytes > held) {
         sg_unlock(s);
@@ -494,12 +504,12 @@ uint64_t simgpu_held(simgpu_t *s, int gpu)
 {
     if (!gpu_index_ok(s, gpu))
         return 0;
-    pid_t pid = getpid();
-    uint64_t starttime = sg_self_starttime();
+    struct sg_ident me;
+    sg_self_ident(s, &me);
     if (sg_lock(s) < 0)
         return 0;
     sg_reap_locked(s);
-    struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[gpu], pid, starttime);
+    struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[gpu], &me);
     uint64_t held = slot ? slot->bytes : 0;
     sg_unlock(s);
     return held;
@@ -511,16 +521,17 @@ int simgpu_set_utilization(simgpu_t *s, int gpu, unsigned percent)
         return -1;
     if (percent > 100)
         percent = 100;
-    pid_t pid = getpid();
-    uint64_t starttime = sg_self_starttime();
+    struct sg_ident me;
+    sg_self_ident(s, &me);
     if (sg_lock(s) < 0)
         return -1;
     sg_reap_locked(s);
     struct gpu_record *rec = &s->hdr->gpus[gpu];
-    struct proc_slot *slot = sg_own_slot_locked(rec, pid, starttime);
+    struct proc_slot *slot = sg_own_slot_locked(rec, &me);
     if (!slot && percent > 0) {
         /* A process busy on the GPU without memory of its own: give it an empty slot. */
-        slot = sg_take_slot_locked(rec, pid, starttime, 0);
+        sg_ident_learn_locked(s, &me);
+        slot = sg_take_slot_locked(rec, &me, 0);
         if (!slot) {
             sg_unlock(s);
             errno = ENOSPC;

@@ -9,10 +9,26 @@
  *
  * Allocation is like cudaMalloc: simgpu_alloc either takes the bytes for the calling
  * process or fails (-1, errno ENOMEM) when used + bytes > total. Memory belongs to a pid.
- * A process that dies (even by SIGKILL) is detected on the next access by anyone: its pid
- * is gone, or its /proc starttime changed (pid reuse); its memory is then released after the
+ * A process that dies (even by SIGKILL) is detected on the next access by any process that
+ * can see it (see "Pid namespaces"): its pid is gone, or its /proc starttime changed (pid
+ * reuse), or it is a zombie; its memory is then released after the
  * set's release delay (the driver's lag), scaled by SIMGPU_TIMESCALE. Until then it still
  * shows as used, held by that (dead) pid, as NVML does.
+ *
+ * Pid namespaces (containers). The pids this API reports (simgpu_processes, park lists) are
+ * host pids, as NVML's are: pids in the pid namespace of the process that created the set.
+ * A process of another namespace (podman/docker with a private pid namespace, `unshare
+ * --pid --fork --mount-proc`) is booked under its namespace's pid and starttime, and any
+ * process of the creator's namespace that uses the set afterwards (vramd's NVML queries,
+ * `simgpu show`, a host simworker) finds its host pid in /proc; until then it is reported as
+ * pid 0 (simgpu_proc_t.ns_pid says which it is). A process only marks dead what it can see:
+ * its own namespace's processes, or (creator's namespace) any translated one. What a
+ * container needs: the set's shm object, /dev/shm/simgpu.NAME, shared with the host
+ * (`-v /dev/shm/simgpu.NAME:/dev/shm/simgpu.NAME`, or --ipc=host); SIMGPU=NAME (and
+ * SIMGPU_TIMESCALE as the host uses) in its environment; the simulated binaries and
+ * libraries (simworker, libnvidia-ml-sim.so, libcuda-sim.so) bind-mounted or installed; its
+ * own /proc (every container runtime mounts one). pid arguments (simgpu_cuda_*) are read in
+ * the caller's namespace: host pids on the host side, the container's own pids inside it.
  *
  * Time: simgpu_timescale() reads SIMGPU_TIMESCALE (default 1.0; 0.01 = 100x faster);
  * simgpu_scaled_ms() applies it to a simulated duration.
@@ -44,9 +60,12 @@ typedef struct simgpu_info {
 } simgpu_info_t;
 
 typedef struct simgpu_proc {
-    pid_t pid;
+    pid_t pid; /* host pid (the creator's pid namespace); 0 while not known */
     uint64_t used;
-    bool dead; /* exited, memory not yet released */
+    bool dead;       /* exited, memory not yet released */
+    bool other_ns;   /* it lives in another pid namespace than the set's creator */
+    pid_t ns_pid;    /* its pid in its own namespace (== pid when !other_ns) */
+    uint64_t pid_ns; /* that namespace's inode (/proc/PID/ns/pid) */
 } simgpu_proc_t;
 
 /* Create a new set (fails if it exists). release_delay_ms is in simulated time. */
@@ -122,7 +141,9 @@ enum simgpu_cuda_state {
 enum simgpu_park_op { SIMGPU_OP_NONE = 0, SIMGPU_OP_CHECKPOINTING = 1, SIMGPU_OP_RESTORING = 2 };
 
 typedef struct simgpu_park_info {
-    pid_t pid;
+    pid_t pid;       /* host pid, as simgpu_proc_t's; 0 while not known */
+    bool other_ns;   /* in another pid namespace than the set's creator */
+    pid_t ns_pid;    /* its pid in its own namespace */
     int state; /* enum simgpu_cuda_state */
     int op;    /* enum simgpu_park_op */
     bool gate; /* registered */

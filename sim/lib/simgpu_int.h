@@ -7,8 +7,13 @@
  *
  *     struct set_header                      magic, version, layout sizes, robust mutex,
  *                                            n_gpus, release delays, PCIe bandwidth,
+ *                                            the creator's pid namespace,
  *                                            parks[SIMGPU_MAX_PROCS] (checkpoint state)
  *     struct gpu_record gpus[n_gpus]         total, name, uuid, slots[SIMGPU_MAX_PROCS]
+ *
+ * A process is named by a struct sg_ident (simgpu_proc.c): its pid namespace, its pid in
+ * that namespace, its starttime, and its host pid (its pid in the set creator's namespace),
+ * which a host-side accessor fills in for a process of another namespace.
  *
  * Every field below is read and written under the set's mutex (sg_lock), except magic
  * (published last by the creator) and the immutable fields written before it.
@@ -24,13 +29,24 @@
 #include "simgpu.h"
 
 #define SET_MAGIC 0x31555047304d4953ULL /* "SIM0GPU1" */
-#define SET_VERSION 2u                  /* 2: PCIe bandwidth and the park table */
+#define SET_VERSION 3u                  /* 2: PCIe bandwidth and the park table; 3: pid namespaces */
 #define SET_NAME_LEN_MAX 200
+
+#define SG_HOST_PID_GONE (-1) /* sg_ident.host_pid: a host-side scan found no such process */
+
+/* Who a process is, whatever pid namespace it lives in (simgpu_proc.c). Two idents are the
+ * same process when ns_ino, ns_pid and starttime are equal (host_pid is derived). */
+struct sg_ident {
+    uint64_t ns_ino;    /* inode of its pid namespace (/proc/PID/ns/pid) */
+    uint64_t starttime; /* /proc/PID/stat field 22, clock ticks since boot, as every namespace sees it */
+    int32_t ns_pid;     /* its pid in ns_ino (getpid() there) */
+    int32_t host_pid;   /* its pid in the set creator's namespace; 0 not known yet, SG_HOST_PID_GONE */
+    uint64_t xlate_ms;  /* when a host-side scan last failed to settle host_pid (0: never tried) */
+};
 
 struct proc_slot {
     uint32_t in_use; /* written last when a slot is taken */
-    int32_t pid;
-    uint64_t starttime; /* /proc/PID/stat field 22, clock ticks since boot */
+    struct sg_ident id;
     uint64_t bytes;
     uint32_t dead;
     uint32_t utilization; /* 0..100, set by the process itself */
@@ -48,15 +64,13 @@ struct gpu_record {
  * RUNNING with nothing parked. */
 struct park_slot {
     uint32_t in_use;
-    int32_t pid;
-    uint64_t starttime;
+    struct sg_ident id;
     uint32_t state;        /* enum simgpu_cuda_state */
     uint32_t gate;         /* 1: the process registered and stops its GPU work when asked */
     uint32_t lock_request; /* a lock waiting for the process to stop (sequence number), 0 none */
     uint32_t acked;        /* the last lock_request the process said it stopped for */
     uint32_t op;           /* enum simgpu_park_op in progress */
-    int32_t op_pid;        /* the caller running op (its death abandons/completes op) */
-    uint64_t op_starttime;
+    struct sg_ident op_id; /* the caller running op (its death abandons/completes op) */
     uint64_t parked[SIMGPU_MAX_GPUS]; /* host bytes, by the GPU they came from */
 };
 
@@ -72,6 +86,7 @@ struct set_header {
     char set_name[SET_NAME_LEN_MAX + 1];
     uint64_t pcie_bw;   /* bytes per simulated second for checkpoint/restore copies */
     uint32_t park_seq;  /* the last lock request number handed out */
+    uint64_t creator_ns_ino; /* the creator's pid namespace: "host side" (immutable) */
     struct park_slot parks[SIMGPU_MAX_PROCS];
     struct gpu_record gpus[];
 };
@@ -82,31 +97,61 @@ struct simgpu {
     int n_gpus;
     /* this process's park slot, once registered (simgpu_gate_register) */
     int park_index; /* -1: none */
-    pid_t own_pid;
-    uint64_t own_starttime;
+    struct sg_ident own; /* who registered it (own.ns_pid: getpid() then) */
+    /* this process's pid namespace (read at simgpu_open; a process never changes its own) */
+    uint64_t self_ns_ino;
+    bool host_side; /* self_ns_ino is the creator's namespace */
+    bool proc_ok;   /* /proc is this namespace's (it names this process getpid()) */
 };
 
 enum proc_state { PROC_ALIVE, PROC_GONE, PROC_UNKNOWN };
 
-/* simgpu_table.c */
+/* simgpu_proc.c */
 uint64_t sg_monotonic_ms(void);
+/* Reads /proc/<pid>/stat (pid 0: /proc/self/stat): its pid field, state and starttime. */
+int sg_proc_stat(pid_t pid, pid_t *pid_out, char *state, uint64_t *starttime);
+/* The calling process's starttime (from /proc/self/stat), 0 when unreadable. */
 uint64_t sg_self_starttime(void);
+/* Is (pid, starttime) still the live process, pid as the caller's /proc names it? */
 enum proc_state sg_proc_check(pid_t pid, uint64_t starttime);
+/* The inode of the calling process's pid namespace, 0 when /proc does not tell. */
+uint64_t sg_pidns_self(void);
+/* Fills s->self_ns_ino, host_side, proc_ok (at open). */
+void sg_pidns_init(simgpu_t *s);
+/* The calling process as it is now (host_pid filled when it is on the host side). */
+void sg_self_ident(simgpu_t *s, struct sg_ident *out);
+bool sg_ident_same(const struct sg_ident *a, const struct sg_ident *b);
+/* Whether id is the process the caller calls pid (a host pid on the host side, else a pid
+ * of the caller's own namespace). */
+bool sg_ident_is_pid(simgpu_t *s, const struct sg_ident *id, pid_t pid);
+/* The pid to report (host pid), 0 when it is not known. */
+pid_t sg_ident_host_pid(const struct sg_ident *id);
+/* Whether id's process is alive, as far as the caller can judge: PROC_UNKNOWN when it lives
+ * in a namespace the caller cannot see into. */
+enum proc_state sg_ident_check(simgpu_t *s, const struct sg_ident *id);
+/* Host side only: finds the host pid of every live process of another namespace that has
+ * none yet (one bounded /proc scan, only when there is one). */
+void sg_translate_locked(simgpu_t *s);
+/* Copies into id (without a host pid yet) the host pid the set already knows for it. */
+void sg_ident_learn_locked(simgpu_t *s, struct sg_ident *id);
+
+/* simgpu_table.c */
 int sg_lock(simgpu_t *s);
 void sg_unlock(simgpu_t *s);
 /* Marks processes that died in the GPU slots, and frees the slots whose release delay passed. */
 void sg_reap_slots_locked(simgpu_t *s);
 uint64_t sg_used_locked(const struct gpu_record *gpu);
-struct proc_slot *sg_own_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime);
-struct proc_slot *sg_take_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime,
+struct proc_slot *sg_own_slot_locked(struct gpu_record *gpu, const struct sg_ident *id);
+struct proc_slot *sg_take_slot_locked(struct gpu_record *gpu, const struct sg_ident *id,
                                       uint64_t bytes);
 
 /* simgpu_park.c */
-/* Marks dead processes (GPU slots, then park slots: their host bytes are freed with them,
- * and operations whose caller died end) and releases what is due. */
+/* Translates host pids (host side), marks dead processes (GPU slots, then park slots: their
+ * host bytes are freed with them, and operations whose caller died end) and releases what
+ * is due. */
 void sg_reap_locked(simgpu_t *s);
-/* Whether (pid, starttime) may not touch GPU memory now (locked, checkpointed, failed). */
-bool sg_park_blocks_locked(simgpu_t *s, pid_t pid, uint64_t starttime);
+/* Whether process id may not touch GPU memory now (locked, checkpointed, failed). */
+bool sg_park_blocks_locked(simgpu_t *s, const struct sg_ident *id);
 /* The default bandwidth of a new set: $SIMGPU_PCIE_BW, else SIMGPU_DEFAULT_PCIE_BW. */
 uint64_t sg_default_pcie_bw(void);
 

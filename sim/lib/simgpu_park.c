@@ -4,7 +4,10 @@
  * in vramd or simcuda-checkpoint) and the parked process (simworker) see the same thing.
  *
  * Invariants (all under the set's mutex):
- *   - A process has at most one park slot, keyed by (pid, starttime) like the GPU slots.
+ *   - A process has at most one park slot, keyed by its ident (pid namespace, pid there,
+ *     starttime) like the GPU slots. A controller names a process by pid as it sees it: a
+ *     host pid on the host side (simcuda-checkpoint --pid HOSTPID, vramd), a pid of its own
+ *     namespace elsewhere (sg_ident_is_pid); the host pid is found before (sg_reap_locked).
  *   - CHECKPOINTED: the process holds no live GPU slot; its bytes are in parked[]. Every
  *     other state: parked[] is all zero, except during a restore (op RESTORING), when the
  *     bytes are both on the GPUs (allocated at the start) and in parked[] (freed at the end).
@@ -122,25 +125,37 @@ uint64_t simgpu_copy_ms(simgpu_t *s, uint64_t bytes)
 
 /* ---- the table (caller holds the lock) ---- */
 
-static struct park_slot *find_park(simgpu_t *s, pid_t pid, uint64_t starttime)
+/* The park slot of process id. */
+static struct park_slot *find_park(simgpu_t *s, const struct sg_ident *id)
 {
     for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
         struct park_slot *p = &s->hdr->parks[i];
-        if (p->in_use && p->pid == pid && (starttime == 0 || p->starttime == starttime))
+        if (p->in_use && sg_ident_same(&p->id, id))
             return p;
     }
     return NULL;
 }
 
-static struct park_slot *take_park(simgpu_t *s, pid_t pid, uint64_t starttime)
+/* The park slot of the process the caller calls pid. */
+static struct park_slot *find_park_pid(simgpu_t *s, pid_t pid)
+{
+    for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
+        struct park_slot *p = &s->hdr->parks[i];
+        if (p->in_use && sg_ident_is_pid(s, &p->id, pid))
+            return p;
+    }
+    return NULL;
+}
+
+static struct park_slot *take_park(simgpu_t *s, const struct sg_ident *id)
 {
     for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
         struct park_slot *p = &s->hdr->parks[i];
         if (p->in_use)
             continue;
         memset(p, 0, sizeof *p);
-        p->pid = pid;
-        p->starttime = starttime;
+        p->id = *id;
+        p->id.xlate_ms = 0;
         p->state = SIMGPU_CUDA_RUNNING;
         __atomic_store_n(&p->in_use, 1, __ATOMIC_RELEASE);
         return p;
@@ -164,48 +179,47 @@ static void park_maybe_free(struct park_slot *p)
         p->in_use = 0;
 }
 
-/* The live GPU slot of (pid, starttime) on some GPU, to tell a CUDA process of this set. */
-static uint64_t gpu_starttime_of(simgpu_t *s, pid_t pid, bool *found)
+/* Whether the process the caller calls pid has a live GPU slot on some GPU (a CUDA process
+ * of this set); its ident into *out. */
+static bool gpu_ident_of(simgpu_t *s, pid_t pid, struct sg_ident *out)
 {
-    *found = false;
     for (int g = 0; g < s->n_gpus; g++) {
         const struct gpu_record *gpu = &s->hdr->gpus[g];
         for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
             const struct proc_slot *slot = &gpu->slots[i];
-            if (slot->in_use && !slot->dead && slot->pid == pid) {
-                *found = true;
-                return slot->starttime;
+            if (slot->in_use && !slot->dead && sg_ident_is_pid(s, &slot->id, pid)) {
+                *out = slot->id;
+                return true;
             }
         }
     }
-    return 0;
+    return false;
 }
 
 /* The park slot of pid, made when pid holds memory here but has none yet (make). NULL with
  * errno ESRCH (no such process here) or ENOSPC. */
 static struct park_slot *park_of(simgpu_t *s, pid_t pid, bool make)
 {
-    struct park_slot *p = find_park(s, pid, 0);
+    struct park_slot *p = find_park_pid(s, pid);
     if (p)
         return p;
-    bool found = false;
-    uint64_t starttime = gpu_starttime_of(s, pid, &found);
-    if (!found || !make) {
+    struct sg_ident id;
+    if (!gpu_ident_of(s, pid, &id) || !make) {
         errno = ESRCH;
         return NULL;
     }
-    p = take_park(s, pid, starttime);
+    p = take_park(s, &id);
     if (!p)
         errno = ENOSPC;
     return p;
 }
 
-/* Whether (pid, starttime) holds a live GPU slot: sg_reap_locked has just checked those
- * processes, so no second /proc read is needed for them. */
-static bool live_on_gpu(simgpu_t *s, pid_t pid, uint64_t starttime)
+/* Whether process id holds a live GPU slot: sg_reap_locked has just checked those processes
+ * (as far as the caller can judge them), so no second /proc read is needed for them. */
+static bool live_on_gpu(simgpu_t *s, const struct sg_ident *id)
 {
     for (int g = 0; g < s->n_gpus; g++)
-        if (sg_own_slot_locked(&s->hdr->gpus[g], pid, starttime))
+        if (sg_own_slot_locked(&s->hdr->gpus[g], id))
             return true;
     return false;
 }
@@ -216,12 +230,11 @@ static void park_reap_locked(simgpu_t *s)
         struct park_slot *p = &s->hdr->parks[i];
         if (!p->in_use)
             continue;
-        if (!live_on_gpu(s, p->pid, p->starttime) &&
-            sg_proc_check(p->pid, p->starttime) == PROC_GONE) {
+        if (!live_on_gpu(s, &p->id) && sg_ident_check(s, &p->id) == PROC_GONE) {
             p->in_use = 0; /* its host memory goes with it */
             continue;
         }
-        if (p->op != SIMGPU_OP_NONE && sg_proc_check(p->op_pid, p->op_starttime) == PROC_GONE) {
+        if (p->op != SIMGPU_OP_NONE && sg_ident_check(s, &p->op_id) == PROC_GONE) {
             if (p->op == SIMGPU_OP_RESTORING) {
                 memset(p->parked, 0, sizeof p->parked); /* already on the GPUs */
                 p->state = SIMGPU_CUDA_LOCKED;
@@ -231,9 +244,9 @@ static void park_reap_locked(simgpu_t *s)
     }
 }
 
-bool sg_park_blocks_locked(simgpu_t *s, pid_t pid, uint64_t starttime)
+bool sg_park_blocks_locked(simgpu_t *s, const struct sg_ident *id)
 {
-    const struct park_slot *p = find_park(s, pid, starttime);
+    const struct park_slot *p = find_park(s, id);
     return p && p->state != SIMGPU_CUDA_RUNNING;
 }
 
@@ -241,10 +254,10 @@ bool sg_park_blocks_locked(simgpu_t *s, pid_t pid, uint64_t starttime)
 
 static struct park_slot *own_park(simgpu_t *s)
 {
-    if (s->park_index < 0 || s->own_pid != getpid())
+    if (s->park_index < 0 || s->own.ns_pid != (int32_t)getpid())
         return NULL;
     struct park_slot *p = &s->hdr->parks[s->park_index];
-    if (!p->in_use || p->pid != s->own_pid || p->starttime != s->own_starttime)
+    if (!p->in_use || !sg_ident_same(&p->id, &s->own))
         return NULL;
     return p;
 }
@@ -255,14 +268,15 @@ int simgpu_gate_register(simgpu_t *s)
         errno = EINVAL;
         return -1;
     }
-    pid_t pid = getpid();
-    uint64_t starttime = sg_self_starttime();
+    struct sg_ident me;
+    sg_self_ident(s, &me);
     if (sg_lock(s) < 0)
         return -1;
     sg_reap_locked(s);
-    struct park_slot *p = find_park(s, pid, starttime);
+    sg_ident_learn_locked(s, &me); /* a process of another namespace: its host pid if known */
+    struct park_slot *p = find_park(s, &me);
     if (!p)
-        p = take_park(s, pid, starttime);
+        p = take_park(s, &me);
     if (!p) {
         sg_unlock(s);
         errno = ENOSPC;
@@ -270,8 +284,7 @@ int simgpu_gate_register(simgpu_t *s)
     }
     p->gate = 1;
     s->park_index = (int)(p - s->hdr->parks);
-    s->own_pid = pid;
-    s->own_starttime = starttime;
+    s->own = me;
     sg_unlock(s);
     return 0;
 }
@@ -318,9 +331,8 @@ int simgpu_cuda_state(simgpu_t *s, pid_t pid, int *state)
         return -1;
     sg_reap_locked(s);
     const struct park_slot *p = park_of(s, pid, false);
-    bool found = p != NULL;
-    if (!p)
-        gpu_starttime_of(s, pid, &found);
+    struct sg_ident id;
+    bool found = p != NULL || gpu_ident_of(s, pid, &id);
     if (found)
         *state = p ? (int)p->state : SIMGPU_CUDA_RUNNING;
     sg_unlock(s);
@@ -333,14 +345,14 @@ int simgpu_cuda_state(simgpu_t *s, pid_t pid, int *state)
 
 /* Waits for the registered process to stop for request seq. 0 when it did (state LOCKED),
  * -1 ETIMEDOUT (request withdrawn, still RUNNING) or ESRCH (it died). */
-static int lock_wait(simgpu_t *s, pid_t pid, uint64_t starttime, uint32_t seq, uint64_t timeout_ms)
+static int lock_wait(simgpu_t *s, const struct sg_ident *id, uint32_t seq, uint64_t timeout_ms)
 {
     uint64_t started = monotonic_us();
     for (;;) {
         if (sg_lock(s) < 0)
             return -1;
         sg_reap_locked(s);
-        struct park_slot *p = find_park(s, pid, starttime);
+        struct park_slot *p = find_park(s, id);
         if (!p || p->lock_request != seq) {
             sg_unlock(s);
             errno = ESRCH;
@@ -392,18 +404,17 @@ int simgpu_cuda_lock(simgpu_t *s, pid_t pid, uint64_t timeout_ms)
     if (seq == 0)
         seq = ++s->hdr->park_seq;
     p->lock_request = seq;
-    uint64_t starttime = p->starttime;
+    struct sg_ident id = p->id;
     sg_unlock(s);
-    return lock_wait(s, pid, starttime, seq, timeout_ms);
+    return lock_wait(s, &id, seq, timeout_ms);
 }
 
 /* Starts op on pid, which must be in state `need`; returns its slot's identity. */
-static int op_begin(simgpu_t *s, pid_t pid, int need, int op, uint64_t *starttime)
+static int op_begin(simgpu_t *s, pid_t pid, int need, int op, struct sg_ident *id)
 {
     struct park_slot *p = park_of(s, pid, false);
     if (!p) {
-        bool found = false;
-        gpu_starttime_of(s, pid, &found);
+        bool found = gpu_ident_of(s, pid, id);
         errno = found ? EBUSY : ESRCH; /* a process of the set that is merely RUNNING */
         return -1;
     }
@@ -412,19 +423,19 @@ static int op_begin(simgpu_t *s, pid_t pid, int need, int op, uint64_t *starttim
         return -1;
     }
     p->op = (uint32_t)op;
-    p->op_pid = (int32_t)getpid();
-    p->op_starttime = sg_self_starttime();
-    *starttime = p->starttime;
+    sg_self_ident(s, &p->op_id);
+    *id = p->id;
     return 0;
 }
 
-/* The slot of (pid, starttime) still running op, after the copy time; NULL with ESRCH when
- * the process died (or the operation was ended for it) meanwhile. */
-static struct park_slot *op_resume(simgpu_t *s, pid_t pid, uint64_t starttime, int op)
+/* The slot of process id still running op, after the copy time; NULL with ESRCH when the
+ * process died (or the operation was ended for it) meanwhile. */
+static struct park_slot *op_resume(simgpu_t *s, const struct sg_ident *id, int op)
 {
     sg_reap_locked(s);
-    struct park_slot *p = find_park(s, pid, starttime);
-    if (!p || (int)p->op != op || p->op_pid != (int32_t)getpid()) {
+    struct park_slot *p = find_park(s, id);
+    if (!p || (int)p->op != op || p->op_id.ns_pid != (int32_t)getpid() ||
+        p->op_id.ns_ino != s->self_ns_ino) {
         errno = ESRCH;
         return NULL;
     }
@@ -437,18 +448,19 @@ int simgpu_cuda_checkpoint(simgpu_t *s, pid_t pid)
         errno = EINVAL;
         return -1;
     }
-    uint64_t starttime = 0, bytes = 0;
+    struct sg_ident id;
+    uint64_t bytes = 0;
     if (sg_lock(s) < 0)
         return -1;
     sg_reap_locked(s);
-    if (op_begin(s, pid, SIMGPU_CUDA_LOCKED, SIMGPU_OP_CHECKPOINTING, &starttime) < 0) {
+    if (op_begin(s, pid, SIMGPU_CUDA_LOCKED, SIMGPU_OP_CHECKPOINTING, &id) < 0) {
         int e = errno;
         sg_unlock(s);
         errno = e;
         return -1;
     }
     for (int g = 0; g < s->n_gpus; g++) {
-        const struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[g], pid, starttime);
+        const struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[g], &id);
         bytes += slot ? slot->bytes : 0;
     }
     sg_unlock(s);
@@ -457,14 +469,14 @@ int simgpu_cuda_checkpoint(simgpu_t *s, pid_t pid)
 
     if (sg_lock(s) < 0)
         return -1;
-    struct park_slot *p = op_resume(s, pid, starttime, SIMGPU_OP_CHECKPOINTING);
+    struct park_slot *p = op_resume(s, &id, SIMGPU_OP_CHECKPOINTING);
     if (!p) {
         sg_unlock(s);
         errno = ESRCH;
         return -1;
     }
     for (int g = 0; g < s->n_gpus; g++) {
-        struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[g], pid, starttime);
+        struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[g], &id);
         if (!slot)
             continue;
         p->parked[g] += slot->bytes;
@@ -493,7 +505,7 @@ static int restore_allocate(simgpu_t *s, struct park_slot *p)
     for (int g = 0; g < s->n_gpus; g++) {
         if (!p->parked[g])
             continue;
-        taken[g] = sg_take_slot_locked(&s->hdr->gpus[g], p->pid, p->starttime, p->parked[g]);
+        taken[g] = sg_take_slot_locked(&s->hdr->gpus[g], &p->id, p->parked[g]);
         if (!taken[g]) {
             for (int k = 0; k < g; k++)
                 if (taken[k])
@@ -511,17 +523,17 @@ int simgpu_cuda_restore(simgpu_t *s, pid_t pid)
         errno = EINVAL;
         return -1;
     }
-    uint64_t starttime = 0;
+    struct sg_ident id;
     if (sg_lock(s) < 0)
         return -1;
     sg_reap_locked(s);
-    if (op_begin(s, pid, SIMGPU_CUDA_CHECKPOINTED, SIMGPU_OP_RESTORING, &starttime) < 0) {
+    if (op_begin(s, pid, SIMGPU_CUDA_CHECKPOINTED, SIMGPU_OP_RESTORING, &id) < 0) {
         int e = errno;
         sg_unlock(s);
         errno = e;
         return -1;
     }
-    struct park_slot *p = find_park(s, pid, starttime);
+    struct park_slot *p = find_park(s, &id);
     if (restore_allocate(s, p) < 0) {
         p->op = SIMGPU_OP_NONE;
         sg_unlock(s);
@@ -535,7 +547,7 @@ int simgpu_cuda_restore(simgpu_t *s, pid_t pid)
 
     if (sg_lock(s) < 0)
         return -1;
-    p = op_resume(s, pid, starttime, SIMGPU_OP_RESTORING);
+    p = op_resume(s, &id, SIMGPU_OP_RESTORING);
     if (!p) {
         sg_unlock(s);
         errno = ESRCH;
@@ -559,8 +571,8 @@ int simgpu_cuda_unlock(simgpu_t *s, pid_t pid)
     sg_reap_locked(s);
     struct park_slot *p = park_of(s, pid, false);
     if (!p) {
-        bool found = false;
-        gpu_starttime_of(s, pid, &found);
+        struct sg_ident id;
+        bool found = gpu_ident_of(s, pid, &id);
         sg_unlock(s);
         errno = found ? EBUSY : ESRCH;
         return -1;
@@ -593,7 +605,9 @@ int simgpu_park_list(simgpu_t *s, simgpu_park_info_t *out, size_t cap, size_t *n
         if (count < cap) {
             simgpu_park_info_t *o = &out[count];
             memset(o, 0, sizeof *o);
-            o->pid = p->pid;
+            o->pid = sg_ident_host_pid(&p->id);
+            o->other_ns = p->id.ns_ino != s->hdr->creator_ns_ino;
+            o->ns_pid = p->id.ns_pid;
             o->state = (int)p->state;
             o->op = (int)p->op;
             o->gate = p->gate != 0;
@@ -610,6 +624,7 @@ int simgpu_park_list(simgpu_t *s, simgpu_park_info_t *out, size_t cap, size_t *n
 
 void sg_reap_locked(simgpu_t *s)
 {
+    sg_translate_locked(s); /* host side, only when some process has no host pid yet */
     sg_reap_slots_locked(s);
     park_reap_locked(s);
 }

@@ -1,7 +1,7 @@
 /*
- * simgpu_table.c: the lowest room of the simulated GPU set: the clock, processes identified
- * by pid and /proc starttime, the set's robust mutex, and the GPU slot table (see simgpu.c's
- * top comment for the slot invariants and simgpu_int.h for the layout). Both simgpu.c (the
+ * simgpu_table.c: the time scale, the set's robust mutex, and the GPU slot table (see
+ * simgpu.c's top comment for the slot invariants and simgpu_int.h for the layout). It builds
+ * on simgpu_proc.c (the clock, who a process is and whether it is alive); both simgpu.c (the
  * public API) and simgpu_park.c (the checkpoint state) build on it; it calls neither.
  */
 #include "simgpu.h"
@@ -9,22 +9,10 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-uint64_t sg_monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 double simgpu_timescale(void)
 {
@@ -44,75 +32,6 @@ uint64_t simgpu_scaled_ms(uint64_t simulated_ms)
     if (v >= 1.8e19)
         return UINT64_MAX;
     return (uint64_t)(v + 0.5); /* no llround: the .so links without libm */
-}
-
-static int proc_stat_read(pid_t pid, char *state, uint64_t *starttime)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    int saved = errno;
-    close(fd);
-    if (n <= 0) {
-        errno = n < 0 ? saved : ENOENT;
-        return -1;
-    }
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
-    if (!p || p[1] != ' ') {
-        errno = EIO;
-        return -1;
-    }
-    p += 2;
-    *state = *p;
-    /* p is at field 3 (state); starttime is field 22: skip 19 separators. */
-    for (int field = 3; field < 22; field++) {
-        p = strchr(p, ' ');
-        if (!p) {
-            errno = EIO;
-            return -1;
-        }
-        p++;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(p, &end, 10);
-    if (end == p || errno) {
-        errno = EIO;
-        return -1;
-    }
-    *starttime = v;
-    return 0;
-}
-
-uint64_t sg_self_starttime(void)
-{
-    char state;
-    uint64_t st = 0;
-    if (proc_stat_read(getpid(), &state, &st) < 0)
-        return 0;
-    return st;
-}
-
-/* Is (pid, starttime) still the live process that took the slot? */
-enum proc_state sg_proc_check(pid_t pid, uint64_t starttime)
-{
-    if (pid <= 0)
-        return PROC_GONE;
-    if (kill(pid, 0) < 0 && errno == ESRCH)
-        return PROC_GONE;
-    char state;
-    uint64_t st;
-    if (proc_stat_read(pid, &state, &st) < 0)
-        return errno == ENOENT || errno == ESRCH ? PROC_GONE : PROC_UNKNOWN;
-    if (state == 'Z' || state == 'X')
-        return PROC_GONE;
-    if (starttime != 0 && st != starttime)
-        return PROC_GONE;
-    return PROC_ALIVE;
 }
 
 /* ---- locking ---- */
@@ -149,7 +68,8 @@ void sg_reap_slots_locked(simgpu_t *s)
             struct proc_slot *slot = &gpu->slots[i];
             if (!slot->in_use)
                 continue;
-            if (!slot->dead && sg_proc_check(slot->pid, slot->starttime) == PROC_GONE) {
+            /* only a process that can see the slot's process judges it (simgpu_proc.c) */
+            if (!slot->dead && sg_ident_check(s, &slot->id) == PROC_GONE) {
                 slot->dead_since_ms = now;
                 slot->utilization = 0;
                 slot->dead = 1;
@@ -169,26 +89,26 @@ uint64_t sg_used_locked(const struct gpu_record *gpu)
     return used;
 }
 
-struct proc_slot *sg_own_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime)
+struct proc_slot *sg_own_slot_locked(struct gpu_record *gpu, const struct sg_ident *id)
 {
     for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
         struct proc_slot *slot = &gpu->slots[i];
-        if (slot->in_use && !slot->dead && slot->pid == pid && slot->starttime == starttime)
+        if (slot->in_use && !slot->dead && sg_ident_same(&slot->id, id))
             return slot;
     }
     return NULL;
 }
 
-/* Take an unused slot for (pid, starttime) holding bytes; NULL when the table is full. */
-struct proc_slot *sg_take_slot_locked(struct gpu_record *gpu, pid_t pid, uint64_t starttime,
-                                          uint64_t bytes)
+/* Take an unused slot for process id holding bytes; NULL when the table is full. */
+struct proc_slot *sg_take_slot_locked(struct gpu_record *gpu, const struct sg_ident *id,
+                                      uint64_t bytes)
 {
     for (int i = 0; i < SIMGPU_MAX_PROCS; i++) {
         struct proc_slot *slot = &gpu->slots[i];
         if (slot->in_use)
             continue;
-        slot->pid = pid;
-        slot->starttime = starttime;
+        slot->id = *id;
+        slot->id.xlate_ms = 0;
         slot->bytes = bytes;
         slot->dead = 0;
         slot->dead_since_ms = 0;

@@ -20,6 +20,10 @@
  *     gpuInstanceId/computeInstanceId are 0xFFFFFFFF (no MIG), as on a non-MIG GPU.
  *   - Name/UUID/driver-version buffers that are too small give INSUFFICIENT_SIZE.
  *   - CUDA_VISIBLE_DEVICES is ignored (NVML ignores it too): all GPUs of the set are listed.
+ *   - Process pids are host pids, also for processes in a container's pid namespace: loaded
+ *     on the host (the set creator's namespace), every query first finds the host pid of any
+ *     such process that has none yet (simgpu_processes, simgpu.h "Pid namespaces"); one
+ *     whose host pid is not known is listed as pid 0.
  *
  * Thread safety: a process-wide rwlock; every query holds it shared, init/shutdown hold it
  * exclusive, so a shutdown cannot unmap the set under a running query. Device handles point

@@ -10,13 +10,16 @@
  *
  * Sizes and durations use src/common/units.h ("24GiB", "1.5s"). `alloc` is a process that
  * takes memory and holds it (foreign usage, as another program on the card would): it prints
- * one line "allocated BYTES on gpu I of NAME pid PID" when it holds the memory, then holds it
- * for --hold (simulated time, scaled by SIMGPU_TIMESCALE; default: until SIGTERM/SIGINT),
- * frees it (as cudaFree would) and exits 0. A SIGKILLed holder leaves its memory to the
+ * one line "allocated BYTES on gpu I of NAME pid PID" (PID: getpid(), its pid in its own pid
+ * namespace) when it holds the memory, then holds it for --hold (simulated time, scaled by
+ * SIMGPU_TIMESCALE; default: until SIGTERM/SIGINT), frees it (as cudaFree would) and exits 0. A SIGKILLed holder leaves its memory to the
  * set's release delay, like a crashed CUDA process.
  * `--pcie-bandwidth` is the simulated host<->GPU copy rate of checkpoint/restore
  * (libcuda-sim.so): "20GB/s" (the default, or $SIMGPU_PCIE_BW), "16GiB/s", "2e9".
  * `show` lists each process's CUDA checkpoint state and its parked (host) bytes, per GPU.
+ * Pids are host pids (see simgpu.h); a process of another pid namespace (a container) also
+ * shows its pid there ("ns_pid", "pid_ns" in JSON) and pid 0 until the host side found its
+ * host pid (show, run on the host, finds it).
  *
  * Exit codes: 0 ok, 1 error (message on stderr), 2 usage.
  */
@@ -221,7 +224,7 @@ static int cmd_rm(int argc, char **argv)
 static int park_state_of(const simgpu_park_info_t *parks, size_t n, pid_t pid)
 {
     for (size_t i = 0; i < n; i++)
-        if (parks[i].pid == pid)
+        if (pid > 0 && parks[i].pid == pid)
             return parks[i].state;
     return SIMGPU_CUDA_RUNNING;
 }
@@ -242,6 +245,8 @@ static bool add_parks_json(cJSON *root, const simgpu_park_info_t *parks, size_t 
             return false;
         cJSON_AddItemToArray(list, p);
         cJSON_AddNumberToObject(p, "pid", parks[i].pid);
+        if (parks[i].other_ns)
+            cJSON_AddNumberToObject(p, "ns_pid", parks[i].ns_pid);
         cJSON_AddStringToObject(p, "state", simgpu_cuda_state_name(parks[i].state));
         cJSON_AddStringToObject(p, "op", simgpu_park_op_name(parks[i].op));
         cJSON_AddBoolToObject(p, "registered", parks[i].gate);
@@ -331,6 +336,10 @@ static cJSON *set_to_json(simgpu_t *s, const char *name)
             cJSON_AddNumberToObject(p, "pid", procs[i].pid);
             cJSON_AddNumberToObject(p, "used", (double)procs[i].used);
             cJSON_AddBoolToObject(p, "dead", procs[i].dead);
+            if (procs[i].other_ns) { /* a process of another pid namespace (a container) */
+                cJSON_AddNumberToObject(p, "ns_pid", procs[i].ns_pid);
+                cJSON_AddNumberToObject(p, "pid_ns", (double)procs[i].pid_ns);
+            }
         }
         if (!add_gpu_parked_json(gpu, g, parks, n_parks))
             goto fail;
@@ -399,7 +408,11 @@ static int show_human(simgpu_t *s, const char *name)
         for (size_t i = 0; i < n; i++) {
             units_format_size(procs[i].used, a, sizeof a);
             int st = park_state_of(parks, n_parks, procs[i].pid);
-            printf("  pid %-8d %10s%s%s%s\n", (int)procs[i].pid, a,
+            char ns[64] = "";
+            if (procs[i].other_ns)
+                snprintf(ns, sizeof ns, "  (pid %d in pid namespace %llu)", (int)procs[i].ns_pid,
+                         (unsigned long long)procs[i].pid_ns);
+            printf("  pid %-8d %10s%s%s%s%s\n", (int)procs[i].pid, a, ns,
                    procs[i].dead ? "  (dead, release pending)" : "", st ? "  " : "",
                    st ? simgpu_cuda_state_name(st) : "");
         }

@@ -108,16 +108,18 @@ class Workers:
         env.update(extra or {})
         return env
 
-    def start(self, gpu_set, *flags, env=None, wait_ready=True):
+    def start(self, gpu_set, *flags, env=None, wait_ready=True, prefix=()):
         """Start a simworker; returns a Worker once it listens (and is ready, by default).
-        If it exits before listening, returns the Worker with proc already ended."""
+        If it exits before listening, returns the Worker with proc already ended.
+        prefix: a command that runs it (`unshare --pid --kill-child ...`); Worker.pid is then
+        that command's pid."""
         binary = simworker_bin()
         if not os.path.exists(binary):
             pytest.fail(f"{binary} is missing: build first (make)")
         n = len(self.started)
         log_path = self.tmp_path / f"simworker{n}.log"
         logf = open(log_path, "wb")
-        proc = subprocess.Popen([binary, "--port", "0", *[str(f) for f in flags]],
+        proc = subprocess.Popen([*prefix, binary, "--port", "0", *[str(f) for f in flags]],
                                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
                                 env=self.env(gpu_set, env))
         logf.close()
