@@ -325,9 +325,10 @@ static int adopt_run_cmd(model_config_t *m)
     const char *name = NULL;
     bool has_owner = false, has_parent = false;
     for (size_t i = 2; i < m->n_cmd; i++) {
-        if (strcmp(m->cmd[i], "--name") == 0 && i + 1 < m->n_cmd)
+        /* the first --name is run's: one after the image is the server's own flag */
+        if (!name && strcmp(m->cmd[i], "--name") == 0 && i + 1 < m->n_cmd)
             name = m->cmd[i + 1];
-        else if (strncmp(m->cmd[i], "--name=", 7) == 0)
+        else if (!name && strncmp(m->cmd[i], "--name=", 7) == 0)
             name = m->cmd[i] + 7;
         has_owner = has_owner || strstr(m->cmd[i], "vramd.owner=") != NULL;
         has_parent = has_parent || strncmp(m->cmd[i], "--cgroup-parent", 15) == 0;

@@ -444,7 +444,7 @@ static int open_cgroups(vramd_t *d, const config_t *cfg, char *err, size_t errle
         log_event(LOG_WARN, "cgroup_swept", "killed=%zu removed=%zu left=%d path=%s", killed, removed, left,
                   d->cgroups.rel);
     log_event(LOG_INFO, "cgroup_ready", "mode=%s path=%s kill=%s", cgroup_mode_name(d->cgroups.mode),
-              cgroup_tree_active(&d->cgroups) ? d->cgroups.join[0] : "", d->cgroups.has_kill ? "cgroup.kill"
+              cgroup_tree_active(&d->cgroups) ? d->cgroups.join[0] : "", d->cgroups.has_freeze ? "cgroup.freeze"
               : d->cgroups.freezer >= 0 ? "freezer" : "signals");
     return 0;
 }

@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpu/procfs.h"
+
 #define PROCS_READ_MAX (64 * 1024) /* bytes of one cgroup.procs read */
 #define KILL_PASSES 8              /* passes over the members without a freezer */
 
@@ -210,9 +212,9 @@ static int tree_open_v2(cgroup_tree_t *t, const mount_scan_t *s, const char *nam
         return -1;
     t->n_join = 1;
     t->freezer = -1;
-    char kill_file[CGROUP_PATH_MAX + 16];
-    snprintf(kill_file, sizeof kill_file, "%s/cgroup.kill", t->join[0]);
-    t->has_kill = access(kill_file, W_OK) == 0;
+    char freeze_file[CGROUP_PATH_MAX + 16];
+    snprintf(freeze_file, sizeof freeze_file, "%s/cgroup.freeze", t->join[0]);
+    t->has_freeze = access(freeze_file, F_OK) == 0;
     t->mode = CGROUP_V2;
     return 0;
 }
@@ -254,9 +256,9 @@ static int tree_open_path(cgroup_tree_t *t, const mount_scan_t *s, const char *p
         t->n_join = 1;
         t->freezer = -1;
         if (i == 0) {
-            char kill_file[CGROUP_PATH_MAX + 16];
-            snprintf(kill_file, sizeof kill_file, "%s/cgroup.kill", t->join[0]);
-            t->has_kill = access(kill_file, W_OK) == 0;
+            char freeze_file[CGROUP_PATH_MAX + 16];
+            snprintf(freeze_file, sizeof freeze_file, "%s/cgroup.freeze", t->join[0]);
+            t->has_freeze = access(freeze_file, F_OK) == 0;
             t->mode = CGROUP_V2;
         } else {
             if (open_in(s->freezer, t->rel, t->join[1], sizeof t->join[1]) == 0) {
@@ -451,38 +453,51 @@ typedef struct signal_ctx {
     pid_t skip_pgid; /* members of this process group got the signal already; 0 = none */
 } signal_ctx_t;
 
+/* A container runtime's monitor (podman's conmon) is spared: once the container's
+ * processes are gone it records their exit and runs the engine's clean-up (--rm) itself, then
+ * exits; killed, it would leave the engine's state saying "running" for a container with no
+ * process, which `podman rm -f` then waits on. It holds no GPU memory. */
+static bool spared(pid_t pid)
+{
+    char comm[32];
+    return procfs_comm(pid, comm, sizeof comm) == 0 && strcmp(comm, "conmon") == 0;
+}
+
 static void send_signal(pid_t pid, void *ctx)
 {
     const signal_ctx_t *s = ctx;
     if (s->skip_pgid > 0 && getpgid(pid) == s->skip_pgid)
         return;
+    if (spared(pid))
+        return;
     kill(pid, s->sig);
 }
 
-/* v1 freezer or v2 cgroup.freeze of the leaf: on, and wait (bounded) until frozen. */
-static void leaf_freeze(const cgroup_tree_t *t, const char *leaf, bool on)
+/* v1 freezer or v2 cgroup.freeze of the leaf: on, and wait (bounded) until frozen; off.
+ * True when the leaf could be frozen (or thawed). */
+static bool leaf_freeze(const cgroup_tree_t *t, const char *leaf, bool on)
 {
     char dir[CGROUP_PATH_MAX], state[CGROUP_PATH_MAX + 32], buf[256];
     if (t->mode == CGROUP_V1 && t->freezer >= 0) {
         if (!join_path(dir, sizeof dir, t->join[t->freezer], leaf) ||
-            write_text(dir, "freezer.state", on ? "FROZEN" : "THAWED") != 0 || !on)
-            return;
+            write_text(dir, "freezer.state", on ? "FROZEN" : "THAWED") != 0)
+            return false;
         snprintf(state, sizeof state, "%s/freezer.state", dir);
-    } else if (t->mode == CGROUP_V2) {
-        if (!join_path(dir, sizeof dir, t->join[0], leaf) || write_text(dir, "cgroup.freeze", on ? "1" : "0") != 0 ||
-            !on)
-            return;
+    } else if (t->mode == CGROUP_V2 && t->has_freeze) {
+        if (!join_path(dir, sizeof dir, t->join[0], leaf) || write_text(dir, "cgroup.freeze", on ? "1" : "0") != 0)
+            return false;
         snprintf(state, sizeof state, "%s/cgroup.events", dir);
     } else {
-        return;
+        return false;
     }
-    for (unsigned waited = 0; waited < CGROUP_FREEZE_WAIT_MS; waited += 5) {
+    for (unsigned waited = 0; on && waited < CGROUP_FREEZE_WAIT_MS; waited += 5) {
         if (read_text(state, buf, sizeof buf) < 0)
-            return;
+            break;
         if (strncmp(buf, "FROZEN", 6) == 0 || strstr(buf, "frozen 1"))
-            return;
+            break;
         sleep_ms(5);
     }
+    return true;
 }
 
 int cgroup_leaf_signal(const cgroup_tree_t *t, const char *leaf, int sig, pid_t skip_pgid)
@@ -493,18 +508,10 @@ int cgroup_leaf_signal(const cgroup_tree_t *t, const char *leaf, int sig, pid_t 
     if (sig != SIGKILL)
         return (int)for_each_member(t, leaf, send_signal, &sc);
     sc.skip_pgid = 0; /* SIGKILL twice does no harm, and a member between two reads is caught */
-    size_t first = 0;
-    if (t->mode == CGROUP_V2 && t->has_kill) {
-        char dir[CGROUP_PATH_MAX];
-        first = for_each_member(t, leaf, send_signal, &sc);
-        if (join_path(dir, sizeof dir, t->join[0], leaf))
-            write_text(dir, "cgroup.kill", "1");
-        /* an engine's cgroups in other hierarchies: members there were signalled above */
-        return (int)first;
-    }
-    leaf_freeze(t, leaf, true);
-    first = for_each_member(t, leaf, send_signal, &sc);
-    bool frozen = t->mode == CGROUP_V2 || t->freezer >= 0;
+    /* frozen, nothing forks away between the read of the members and their kill (not
+     * cgroup.kill: it would take a runtime's monitor too, see spared()) */
+    bool frozen = leaf_freeze(t, leaf, true);
+    size_t first = for_each_member(t, leaf, send_signal, &sc);
     for (int pass = 1; !frozen && pass < KILL_PASSES; pass++)
         if (for_each_member(t, leaf, send_signal, &sc) == 0)
             break;

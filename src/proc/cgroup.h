@@ -13,7 +13,7 @@
  *   v2         the unified hierarchy (/sys/fs/cgroup when it is cgroup2, else
  *              /sys/fs/cgroup/unified on a hybrid host); the subtree goes under vramd's own
  *              cgroup (systemd's Delegate=yes gives a service one it may write). Kill is
- *              cgroup.kill (kernel 5.14+), else cgroup.freeze + SIGKILL to each member.
+ *              the leaf frozen (cgroup.freeze, kernel 5.2+), SIGKILL to each member, thawed.
  *   v1         the `pids` and `freezer` hierarchies: a leaf in each; kill = freeze, SIGKILL
  *              every member, thaw (nothing forks away mid-kill).
  *   subreaper  neither can be written: vramd becomes a child subreaper
@@ -58,7 +58,7 @@ typedef struct cgroup_tree {
     char join[CGROUP_JOIN_MAX][CGROUP_PATH_MAX];
     size_t n_join;
     int freezer;                 /* v1: index in join[] of the freezer, -1 none */
-    bool has_kill;               /* v2: cgroup.kill exists */
+    bool has_freeze;             /* v2: cgroup.freeze exists (kernel 5.2+) */
     /* every cgroup hierarchy mounted (v1 and v2), for kills and removals of whatever an
      * engine made under a leaf's path */
     char mounts[CGROUP_MOUNTS_MAX][CGROUP_PATH_MAX / 2];
@@ -94,9 +94,10 @@ int cgroup_leaf_open(const cgroup_tree_t *t, const char *leaf, int fds[CGROUP_JO
 int cgroup_child_join(const int *fds, size_t n);
 /* Signal every process in the leaf's subtree, in every hierarchy, but (for signals other
  * than SIGKILL) those in process group skip_pgid, which the caller signalled already (a
- * worker must not see one SIGTERM twice); 0 = skip none. SIGKILL kills for good:
- * cgroup.kill where there is one, else freeze, SIGKILL each member, thaw. Returns how many
- * processes were signalled (cgroup.kill counts as the members it found first). */
+ * worker must not see one SIGTERM twice); 0 = skip none; and never a container runtime's
+ * monitor (conmon: it cleans up after the container once its processes are gone). SIGKILL
+ * kills for good: freeze, SIGKILL each member, thaw (without a freezer: repeated passes).
+ * Returns how many processes were signalled in the first pass. */
 int cgroup_leaf_signal(const cgroup_tree_t *t, const char *leaf, int sig, pid_t skip_pgid);
 /* Processes in the leaf's subtree (every hierarchy, each once), at most max into out; returns
  * how many there are. */

@@ -87,7 +87,7 @@ int process_guard_start(const char *pid_dir, const cgroup_tree_t *cgroups, pid_t
  * again now; returns how many are still left. */
 size_t process_cgroup_retry(void);
 /* Run argv to its end, synchronously, at most timeout_ms (proc/process_sync.c: blocks the
- * caller; for start-up only). stdout into out (NUL-terminated, cut at outlen - 1). 0 with
+ * caller; for start-up only). stdout and stderr into out (NUL-terminated, cut at outlen - 1). 0 with
  * *status = exit status (-1 signal, -2 timed out: its group was SIGKILLed), or -1 with err. */
 int process_run_sync(char *const argv[], const config_kv_t *env, size_t n_env, uint64_t timeout_ms, char *out,
                      size_t outlen, int *status, char *err, size_t errlen);

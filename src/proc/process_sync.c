@@ -4,8 +4,8 @@
  * the loop's steady state: it blocks the calling thread up to timeout_ms.
  *
  * The child gets the environment process_env_build makes (vramd's, minus its own private
- * variables, plus env), stdin /dev/null, stdout into out (at most outlen - 1 bytes kept,
- * the rest read and dropped), stderr /dev/null, and a process group of its own, which is
+ * variables, plus env), stdin /dev/null, stdout and stderr into out (at most outlen - 1
+ * bytes kept, the rest read and dropped), and a process group of its own, which is
  * SIGKILLed when the time is up. Return: 0 with *status the exit status (-1 killed by a
  * signal, -2 timed out), or -1 with err when it could not be started.
  */
@@ -33,7 +33,7 @@ static _Noreturn void sync_child(char *const argv[], char **envp, int out_w)
 {
     setpgid(0, 0);
     int null = open("/dev/null", O_RDWR);
-    if (null < 0 || dup2(null, 0) < 0 || dup2(out_w, 1) < 0 || dup2(null, 2) < 0)
+    if (null < 0 || dup2(null, 0) < 0 || dup2(out_w, 1) < 0 || dup2(out_w, 2) < 0)
         _exit(127);
     if (close_range(3, ~0U, 0) != 0)
         for (int fd = 3; fd < 1024; fd++)

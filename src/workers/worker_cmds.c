@@ -263,7 +263,7 @@ static size_t sweep_model(const model_config_t *mc, const char *owner)
     if (process_run_sync(ps, mc->env, mc->n_env, SWEEP_TIMEOUT_MS, out, sizeof out, &status, err, sizeof err) != 0 ||
         status != 0) {
         log_event(LOG_WARN, "container_sweep_failed", "model=%s engine=%s status=%d error=%s", mc->name,
-                  mc->container.engine, status, status == -2 ? "timed out" : err);
+                  mc->container.engine, status, status == -2 ? "timed out" : status == -1 ? err : out);
         return 0;
     }
     char *argv[SWEEP_IDS_MAX + 4] = {mc->container.engine, "rm", "-f"};
@@ -274,11 +274,11 @@ static size_t sweep_model(const model_config_t *mc, const char *owner)
     argv[n] = NULL;
     if (n == 3)
         return 0;
-    char rm_out[256];
+    char rm_out[1024];
     if (process_run_sync(argv, mc->env, mc->n_env, SWEEP_TIMEOUT_MS, rm_out, sizeof rm_out, &status, err,
                          sizeof err) != 0 || status != 0)
         log_event(LOG_WARN, "container_sweep_failed", "model=%s engine=%s status=%d error=%s", mc->name,
-                  mc->container.engine, status, status == -2 ? "timed out" : err);
+                  mc->container.engine, status, status == -2 ? "timed out" : status == -1 ? err : rm_out);
     return n - 3;
 }
 

@@ -129,20 +129,11 @@ def test_podman_worker_private_pid_namespace_books_and_returns_memory(podman, si
         assert pm.state(name) == "running"
         host_pid = pm.host_pid(name)
         assert host_pid > 0
-        booked = wait_for_booking(simgpu, timeout=3)
-        if booked:
-            assert booked["used"] >= HELD, booked
-            # HOST-PID CHECK goes here once the simulator books host pids (SPEC 8):
-            #     assert [p["pid"] for p in booked["processes"]] == [host_pid]
+        booked = wait_for_booking(simgpu, timeout=10)
+        assert booked and booked["used"] >= HELD, booked
+        # SPEC 8: a process in another PID namespace is booked under its host pid, as NVML does
+        assert [p["pid"] for p in booked["processes"]] == [host_pid], (booked, host_pid)
         stop_and_check_gone(pm, worker, name, simgpu)
-        if not booked:
-            # The simulator books a process under the pid it has in its own namespace (1
-            # here), which the host side takes for a dead process and clears at its first
-            # look, so no booking is ever seen from the host. SPEC section 8: a process in
-            # another PID namespace is booked under its host pid; until that change is in,
-            # this part cannot pass (the stop above was still checked).
-            pytest.xfail("the simulated GPU does not book a process of another PID namespace "
-                         "under its host pid yet (SPEC 8)")
     finally:
         worker.close()
 
