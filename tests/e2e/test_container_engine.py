@@ -21,6 +21,7 @@ skip (with the reason) where no container can run.
 """
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -352,3 +353,50 @@ def test_plain_podman_run_cmd_is_served_and_unloaded(cvramd):
     assert r.status == 200, r
     wait_for(lambda: not pm.ps(), timeout=10, what="no container left after the unload")
     wait_memory_back(gpu_set, "the unload")
+
+
+@needs_containers
+def test_container_whose_cli_is_killed_is_removed(cvramd):
+    """The `podman run` process vramd started is SIGKILLed (the CLI crashed; conmon would
+    keep the container running without it): vramd removes the container with the engine
+    (`podman rm -f`), kills what is left of the instance's cgroup, the memory comes back, and
+    the next request starts a new container."""
+    vramd_f, pm, gpu_set = cvramd
+    vd = start_container_vramd(vramd_f, pm, gpu_set)
+    serve_one(vd, "w")
+    wait_booked_to_instance(vd, "w")
+    first = {c["Id"] for c in model_containers(pm, "w")}
+    cli = vd.worker_pids("w")[0]
+    os.kill(cli, signal.SIGKILL)
+    wait_for(lambda: not first & {c["Id"] for c in pm.ps()}, timeout=20,
+             what="the container of the killed podman CLI removed")
+    wait_memory_back(gpu_set, "the removal of the CLI's container")
+    serve_one(vd, "w")
+
+
+@needs_containers
+def test_container_worker_parks_by_checkpoint_and_comes_back(cvramd):
+    """The checkpoint tier on a container's process: vramd checkpoints it by its host pid
+    (what NVML lists; the simulated driver, as the real one, takes host pids). An admin
+    unload parks it (same container, same process, nothing left on the GPU), and the next
+    request restores it and is served by the same process."""
+    from vramdkit.paths import cuda_lib
+    vramd_f, pm, gpu_set = cvramd
+    image = pm.build_simworker_image()
+    m = container_model(vramd_f, pm, image, gpu_set, "w", checkpoint=True)
+    vd = vramd_f.start(models={"w": m}, gpu=gpu_section(cuda_library=str(cuda_lib())),
+                       host_memory={"budget": "4GiB", "reserve": 0})
+    wait_nvml(vd)
+    serve_one(vd, "w")
+    inst, _ = wait_booked_to_instance(vd, "w")
+    host_pid = pm.host_pid("vramd-w")
+    r = vd.post("/v1/models/w/unload", timeout=30)
+    assert r.status == 200, r
+    inst = vd.instances("w")[0]
+    assert inst["state"] == "parked" and inst["tier"] == "checkpointed", inst
+    assert pm.state("vramd-w") == "running" and pm.host_pid("vramd-w") == host_pid
+    serve_one(vd, "w")
+    inst = vd.instances("w")[0]
+    assert inst["state"] == "ready" and inst["tier"] == "resident", inst
+    assert pm.host_pid("vramd-w") == host_pid
+    assert vd.events("resumed", model="w")
