@@ -209,3 +209,30 @@ def test_100_start_stop_cycles_leave_no_process_and_no_cgroup(faults):
     starts = vd.events("worker_started", model="w")
     assert len(starts) == 100, len(starts)
     faults.finish()
+
+
+def ppid_of(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_subreaper_fallback_adopts_and_reaps_orphans(faults):
+    """cgroup.mode subreaper (what vramd falls back to where no hierarchy can be written):
+    a helper orphaned by a double fork is re-parented to vramd, not to init, and reaped by it
+    when it exits (no zombie left). The stated limit: the helper is not the instance's (it
+    left the process group), so its memory is foreign and it outlives the unload."""
+    gpu = faults.gpu_set("16GiB")
+    vd = start(faults, gpu, "double-fork", "subreaper", faults.tmp / "state")
+    assert vd.status()["cgroup"] == {"mode": "subreaper", "path": None}
+    assert vd.generate("w").status == 200
+    helper = wait_helper(faults)
+    assert ppid_of(helper) == vd.proc.pid, "the orphan was not adopted by vramd"
+    wait_for(lambda: vd.status()["gpus"][0]["foreign"] >= HELPER, timeout=20,
+             what="the orphan's memory counted foreign (the subreaper's stated limit)")
+    r = request(vd.port, "POST", "/v1/models/w/unload", timeout=30)
+    assert r.status == 200, r
+    assert pid_alive(helper), "in subreaper mode the helper outlives the unload (stated limit)"
+    os.kill(helper, signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{helper}"), timeout=10,
+             what="the orphan reaped by vramd (not left a zombie)")
+    faults.finish()
