@@ -477,6 +477,8 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     start_guard(d, pids);
     if (cgroup_subreaper_start(&d->cgroups) != 0) /* after the guard: it must not become our child */
         log_event(LOG_WARN, "subreaper_unavailable", "error=%s", strerror(errno));
+    else if (d->cgroups.mode == CGROUP_SUBREAPER && process_reap_always(loop, err, errlen) != 0)
+        return -1; /* adopted orphans are reaped whenever they exit */
     if (start_listening(d, err, errlen) != 0)
         return -1;
     if (fleet_agent_start(core, err, errlen) != 0)

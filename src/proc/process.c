@@ -582,6 +582,11 @@ done:
     return ret;
 }
 
+int process_reap_always(uv_loop_t *loop, char *err, size_t errlen)
+{
+    return watch_acquire(loop, err, errlen) ? 0 : -1; /* a reference never released */
+}
+
 pid_t process_pid(const process_t *p)
 {
     return p->pid;

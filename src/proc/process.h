@@ -91,6 +91,9 @@ size_t process_cgroup_retry(void);
  * *status = exit status (-1 signal, -2 timed out: its group was SIGKILLed), or -1 with err. */
 int process_run_sync(char *const argv[], const config_kv_t *env, size_t n_env, uint64_t timeout_ms, char *out,
                      size_t outlen, int *status, char *err, size_t errlen);
+/* Keep the loop's SIGCHLD watcher for good, not only while a child is tracked: a child
+ * subreaper (proc/cgroup.h) adopts orphans at any time, and each must be reaped. */
+int process_reap_always(uv_loop_t *loop, char *err, size_t errlen);
 /* Number of live children (for tests and status). */
 size_t process_count(void);
 
