@@ -73,6 +73,8 @@ int cfg_set_string(ctx_t *c, yaml_node_t *v, char **field);
 int cfg_parse_integer(ctx_t *c, yaml_node_t *v, uint64_t min, uint64_t max, uint64_t *out);
 int cfg_parse_size(ctx_t *c, yaml_node_t *v, uint64_t min, uint64_t *out);
 int cfg_parse_choice(ctx_t *c, yaml_node_t *v, const char *const *names, int *out);
+/* One of names, kept as its name (a copy replaces *field). */
+int cfg_set_choice_name(ctx_t *c, yaml_node_t *v, const char *const *names, char **field);
 int cfg_fp_section(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
 int cfg_fp_string(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
 int cfg_fp_string_opt(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);

@@ -52,15 +52,7 @@ static int fp_words(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *s
 static int fp_engine(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     static const char *const names[] = {"podman", "docker", NULL};
-    int choice;
-    if (cfg_parse_choice(c, v, names, &choice) != 0)
-        return -1;
-    char *copy = ydoc_dup_or_fail(c, v, names[choice]);
-    if (!copy)
-        return -1;
-    free(*(char **)field);
-    *(char **)field = copy;
-    return 0;
+    return cfg_set_choice_name(c, v, names, (char **)field);
 }
 
 /* gpus: all | none | a list of indexes ("0,1") | null (the instance's GPU) */

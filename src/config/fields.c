@@ -264,3 +264,16 @@ int cfg_parse_choice(ctx_t *c, yaml_node_t *v, const char *const *names, int *ou
     }
     return ydoc_fail(c, v, "expected %s, got %s", what, ydoc_describe(v, d, sizeof d));
 }
+
+int cfg_set_choice_name(ctx_t *c, yaml_node_t *v, const char *const *names, char **field)
+{
+    int choice;
+    if (cfg_parse_choice(c, v, names, &choice) != 0)
+        return -1;
+    char *copy = ydoc_dup_or_fail(c, v, names[choice]);
+    if (!copy)
+        return -1;
+    free(*field);
+    *field = copy;
+    return 0;
+}

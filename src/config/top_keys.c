@@ -289,15 +289,7 @@ static const field_spec_t host_memory_fields[] = {
 static int fp_cgroup_mode(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     static const char *const names[] = {"auto", "v2", "v1", "subreaper", "off", NULL};
-    int choice;
-    if (cfg_parse_choice(c, v, names, &choice) != 0)
-        return -1;
-    char *copy = ydoc_dup_or_fail(c, v, names[choice]);
-    if (!copy)
-        return -1;
-    free(*(char **)field);
-    *(char **)field = copy;
-    return 0;
+    return cfg_set_choice_name(c, v, names, (char **)field);
 }
 
 /* cgroup.path: auto (NULL) or an absolute directory */

@@ -408,6 +408,16 @@ static size_t walk_leaf(const char *top, char (**dirs)[CGROUP_PATH_MAX])
     return n;
 }
 
+/* The leaf's subtree in mount m of the tree (walk_leaf of <mount><rel>/<leaf>). */
+static size_t walk_leaf_in(const cgroup_tree_t *t, size_t m, const char *leaf, char (**dirs)[CGROUP_PATH_MAX])
+{
+    char top[CGROUP_PATH_MAX], rel[CGROUP_PATH_MAX];
+    *dirs = NULL;
+    if (!join_path(rel, sizeof rel, t->rel, leaf) || !join_path(top, sizeof top, t->mounts[m], rel))
+        return 0;
+    return walk_leaf(top, dirs);
+}
+
 /* Calls fn on every pid in the leaf's subtree in every mount; returns how many calls. */
 typedef void (*pid_fn)(pid_t pid, void *ctx);
 
@@ -418,11 +428,8 @@ static size_t for_each_member(const cgroup_tree_t *t, const char *leaf, pid_fn f
     if (!buf)
         return 0;
     for (size_t m = 0; m < t->n_mounts; m++) {
-        char top[CGROUP_PATH_MAX], rel[CGROUP_PATH_MAX];
-        if (!join_path(rel, sizeof rel, t->rel, leaf) || !join_path(top, sizeof top, t->mounts[m], rel))
-            continue;
         char(*dirs)[CGROUP_PATH_MAX];
-        size_t nd = walk_leaf(top, &dirs);
+        size_t nd = walk_leaf_in(t, m, leaf, &dirs);
         for (size_t i = 0; i < nd; i++) {
             char procs[CGROUP_PATH_MAX + 16];
             snprintf(procs, sizeof procs, "%s/cgroup.procs", dirs[i]);
@@ -550,11 +557,8 @@ int cgroup_leaf_remove(const cgroup_tree_t *t, const char *leaf)
         return 0;
     int rc = 0, saved = 0;
     for (size_t m = 0; m < t->n_mounts; m++) {
-        char top[CGROUP_PATH_MAX], rel[CGROUP_PATH_MAX];
-        if (!join_path(rel, sizeof rel, t->rel, leaf) || !join_path(top, sizeof top, t->mounts[m], rel))
-            continue;
         char(*dirs)[CGROUP_PATH_MAX];
-        size_t nd = walk_leaf(top, &dirs);
+        size_t nd = walk_leaf_in(t, m, leaf, &dirs);
         for (size_t i = nd; i-- > 0;) {
             if (rmdir(dirs[i]) != 0 && errno != ENOENT) {
                 rc = -1;
