@@ -108,7 +108,7 @@ bool config_host_is_loopback(const char *host)
 }
 
 /* Where a model key was last set: the model's own mapping, else `defaults:`. Sets the path. */
-static yaml_node_t *model_key_node(ctx_t *c, const char *model, yaml_node_t *model_node, const char *key)
+yaml_node_t *cfg_model_key_node(ctx_t *c, const char *model, yaml_node_t *model_node, const char *key)
 {
     ydoc_path_reset(c);
     yaml_node_t *v = ydoc_find_value(c, model_node, key);
@@ -144,7 +144,7 @@ static int check_outlier(ctx_t *c, const model_config_t *m, yaml_node_t *where)
     }
     if (key == NULL)
         return 0;
-    yaml_node_t *section = model_key_node(c, m->name, where, "outlier");
+    yaml_node_t *section = cfg_model_key_node(c, m->name, where, "outlier");
     yaml_node_t *node = ydoc_find_value(c, section, key);
     if (node != NULL)
         ydoc_path_append(c, ".%s", key);
@@ -156,7 +156,7 @@ int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_nod
     yaml_node_t *where = model_node && !ydoc_is_null(model_node) ? model_node : key_node;
     char why[200];
     if (cfg_container_finish(m, why, sizeof why) != 0) {
-        yaml_node_t *n = model_key_node(c, m->name, where, m->container.from_cmd ? "cmd" : "container");
+        yaml_node_t *n = cfg_model_key_node(c, m->name, where, m->container.from_cmd ? "cmd" : "container");
         return ydoc_fail(c, n, "%s", why);
     }
     if (m->cmd == NULL && m->url == NULL) {
@@ -166,7 +166,7 @@ int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_nod
                                       "or url (a server already running)");
     }
     if (m->cmd != NULL && m->url != NULL) {
-        yaml_node_t *n = model_key_node(c, m->name, where, "url");
+        yaml_node_t *n = cfg_model_key_node(c, m->name, where, "url");
         return ydoc_fail(c, n,
                          "cmd and url cannot both be set (cmd: vramd starts the server; url: it is already running)");
     }
@@ -177,7 +177,7 @@ int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_nod
                  {"sleep", &m->sleep}, {"wake", &m->wake}};
     for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
         if (hooks[i].hook->set && hooks[i].hook->path == NULL) {
-            yaml_node_t *n = model_key_node(c, m->name, where, hooks[i].key);
+            yaml_node_t *n = cfg_model_key_node(c, m->name, where, hooks[i].key);
             return ydoc_fail(c, n, "path is required (like /unload_models/)");
         }
     }
@@ -189,12 +189,12 @@ int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_nod
         size_t k = 0;
         while (k < 2 && !ydoc_find_value(c, where, keys[k]) && !ydoc_find_value(c, c->defaults_node, keys[k]))
             k++;
-        yaml_node_t *n = model_key_node(c, m->name, where, keys[k]);
+        yaml_node_t *n = cfg_model_key_node(c, m->name, where, keys[k]);
         return ydoc_fail(c, n, "sleep and wake go together: a parked server is brought back by its wake hook "
                                "(set both, or neither)");
     }
     if (m->validate.kind == VALIDATE_CMD && m->validate.n_cmd == 0) {
-        yaml_node_t *n = model_key_node(c, m->name, where, "validate");
+        yaml_node_t *n = cfg_model_key_node(c, m->name, where, "validate");
         return ydoc_fail(c, n, "kind cmd needs cmd: [program, args...]");
     }
     return 0;
@@ -223,7 +223,7 @@ int cfg_check_names_and_routes(ctx_t *c, config_t *cfg, yaml_node_t **model_node
                 }
             }
             if (clash != NULL) {
-                yaml_node_t *list = model_key_node(c, m->name, where, "aliases");
+                yaml_node_t *list = cfg_model_key_node(c, m->name, where, "aliases");
                 yaml_node_t *item = list;
                 if (list->type == YAML_SEQUENCE_NODE && a < ydoc_sequence_size(list)) {
                     item = ydoc_sequence_item(c, list, a);
@@ -234,7 +234,7 @@ int cfg_check_names_and_routes(ctx_t *c, config_t *cfg, yaml_node_t **model_node
         }
         for (size_t j = 0; m->route != NULL && j < i; j++) {
             if (cfg->models[j].route != NULL && strcmp(cfg->models[j].route, m->route) == 0) {
-                yaml_node_t *n = model_key_node(c, m->name, where, "route");
+                yaml_node_t *n = cfg_model_key_node(c, m->name, where, "route");
                 return ydoc_fail(c, n, "route %s is already used by model \"%s\"", m->route, cfg->models[j].name);
             }
         }

@@ -12,7 +12,8 @@
  * recycle, ...) overlay key by key, while lists (cmd, aliases, ladder, ...) and
  * `json: {path, equals}` pairs are replaced whole. After the walk come the checks that need
  * the whole picture (cmd xor url, unique names, aliases and routes, the admin token,
- * loopback listen) (check.c).
+ * loopback listen) (check.c), and last the warnings pass (warnings.c), whose findings the
+ * config keeps (cfg->warnings) without refusing it.
  *
  * Invariants:
  *  - the first error wins; it is written as "FILE:LINE:COL: key.path: message" (1-based;
@@ -79,6 +80,8 @@ static config_t *parse_in_dir(const char *text, size_t len, const char *name, co
         rc = cfg_check_jobs(&c, cfg, root);
     if (rc == 0)
         rc = cfg_check_fleet(&c, cfg, root);
+    if (rc == 0)
+        rc = cfg_collect_warnings(&c, cfg, root);
     yaml_document_delete(&doc);
     if (rc != 0) {
         cfg_config_free(cfg);

@@ -201,6 +201,16 @@ typedef struct model_config {
     config_outlier_t outlier;           /* ejection time after broken exchanges */
 } model_config_t;
 
+/* A warning of the warnings pass (config/warnings.c): legal, but likely a mistake.
+ * `vramd --check-config --strict` treats them as errors. */
+typedef struct config_warning {
+    char *model;   /* NULL for a top-level key */
+    char *key;     /* key path, like models.trellis.cmd */
+    char *message;
+    char *where;   /* "FILE:LINE:COL" */
+    char *text;    /* "FILE:LINE:COL: warning: key.path: message" */
+} config_warning_t;
+
 typedef struct config {
     int refs;
     char *path;
@@ -303,6 +313,8 @@ typedef struct config {
         char *mode; /* auto (default) | v2 | v1 | subreaper | off */
         char *path; /* NULL = auto: under vramd's own cgroup; else the delegated subtree dir */
     } cgroup;
+    config_warning_t *warnings; /* the warnings pass's findings (at most 256) */
+    size_t n_warnings;
 } config_t;
 
 /* Parse and validate. On failure returns NULL and writes "file:line:col: key.path: message"

@@ -129,5 +129,15 @@ int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_nod
 int cfg_check_names_and_routes(ctx_t *c, config_t *cfg, yaml_node_t **model_nodes, yaml_node_t **key_nodes);
 int cfg_check_top(ctx_t *c, config_t *cfg, yaml_node_t *root);
 int cfg_check_jobs(ctx_t *c, config_t *cfg, yaml_node_t *root);
+/* Where a model key was last set: the model's own mapping, else `defaults:`, else the model
+ * itself; sets the key path to match. */
+yaml_node_t *cfg_model_key_node(ctx_t *c, const char *model, yaml_node_t *model_node, const char *key);
+
+/* warnings.c */
+/* The warnings pass (after every check, the document alive): fills cfg->warnings; 0, or -1
+ * after ydoc_fail() (out of memory). */
+int cfg_collect_warnings(ctx_t *c, config_t *cfg, yaml_node_t *root);
+/* Levenshtein distance between two keys ((size_t)-1 past 64 characters). */
+size_t cfg_edit_distance(const char *a, const char *b);
 
 #endif

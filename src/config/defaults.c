@@ -97,6 +97,14 @@ void cfg_config_free(config_t *cfg)
     for (size_t i = 0; i < cfg->n_models; i++)
         cfg_model_free(&cfg->models[i]);
     free(cfg->models);
+    for (size_t i = 0; i < cfg->n_warnings; i++) {
+        free(cfg->warnings[i].model);
+        free(cfg->warnings[i].key);
+        free(cfg->warnings[i].message);
+        free(cfg->warnings[i].where);
+        free(cfg->warnings[i].text);
+    }
+    free(cfg->warnings);
     free(cfg->path);
     free(cfg->listen_host);
     free(cfg->admin_token_file);

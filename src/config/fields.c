@@ -6,9 +6,11 @@
  * (string, HTTP path, bool, integers within [min, max], size, duration); cfg_parse_*
  * are the same checks for callers that are not table entries, and cfg_parse_argv()
  * reads a list of words (a model's cmd, a validate cmd) that cfg_free_argv() frees.
- * Invariants: an unknown key is an error; a parser returns 0 or -1 after ydoc_fail(), and
- * a string field is replaced only once its new value is copied, so the struct stays
- * freeable; applying a mapping sets only the keys it names (null applies nothing).
+ * Invariants: an unknown key is an error (naming the closest known key, when one is
+ * within an edit distance of 2, of 1 for keys of up to 4 characters); a parser returns 0
+ * or -1 after ydoc_fail(), and a string field is replaced only once its new value is
+ * copied, so the struct stays freeable; applying a mapping sets only the keys it names
+ * (null applies nothing).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +58,23 @@ int cfg_parse_argv(ctx_t *c, yaml_node_t *v, char ***argv, size_t *n_argv)
     return 0;
 }
 
+/* An unknown key's error, with the closest known key of the section (edit distance <= 2). */
+static int unknown_key(ctx_t *c, yaml_node_t *k, const section_t *section, const char *key)
+{
+    const char *best = NULL;
+    size_t best_distance = strlen(key) <= 4 ? 2 : 3; /* "foo" is not a typo of "log" */
+    for (size_t f = 0; f < section->n_fields; f++) {
+        size_t d = cfg_edit_distance(key, section->fields[f].key);
+        if (d < best_distance) {
+            best_distance = d;
+            best = section->fields[f].key;
+        }
+    }
+    if (best != NULL)
+        return ydoc_fail(c, k, "unknown key \"%s\" (did you mean \"%s\"?)", key, best);
+    return ydoc_fail(c, k, "unknown key \"%s\"", key);
+}
+
 /* Applies a mapping of known keys onto base; null = nothing to apply. */
 int cfg_apply_mapping(ctx_t *c, yaml_node_t *map, const section_t *section, void *base)
 {
@@ -72,7 +91,7 @@ int cfg_apply_mapping(ctx_t *c, yaml_node_t *map, const section_t *section, void
                 spec = &section->fields[f];
         size_t saved = ydoc_path_push_key(c, key);
         int rc = spec ? spec->parse(c, ydoc_pair_value(c, map, i), (char *)base + spec->offset, spec)
-                      : ydoc_fail(c, k, "unknown key \"%s\"", key);
+                      : unknown_key(c, k, section, key);
         ydoc_path_pop(c, saved);
         if (rc != 0)
             return -1;

@@ -58,7 +58,7 @@ static void test_error_unknown_keys(void **state)
     expect_error("models:\n  a:\n    cmd: [x]\n    comand: [y]\n",
                  "test.yaml:4:5: models.a.comand: unknown key \"comand\"");
     expect_error("models:\n  a:\n    cmd: [x]\n    health:\n      path: /h\n      intervall: 5s\n",
-                 "test.yaml:6:7: models.a.health.intervall: unknown key \"intervall\"");
+                 "test.yaml:6:7: models.a.health.intervall: unknown key \"intervall\" (did you mean \"interval\"?)");
     expect_error("models:\n"
                  "  a:\n"
                  "    cmd: [x]\n"
@@ -79,7 +79,7 @@ static void test_error_unknown_keys(void **state)
                  "          per_requests: 1GiB\n",
                  "test.yaml:8:11: models.a.degrade.ladder[1].per_requests: unknown key \"per_requests\"");
     expect_error("defaults:\n  queue_max: 3\n  keepalive: 5m\nmodels: {a: {cmd: [x]}}\n",
-                 "test.yaml:3:3: defaults.keepalive: unknown key \"keepalive\"");
+                 "test.yaml:3:3: defaults.keepalive: unknown key \"keepalive\" (did you mean \"keep_alive\"?)");
     expect_error("models:\n  a:\n    cmd: [x]\n    validate: {kind: json, size: 3}\n",
                  "test.yaml:4:28: models.a.validate.size: unknown key \"size\"");
     expect_error("models:\n  a:\n    cmd: [x]\n    unload: {path: /u, verb: POST}\n",

@@ -67,7 +67,7 @@ static void test_fleet_errors(void **state)
     expect_error("fleet: {agent_max_connections: 0}\n" MODELS,
                  "test.yaml:1:32: fleet.agent_max_connections: expected an integer from 1 to 10000, got \"0\"");
     expect_error("fleet: {agent_lisen: 1.2.3.4:5}\n" MODELS,
-                 "test.yaml:1:9: fleet.agent_lisen: unknown key \"agent_lisen\"");
+                 "test.yaml:1:9: fleet.agent_lisen: unknown key \"agent_lisen\" (did you mean \"agent_listen\"?)");
 }
 
 int main(void)

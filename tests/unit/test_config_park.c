@@ -48,7 +48,7 @@ static void test_host_memory(void **state)
     expect_error("host_memory: {budget: 12 gigs}\nmodels: {a: {cmd: [x]}}\n",
                  "test.yaml:1:23: host_memory.budget: expected a size like 12GiB, got \"12 gigs\"");
     expect_error("host_memory: {reserv: 1GiB}\nmodels: {a: {cmd: [x]}}\n",
-                 "test.yaml:1:15: host_memory.reserv: unknown key \"reserv\"");
+                 "test.yaml:1:15: host_memory.reserv: unknown key \"reserv\" (did you mean \"reserve\"?)");
 }
 
 static void test_cuda_library(void **state)

@@ -286,7 +286,7 @@ static void test_jobs_section(void **state)
     expect_error("jobs:\n  max_body: 1MiB\nmodels: {a: {cmd: [x]}}\n",
                  "test.yaml:2:3: jobs.max_body: unknown key \"max_body\"");
     expect_error("jobs:\n  max_attempt: 3\nmodels: {a: {cmd: [x]}}\n",
-                 "test.yaml:2:3: jobs.max_attempt: unknown key \"max_attempt\"");
+                 "test.yaml:2:3: jobs.max_attempt: unknown key \"max_attempt\" (did you mean \"max_attempts\"?)");
 }
 
 /* jobs.backend and jobs.postgres.* (defaults, values, the url it needs, bounds). */
@@ -335,7 +335,7 @@ static void test_jobs_backend(void **state)
                  "test.yaml:3:23: jobs.postgres.max_result_bytes: must be at most 1GiB (PostgreSQL's largest bytea"
                  " value)");
     expect_error("jobs:\n  postgres:\n    uri: x\nmodels: {a: {cmd: [x]}}\n",
-                 "test.yaml:3:5: jobs.postgres.uri: unknown key \"uri\"");
+                 "test.yaml:3:5: jobs.postgres.uri: unknown key \"uri\" (did you mean \"url\"?)");
 }
 
 /* limits.send_timeout, body_timeout (idle bounds of a client, at most 1h) and
