@@ -159,22 +159,37 @@ int cli_cmd_reload(cli_opts_t *o, int argc, char **argv)
 int cli_cmd_check_config(cli_opts_t *o, int argc, char **argv)
 {
     const char *pos[1];
+    static const char *const flags[] = {"--strict", NULL};
+    bool strict = false;
     int n_pos;
-    int rc = parse_args(o, argc, argv, pos, 1, &n_pos, NULL, NULL);
+    int rc = parse_args(o, argc, argv, pos, 1, &n_pos, flags, &strict);
     if (rc)
         return rc;
     if (n_pos != 1)
-        return cli_usage_error(argv[0], "check-config: which file? (vramctl check-config FILE)");
+        return cli_usage_error(argv[0], "check-config: which file? (vramctl check-config [--strict] FILE)");
     char err[CONFIG_ERR_MAX];
     config_t *c = config_load(pos[0], err, sizeof err);
+    bool refused = c != NULL && strict && c->n_warnings > 0;
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "file", pos[0]);
-        cJSON_AddBoolToObject(j, "ok", c != NULL);
+        cJSON_AddBoolToObject(j, "ok", c != NULL && !refused);
         if (c)
             cJSON_AddNumberToObject(j, "models", (double)c->n_models);
         else
             cJSON_AddStringToObject(j, "error", err);
+        if (c && c->n_warnings > 0) {
+            cJSON *list = cJSON_AddArrayToObject(j, "warnings");
+            for (size_t w = 0; list && w < c->n_warnings; w++) {
+                cJSON *item = cJSON_CreateObject();
+                cJSON_AddStringToObject(item, "at", c->warnings[w].where);
+                cJSON_AddStringToObject(item, "key", c->warnings[w].key);
+                if (c->warnings[w].model)
+                    cJSON_AddStringToObject(item, "model", c->warnings[w].model);
+                cJSON_AddStringToObject(item, "message", c->warnings[w].message);
+                cJSON_AddItemToArray(list, item);
+            }
+        }
         cli_print_json(j);
         cJSON_Delete(j);
     }
@@ -182,8 +197,13 @@ int cli_cmd_check_config(cli_opts_t *o, int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return CLI_EXIT_ERROR;
     }
-    if (!o->json)
+    for (size_t w = 0; !o->json && w < c->n_warnings; w++)
+        fprintf(stderr, "%s\n", c->warnings[w].text);
+    if (refused && !o->json)
+        fprintf(stderr, "%s: %zu warning%s (--strict makes warnings errors)\n", pos[0], c->n_warnings,
+                c->n_warnings == 1 ? "" : "s");
+    else if (!o->json)
         printf("%s: ok (%zu models)\n", pos[0], c->n_models);
     config_unref(c);
-    return CLI_OK;
+    return refused ? CLI_EXIT_ERROR : CLI_OK;
 }

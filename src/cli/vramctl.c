@@ -84,10 +84,12 @@ static const struct command_help {
      "POST /v1/admin/reload (admin): vramd re-reads its config file. A bad file is refused\n"
      "with its error (exit 1) and the running config stays.\n"},
     {"check-config",
-     "usage: vramctl check-config FILE [--json]\n"
+     "usage: vramctl check-config [--strict] FILE [--json]\n"
      "\n"
      "Validate a vramd config file here, with the same parser and messages as\n"
-     "`vramd --check-config` (file:line:col: key.path: problem). Exit 0 when valid, 1 when not.\n"},
+     "`vramd --check-config` (file:line:col: key.path: problem). Exit 0 when valid, 1 when not.\n"
+     "Warnings (legal but likely mistakes: a program not in PATH, no {port}, no memory:, ...)\n"
+     "go to stderr and do not fail the check; --strict makes them errors (exit 1).\n"},
     {"jobs",
      "usage: vramctl jobs submit MODEL [--path /p] [--method POST] [--body FILE|-]\n"
      "                          [--json-body JSON] [--header 'K: V']... [--priority 0-9]\n"

@@ -2,7 +2,9 @@
  * main: vramd's command line.
  *
  *   vramd --config FILE        run (default ./vramd.yaml)
- *   vramd --check-config FILE  validate a config and exit (0 ok, 1 error)
+ *   vramd --check-config [--strict] FILE
+ *                              validate a config and exit (0 ok, 1 error); its warnings
+ *                              (config/warnings.c) go to stderr, and --strict makes them errors
  *   vramd --version
  *
  * Exit codes: 0 after a drain or a clean stop, 1 when the config is bad or vramd cannot
@@ -11,6 +13,7 @@
  * log.format: text), where the logs go, so that journald keeps one structured record and a
  * person at a terminal reads the reason once. (--check-config prints the plain message.)
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +28,49 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: vramd [--config FILE]\n"
-            "       vramd --check-config FILE\n"
+            "       vramd --check-config [--strict] FILE\n"
             "       vramd --version\n"
             "\n"
             "vramd is a GPU-memory gatekeeper for model servers: it queues requests, admits each\n"
             "only when its memory fits, supervises workers and shows what the GPU is doing.\n");
+}
+
+/* --check-config [--strict] FILE (or FILE --strict): 0 valid, 1 an error (or a warning
+ * under --strict), 2 usage. */
+static int check_config(int argc, char **argv, int i)
+{
+    const char *file = NULL;
+    bool strict = false;
+    for (int j = i + 1; j < argc; j++) {
+        if (!strcmp(argv[j], "--strict"))
+            strict = true;
+        else if (file == NULL)
+            file = argv[j];
+        else
+            file = ""; /* two files */
+    }
+    if (file == NULL || file[0] == '\0') {
+        usage(stderr);
+        return 2;
+    }
+    char err[CONFIG_ERR_MAX];
+    config_t *c = config_load(file, err, sizeof err);
+    if (!c) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    for (size_t w = 0; w < c->n_warnings; w++)
+        fprintf(stderr, "%s\n", c->warnings[w].text);
+    int rc = 0;
+    if (c->n_warnings > 0 && strict) {
+        fprintf(stderr, "%s: %zu warning%s (--strict makes warnings errors)\n", file, c->n_warnings,
+                c->n_warnings == 1 ? "" : "s");
+        rc = 1;
+    } else {
+        printf("%s: ok (%zu models)\n", file, c->n_models);
+    }
+    config_unref(c);
+    return rc;
 }
 
 static void close_handle(uv_handle_t *h, void *arg)
@@ -51,17 +92,10 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--check-config") && i + 1 < argc) {
-            char err[CONFIG_ERR_MAX];
-            config_t *c = config_load(argv[i + 1], err, sizeof err);
-            if (!c) {
-                fprintf(stderr, "%s\n", err);
-                return 1;
-            }
-            printf("%s: ok (%zu models)\n", argv[i + 1], c->n_models);
-            config_unref(c);
-            return 0;
-        }
+        if (!strcmp(argv[i], "--check-config") && i + 1 < argc)
+            return check_config(argc, argv, i);
+        if (!strcmp(argv[i], "--strict") && i + 2 < argc && !strcmp(argv[i + 1], "--check-config"))
+            return check_config(argc, argv, i + 1);
         if ((!strcmp(argv[i], "--config") || !strcmp(argv[i], "-c")) && i + 1 < argc) {
             config = argv[++i];
             continue;

@@ -461,6 +461,10 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     config_unref(cfg); /* the core holds its own reference */
     core_t *core = &d->core;
     log_configure((enum log_format)cfg->log_format, (enum log_level)cfg->log_level, 2);
+    for (size_t i = 0; i < cfg->n_warnings; i++)
+        log_event(LOG_WARN, "config_warning", "model=%s key=%s message=%s at=%s",
+                  cfg->warnings[i].model ? cfg->warnings[i].model : "", cfg->warnings[i].key,
+                  cfg->warnings[i].message, cfg->warnings[i].where);
     fit_fd_limit(cfg);
     char pids[4096];
     snprintf(pids, sizeof pids, "%s/pids", cfg->state_dir);
