@@ -137,7 +137,5 @@ yaml_node_t *cfg_model_key_node(ctx_t *c, const char *model, yaml_node_t *model_
 /* The warnings pass (after every check, the document alive): fills cfg->warnings; 0, or -1
  * after ydoc_fail() (out of memory). */
 int cfg_collect_warnings(ctx_t *c, config_t *cfg, yaml_node_t *root);
-/* Levenshtein distance between two keys ((size_t)-1 past 64 characters). */
-size_t cfg_edit_distance(const char *a, const char *b);
 
 #endif

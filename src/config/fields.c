@@ -58,13 +58,39 @@ int cfg_parse_argv(ctx_t *c, yaml_node_t *v, char ***argv, size_t *n_argv)
     return 0;
 }
 
+/* Levenshtein distance between two keys ((size_t)-1 past 64 characters). */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return (size_t)-1;
+    size_t row[65];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
 /* An unknown key's error, with the closest known key of the section (edit distance <= 2). */
 static int unknown_key(ctx_t *c, yaml_node_t *k, const section_t *section, const char *key)
 {
     const char *best = NULL;
     size_t best_distance = strlen(key) <= 4 ? 2 : 3; /* "foo" is not a typo of "log" */
     for (size_t f = 0; f < section->n_fields; f++) {
-        size_t d = cfg_edit_distance(key, section->fields[f].key);
+        size_t d = edit_distance(key, section->fields[f].key);
         if (d < best_distance) {
             best_distance = d;
             best = section->fields[f].key;

@@ -3,13 +3,15 @@
  * that are legal YAML and legal values but cost a user time (a program that is not there,
  * "python3 serve.py" as one word of cmd, no {port}, a model with no memory: section, a
  * pinned model with unload/sleep hooks, bare numbers that mean something else than the
- * writer thought). Also the edit distance behind the "did you mean" of unknown keys.
+ * writer thought).
  *
  * Invariants: a warning never refuses a config (`--check-config --strict` does, in
  * daemon/main.c and cli/); each names the file:line:col and key path of the value it is
  * about (the model's own mapping, else `defaults:`), like errors do, and its model (NULL
- * for a top-level key); at most WARNINGS_MAX are kept; the pass runs while the YAML
- * document is alive and only reads it; it fails (-1 after ydoc_fail) only when out of memory.
+ * for a top-level key, the first model for a value in `defaults:`, reported once); at
+ * most WARNINGS_MAX are kept; the pass runs while the YAML document is alive and only
+ * reads it (and the file system: stat, access); it fails (-1 after ydoc_fail) only when
+ * out of memory.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,31 +26,6 @@
 #define WARNINGS_MAX 256
 #define BARE_DURATION_WARN 1000ULL /* a bare number of seconds this large was likely meant as ms */
 #define BARE_SIZE_WARN (1ULL << 20) /* a bare number of bytes below this was likely meant as MiB */
-
-size_t cfg_edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64)
-        return (size_t)-1;
-    size_t row[65];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (row[j] + 1 < best)
-                best = row[j] + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
 
 /* Records one warning at node (the key path is c->path); -1 only when out of memory. */
 static int add_warning(ctx_t *c, config_t *cfg, const char *model, const yaml_node_t *node, const char *fmt, ...)
@@ -67,6 +44,9 @@ static int add_warning(ctx_t *c, config_t *cfg, const char *model, const yaml_no
     snprintf(where, sizeof where, "%s:%zu:%zu", c->name, node ? node->start_mark.line + 1 : 1,
              node ? node->start_mark.column + 1 : 1);
     snprintf(text, sizeof text, "%s: warning: %s: %s", where, c->path, message);
+    for (size_t i = 0; i < cfg->n_warnings; i++)
+        if (strcmp(cfg->warnings[i].text, text) == 0)
+            return 0; /* a value in defaults: is reported once, not once per model */
     config_warning_t *w = &cfg->warnings[cfg->n_warnings];
     w->model = model ? strdup(model) : NULL;
     w->key = strdup(c->path);
@@ -233,14 +213,17 @@ static int warn_bare_numbers(ctx_t *c, config_t *cfg, const model_config_t *m, y
         char readable[48];
         int rc = 0;
         if (keys[i].size && units_parse_size(ydoc_scalar_text(n), &v) == 0 && v > 0 && v < BARE_SIZE_WARN)
-            rc = add_warning(c, cfg, m->name, n, "%llu is a number of bytes; write a unit (like %lluMiB or "
-                             "%lluGiB) if that was meant", (unsigned long long)v, (unsigned long long)v,
+            rc = add_warning(c, cfg, m->name, n, "a bare number is bytes: %llu is %llu bytes; write a unit "
+                             "(like %lluMiB) if more was meant", (unsigned long long)v, (unsigned long long)v,
                              (unsigned long long)v);
         else if (!keys[i].size && units_parse_duration_ms(ydoc_scalar_text(n), &v) == 0 &&
                  v >= BARE_DURATION_WARN * 1000 && v != CONFIG_FOREVER) {
             units_format_duration(v, readable, sizeof readable);
-            rc = add_warning(c, cfg, m->name, n, "a bare number is seconds: %s is %s; write %sms if milliseconds "
-                             "were meant, or a unit (like %s) to say so", ydoc_scalar_text(n), readable,
+            char hours[32] = "";
+            if (v >= 3600ULL * 1000)
+                snprintf(hours, sizeof hours, " (%.1f hours)", (double)v / 3600000.0);
+            rc = add_warning(c, cfg, m->name, n, "a bare number is seconds: %s is %s%s; write %sms if milliseconds "
+                             "were meant, or a unit (like %s) to say so", ydoc_scalar_text(n), readable, hours,
                              ydoc_scalar_text(n), readable);
         }
         if (rc != 0)
@@ -289,8 +272,9 @@ int cfg_collect_warnings(ctx_t *c, config_t *cfg, yaml_node_t *root)
     if (is_bare_number(headroom) && units_parse_size(ydoc_scalar_text(headroom), &v) == 0 && v > 0 &&
         v < BARE_SIZE_WARN) {
         ydoc_path_append(c, "gpu.headroom");
-        if (add_warning(c, cfg, NULL, headroom, "%llu is a number of bytes; write a unit (like %lluMiB) if that "
-                        "was meant", (unsigned long long)v, (unsigned long long)v) != 0)
+        if (add_warning(c, cfg, NULL, headroom, "a bare number is bytes: %llu is %llu bytes; write a unit (like "
+                        "%lluMiB) if more was meant", (unsigned long long)v, (unsigned long long)v,
+                        (unsigned long long)v) != 0)
             return -1;
     }
     ydoc_path_reset(c);
