@@ -151,3 +151,59 @@ def test_admin_token(vramd):
     assert r.status == 200, r
     assert vd.model("a")["state"] == "stopped"
     wait_for(lambda: not pid_alive(pid), timeout=10, what="the unloaded worker to exit")
+
+
+WARNED = """listen: 127.0.0.1:{port}
+state_dir: {tmp}/var
+models:
+  a:
+    route: /a/
+    url: http://127.0.0.1:9
+    deadline: 30000
+  b:
+    route: /b/
+    cmd: ["python3 serve.py"]
+    memory: {{ resident: 6000 }}
+"""
+
+
+def test_check_config_warnings_and_strict(vramd):
+    """Warnings (legal, but likely mistakes) go to stderr as FILE:LINE:COL: warning: key.path:
+    message and keep exit 0; --strict (before or after the file) makes them errors, exit 1;
+    vramctl check-config agrees."""
+    path, p = vramd.check_config(WARNED.format(port=free_port(), tmp=vramd.tmp), "warned.yaml")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert p.stdout.strip() == f"{path}: ok (2 models)", p.stdout
+    lines = p.stderr.splitlines()
+    want = [rf"{re.escape(str(path))}:5:5: warning: models\.a: not memory-gated",
+            rf"{re.escape(str(path))}:7:15: warning: models\.a\.deadline: a bare number is seconds: 30000 is 500m",
+            rf"{re.escape(str(path))}:10:11: warning: models\.b\.cmd\[0\]: \"python3 serve\.py\" is one word",
+            rf"{re.escape(str(path))}:10:10: warning: models\.b\.cmd: no \{{port\}} in cmd or env: .*\$PORT",
+            rf"{re.escape(str(path))}:11:25: warning: models\.b\.memory\.resident: a bare number is bytes: 6000"]
+    assert len(lines) == len(want), p.stderr
+    for line, pattern in zip(lines, want):
+        assert re.match(pattern, line), (line, pattern)
+    for args in (["--check-config", "--strict", str(path)], ["--check-config", str(path), "--strict"],
+                 ["--strict", "--check-config", str(path)]):
+        s = subprocess.run([str(vramd_binary()), *args], capture_output=True, text=True, timeout=30)
+        assert s.returncode == 1, (args, s.stdout, s.stderr)
+        assert s.stdout == "" and s.stderr.splitlines()[:-1] == lines, (args, s.stderr)
+        assert s.stderr.splitlines()[-1] == f"{path}: 5 warnings (--strict makes warnings errors)", s.stderr
+    ctl = vramd_binary().parent / "vramctl"
+    c = subprocess.run([str(ctl), "check-config", str(path)], capture_output=True, text=True, timeout=30)
+    assert c.returncode == 0 and c.stderr == p.stderr and c.stdout == p.stdout, c
+    c = subprocess.run([str(ctl), "check-config", "--strict", str(path)], capture_output=True, text=True,
+                       timeout=30)
+    assert c.returncode == 1 and c.stderr.splitlines()[:-1] == lines, c
+
+
+def test_config_warnings_logged_at_start(vramd):
+    """vramd logs each warning at start as a config_warning event with model, key and message."""
+    vd = vramd.start(config=vramd.config({"a": {"route": "/a/", "url": "http://127.0.0.1:9",
+                                                "keep_alive": "forever", "memory": {"resident": "1GiB"},
+                                                "unload": {"path": "/unload"}}}))
+    events = vd.events("config_warning")
+    assert len(events) == 1, vd.log_tail()
+    e = events[0]
+    assert e["model"] == "a" and e["key"] == "models.a.keep_alive", e
+    assert "never evicted" in e["message"] and re.match(r".*\.yaml:\d+:\d+$", e["at"]), e
