@@ -35,13 +35,15 @@ static void usage(FILE *f)
             "only when its memory fits, supervises workers and shows what the GPU is doing.\n");
 }
 
-/* --check-config [--strict] FILE (or FILE --strict): 0 valid, 1 an error (or a warning
- * under --strict), 2 usage. */
-static int check_config(int argc, char **argv, int i)
+/* argv[from..]: --check-config [--strict] FILE, in any order: 0 valid, 1 an error (or a
+ * warning under --strict), 2 usage. */
+static int check_config(int argc, char **argv, int from)
 {
     const char *file = NULL;
     bool strict = false;
-    for (int j = i + 1; j < argc; j++) {
+    for (int j = from; j < argc; j++) {
+        if (!strcmp(argv[j], "--check-config"))
+            continue;
         if (!strcmp(argv[j], "--strict"))
             strict = true;
         else if (file == NULL)
@@ -92,10 +94,9 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--check-config") && i + 1 < argc)
+        if ((!strcmp(argv[i], "--check-config") && i + 1 < argc) ||
+            (!strcmp(argv[i], "--strict") && i + 2 < argc && !strcmp(argv[i + 1], "--check-config")))
             return check_config(argc, argv, i);
-        if (!strcmp(argv[i], "--strict") && i + 2 < argc && !strcmp(argv[i + 1], "--check-config"))
-            return check_config(argc, argv, i + 1);
         if ((!strcmp(argv[i], "--config") || !strcmp(argv[i], "-c")) && i + 1 < argc) {
             config = argv[++i];
             continue;
