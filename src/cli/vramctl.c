@@ -1,6 +1,7 @@
 /*
  * vramctl: the command-line client of vramd. This file holds main: the help texts, the
- * command table, and the dispatch to the commands (cli_status.c, cli_admin.c, cli_jobs.c);
+ * command table, and the dispatch to the commands (cli_status.c, cli_ps.c, cli_admin.c,
+ * cli_jobs.c);
  * the global options (which may appear anywhere on the line) and their defaults from the
  * environment are parsed by cli_common.c. Calls go one way: main -> commands -> cli_call.c
  * -> cli_http.c -> cli_common.c. Exit codes are listed in cli.h and in the help text.
@@ -19,6 +20,7 @@ static const char usage_text[] =
     "Commands:\n"
     "  status                 GPUs with memory bars, models, queues, recent events\n"
     "  top                    the status view, refreshed every second (q or Ctrl-C quits)\n"
+    "  ps                     one line per worker instance: state, GPU, GiB, keep-alive, pid\n"
     "  load MODEL             load a model now (answers when it is ready)\n"
     "  unload MODEL           unload a model now (answers when its memory is back)\n"
     "  drain                  stop admitting, finish what runs, then vramd exits 0\n"
@@ -62,6 +64,13 @@ static const struct command_help {
      "The status view, refreshed every --interval (default 1s), full screen. q or Ctrl-C quits\n"
      "and restores the terminal. -n N: stop after N refreshes. When stdout is not a terminal,\n"
      "one frame per interval is printed, without escape codes.\n"},
+    {"ps",
+     "usage: vramctl ps [--json]\n"
+     "\n"
+     "One line per worker instance, from GET /v1/status: MODEL, instance ID, STATE, GPU, GIB\n"
+     "(measured by NVML / reserved by vramd), IN_FLIGHT requests, the model's QUEUE depth,\n"
+     "KEEP_ALIVE (\"in 9m58s\" while an idle instance counts down, \"pinned\", or - while busy),\n"
+     "PID. A model without instances gets one line with ID -. --json: the rows as a JSON array.\n"},
     {"load",
      "usage: vramctl load MODEL [--json]\n"
      "\n"
@@ -137,7 +146,8 @@ static const struct command {
     const char *name;
     int (*run)(cli_opts_t *o, int argc, char **argv);
 } commands[] = {
-    {"status", cli_cmd_status},     {"top", cli_cmd_top},       {"load", cli_cmd_model_admin},
+    {"status", cli_cmd_status},     {"top", cli_cmd_top},       {"ps", cli_cmd_ps},
+    {"load", cli_cmd_model_admin},
     {"unload", cli_cmd_model_admin}, {"drain", cli_cmd_drain},  {"reload", cli_cmd_reload},
     {"jobs", cli_cmd_jobs},         {"check-config", cli_cmd_check_config},
 };
