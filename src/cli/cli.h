@@ -116,6 +116,8 @@ int cli_cmd_status(cli_opts_t *o, int argc, char **argv);
 /* status with several --url (cli_fleet.c): every host together; 3 when one is unreachable. */
 int cli_status_fleet(cli_opts_t *o, bool color, int width);
 int cli_cmd_top(cli_opts_t *o, int argc, char **argv);
+int cli_cmd_ps(cli_opts_t *o, int argc, char **argv); /* cli_ps.c */
+int cli_cmd_logs(cli_opts_t *o, int argc, char **argv); /* cli_logs.c */
 int cli_cmd_jobs(cli_opts_t *o, int argc, char **argv);
 int cli_cmd_model_admin(cli_opts_t *o, int argc, char **argv); /* load | unload */
 int cli_cmd_drain(cli_opts_t *o, int argc, char **argv);

@@ -1,6 +1,8 @@
 /*
  * vramctl: the command-line client of vramd. This file holds main: the help texts, the
- * command table, and the dispatch to the commands (cli_status.c, cli_admin.c, cli_jobs.c);
+ * command table, and the dispatch to the commands (cli_status.c, cli_ps.c, cli_logs.c,
+ * cli_admin.c,
+ * cli_jobs.c);
  * the global options (which may appear anywhere on the line) and their defaults from the
  * environment are parsed by cli_common.c. Calls go one way: main -> commands -> cli_call.c
  * -> cli_http.c -> cli_common.c. Exit codes are listed in cli.h and in the help text.
@@ -19,6 +21,8 @@ static const char usage_text[] =
     "Commands:\n"
     "  status                 GPUs with memory bars, models, queues, recent events\n"
     "  top                    the status view, refreshed every second (q or Ctrl-C quits)\n"
+    "  ps                     one line per worker instance: state, GPU, GiB, keep-alive, pid\n"
+    "  logs MODEL             a model's recent worker output (-f follows)\n"
     "  load MODEL             load a model now (answers when it is ready)\n"
     "  unload MODEL           unload a model now (answers when its memory is back)\n"
     "  drain                  stop admitting, finish what runs, then vramd exits 0\n"
@@ -62,6 +66,21 @@ static const struct command_help {
      "The status view, refreshed every --interval (default 1s), full screen. q or Ctrl-C quits\n"
      "and restores the terminal. -n N: stop after N refreshes. When stdout is not a terminal,\n"
      "one frame per interval is printed, without escape codes.\n"},
+    {"ps",
+     "usage: vramctl ps [--json]\n"
+     "\n"
+     "One line per worker instance, from GET /v1/status: MODEL, instance ID, STATE, GPU, GIB\n"
+     "(measured by NVML / reserved by vramd), IN_FLIGHT requests, the model's QUEUE depth,\n"
+     "KEEP_ALIVE (\"in 9m58s\" while an idle instance counts down, \"pinned\", or - while busy),\n"
+     "PID. A model without instances gets one line with ID -. --json: the rows as a JSON array.\n"},
+    {"logs",
+     "usage: vramctl logs MODEL [-n N] [-f [--for DURATION]] [--timestamps] [--json]\n"
+     "\n"
+     "GET /v1/models/MODEL/logs (admin token when vramd has one): the last N lines (default\n"
+     "100) its workers wrote on stdout and stderr, from vramd's per-model ring\n"
+     "(limits.worker_log_lines). -f: then poll every second for new lines, each printed once,\n"
+     "until Ctrl-C (or --for DURATION). --timestamps: the UTC time and stream before each line.\n"
+     "--json: each answer as vramd's JSON.\n"},
     {"load",
      "usage: vramctl load MODEL [--json]\n"
      "\n"
@@ -139,7 +158,8 @@ static const struct command {
     const char *name;
     int (*run)(cli_opts_t *o, int argc, char **argv);
 } commands[] = {
-    {"status", cli_cmd_status},     {"top", cli_cmd_top},       {"load", cli_cmd_model_admin},
+    {"status", cli_cmd_status},     {"top", cli_cmd_top},       {"ps", cli_cmd_ps},
+    {"logs", cli_cmd_logs},         {"load", cli_cmd_model_admin},
     {"unload", cli_cmd_model_admin}, {"drain", cli_cmd_drain},  {"reload", cli_cmd_reload},
     {"jobs", cli_cmd_jobs},         {"check-config", cli_cmd_check_config},
 };

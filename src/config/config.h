@@ -252,6 +252,9 @@ typedef struct config {
                                       (nginx client_body_timeout) */
         unsigned reserved_connections; /* default 16: accepted past max_connections, for
                                           health, status, metrics and admin routes only */
+        unsigned worker_log_lines; /* default 1000 (0..100000): worker output lines kept per
+                                      model for GET /v1/models/NAME/logs; 0 keeps none */
+        uint64_t worker_log_bytes; /* default 1MiB: the same ring's bound in bytes */
     } limits;
     struct {
         uint64_t results_max_bytes; /* default 20GiB */

@@ -167,6 +167,8 @@ config_t *cfg_config_new_builtin(void)
     cfg->limits.send_timeout_ms = 60 * 1000;
     cfg->limits.body_timeout_ms = 60 * 1000;
     cfg->limits.reserved_connections = 16;
+    cfg->limits.worker_log_lines = 1000;
+    cfg->limits.worker_log_bytes = 1ULL << 20;
     cfg->jobs.results_max_bytes = 20ULL << 30;
     cfg->jobs.results_ttl_ms = 24ULL * 3600 * 1000;
     cfg->jobs.min_free_disk = 2ULL << 30;

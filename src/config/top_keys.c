@@ -241,6 +241,8 @@ static const field_spec_t limits_fields[] = {
     {"send_timeout", cfg_fp_duration, offsetof(config_t, limits.send_timeout_ms), 1, 0, NULL},
     {"body_timeout", cfg_fp_duration, offsetof(config_t, limits.body_timeout_ms), 1, 0, NULL},
     {"reserved_connections", cfg_fp_unsigned, offsetof(config_t, limits.reserved_connections), 0, 10000, NULL},
+    {"worker_log_lines", cfg_fp_unsigned, offsetof(config_t, limits.worker_log_lines), 0, 100000, NULL},
+    {"worker_log_bytes", cfg_fp_size, offsetof(config_t, limits.worker_log_bytes), 0, 0, NULL},
     {"per_client", fp_per_client, 0, 0, 0, NULL},
     {"memory_budget", fp_memory_budget, offsetof(config_t, memory_budget), 0, 0, NULL},
 };

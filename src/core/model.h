@@ -25,6 +25,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "common/line_ring.h"
 #include "common/list.h"
 #include "core/core.h"
 #include "core/types.h"
@@ -286,6 +287,8 @@ struct model {
         uint64_t n;
     } outcomes[MODEL_OUTCOMES_MAX];      /* requests ended, by outcome (model_note_outcome) */
     unsigned n_outcomes;
+    line_ring_t logs;                    /* recent worker output lines (limits.worker_log_lines,
+                                          * worker_log_bytes); freed with the model */
     histogram_t duration_hist;           /* arrival -> end, admitted requests (seconds) */
     histogram_t queue_wait_hist;         /* queued -> first dispatch, or -> left the queue (seconds) */
 };

@@ -1,6 +1,11 @@
 /* wiring: the layers connected once, by function pointers and listeners. See wiring.h. */
 #include "daemon/wiring.h"
 
+#include <string.h>
+
+#include "core/model.h"
+#include "proc/process.h"
+
 #include "path/proxy.h"
 #include "path/dispatch.h"
 #include "sched/scheduler.h"
@@ -12,8 +17,26 @@ const conn_handlers_t *wiring_conn_handlers(void)
     return &handlers;
 }
 
+/* A worker's output line (proc/process.c) into its model's ring (GET /v1/models/NAME/logs):
+ * log_name is the model's name for its workers and validators; other processes (stop_cmd,
+ * "NAME:rm") name no model and are only logged. */
+static void on_worker_line(void *ctx, const char *log_name, pid_t pid, const char *stream, const char *line,
+                           size_t len)
+{
+    core_t *core = ctx;
+    list_foreach(it, &core->models) {
+        model_t *m = list_entry(it, model_t, link);
+        if (strcmp(m->name, log_name) == 0) {
+            uint64_t wall = core->started_wall_ms + (core_now() - core->started_ms);
+            (void)line_ring_push(&m->logs, wall, (int)pid, stream[3] == 'e' ? 'e' : 'o', line, len);
+            return;
+        }
+    }
+}
+
 void wiring_connect(core_t *core, const api_admin_ops_t *admin)
 {
+    process_set_line_hook(on_worker_line, core);
     core->requeue = dispatch_requeue;
     dispatch_init(core);
     proxy_init(core);

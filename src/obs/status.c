@@ -3,6 +3,8 @@
 
 #include <stdio.h>
 
+#include <uv.h>
+
 #include <cjson/cJSON.h>
 
 #include "common/units.h"
@@ -96,6 +98,19 @@ static void parking_json(cJSON *pk, const model_t *m)
     cJSON_AddNumberToObject(pk, "checkpoint_failures", (double)m->checkpoint_failures);
 }
 
+/* When an idle instance's keep_alive runs out: ms from now, or -1 when it is not counting
+ * down (not READY, busy, queued work, being cleared for a park, pinned, keep_alive 0 or an
+ * external server). The timer (workers/park_evict.c) is armed when the instance goes idle. */
+static int64_t keep_alive_left_ms(instance_t *in)
+{
+    const model_t *m = in->model;
+    if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->park_clearing ||
+        m->queue.depth > 0 || m->cfg->keep_alive_ms == CONFIG_FOREVER ||
+        !uv_is_active((uv_handle_t *)&in->idle_timer))
+        return -1;
+    return (int64_t)uv_timer_get_due_in(&in->idle_timer);
+}
+
 /* One instance: state, tier, process, GPU, memory, requests, outlier state. */
 static cJSON *instance_json(instance_t *in, uint64_t now)
 {
@@ -127,6 +142,15 @@ static cJSON *instance_json(instance_t *in, uint64_t now)
     outlier_json(j, in, now);
     cJSON_AddNumberToObject(j, "idle_connections", in->pool_size);
     cJSON_AddNumberToObject(j, "uptime_ms", in->started_ms ? (double)(now - in->started_ms) : 0);
+    int64_t left = keep_alive_left_ms(in);
+    if (left >= 0) {
+        const core_t *d = in->model->core;
+        cJSON_AddNumberToObject(j, "keep_alive_left_ms", (double)left);
+        cJSON_AddNumberToObject(j, "keep_alive_expires", (double)(d->started_wall_ms + (now - d->started_ms) + (uint64_t)left));
+    } else {
+        cJSON_AddNullToObject(j, "keep_alive_left_ms");
+        cJSON_AddNullToObject(j, "keep_alive_expires");
+    }
     return j;
 }
 
@@ -163,6 +187,12 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(o, "consecutive_failures", m->consecutive_failures);
     cJSON_AddNumberToObject(o, "deadline_rejections", (double)m->deadline_rejections);
     cJSON_AddNumberToObject(o, "priority", m->cfg->priority);
+    bool pinned = m->cfg->keep_alive_ms == CONFIG_FOREVER;
+    cJSON_AddBoolToObject(o, "pinned", pinned);
+    if (pinned)
+        cJSON_AddNullToObject(o, "keep_alive_ms");
+    else
+        cJSON_AddNumberToObject(o, "keep_alive_ms", (double)m->cfg->keep_alive_ms);
     memory_json(cJSON_AddObjectToObject(o, "memory"), m);
     cJSON *rs = cJSON_AddObjectToObject(o, "resilience");
     cJSON_AddNumberToObject(rs, "oom_total", (double)m->oom_total);

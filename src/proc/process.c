@@ -643,6 +643,15 @@ size_t process_count(void)
  * handles_open from process_output_start until process_output_close/its close callback.
  */
 
+static process_line_hook_fn g_line_hook;
+static void *g_line_hook_ctx;
+
+void process_set_line_hook(process_line_hook_fn fn, void *ctx)
+{
+    g_line_hook = fn;
+    g_line_hook_ctx = ctx;
+}
+
 static void stream_emit_line(process_t *p, output_stream_t *s)
 {
     size_t len = s->line_len;
@@ -651,6 +660,8 @@ static void stream_emit_line(process_t *p, output_stream_t *s)
     s->line[len] = '\0';
     log_event(LOG_INFO, "worker_output", "model=%s pid=%d stream=%s line=%s",
               p->log_name ? p->log_name : "", (int)p->pid, s->name, s->line);
+    if (g_line_hook && p->log_name)
+        g_line_hook(g_line_hook_ctx, p->log_name, p->pid, s->name, s->line, len);
     s->line_len = 0;
 }
 

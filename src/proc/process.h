@@ -5,7 +5,8 @@
  * tree, in a cgroup leaf of its own (proc/cgroup.h: whatever it starts stays in it, setsid
  * or not); it gets PR_SET_PDEATHSIG(SIGKILL) so it dies with vramd, and inherits only fds 0 (/dev/null), 1 and 2 (pipes read by vramd).
  * Each line the child writes is logged as one JSON event "worker_output" with the model
- * name, pid and stream (lines are capped at 8 KiB; longer ones are split). Optionally the
+ * name, pid and stream (lines are capped at 8 KiB; longer ones are split), and handed to
+ * the line hook when one is set (process_set_line_hook). Optionally the
  * child's stdin is fed from a buffer (validators read the body on stdin).
  *
  * Children are reaped from a SIGCHLD handler (uv_signal) with a waitpid(WNOHANG) loop, so
@@ -69,6 +70,13 @@ void process_signal(process_t *p, int sig);
 /* SIGTERM to the group (and its cgroup leaf) now, SIGKILL to both after timeout_ms if it has
  * not exited. */
 void process_stop(process_t *p, uint64_t timeout_ms);
+/* Where each output line also goes, beside the log (the composition root sets it once, so
+ * that the line reaches its model's ring without this layer knowing models): log_name as
+ * in the spec, the child's pid, "stdout" or "stderr", the line (NUL-terminated, no '\n').
+ * NULL (the default): lines are only logged. */
+typedef void (*process_line_hook_fn)(void *ctx, const char *log_name, pid_t pid, const char *stream,
+                                     const char *line, size_t len);
+void process_set_line_hook(process_line_hook_fn fn, void *ctx);
 /* Captured stdout (capture_stdout), valid inside the exit callback. */
 const char *process_stdout(const process_t *p, size_t *len);
 /* 1 when the child wrote more than 64 KiB to a captured stdout (the rest was dropped). */

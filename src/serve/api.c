@@ -15,6 +15,7 @@
 #include "core/model.h"
 #include "core/request.h"
 #include "serve/jobs_api.h"
+#include "serve/model_logs.h"
 #include "serve/route_table.h"
 #include "net/conn.h"
 #include "http/http_auth.h"
@@ -317,6 +318,7 @@ static const api_route_t own_routes[] = {
     {GET_HEAD, "/v1/models", route_models, API_PUBLIC, .reserve = false},
     {GET_HEAD, "/", route_page, API_PUBLIC, .reserve = false},
     {GET_HEAD, "/metrics", route_metrics, API_PUBLIC, .reserve = true},
+    {GET_HEAD, "/v1/models/*/logs", model_logs_route, API_ADMIN, .reserve = true},
     {API_POST, "/v1/models/*/load", route_load, API_ADMIN, .reserve = true},
     {API_POST, "/v1/models/*/unload", route_unload, API_ADMIN, .reserve = true},
     {API_POST, "/v1/admin/drain", route_drain, API_ADMIN, .reserve = true},

@@ -669,6 +669,7 @@ static void on_model_timer_closed(uv_handle_t *h)
 {
     model_t *m = h->data;
     config_unref(m->cfg_owner);
+    line_ring_free(&m->logs);
     free(m->name);
     free(m);
 }

@@ -46,6 +46,7 @@ model_t *model_create(core_t *d, const model_config_t *cfg, config_t *owner, voi
     m->backoff_timer.data = m;
     histogram_init(&m->duration_hist, HISTOGRAM_DURATION_BOUNDS, HISTOGRAM_DURATION_N);
     histogram_init(&m->queue_wait_hist, HISTOGRAM_WAIT_BOUNDS, HISTOGRAM_WAIT_N);
+    line_ring_init(&m->logs, owner->limits.worker_log_lines, (size_t)owner->limits.worker_log_bytes);
     list_insert_tail(&d->models, &m->link);
     return m;
 }
@@ -57,6 +58,7 @@ void model_update_config(model_t *m, const model_config_t *cfg, config_t *owner)
     m->cfg_owner = config_ref(owner);
     config_unref(old);
     m->queue.max = cfg->queue_max;
+    line_ring_set_limits(&m->logs, owner->limits.worker_log_lines, (size_t)owner->limits.worker_log_bytes);
     m->removed = false;
     model_schedule_pump(m);
 }

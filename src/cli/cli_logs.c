@@ -1,0 +1,173 @@
+/*
+ * cli_logs: `vramctl logs MODEL [-n N] [-f [--for D]] [--timestamps]`, a model's recent
+ * worker output from GET /v1/models/MODEL/logs (admin token when vramd has one).
+ *
+ * Prints the lines as the worker wrote them, one per line (--timestamps: the UTC time and
+ * the stream before each; --json: each answer's document). -f follows: it polls every
+ * second with the cursor of the last answer (after=SEQ), so each line is printed once; a
+ * gap the ring's bound caused is reported on stderr. Following ends on Ctrl-C/SIGTERM
+ * (exit 0), after --for D, or when vramd cannot be reached (exit 3).
+ * Invariants: one request in flight; memory per poll bounded by the answer.
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+#define LOGS_POLL_MS 1000
+#define LOGS_MAX_LINES 100000
+
+typedef struct logs_args {
+    const char *model;
+    long lines;
+    bool follow, timestamps;
+    uint64_t for_ms; /* 0: until stopped */
+} logs_args_t;
+
+static int parse_logs_args(cli_opts_t *o, int argc, char **argv, logs_args_t *la)
+{
+    memset(la, 0, sizeof *la);
+    la->lines = 100;
+    for (int i = 1; i < argc; i++) {
+        int g = cli_global_option(o, argc, argv, &i);
+        if (g < 0)
+            return CLI_EXIT_USAGE;
+        if (g > 0)
+            continue;
+        bool bad = false;
+        const char *v;
+        if ((v = cli_option_value(argc, argv, &i, "-n", &bad)) || (v = cli_option_value(argc, argv, &i, "--lines", &bad))) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || end == v || n < 1 || n > LOGS_MAX_LINES)
+                return cli_usage_error(argv[0], "logs: -n: expected a number of lines 1-%d, got \"%s\"", LOGS_MAX_LINES, v);
+            la->lines = n;
+        } else if ((v = cli_option_value(argc, argv, &i, "--for", &bad))) {
+            if (cli_parse_duration(argv[0], "--for", v, &la->for_ms) != 0)
+                return CLI_EXIT_USAGE;
+        } else if (bad) {
+            return cli_usage_error(argv[0], "%s needs a value", argv[i]);
+        } else if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--follow") == 0) {
+            la->follow = true;
+        } else if (strcmp(argv[i], "--timestamps") == 0 || strcmp(argv[i], "-t") == 0) {
+            la->timestamps = true;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            return cli_usage_error(argv[0], "logs: unknown option %s", argv[i]);
+        } else if (la->model) {
+            return cli_usage_error(argv[0], "logs: unexpected argument \"%s\"", argv[i]);
+        } else {
+            la->model = argv[i];
+        }
+    }
+    if (!la->model || !la->model[0])
+        return cli_usage_error(argv[0], "logs: which model? (vramctl logs MODEL)");
+    if (la->for_ms && !la->follow)
+        return cli_usage_error(argv[0], "logs: --for goes with -f");
+    return CLI_OK;
+}
+
+static void print_line(const cJSON *l, bool timestamps)
+{
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(l, "line");
+    if (!cJSON_IsString(text))
+        return;
+    if (timestamps) {
+        const cJSON *ts = cJSON_GetObjectItemCaseSensitive(l, "ts_ms");
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(l, "stream");
+        double ms = cJSON_IsNumber(ts) ? ts->valuedouble : 0;
+        time_t secs = (time_t)(ms / 1000);
+        struct tm tm;
+        char when[32] = "?";
+        if (gmtime_r(&secs, &tm))
+            strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+        printf("%s.%03dZ %s ", when, (int)((uint64_t)ms % 1000), cJSON_IsString(st) ? st->valuestring : "?");
+    }
+    printf("%s\n", text->valuestring);
+}
+
+/* One GET; prints what came and moves *cursor. *have_cursor: a cursor was given (after=). */
+static int fetch_once(cli_opts_t *o, const logs_args_t *la, const char *name, uint64_t *cursor, bool *have_cursor)
+{
+    char path[700];
+    if (*have_cursor)
+        snprintf(path, sizeof path, "/v1/models/%s/logs?lines=%ld&after=%llu", name,
+                 la->follow ? LOGS_MAX_LINES : la->lines, (unsigned long long)*cursor);
+    else
+        snprintf(path, sizeof path, "/v1/models/%s/logs?lines=%ld", name, la->lines);
+    cli_response_t resp;
+    int rc = cli_call(o, "GET", path, NULL, &resp);
+    if (rc)
+        return rc;
+    cJSON *j = cli_parse_json(&resp);
+    cli_response_free(&resp);
+    if (!j)
+        return CLI_EXIT_ERROR;
+    if (o->json)
+        cli_print_json(j);
+    const cJSON *missed = cJSON_GetObjectItemCaseSensitive(j, "missed");
+    if (*have_cursor && cJSON_IsNumber(missed) && missed->valuedouble > 0)
+        fprintf(stderr, "vramctl: logs: %.0f lines were dropped before they could be read (limits.worker_log_lines)\n",
+                missed->valuedouble);
+    const cJSON *lines = cJSON_GetObjectItemCaseSensitive(j, "lines");
+    const cJSON *l;
+    if (!o->json) {
+        cJSON_ArrayForEach(l, lines) {
+            print_line(l, la->timestamps);
+        }
+    }
+    const cJSON *cur = cJSON_GetObjectItemCaseSensitive(j, "cursor");
+    if (cJSON_IsNumber(cur)) {
+        *cursor = (uint64_t)cur->valuedouble;
+        *have_cursor = true;
+    }
+    cJSON_Delete(j);
+    fflush(stdout);
+    return CLI_OK;
+}
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    cli_stop_requested = 1;
+}
+
+int cli_cmd_logs(cli_opts_t *o, int argc, char **argv)
+{
+    logs_args_t la;
+    int rc = parse_logs_args(o, argc, argv, &la);
+    if (rc)
+        return rc;
+    char name[512];
+    if (cli_url_escape(la.model, name, sizeof name) != 0)
+        return cli_usage_error(argv[0], "logs: bad model name");
+    uint64_t cursor = 0;
+    bool have_cursor = false;
+    rc = fetch_once(o, &la, name, &cursor, &have_cursor);
+    if (rc || !la.follow)
+        return rc;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_stop; /* no SA_RESTART: the sleep ends at once */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (!cli_stop_requested) {
+        struct timespec pause = {.tv_sec = LOGS_POLL_MS / 1000, .tv_nsec = (LOGS_POLL_MS % 1000) * 1000000L};
+        nanosleep(&pause, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        uint64_t elapsed = (uint64_t)(now.tv_sec - start.tv_sec) * 1000 +
+                           (uint64_t)((now.tv_nsec - start.tv_nsec) / 1000000);
+        if (cli_stop_requested)
+            break;
+        rc = fetch_once(o, &la, name, &cursor, &have_cursor);
+        if (rc)
+            return rc;
+        if (la.for_ms && elapsed >= la.for_ms)
+            break;
+    }
+    return CLI_OK;
+}

@@ -1,0 +1,171 @@
+/*
+ * cli_ps: `vramctl ps`, one line per worker instance from GET /v1/status: model, instance
+ * id, state, GPU, GiB measured/reserved, requests in flight, the model's queue depth, when
+ * its keep_alive runs out, pid. A model without instances gets one line with id "-" (its
+ * state: stopped, failed, ...), so that every configured model is listed.
+ * --json prints the same rows as a JSON array of objects (keys in docs/vramctl.md).
+ * Invariant: reads only /v1/status; one request; exit codes as cli.h.
+ */
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/cli_render.h"
+
+#define PS_OUT_MAX (4u << 20)
+
+enum { PS_COLS = 9 };
+
+static const char *str_of(const cJSON *o, const char *key, const char *dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : dflt;
+}
+
+static double num_of(const cJSON *o, const char *key, double dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+/* One row's cells from a model and one of its instances (inst NULL: the model has none). */
+static void ps_cells(const cJSON *model, const cJSON *inst, char cells[PS_COLS][64])
+{
+    const cJSON *queue = cJSON_GetObjectItemCaseSensitive(model, "queue");
+    bool pinned = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "pinned"));
+    snprintf(cells[0], 64, "%s", str_of(model, "name", "?"));
+    snprintf(cells[6], 64, "%.0f", num_of(queue, "depth", 0));
+    if (!inst) {
+        snprintf(cells[1], 64, "-");
+        snprintf(cells[2], 64, "%s", str_of(model, "state", "?"));
+        for (int k = 3; k < PS_COLS; k++)
+            if (k != 6)
+                snprintf(cells[k], 64, "-");
+        if (pinned)
+            snprintf(cells[7], 64, "pinned");
+        return;
+    }
+    snprintf(cells[1], 64, "%.0f", num_of(inst, "id", 0));
+    snprintf(cells[2], 64, "%s", str_of(inst, "state", "?"));
+    double gpu = num_of(inst, "gpu", -1);
+    if (gpu >= 0)
+        snprintf(cells[3], 64, "%.0f", gpu);
+    else
+        snprintf(cells[3], 64, "-");
+    char meas[24], resv[24];
+    cli_format_gib((uint64_t)num_of(inst, "measured_bytes", 0), meas, sizeof meas);
+    cli_format_gib((uint64_t)num_of(inst, "reserved_bytes", 0), resv, sizeof resv);
+    snprintf(cells[4], 64, "%s/%s", meas, resv);
+    snprintf(cells[5], 64, "%.0f", num_of(inst, "in_flight", 0));
+    double left = num_of(inst, "keep_alive_left_ms", -1);
+    if (pinned) {
+        snprintf(cells[7], 64, "pinned");
+    } else if (left >= 0) {
+        char el[24];
+        cli_format_elapsed((uint64_t)left, el, sizeof el);
+        snprintf(cells[7], 64, "in %s", el);
+    } else {
+        snprintf(cells[7], 64, "-");
+    }
+    double pid = num_of(inst, "pid", -1);
+    if (pid > 0)
+        snprintf(cells[8], 64, "%.0f", pid);
+    else
+        snprintf(cells[8], 64, "-");
+}
+
+/* The JSON row of one instance (inst NULL: the model has none). */
+static cJSON *ps_json_row(const cJSON *model, const cJSON *inst)
+{
+    const cJSON *queue = cJSON_GetObjectItemCaseSensitive(model, "queue");
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "model", str_of(model, "name", "?"));
+    cJSON_AddBoolToObject(r, "pinned", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "pinned")));
+    cJSON_AddNumberToObject(r, "queue_depth", num_of(queue, "depth", 0));
+    if (!inst) {
+        cJSON_AddNullToObject(r, "id");
+        cJSON_AddStringToObject(r, "state", str_of(model, "state", "?"));
+        return r;
+    }
+    static const char *const keys[] = {"id", "state", "tier", "gpu", "measured_bytes", "reserved_bytes",
+                                       "in_flight", "keep_alive_left_ms", "keep_alive_expires", "pid"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(inst, keys[k]);
+        cJSON_AddItemToObject(r, keys[k], v ? cJSON_Duplicate(v, true) : cJSON_CreateNull());
+    }
+    return r;
+}
+
+/* Rows of every model's instances, as a table or (json) a JSON array. */
+static int ps_render(const cJSON *status, bool json, buf_t *out)
+{
+    const cJSON *models = cJSON_GetObjectItemCaseSensitive(status, "models");
+    cJSON *arr = json ? cJSON_CreateArray() : NULL;
+    cli_table_t t;
+    cli_table_init(&t, PS_COLS);
+    const char *const head[PS_COLS] = {"MODEL", "ID", "STATE", "GPU", "GIB", "IN_FLIGHT", "QUEUE", "KEEP_ALIVE", "PID"};
+    int rc = cli_table_add(&t, head);
+    const cJSON *m;
+    cJSON_ArrayForEach(m, models) {
+        const cJSON *insts = cJSON_GetObjectItemCaseSensitive(m, "instances");
+        int n = cJSON_GetArraySize(insts);
+        for (int i = 0; i < (n > 0 ? n : 1) && rc == 0; i++) {
+            const cJSON *in = n > 0 ? cJSON_GetArrayItem(insts, i) : NULL;
+            if (arr) {
+                cJSON_AddItemToArray(arr, ps_json_row(m, in));
+                continue;
+            }
+            char cells[PS_COLS][64];
+            const char *row[PS_COLS];
+            ps_cells(m, in, cells);
+            for (int k = 0; k < PS_COLS; k++)
+                row[k] = cells[k];
+            rc = cli_table_add(&t, row);
+        }
+    }
+    if (arr) {
+        char *s = cJSON_Print(arr);
+        rc = s ? buf_append(out, s, strlen(s)) : -1;
+        if (rc == 0)
+            rc = buf_append(out, "\n", 1);
+        cJSON_free(s);
+        cJSON_Delete(arr);
+    } else if (rc == 0) {
+        rc = cli_table_render(out, &t, "", false);
+    }
+    cli_table_free(&t);
+    return rc;
+}
+
+int cli_cmd_ps(cli_opts_t *o, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        int g = cli_global_option(o, argc, argv, &i);
+        if (g < 0)
+            return CLI_EXIT_USAGE;
+        if (g > 0)
+            continue;
+        if (argv[i][0] == '-')
+            return cli_usage_error(argv[0], "ps: unknown option %s", argv[i]);
+        return cli_usage_error(argv[0], "ps: unexpected argument \"%s\"", argv[i]);
+    }
+    cli_response_t resp;
+    int rc = cli_call(o, "GET", "/v1/status", NULL, &resp);
+    if (rc)
+        return rc;
+    cJSON *j = cli_parse_json(&resp);
+    cli_response_free(&resp);
+    if (!j)
+        return CLI_EXIT_ERROR;
+    buf_t out;
+    buf_init(&out, PS_OUT_MAX);
+    rc = ps_render(j, o->json, &out);
+    cJSON_Delete(j);
+    if (rc != 0) {
+        buf_free(&out);
+        fprintf(stderr, "vramctl: ps: the answer is too large to print\n");
+        return CLI_EXIT_ERROR;
+    }
+    fwrite(out.data, 1, out.len, stdout);
+    buf_free(&out);
+    return CLI_OK;
+}
