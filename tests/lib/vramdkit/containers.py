@@ -20,6 +20,10 @@ build_simworker_image(): a root filesystem assembled from what the machine has -
 build/bin/simworker at /simworker, the shared libraries ldd lists for it and its loader,
 busybox-static at /bin/busybox (with /bin/sh and a few applets) when installed, empty /dev/shm,
 /tmp, /proc, /sys - `podman import`ed as localhost/vramd-simworker:<random>.
+build_vramd_image(): the same with vramd itself: /vramd, /simworker and the NVML simulation
+at VRAMD_IMAGE_NVML from $VRAMD_BUILD (an ASan build's runtime comes along through ldd), CMD
+/vramd --config VRAMD_IMAGE_CONFIG, as localhost/vramd-sim:<random>
+(tests/e2e/test_vramd_in_container.py). build_image() is what both use.
 
 cleanup(): every container of the setup removed (`podman rm -f -t 0`), then `podman system
 reset -f`; whatever is still alive (conmon, a container's processes) is SIGKILLed, found by
@@ -46,11 +50,14 @@ from pathlib import Path
 
 import pytest
 
-from .paths import binary
+from .paths import binary, nvml_lib
 
 PODMAN_TIMEOUT = 60.0      # one podman command (an import, a run -d, a stop)
 CLEANUP_TIMEOUT = 30.0     # each clean-up step
 IMAGE_REPO = "localhost/vramd-simworker"
+VRAMD_IMAGE_REPO = "localhost/vramd-sim"
+VRAMD_IMAGE_NVML = "/usr/lib/vramd/libnvidia-ml-sim.so"  # the NVML simulation in the vramd image
+VRAMD_IMAGE_CONFIG = "/etc/vramd/vramd.yaml"              # where its CMD expects the config
 BUSYBOX = "/bin/busybox"
 APPLETS = ("sh", "true", "sleep", "cat", "ls", "ps", "kill", "env")
 
@@ -167,19 +174,44 @@ class Podman:
         """Import a root filesystem holding /simworker (build/bin/simworker), its shared
         libraries and loader, busybox when installed; extra_files: (host path, path in the
         image) pairs. Returns the image reference."""
-        tag = f"{IMAGE_REPO}:{secrets.token_hex(4)}"
+        return self.build_image(IMAGE_REPO, [(binary("simworker"), "/simworker")],
+                                cmd="/simworker", extra_files=extra_files)
+
+    def build_vramd_image(self, extra_files=()):
+        """Import a root filesystem holding vramd itself and a worker for it on the simulated
+        GPU: /vramd, /simworker, VRAMD_IMAGE_NVML (the NVML simulation, for gpu.nvml_library)
+        from the build under test ($VRAMD_BUILD: the ASan build's runtime libraries come with
+        it through ldd), their shared libraries and loader, busybox when installed. Returns
+        the image reference (CMD /vramd --config VRAMD_IMAGE_CONFIG)."""
+        files = [(binary("vramd"), "/vramd"), (binary("simworker"), "/simworker"),
+                 (nvml_lib(), VRAMD_IMAGE_NVML)]
+        return self.build_image(VRAMD_IMAGE_REPO, files,
+                                cmd=["/vramd", "--config", VRAMD_IMAGE_CONFIG], extra_files=extra_files)
+
+    def build_image(self, repo, programs, cmd, extra_files=()):
+        """Import a root filesystem as repo:<random>: programs, (host path, path in the image)
+        pairs, with every shared library ldd lists for them (the loader included, each at
+        its host path), busybox-static at /bin/busybox with /bin/sh and a few applets when
+        installed, extra_files (copied as they are, no ldd), an /etc/passwd with root, empty
+        /tmp, /dev/shm, /proc, /sys. CMD is cmd (a string: the shell form; a list: the exec
+        form). Returns the image reference."""
+        tag = f"{repo}:{secrets.token_hex(4)}"
         tar_path = self.root / "rootfs.tar"
         with tarfile.open(tar_path, "w") as tar:
             for d in ("bin", "tmp", "dev", "dev/shm", "proc", "sys", "etc"):
                 ti = tarfile.TarInfo(d)
                 ti.type, ti.mode = tarfile.DIRTYPE, 0o1777 if d in ("tmp", "dev/shm") else 0o755
                 tar.addfile(ti)
-            files = [(str(binary("simworker")), "simworker")]
-            files += [(lib, lib.lstrip("/")) for lib in shared_libraries(binary("simworker"))]
+            files = {}   # path in the image -> host path (each added once)
+            for src, dst in programs:
+                files[str(dst).lstrip("/")] = str(src)
+                for lib in shared_libraries(src):
+                    files.setdefault(lib.lstrip("/"), lib)
             if _is_static(BUSYBOX):
-                files.append((BUSYBOX, "bin/busybox"))
-            files += [(str(src), str(dst).lstrip("/")) for src, dst in extra_files]
-            for src, dst in files:
+                files["bin/busybox"] = BUSYBOX
+            for src, dst in extra_files:
+                files[str(dst).lstrip("/")] = str(src)
+            for dst, src in files.items():
                 tar.add(os.path.realpath(src), arcname=dst)
             if _is_static(BUSYBOX):
                 for applet in APPLETS:
@@ -192,7 +224,8 @@ class Podman:
                 ti = tarfile.TarInfo(name)
                 ti.size = len(data)
                 tar.addfile(ti, io.BytesIO(data))
-        self.run("import", "--change", "CMD=/simworker", str(tar_path), tag)
+        cmd = cmd if isinstance(cmd, str) else json.dumps(list(cmd), separators=(",", ":"))
+        self.run("import", "--change", f"CMD={cmd}", str(tar_path), tag)
         tar_path.unlink()
         self.images.append(tag)
         return tag
