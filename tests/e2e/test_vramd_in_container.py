@@ -20,7 +20,9 @@ With --pid=host (what the docs ask for):
     context + resident bytes and GPU 0 has no foreign memory: the pid NVML reports (the host
     pid, the one `simgpu show` books) is the instance's pid as vramd sees it;
   - ended by `podman stop` (vramd drains and exits 0) or by SIGKILL of vramd's host pid (the
-    container's main process ends; the engine's clean-up and vramd's guard): no process of the
+    container's main process ends; vramd's guard or the engine's clean-up of the container's
+    cgroups kills the worker, whichever comes first: the guard's log lines reach the
+    container's log in some runs only, as conmon may be gone by then): no process of the
     container and no simworker is left, the container is removed, its cgroups are gone, and
     the simulated memory is back.
 

@@ -13,8 +13,8 @@ A suite's conftest.py puts tests/lib on sys.path and imports from here:
   factory  the `vramd` fixture (VramdFactory: testworker models, no simulated GPU)
   harness  the `sched` fixture (Harness: simulated GPUs, simworker models)
   report   the failure-report hook (pytest_runtest_makereport) and track()
-  containers  Podman (an isolated podman setup, a simworker image), podman_usable(), and
-           the `podman` fixture
+  containers  Podman (an isolated podman setup, a simworker image, a vramd image),
+           podman_usable(), and the `podman` fixture
 
 Names are looked up lazily (`from vramdkit import free_port` imports net.py only), so the
 benchmarks can use net.py and proc.py without pytest.
