@@ -78,8 +78,10 @@ static _Noreturn void guard_main(int rfd, const char *pid_dir, const cgroup_tree
     while (n > 0 || (n < 0 && errno == EINTR));
     int killed = process_kill_owned(pid_dir, owner);
     size_t cg_killed = 0, cg_removed = 0;
-    if (cgroups) /* what left the groups (setsid helpers, containers under --cgroup-parent) */
-        cgroup_sweep(cgroups, &cg_killed, &cg_removed);
+    /* what left the groups (setsid helpers, containers under --cgroup-parent), then the
+     * subtree itself once no leaf is left in it */
+    if (cgroups && cgroup_sweep(cgroups, &cg_killed, &cg_removed) == 0)
+        cgroup_tree_remove(cgroups);
     if (killed > 0 || cg_killed > 0)
         log_event(LOG_WARN, "guard_killed_workers", "count=%d cgroup_members=%zu cgroups_removed=%zu vramd_pid=%d",
                   killed, cg_killed, cg_removed, (int)owner);

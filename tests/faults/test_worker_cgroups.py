@@ -142,11 +142,16 @@ def test_detached_helper_is_the_instances_and_dies_with_it(faults, mode, cg_mode
 
     assert vd.generate("w").status == 200
     helper2 = wait_helper(faults)
+    cg_path = vd.status()["cgroup"]["path"]
     vd.proc.kill()
     vd.proc.wait(30)
     vd.returncode, vd.stopped = vd.proc.returncode, True
     vd._close_files()
+    subtree = [Path(r + path) for r in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup", "/sys/fs/cgroup/pids",
+                                         "/sys/fs/cgroup/freezer") for path in [cg_path]]
     wait_gone([helper2], timeout=10, what="the helper after vramd was SIGKILLed (the guard)")
+    wait_for(lambda: not any(d.is_dir() and d != Path("/sys/fs/cgroup") for d in subtree), timeout=10,
+             what="the guard to remove the daemon's cgroup subtree")
     wait_for(lambda: gpu_used(faults, gpu) == 0, timeout=20, what="NVML to show the bytes back")
 
     vd2 = start(faults, gpu, mode, cg_mode, state_dir)
