@@ -108,9 +108,9 @@ static void job_retry_later(job_run_t *run, const char *code, const char *messag
     if (run->state != RUN_SENT || J->store->lease_ms)
         jstore_requeue(J->store, run->id, run->token, true, code, message, jobs_write_done,
                        jobs_write_new(J, run->id, run, "requeue", NULL)); /* (a claim is released too) */
-    jobs_backoff_model(J, run->model);
-    log_event(LOG_INFO, "job_retry_later", "job_id=%s model=%s code=%s message=%s", run->id, run->model, code,
-              message);
+    uint64_t step = jobs_backoff_model(J, run->model, run->started_ms);
+    log_event(LOG_INFO, "job_retry_later", "job_id=%s model=%s code=%s message=%s backoff_ms=%llu", run->id,
+              run->model, code, message, (unsigned long long)step);
 }
 
 /* The attempt reached a worker and failed: queued again, or failed when none is left. */
@@ -130,9 +130,10 @@ static void job_attempt_failed(job_run_t *run, int status, const char *code, con
     }
     jstore_requeue(J->store, run->id, run->token, false, code, message, jobs_write_done,
                    jobs_write_new(J, run->id, run, "requeue", NULL));
-    jobs_backoff_model(J, run->model);
-    log_event(LOG_INFO, "job_attempt_failed", "job_id=%s model=%s status=%d code=%s attempt=%d max_attempts=%d",
-              run->id, run->model, status, code, used, run->max_attempts);
+    uint64_t step = jobs_backoff_model(J, run->model, run->started_ms);
+    log_event(LOG_INFO, "job_attempt_failed",
+              "job_id=%s model=%s status=%d code=%s attempt=%d max_attempts=%d backoff_ms=%llu", run->id, run->model,
+              status, code, used, run->max_attempts, (unsigned long long)step);
 }
 
 static void after_succeeded(jobs_t *J, const jobs_write_t *w, int rc, const char *err)
@@ -459,6 +460,7 @@ static int start_attempt(jobs_t *J, const job_record_t *rec)
     memcpy(run->id, rec->id, sizeof run->id);
     snprintf(run->token, sizeof run->token, "%s", rec->token);
     run->serial = ++J->next_serial;
+    run->started_ms = core_now();
     snprintf(run->model, sizeof run->model, "%s", rec->model);
     run->deadline_wall_ms = rec->deadline_wall_ms;
     run->max_attempts = rec->max_attempts;
@@ -498,7 +500,7 @@ static int start_attempt(jobs_t *J, const job_record_t *rec)
     if (http_client_start(J->core->loop, (const struct sockaddr *)&J->addr, req, req_len, &opts, &run->client, err,
                           sizeof err) != 0) {
         log_event(LOG_WARN, "job_start_failed", "job_id=%s error=%s", rec->id, err);
-        jobs_backoff_model(J, run->model);
+        jobs_backoff_model(J, run->model, core_now());
         release_claim(J, rec);
         jobs_run_free(run);
         return 0;

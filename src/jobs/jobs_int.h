@@ -29,6 +29,7 @@ typedef struct model_backoff {
     char model[128];
     uint64_t until_ms; /* monotonic; no attempt for this model before */
     uint64_t step_ms;  /* last delay; 0 = not backing off */
+    uint64_t since_ms; /* monotonic: when the last step was taken */
 } model_backoff_t;
 
 struct jobs {
@@ -76,6 +77,7 @@ typedef struct job_run {
     char id[JOB_ID_SIZE];
     char token[40];    /* the claim's lease token ("" without leases) */
     uint64_t serial;   /* J->next_serial when it started */
+    uint64_t started_ms; /* monotonic: when this attempt was sent */
     char request_id[64];
     char model[128];
     int64_t deadline_wall_ms;
@@ -107,8 +109,11 @@ void jobs_default_host_id(const config_t *cfg, char *out, size_t outlen);
 job_run_t *jobs_run_find(jobs_t *J, const char *id);
 /* Free a run that is out of J->runs (or never was in it). */
 void jobs_run_free(job_run_t *run);
-/* An attempt of `model` failed: no attempt for it for the next (doubled) backoff step. */
-void jobs_backoff_model(jobs_t *J, const char *model);
+/* An attempt of `model`, sent at started_ms (monotonic), failed: no attempt for it for the
+ * next (doubled) backoff step. One cause fails every attempt in flight at once (a worker
+ * restarted, vramd busy): an attempt sent before the last step was taken is part of that
+ * burst and takes no step of its own. Returns the step in effect, in ms. */
+uint64_t jobs_backoff_model(jobs_t *J, const char *model, uint64_t started_ms);
 /* An attempt of `model` succeeded: no backoff. */
 void jobs_backoff_reset(jobs_t *J, const char *model);
 /* true while `model` is backing off. */

@@ -2,8 +2,9 @@
  * jobs_runs: what the job runner's files share at the bottom: the one runner (g_jobs), the
  * wall clock, the table of attempts in flight (lookup, free), and the two reasons not to
  * start an attempt yet: a model's backoff after failed attempts (doubling from
- * JOBS_BACKOFF_MIN_MS to JOBS_BACKOFF_MAX_MS, reset by a success) and the pause after a
- * journal write failed.
+ * JOBS_BACKOFF_MIN_MS to JOBS_BACKOFF_MAX_MS, reset by a success; the attempts that were in
+ * flight when a step was taken fail together and take no step of their own) and the pause
+ * after a journal write failed.
  *
  * Invariants: the backoff table is bounded (JOBS_BACKOFF_MODELS slots, the oldest forgotten
  * when full); a run is freed only once it is out of J->runs. Calls no other file of the
@@ -97,13 +98,17 @@ static model_backoff_t *backoff_slot(jobs_t *J, const char *model, bool create)
     return b;
 }
 
-void jobs_backoff_model(jobs_t *J, const char *model)
+uint64_t jobs_backoff_model(jobs_t *J, const char *model, uint64_t started_ms)
 {
     model_backoff_t *b = backoff_slot(J, model, true);
+    if (b->step_ms && started_ms <= b->since_ms)
+        return b->step_ms; /* in flight when the last step was taken: the same burst */
+    b->since_ms = core_now();
     b->step_ms = b->step_ms ? b->step_ms * 2 : JOBS_BACKOFF_MIN_MS;
     if (b->step_ms > JOBS_BACKOFF_MAX_MS)
         b->step_ms = JOBS_BACKOFF_MAX_MS;
     b->until_ms = core_now() + b->step_ms;
+    return b->step_ms;
 }
 
 void jobs_backoff_reset(jobs_t *J, const char *model)

@@ -13,7 +13,8 @@ The request body is JSON: {"token": str, "ms": int (work time, default 20), "byt
 "binary" | "chunked" | "crash", "mark": path, "again_ms": int}. With "mark", the first run
 of the job (on any host: the path is on the shared file system) creates that file and works
 `ms`; a later run finds it and works `again_ms` instead (a rerun elsewhere that must last
-longer than the first). Routes:
+longer than the first). With "status_while": path, `status` applies only while that file
+exists (a worker that fails until the test lets it work). Routes:
   GET  /health   200
   POST /work (or /v1/work, for models without a route)
                  answers after `ms`: JSON {"token", "result": "R-<token>"} (kind json),
@@ -125,6 +126,8 @@ class Handler(BaseHTTPRequestHandler):
             record("crash", token)
             os._exit(3)
         status = int(req.get("status", 200))
+        if req.get("status_while") and not os.path.exists(req["status_while"]):
+            status = 200
         record("done", token)
         if status >= 300:
             self.answer(status, "application/json", json.dumps({"error": f"asked for {status}"}).encode())

@@ -199,6 +199,24 @@ def test_failure_after_max_attempts(vramd, tmp_path):
         assert http_request(vd.port, "DELETE", f"/v1/jobs/{b}").status == 200
 
 
+def test_a_burst_of_failures_is_one_backoff_step(vramd, tmp_path):
+    """Every attempt in flight fails from one cause (the worker answers 503 to all 8): the
+    model backs off one step (1 s), not one doubling per failed attempt (1, 2, 4 ... 30 s,
+    which left a burst of 8 jobs waiting 30 s once the worker was well again)."""
+    vd, log = start(vramd, tmp_path, jobs={"max_attempts": 5})
+    failing = tmp_path / "failing"
+    failing.write_text("")
+    ids = [submit(vd, work(f"b{i}", ms=1500, status=503, status_while=str(failing))).json()["id"]
+           for i in range(8)]
+    wait_for(lambda: len(vd.events("job_attempt_failed")) >= 8, timeout=30,
+             what="the 8 attempts in flight to fail")
+    failing.unlink()
+    for jid in ids:
+        wait_job(vd, jid, "succeeded", timeout=30)
+    steps = [int(e["backoff_ms"]) for e in vd.events("job_attempt_failed")]
+    assert steps[:8] == [1000] * 8, steps
+
+
 # --- result housekeeping -------------------------------------------------------------------
 
 def test_results_ttl(vramd, tmp_path):

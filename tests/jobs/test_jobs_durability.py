@@ -8,8 +8,10 @@ succeeded with its expected result (each job's body carries a unique token that 
 puts in its answer: JSON, chunked JSON or a binary pattern derived from it), and a token may
 have been completed by the worker more than once only if its job's attempts > 1 (it was
 interrupted by a kill after the worker finished but before the result was committed).
-The random seed is printed, so a failure can be replayed.
+The random seed is printed, so a failure can be replayed (VRAMD_TEST_SEED=N).
 """
+import json
+import os
 import random
 import secrets
 import time
@@ -27,8 +29,21 @@ def count_state(vd, state):
     return len(r.json()["jobs"])
 
 
+def explain_stall(vd):
+    """What a stalled run looks like: the jobs not succeeded, and the daemon's events above
+    debug (the log's last lines are only the test's own polling)."""
+    for state in ("queued", "running"):
+        r = http_request(vd.port, "GET", f"/v1/jobs?state={state}&limit=1000", timeout=30)
+        for j in r.json().get("jobs", [])[:20]:
+            print("unfinished:", json.dumps(j)[:600])
+    lines = [ln for ln in vd.log_path.read_text(errors="replace").splitlines()
+             if '"level":"debug"' not in ln]
+    print("-- daemon events above debug, last 80 --")
+    print("\n".join(lines[-80:]))
+
+
 def test_jobs_survive_kill9(vramd, tmp_path):
-    seed = random.randrange(1 << 30)
+    seed = int(os.environ.get("VRAMD_TEST_SEED") or random.randrange(1 << 30))
     print(f"seed={seed}")
     rng = random.Random(seed)
     log = tmp_path / "worker.log"
@@ -70,7 +85,11 @@ def test_jobs_survive_kill9(vramd, tmp_path):
         failed = count_state(vd, "failed") + count_state(vd, "cancelled")
         assert failed == 0, f"{failed} jobs failed or were cancelled"
         return count_state(vd, "succeeded") == N_JOBS
-    wait_for(all_done, timeout=60, interval=0.25, what=f"all {N_JOBS} jobs succeeded")
+    try:
+        wait_for(all_done, timeout=60, interval=0.25, what=f"all {N_JOBS} jobs succeeded")
+    except BaseException:
+        explain_stall(vd)
+        raise
 
     done_counts = {}
     for event, token in worker_events(log):
