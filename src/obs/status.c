@@ -158,9 +158,13 @@ static cJSON *model_json(model_t *m, uint64_t now)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", m->name);
-    cJSON_AddStringToObject(o, "state", model_state_name(model_state(m)));
-    if (m->failed)
-        cJSON_AddStringToObject(o, "failed_reason", m->failed_reason);
+    char why[256];
+    bool cannot_fit = !m->failed && sched_never_fits(m, why, sizeof why);
+    cJSON_AddStringToObject(o, "state", cannot_fit ? "failed" : model_state_name(model_state(m)));
+    if (m->failed || cannot_fit) {
+        cJSON_AddStringToObject(o, "failed_reason", m->failed ? m->failed_reason : why);
+        cJSON_AddStringToObject(o, "failed_code", m->failed ? "model_failed" : "cannot_fit");
+    }
     if (m->cfg->route)
         cJSON_AddStringToObject(o, "route", m->cfg->route);
     else

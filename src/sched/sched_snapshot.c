@@ -338,6 +338,19 @@ static void note_fresh(const gpu_snapshot_t *snap)
     arm_stale_timer();
 }
 
+/* Once the first figures are in: every model that no GPU could ever hold is said at once
+ * (it shows `failed` with `cannot_fit` in /v1/status and its /ready, and /readyz counts it
+ * failed), not only to its first client as a 422. */
+static void log_cannot_fit(core_t *d)
+{
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        char why[256];
+        if (!m->removed && sched_never_fits(m, why, sizeof why))
+            log_event(LOG_WARN, "model_cannot_fit", "model=%s why=%s", m->name, why);
+    }
+}
+
 static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
 {
     (void)ctx;
@@ -356,6 +369,8 @@ static void on_snapshot(void *ctx, const gpu_snapshot_t *snap)
     note_fresh(snap);
     g_snapshot_seq++;
     apply_snapshot(sched_state.snap); /* its pump admits what waited for fresh figures */
+    if (g_snapshot_seq == 1)
+        log_cannot_fit(sched_state.core);
 }
 
 typedef struct owned_by {

@@ -124,6 +124,11 @@ static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
                            "model %s is an external server without an unload hook: vramd cannot unload it", m->name);
         return;
     }
+    char why[256];
+    if (load && sched_never_fits(m, why, sizeof why)) {
+        conn_respond_error(c, 422, "cannot_fit", m->name, -1, false, "%s", why);
+        return;
+    }
     r->wait = load ? WAIT_LOAD : WAIT_UNLOAD;
     m->unload_local_failed = false;
     if (load)
@@ -168,13 +173,19 @@ static void route_readyz(conn_t *c, request_t *r, const route_args_t *a)
 {
     core_t *d = c->core;
     bool gpu_needed = false;
-    unsigned n_models = 0, n_failed = 0;
+    unsigned n_models = 0, n_failed = 0, n_cannot_fit = 0;
+    char why[256] = "";
     list_foreach(it, &d->models) {
         model_t *m = list_entry(it, model_t, link);
         if (m->removed)
             continue;
         n_models++;
-        n_failed += m->failed ? 1 : 0;
+        if (m->failed) {
+            n_failed++;
+        } else if (sched_never_fits(m, why, sizeof why)) {
+            n_failed++;
+            n_cannot_fit++;
+        }
         if (sched_model_uses_gpu(m->cfg))
             gpu_needed = true;
     }
@@ -182,9 +193,13 @@ static void route_readyz(conn_t *c, request_t *r, const route_args_t *a)
         conn_respond_error(c, 503, "gpu_unavailable", NULL, 5, false, "%s", sched_gpu_error());
     } else if (d->ready && !d->draining && respond_if_gpu_stale(c, gpu_needed)) {
         return;
+    } else if (d->ready && !d->draining && n_models > 0 && n_cannot_fit == n_models) {
+        conn_respond_error(c, 503, "cannot_fit", NULL, -1, false, "no model fits any GPU: %s%s", why,
+                           n_models > 1 ? " (and the others likewise)" : "");
     } else if (d->ready && !d->draining && n_models > 0 && n_failed == n_models) {
         conn_respond_error(c, 503, "all_models_failed", NULL, 30, false,
-                           "every model (%u) has failed; POST /v1/models/NAME/load to retry one", n_models);
+                           "every model (%u) has failed or cannot fit; POST /v1/models/NAME/load to retry a failed one",
+                           n_models);
     } else if (d->ready && !d->draining) {
         static const char ok[] = "{\"ready\":true}";
         conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
@@ -203,6 +218,7 @@ static void route_model_ready(conn_t *c, request_t *r, const route_args_t *a)
     size_t len = a->len[0];
     core_t *d = c->core;
     model_t *m = model_by_name(d, name, len);
+    char why[256];
     if (!m || m->removed) {
         conn_respond_error(c, 404, "unknown_model", NULL, -1, false, "no model named \"%.*s\"",
                            (int)(len > 100 ? 100 : len), name);
@@ -212,6 +228,8 @@ static void route_model_ready(conn_t *c, request_t *r, const route_args_t *a)
     } else if (m->failed) {
         conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s", m->name,
                            m->failed_reason);
+    } else if (sched_never_fits(m, why, sizeof why)) {
+        conn_respond_error(c, 503, "cannot_fit", m->name, -1, false, "%s", why);
     } else if (sched_model_uses_gpu(m->cfg) && !sched_gpu_ok()) {
         conn_respond_error(c, 503, "gpu_unavailable", m->name, 5, false, "%s", sched_gpu_error());
     } else {

@@ -7,7 +7,7 @@ the queue, and neither leaves anything in the ledger.
 """
 import time
 
-from vramdkit import sim_s
+from vramdkit import http_request, sim_s, wait_for
 
 RUN_S = 20  # simulated seconds: 1 s real
 
@@ -74,4 +74,31 @@ def test_cannot_fit_is_refused_at_once(sched):
     assert vd.model("huge", st)["instances"] == []
     assert all(not [e for e in g["ledger"] if e["owner"] == "huge"] for g in st["gpus"])
     assert vd.generate("small").status == 200
+    # said before any request too: the model shows failed/cannot_fit, its /ready and a load
+    # refuse it, and vramd logged it once the first GPU figures were in
+    huge = vd.model("huge", vd.status())
+    assert huge["state"] == "failed" and huge["failed_code"] == "cannot_fit", huge
+    assert "20GiB" in huge["failed_reason"] or "28" in huge["failed_reason"], huge
+    assert vd.model("small", vd.status())["state"] != "failed"
+    assert [e for e in vd.events("model_cannot_fit") if e["model"] == "huge"]
+    assert not [e for e in vd.events("model_cannot_fit") if e["model"] == "small"]
+    r = http_request(vd.port, "GET", "/v1/models/huge/ready")
+    assert r.status == 503 and r.error_code() == "cannot_fit", r
+    r = http_request(vd.port, "POST", "/v1/models/huge/load")
+    assert r.status == 422 and r.error_code() == "cannot_fit", r
+    assert http_request(vd.port, "GET", "/readyz").status == 200  # small can serve
+    sched.finish()
+
+
+def test_only_model_cannot_fit_is_not_ready(sched):
+    """A host whose one model is bigger than any GPU is not ready: /readyz answers 503
+    cannot_fit naming the figures, before any request came (the trial's case: /readyz said
+    ready and only the first client got 422)."""
+    gpu = sched.gpu_set("24GiB")
+    vd = sched.start_vramd(gpu, {
+        "huge": sched.model("huge", ["--resident", "19.7GiB", "--per-request", "8GiB"],
+                            "20GiB", "8GiB")})
+    r = wait_for(lambda: (lambda r: r if r.status == 503 and r.error_code() == "cannot_fit" else None)(
+        http_request(vd.port, "GET", "/readyz")), timeout=20, what="/readyz 503 cannot_fit")
+    assert "huge" in r.error_body().get("message", ""), r
     sched.finish()
