@@ -2,8 +2,8 @@
  * warnings: the warnings pass over a config that parsed and passed every check: mistakes
  * that are legal YAML and legal values but cost a user time (a program that is not there,
  * "python3 serve.py" as one word of cmd, no {port}, a model with no memory: section, a
- * pinned model with unload/sleep hooks, bare numbers that mean something else than the
- * writer thought).
+ * pinned model with unload/sleep hooks, a large per_request without a clear_cache hook, bare
+ * numbers that mean something else than the writer thought).
  *
  * Invariants: a warning never refuses a config (`--check-config --strict` does, in
  * daemon/main.c and cli/); each names the file:line:col and key path of the value it is
@@ -26,6 +26,7 @@
 #define WARNINGS_MAX 256
 #define BARE_DURATION_WARN 1000ULL /* a bare number of seconds this large was likely meant as ms */
 #define BARE_SIZE_WARN (1ULL << 20) /* a bare number of bytes below this was likely meant as MiB */
+#define CACHE_WARN_PER_REQUEST (1ULL << 30) /* per_request this large, kept cached, blocks others */
 
 /* Records one warning at node (the key path is c->path); -1 only when out of memory. */
 static int add_warning(ctx_t *c, config_t *cfg, const char *model, const yaml_node_t *node, const char *fmt, ...)
@@ -251,6 +252,16 @@ static int warn_model(ctx_t *c, config_t *cfg, const model_config_t *m, yaml_nod
         if (add_warning(c, cfg, m->name, n, "keep_alive: forever pins the model (never evicted), so its %s "
                         "hook%s never used", m->unload.set && m->sleep.set ? "unload and sleep" :
                         m->unload.set ? "unload" : "sleep", m->unload.set && m->sleep.set ? "s are" : " is") != 0)
+            return -1;
+    }
+    if (m->memory.per_request >= CACHE_WARN_PER_REQUEST && !m->clear_cache.set) {
+        yaml_node_t *n = cfg_model_key_node(c, m->name, where, "memory");
+        char size[32];
+        units_format_size(m->memory.per_request, size, sizeof size);
+        if (add_warning(c, cfg, m->name, n, "memory.per_request is %s and there is no clear_cache hook: a PyTorch "
+                        "server keeps a finished request's memory in its cache, so NVML shows it used and vramd "
+                        "cannot take it back for another model short of stopping or parking this one; add "
+                        "clear_cache: {path: ...} calling torch.cuda.empty_cache()", size) != 0)
             return -1;
     }
     return warn_bare_numbers(c, cfg, m, where);

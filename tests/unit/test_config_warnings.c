@@ -5,7 +5,7 @@
  * Covers: each warning with its exact "file:line:col: warning: key.path: message" text, its
  * model and key: a program not in PATH, not found relative to cwd, not executable; a word
  * of cmd holding a command line (and the words that are not: an option's value, sh -c's
- * script); no {port} (env counts); no memory:; keep_alive: forever with hooks; bare numbers
+ * script); no {port} (env counts); no memory:; keep_alive: forever with hooks; a large per_request without clear_cache; bare numbers
  * for sizes and durations (in a model and in defaults:, and gpu.headroom); a clean config
  * has none; unknown keys with and without a close known key.
  * Run: make build/tests/test_config_warnings && build/tests/test_config_warnings
@@ -131,7 +131,7 @@ static void test_not_memory_gated(void **state)
                                           "without reserving GPU memory",
                                           NULL});
     /* from defaults: gated */
-    expect_warnings("defaults: {memory: {per_request: 2GiB}}\nmodels:\n  a:\n    url: http://127.0.0.1:9\n", NONE);
+    expect_warnings("defaults: {memory: {per_request: 512MiB}}\nmodels:\n  a:\n    url: http://127.0.0.1:9\n", NONE);
 }
 
 static void test_pinned_with_hooks(void **state)
@@ -145,6 +145,23 @@ static void test_pinned_with_hooks(void **state)
     expect_warnings("models:\n  a:\n    url: http://127.0.0.1:9\n" MEM "    keep_alive: forever\n", NONE);
     expect_warnings("models:\n  a:\n    url: http://127.0.0.1:9\n" MEM "    keep_alive: 10m\n"
                     "    unload: {path: /unload}\n",
+                    NONE);
+}
+
+static void test_large_per_request_without_clear_cache(void **state)
+{
+    (void)state;
+    expect_warnings("models:\n  a:\n    url: http://127.0.0.1:9\n    memory: {resident: 1GiB, per_request: 8GiB}\n",
+                    (const char *const[]){"test.yaml:4:13: warning: models.a.memory: memory.per_request is 8GiB and "
+                                          "there is no clear_cache hook: a PyTorch server keeps a finished request's "
+                                          "memory in its cache, so NVML shows it used and vramd cannot take it back "
+                                          "for another model short of stopping or parking this one; add clear_cache: "
+                                          "{path: ...} calling torch.cuda.empty_cache()",
+                                          NULL});
+    expect_warnings("models:\n  a:\n    url: http://127.0.0.1:9\n    memory: {resident: 1GiB, per_request: 8GiB}\n"
+                    "    clear_cache: {path: /clear_cache}\n",
+                    NONE);
+    expect_warnings("models:\n  a:\n    url: http://127.0.0.1:9\n    memory: {resident: 1GiB, per_request: 1000MiB}\n",
                     NONE);
 }
 
@@ -199,6 +216,7 @@ int main(void)
         cmocka_unit_test(test_no_port),
         cmocka_unit_test(test_not_memory_gated),
         cmocka_unit_test(test_pinned_with_hooks),
+        cmocka_unit_test(test_large_per_request_without_clear_cache),
         cmocka_unit_test(test_bare_numbers),
         cmocka_unit_test(test_did_you_mean),
     };
