@@ -83,6 +83,7 @@ void model_load(model_t *m);
 void model_unload(model_t *m, const char *reason);
 /* Admin pin (on) or unpin: a pinned model is loaded (model_load) and then never evicted nor
  * stopped by keep_alive (model_pinned); unpinned, it goes back to its configured keep_alive.
+ * A model its config pins (keep_alive: forever) is only loaded: pinned_admin stays false.
  * The flag lives on the model_t: it survives a config reload, not a restart of vramd. */
 void model_set_pinned(model_t *m, bool on);
 /* Admin restart of a supervised model: every live instance is stopped gracefully (no new

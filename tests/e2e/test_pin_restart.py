@@ -76,6 +76,7 @@ def test_pin_survives_pressure_and_reload_then_unpin_makes_it_evictable(sched):
     assert vd.generate("c").status == 200
     assert evicted(vd)[-1] == ("a", "c"), evicted(vd)
     assert vd.first("model_unpinned", model="a")
+    assert not [e for e in vd.events() if "log_format_error" in e]
     sched.finish()
 
 
@@ -90,6 +91,7 @@ def test_config_pin_unpin_409_and_auth(sched):
     assert vd.model("fixed")["pinned_by"] == "config"
     r = post(vd, "fixed", "pin")  # already pinned by config: loaded, still "config"
     assert r.status == 200 and b'"pinned_by":"config"' in r.body, r
+    assert not vd.events("model_pinned")  # nothing recorded: the config pins it
     for action in ("pin", "unpin", "restart"):
         r = post(vd, "b", action, headers={})
         assert r.status == 401 and b"unauthorized" in r.body, (action, r)
@@ -127,4 +129,5 @@ def test_restart_finishes_in_flight_and_serves_queued_by_the_new_instance(sched)
     e = vd.first("admin_restart_begin", model="m")
     assert str(e["in_flight"]) == "1" and str(e["queued"]) == "0", e
     assert vd.first("admin_restart_done", model="m")
+    assert not [e for e in vd.events() if "log_format_error" in e]
     sched.finish()
