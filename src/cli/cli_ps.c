@@ -80,6 +80,11 @@ static cJSON *ps_json_row(const cJSON *model, const cJSON *inst)
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "model", str_of(model, "name", "?"));
     cJSON_AddBoolToObject(r, "pinned", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "pinned")));
+    const cJSON *by = cJSON_GetObjectItemCaseSensitive(model, "pinned_by");
+    if (cJSON_IsString(by))
+        cJSON_AddStringToObject(r, "pinned_by", by->valuestring);
+    else
+        cJSON_AddNullToObject(r, "pinned_by");
     cJSON_AddNumberToObject(r, "queue_depth", num_of(queue, "depth", 0));
     if (!inst) {
         cJSON_AddNullToObject(r, "id");
