@@ -208,7 +208,7 @@ static void route_model_ready(conn_t *c, request_t *r, const route_args_t *a)
     size_t len = a->len[0];
     core_t *d = c->core;
     model_t *m = model_by_name(d, name, len);
-    if (!m) {
+    if (!m || m->removed) {
         conn_respond_error(c, 404, "unknown_model", NULL, -1, false, "no model named \"%.*s\"",
                            (int)(len > 100 ? 100 : len), name);
     } else if (!d->ready || d->draining) {
