@@ -9,9 +9,9 @@ Expected:
     `pinned: true, pinned_by: "admin"`; the pin survives a SIGHUP reload;
   - unpin makes it evictable again (the next third model's load evicts it) and puts back its
     keep_alive; a model pinned by config (keep_alive: forever) answers 409 pinned_by_config;
-  - restart: a request in flight finishes (200) on the old instance, a request sent during the
-    restart waits in the queue and is served (200) by the new instance, which has a new id
-    and pid; the call answers 200 once the new instance is ready;
+  - restart: a request in flight finishes (200) on the old instance; a request queued before
+    the restart and one sent during it wait in the queue and are served (200) by the new
+    instance, which has a new id and pid; the call answers 200 once it is ready;
   - the three routes answer 401 without the admin token and 404 for an unknown model; every
     call is a log event.
 """
@@ -105,29 +105,34 @@ def test_config_pin_unpin_409_and_auth(sched):
 
 
 def test_restart_finishes_in_flight_and_serves_queued_by_the_new_instance(sched):
-    vd = start(sched, {"m": six_gib(sched, "m", run_s=20)})
+    """concurrency 1: A runs (a simulated 40 s, 2 s here), B waits in the queue behind it;
+    the restart is called, then C arrives during it. A finishes on the old worker; B and C
+    are served by the new one (its requests_total is 2); the restart answers 200 once the
+    new instance is ready."""
+    vd = start(sched, {"m": six_gib(sched, "m", run_s=40)})
     r = post(vd, "m", "load")
     assert r.status == 200, r
     old = vd.instances("m")[0]
-    running = vd.later("m")
+    a = vd.later("m")
     vd.wait_in_flight("m")
+    b = vd.later("m")
+    vd.wait_queued("m", 1)
     restart = Background(lambda: post(vd, "m", "restart", timeout=60))
     vd.wait_event("admin_restart_begin", model="m", timeout=10)
-    queued = vd.later("m")
-    vd.wait_queued("m")
-    assert running.result().status == 200  # in flight: finished on the old instance
+    c = vd.later("m")
+    vd.wait_queued("m", 2)  # B and C: the old worker takes no new request
+    assert a.result().status == 200  # in flight: finished on the old instance
     done_by = [e["pid"] for e in vd.events("worker_output") if "request_done" in e["line"]]
     assert done_by and done_by[0] == old["pid"], done_by
     r = restart.result()
     assert r.status == 200, r
     assert '"state":"ready"' in r.body.decode(), r
-    q = queued.result()
-    assert q.status == 200, q
+    assert b.result().status == 200 and c.result().status == 200
     new = vd.instances("m")
     assert len(new) == 1 and new[0]["id"] > old["id"] and new[0]["pid"] != old["pid"], (old, new)
-    assert new[0]["requests_total"] == 1, new  # the queued request, served by the new instance
+    assert new[0]["requests_total"] == 2, new  # B and C, served by the new instance
     e = vd.first("admin_restart_begin", model="m")
-    assert str(e["in_flight"]) == "1" and str(e["queued"]) == "0", e
+    assert str(e["in_flight"]) == "1" and str(e["queued"]) == "1", e
     assert vd.first("admin_restart_done", model="m")
     assert not [e for e in vd.events() if "log_format_error" in e]
     sched.finish()
