@@ -232,9 +232,11 @@ void model_unload(model_t *m, const char *reason)
 void model_set_pinned(model_t *m, bool on)
 {
     bool admin = on && !model_pinned_by_config(m); /* a config pin needs no record of its own */
-    if (m->pinned_admin != admin)
+    if (m->pinned_admin != admin) {
         log_event(LOG_INFO, admin ? "model_pinned" : "model_unpinned", "model=%s by=%s keep_alive_ms=%llu", m->name,
                   "admin", (unsigned long long)m->cfg->keep_alive_ms);
+        core_note_event(m->core, "%s %s by admin", m->name, admin ? "pinned" : "unpinned");
+    }
     m->pinned_admin = admin;
     if (!on) {
         model_schedule_pump(m); /* the pump arms the keep_alive timers of its idle instances */
