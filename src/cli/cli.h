@@ -104,6 +104,10 @@ int cli_call_to(const cli_opts_t *o, const char *method, const char *path, FILE 
 int cli_call_quiet(const cli_opts_t *o, const char *method, const char *path, cli_response_t *resp, char *msg,
                    size_t msgcap);
 void cli_response_free(cli_response_t *r);
+/* cli_call and cli_parse_json together (the request every reading command makes): CLI_OK
+ * with *doc the parsed answer (free with cJSON_Delete), else the exit code after the
+ * message (a non-JSON answer: CLI_EXIT_ERROR) and *doc NULL. The response is freed. */
+int cli_call_json(const cli_opts_t *o, const char *method, const char *path, const char *json_body, cJSON **doc);
 /* Parse a JSON body; prints a message and returns NULL when it is not JSON. */
 cJSON *cli_parse_json(const cli_response_t *r);
 /* Print a JSON document pretty, with a newline, on stdout. */

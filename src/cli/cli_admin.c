@@ -1,6 +1,6 @@
 /*
- * cli_admin: vramctl's admin commands (load, unload, drain, reload; they send the bearer
- * token) and check-config (local, no daemon). Each prints one line, or vramd's answer with
+ * cli_admin: vramctl's admin commands (load, unload, pin, unpin, restart, drain, reload; they
+ * send the bearer token) and check-config (local, no daemon). Each prints one line, or vramd's answer with
  * --json. See cli.h for the exit codes.
  */
 #include <string.h>
@@ -43,6 +43,24 @@ static int parse_args(cli_opts_t *o, int argc, char **argv, const char **pos, in
     return CLI_OK;
 }
 
+/* "MODEL: STATE (N instances)", and for pin, unpin and restart what became of it. */
+static void print_model_line(const cJSON *j, const char *command, const char *asked)
+{
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    const cJSON *state = cJSON_GetObjectItemCaseSensitive(j, "state");
+    const cJSON *inst = cJSON_GetObjectItemCaseSensitive(j, "instances");
+    const cJSON *by = cJSON_GetObjectItemCaseSensitive(j, "pinned_by");
+    int n = cJSON_IsNumber(inst) ? inst->valueint : 0;
+    char tail[96] = "";
+    if (strcmp(command, "pin") == 0 || strcmp(command, "unpin") == 0)
+        snprintf(tail, sizeof tail, ", %s%s", cJSON_IsString(by) ? "pinned by " : "not pinned",
+                 cJSON_IsString(by) ? by->valuestring : "");
+    else if (strcmp(command, "restart") == 0)
+        snprintf(tail, sizeof tail, ", restarted");
+    printf("%s: %s (%d instance%s)%s\n", cJSON_IsString(model) ? model->valuestring : asked,
+           cJSON_IsString(state) ? state->valuestring : "?", n, n == 1 ? "" : "s", tail);
+}
+
 int cli_cmd_model_admin(cli_opts_t *o, int argc, char **argv)
 {
     const char *pos[1];
@@ -58,27 +76,15 @@ int cli_cmd_model_admin(cli_opts_t *o, int argc, char **argv)
     snprintf(path, sizeof path, "/v1/models/%s/%s", name, argv[0]);
     if (!o->timeout_set)
         o->timeout_ms = ADMIN_WAIT_DEFAULT_MS;
-    cli_response_t resp;
-    rc = cli_call(o, "POST", path, NULL, &resp);
+    cJSON *j;
+    rc = cli_call_json(o, "POST", path, NULL, &j);
     if (rc)
         return rc;
-    if (o->json) {
-        cli_print_body_json(&resp);
-    } else {
-        cJSON *j = cli_parse_json(&resp);
-        if (!j) {
-            cli_response_free(&resp);
-            return CLI_EXIT_ERROR;
-        }
-        const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
-        const cJSON *state = cJSON_GetObjectItemCaseSensitive(j, "state");
-        const cJSON *inst = cJSON_GetObjectItemCaseSensitive(j, "instances");
-        int n = cJSON_IsNumber(inst) ? inst->valueint : 0;
-        printf("%s: %s (%d instance%s)\n", cJSON_IsString(model) ? model->valuestring : pos[0],
-               cJSON_IsString(state) ? state->valuestring : "?", n, n == 1 ? "" : "s");
-        cJSON_Delete(j);
-    }
-    cli_response_free(&resp);
+    if (o->json)
+        cli_print_json(j);
+    else
+        print_model_line(j, argv[0], pos[0]);
+    cJSON_Delete(j);
     return CLI_OK;
 }
 

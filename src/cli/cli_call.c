@@ -90,6 +90,18 @@ int cli_call_quiet(const cli_opts_t *o, const char *method, const char *path, cl
     return call(o, method, path, NULL, NULL, resp, msg, msgcap);
 }
 
+int cli_call_json(const cli_opts_t *o, const char *method, const char *path, const char *json_body, cJSON **doc)
+{
+    cli_response_t resp;
+    *doc = NULL;
+    int rc = call(o, method, path, json_body, NULL, &resp, NULL, 0);
+    if (rc)
+        return rc;
+    *doc = cli_parse_json(&resp);
+    cli_response_free(&resp);
+    return *doc ? CLI_OK : CLI_EXIT_ERROR;
+}
+
 void cli_response_free(cli_response_t *r)
 {
     free(r->body);

@@ -643,19 +643,15 @@ static int jobs_list(cli_opts_t *o, int argc, char **argv)
         snprintf(path + len, sizeof path - len, "%c%s=%s", sep, keys[k], esc);
         sep = '&';
     }
-    cli_response_t resp;
-    int rc = cli_call(o, "GET", path, NULL, &resp);
+    cJSON *j;
+    int rc = cli_call_json(o, "GET", path, NULL, &j);
     if (rc)
         return rc;
     if (o->json) {
-        cli_print_body_json(&resp);
-        cli_response_free(&resp);
+        cli_print_json(j);
+        cJSON_Delete(j);
         return CLI_OK;
     }
-    cJSON *j = cli_parse_json(&resp);
-    cli_response_free(&resp);
-    if (!j)
-        return CLI_EXIT_ERROR;
     const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(j, "jobs");
     if (cJSON_GetArraySize(jobs) == 0) {
         printf("no jobs\n");

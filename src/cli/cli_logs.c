@@ -96,14 +96,10 @@ static int fetch_once(cli_opts_t *o, const logs_args_t *la, const char *name, ui
                  la->follow ? LOGS_MAX_LINES : la->lines, (unsigned long long)*cursor);
     else
         snprintf(path, sizeof path, "/v1/models/%s/logs?lines=%ld", name, la->lines);
-    cli_response_t resp;
-    int rc = cli_call(o, "GET", path, NULL, &resp);
+    cJSON *j;
+    int rc = cli_call_json(o, "GET", path, NULL, &j);
     if (rc)
         return rc;
-    cJSON *j = cli_parse_json(&resp);
-    cli_response_free(&resp);
-    if (!j)
-        return CLI_EXIT_ERROR;
     if (o->json)
         cli_print_json(j);
     const cJSON *missed = cJSON_GetObjectItemCaseSensitive(j, "missed");

@@ -80,6 +80,11 @@ static cJSON *ps_json_row(const cJSON *model, const cJSON *inst)
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "model", str_of(model, "name", "?"));
     cJSON_AddBoolToObject(r, "pinned", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "pinned")));
+    const cJSON *by = cJSON_GetObjectItemCaseSensitive(model, "pinned_by");
+    if (cJSON_IsString(by))
+        cJSON_AddStringToObject(r, "pinned_by", by->valuestring);
+    else
+        cJSON_AddNullToObject(r, "pinned_by");
     cJSON_AddNumberToObject(r, "queue_depth", num_of(queue, "depth", 0));
     if (!inst) {
         cJSON_AddNullToObject(r, "id");
@@ -148,14 +153,10 @@ int cli_cmd_ps(cli_opts_t *o, int argc, char **argv)
             return cli_usage_error(argv[0], "ps: unknown option %s", argv[i]);
         return cli_usage_error(argv[0], "ps: unexpected argument \"%s\"", argv[i]);
     }
-    cli_response_t resp;
-    int rc = cli_call(o, "GET", "/v1/status", NULL, &resp);
+    cJSON *j;
+    int rc = cli_call_json(o, "GET", "/v1/status", NULL, &j);
     if (rc)
         return rc;
-    cJSON *j = cli_parse_json(&resp);
-    cli_response_free(&resp);
-    if (!j)
-        return CLI_EXIT_ERROR;
     buf_t out;
     buf_init(&out, PS_OUT_MAX);
     rc = ps_render(j, o->json, &out);

@@ -25,6 +25,9 @@ static const char usage_text[] =
     "  logs MODEL             a model's recent worker output (-f follows)\n"
     "  load MODEL             load a model now (answers when it is ready)\n"
     "  unload MODEL           unload a model now (answers when its memory is back)\n"
+    "  pin MODEL              load a model and keep it: never evicted nor idled out\n"
+    "  unpin MODEL            back to its configured keep_alive\n"
+    "  restart MODEL          graceful restart: in-flight finish, queued wait (answers when ready)\n"
     "  drain                  stop admitting, finish what runs, then vramd exits 0\n"
     "  reload                 make vramd re-read its config file (a bad one is refused)\n"
     "  jobs SUBCOMMAND        durable jobs: submit, get, wait, result, cancel, list\n"
@@ -36,7 +39,8 @@ static const char usage_text[] =
     "  --token TOKEN          admin bearer token (default $VRAMD_TOKEN)\n"
     "  --token-file FILE      read the token from FILE (default $VRAMD_TOKEN_FILE)\n"
     "  --json                 print JSON (vramd's answer) instead of text\n"
-    "  --timeout DURATION     bound on each request to vramd (default 10s; load/unload 5m)\n"
+    "  --timeout DURATION     bound on each request to vramd (default 10s; load/unload/pin/\n"
+    "                         restart 5m)\n"
     "  -h, --help             this help; vramctl COMMAND --help for a command's\n"
     "  --version              vramctl's version\n"
     "\n"
@@ -91,6 +95,27 @@ static const struct command_help {
      "\n"
      "POST /v1/models/MODEL/unload (admin): stop the model's instances (or call an external\n"
      "server's unload hook). Answers when its memory is back (--timeout, default 5m).\n"},
+    {"pin",
+     "usage: vramctl pin MODEL [--json]\n"
+     "\n"
+     "POST /v1/models/MODEL/pin (admin): load the model (evicting idle ones if needed) and keep\n"
+     "it: never evicted for another model, never stopped by keep_alive, until unpin. Answers\n"
+     "when it is ready (--timeout, default 5m). The pin survives a config reload, not a restart\n"
+     "of vramd. Prints \"MODEL: STATE (N instances), pinned by admin\" (or \"by config\").\n"},
+    {"unpin",
+     "usage: vramctl unpin MODEL [--json]\n"
+     "\n"
+     "POST /v1/models/MODEL/unpin (admin): the model goes back to its configured keep_alive\n"
+     "(its countdown starts when idle) and may be evicted again. A model pinned by its config\n"
+     "(keep_alive: forever) is refused: 409 pinned_by_config (exit 1).\n"},
+    {"restart",
+     "usage: vramctl restart MODEL [--json]\n"
+     "\n"
+     "POST /v1/models/MODEL/restart (admin): graceful restart of a supervised model. Its\n"
+     "instances take no new request; requests in flight finish (then stop_timeout bounds the\n"
+     "stop); requests queued meanwhile wait and are served by the new instance. Answers when\n"
+     "the new instance is ready (--timeout, default 5m). An external server (url:) is refused:\n"
+     "409 not_supervised.\n"},
     {"drain",
      "usage: vramctl drain [--wait] [--json]\n"
      "\n"
@@ -160,7 +185,8 @@ static const struct command {
 } commands[] = {
     {"status", cli_cmd_status},     {"top", cli_cmd_top},       {"ps", cli_cmd_ps},
     {"logs", cli_cmd_logs},         {"load", cli_cmd_model_admin},
-    {"unload", cli_cmd_model_admin}, {"drain", cli_cmd_drain},  {"reload", cli_cmd_reload},
+    {"unload", cli_cmd_model_admin}, {"pin", cli_cmd_model_admin}, {"unpin", cli_cmd_model_admin},
+    {"restart", cli_cmd_model_admin}, {"drain", cli_cmd_drain},  {"reload", cli_cmd_reload},
     {"jobs", cli_cmd_jobs},         {"check-config", cli_cmd_check_config},
 };
 

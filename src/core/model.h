@@ -246,6 +246,8 @@ struct model {
     bool unload_requested;   /* admin unload in progress */
     bool load_requested;     /* admin load waiting for an instance to be READY */
     bool unload_local_failed; /* admin unload: the hook could not be called for vramd's own shortage (503) */
+    bool pinned_admin;       /* POST /v1/models/NAME/pin until .../unpin: kept like keep_alive: forever.
+                              * Lives with the model_t: survives a config reload, not a restart of vramd */
     unsigned consecutive_failures;
     uint64_t failure_times[MODEL_FAILURE_WINDOW]; /* ring of monotonic ms */
     unsigned failure_next;
@@ -292,6 +294,17 @@ struct model {
     histogram_t duration_hist;           /* arrival -> end, admitted requests (seconds) */
     histogram_t queue_wait_hist;         /* queued -> first dispatch, or -> left the queue (seconds) */
 };
+
+/* Pinned: loaded and kept (never evicted, never stopped by keep_alive), by the config
+ * (keep_alive: forever) or by an admin pin (pinned_admin). */
+static inline bool model_pinned_by_config(const model_t *m)
+{
+    return m->cfg->keep_alive_ms == CONFIG_FOREVER;
+}
+static inline bool model_pinned(const model_t *m)
+{
+    return model_pinned_by_config(m) || m->pinned_admin;
+}
 
 /* Ask for the model's queue to be looked at (dispatch, start instances) this loop turn. */
 void model_schedule_pump(model_t *m);

@@ -44,7 +44,7 @@ enum request_state {
     REQ_DONE,
 };
 
-enum request_wait { WAIT_NONE = 0, WAIT_LOAD, WAIT_UNLOAD };
+enum request_wait { WAIT_NONE = 0, WAIT_LOAD, WAIT_UNLOAD, WAIT_RESTART };
 
 /* Whoever owns a request's answer for now (the queue, the proxy, a validator, an admin
  * waiter, a result being sent) sets its ops; the conn calls them and never the owner's
@@ -71,6 +71,7 @@ struct request {
     uint64_t credit;      /* part of its estimate covered by its instance's cached memory */
     list_t wait_link;     /* in model->waiters while an admin call waits */
     enum request_wait wait;
+    unsigned wait_last_old; /* WAIT_RESTART: the model's last instance id before the restart */
     enum request_state state;
     char id[72];
     char *head;           /* the client's head bytes; spans in msg/hdrs point into it */

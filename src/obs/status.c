@@ -105,7 +105,7 @@ static int64_t keep_alive_left_ms(instance_t *in)
 {
     const model_t *m = in->model;
     if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->park_clearing ||
-        m->queue.depth > 0 || m->cfg->keep_alive_ms == CONFIG_FOREVER ||
+        m->queue.depth > 0 || model_pinned(m) ||
         !uv_is_active((uv_handle_t *)&in->idle_timer))
         return -1;
     return (int64_t)uv_timer_get_due_in(&in->idle_timer);
@@ -191,9 +191,14 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(o, "consecutive_failures", m->consecutive_failures);
     cJSON_AddNumberToObject(o, "deadline_rejections", (double)m->deadline_rejections);
     cJSON_AddNumberToObject(o, "priority", m->cfg->priority);
-    bool pinned = m->cfg->keep_alive_ms == CONFIG_FOREVER;
-    cJSON_AddBoolToObject(o, "pinned", pinned);
-    if (pinned)
+    cJSON_AddBoolToObject(o, "pinned", model_pinned(m));
+    if (model_pinned_by_config(m))
+        cJSON_AddStringToObject(o, "pinned_by", "config");
+    else if (m->pinned_admin)
+        cJSON_AddStringToObject(o, "pinned_by", "admin");
+    else
+        cJSON_AddNullToObject(o, "pinned_by");
+    if (model_pinned_by_config(m)) /* the configured value; an admin pin keeps it for unpin */
         cJSON_AddNullToObject(o, "keep_alive_ms");
     else
         cJSON_AddNumberToObject(o, "keep_alive_ms", (double)m->cfg->keep_alive_ms);
@@ -241,6 +246,11 @@ char *status_model_brief(model_t *m)
     if (tier)
         cJSON_AddStringToObject(o, "tier", tier);
     cJSON_AddNumberToObject(o, "instances", m->n_instances);
+    cJSON_AddBoolToObject(o, "pinned", model_pinned(m));
+    if (model_pinned(m))
+        cJSON_AddStringToObject(o, "pinned_by", model_pinned_by_config(m) ? "config" : "admin");
+    else
+        cJSON_AddNullToObject(o, "pinned_by");
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;

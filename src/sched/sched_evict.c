@@ -49,7 +49,7 @@ static bool evictable(const instance_t *in, const model_t *for_m)
     if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->gpu_pos < 0 || in->hook_call ||
         in->park_clearing)
         return false;
-    if (m->cfg->keep_alive_ms == CONFIG_FOREVER)
+    if (model_pinned(m))
         return false;
     if (in->external && !m->cfg->unload.set && !m->cfg->sleep.set && !m->cfg->checkpoint)
         return false;
@@ -85,7 +85,7 @@ uint64_t sched_room_with_evictions(size_t pos)
 static uint64_t keep_alive_left(const instance_t *in, uint64_t now)
 {
     uint64_t ka = in->model->cfg->keep_alive_ms;
-    if (ka == CONFIG_FOREVER)
+    if (model_pinned(in->model))
         return UINT64_MAX / 4;
     uint64_t idle = now > in->last_used_ms ? now - in->last_used_ms : 0;
     return ka > idle ? ka - idle : 0;

@@ -59,6 +59,8 @@ static bool waiter_satisfied(model_t *m, request_t *r)
         return model_state(m) == MODEL_READY || m->failed;
     if (r->wait == WAIT_UNLOAD)
         return model_unload_done(m) || m->unload_local_failed;
+    if (r->wait == WAIT_RESTART)
+        return model_restart_done(m, r->wait_last_old);
     return true;
 }
 
@@ -79,12 +81,15 @@ static bool answer_local_shortage(conn_t *c, model_t *m)
 static void answer_waiter(model_t *m, request_t *r)
 {
     conn_t *c = r->conn;
-    bool unload = r->wait == WAIT_UNLOAD;
+    bool unload = r->wait == WAIT_UNLOAD, restart = r->wait == WAIT_RESTART;
     list_remove(&r->wait_link);
     r->wait = WAIT_NONE;
     request_set_ops(r, NULL);
     if (unload && answer_local_shortage(c, m))
         return;
+    if (restart)
+        log_event(m->failed ? LOG_WARN : LOG_INFO, "admin_restart_done", "model=%s state=%s instances=%u", m->name,
+                  m->failed ? "failed" : "ready", m->n_instances);
     if (m->failed) {
         conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s",
                            m->name, m->failed_reason);
@@ -264,21 +269,98 @@ static void route_reload(conn_t *c, request_t *r, const route_args_t *a)
     conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
 }
 
-/* POST /v1/models/NAME/load|unload, past the token check. */
-static void admin_model(conn_t *c, request_t *r, const route_args_t *a, bool load)
+/* The model an admin route names (past the token check), or NULL when it answered: 404
+ * unknown_model, 503 draining. */
+static model_t *admin_target(conn_t *c, const route_args_t *a)
 {
     core_t *d = c->core;
     model_t *m = model_by_name(d, a->arg[0], a->len[0]);
     if (!m) {
         conn_respond_error(c, 404, "unknown_model", NULL, -1, false, "no model named \"%.*s\"",
                            (int)(a->len[0] > 100 ? 100 : a->len[0]), a->arg[0]);
-        return;
+        return NULL;
     }
     if (d->draining) {
         conn_respond_error(c, 503, "draining", m->name, 5, false, "vramd is draining");
+        return NULL;
+    }
+    return m;
+}
+
+/* POST /v1/models/NAME/load|unload, past the token check. */
+static void admin_model(conn_t *c, request_t *r, const route_args_t *a, bool load)
+{
+    model_t *m = admin_target(c, a);
+    if (m)
+        model_admin(c, r, m, load);
+}
+
+/* POST /v1/models/NAME/pin: pinned by the admin, then loaded (answered as a load is). */
+static void route_pin(conn_t *c, request_t *r, const route_args_t *a)
+{
+    model_t *m = admin_target(c, a);
+    if (!m)
+        return;
+    log_event(LOG_INFO, "admin_pin", "model=%s peer=%s already=%s", m->name, c->peer,
+              model_pinned_by_config(m) ? "config" : m->pinned_admin ? "admin" : "no");
+    char why[256];
+    if (sched_never_fits(m, why, sizeof why)) {
+        conn_respond_error(c, 422, "cannot_fit", m->name, -1, false, "%s", why);
         return;
     }
-    model_admin(c, r, m, load);
+    model_set_pinned(m, true);
+    model_admin(c, r, m, true); /* loads it (nothing new when it is loaded); 200 once READY */
+}
+
+/* POST /v1/models/NAME/unpin: back to its configured keep_alive; a model pinned by the
+ * config itself (keep_alive: forever) cannot be unpinned here: 409 pinned_by_config. */
+static void route_unpin(conn_t *c, request_t *r, const route_args_t *a)
+{
+    model_t *m = admin_target(c, a);
+    if (!m)
+        return;
+    r->model = m;
+    log_event(LOG_INFO, "admin_unpin", "model=%s peer=%s", m->name, c->peer);
+    if (model_pinned_by_config(m)) {
+        conn_respond_error(c, 409, "pinned_by_config", m->name, -1, false,
+                           "model %s is pinned by its config (keep_alive: forever): change keep_alive in the "
+                           "config and reload to unpin it",
+                           m->name);
+        return;
+    }
+    model_set_pinned(m, false);
+    respond_json(c, 200, status_model_brief(m));
+}
+
+/* POST /v1/models/NAME/restart: graceful (model_restart); 200 once the new instance is
+ * READY, 503 model_failed if it fails. An external server is not vramd's to restart. */
+static void route_restart(conn_t *c, request_t *r, const route_args_t *a)
+{
+    model_t *m = admin_target(c, a);
+    if (!m)
+        return;
+    r->model = m;
+    log_event(LOG_INFO, "admin_restart", "model=%s peer=%s", m->name, c->peer);
+    if (m->cfg->url) {
+        conn_respond_error(c, 409, "not_supervised", m->name, -1, false,
+                           "model %s is an external server (url:): vramd does not run it and cannot restart it",
+                           m->name);
+        return;
+    }
+    char why[256];
+    if (sched_never_fits(m, why, sizeof why)) {
+        conn_respond_error(c, 422, "cannot_fit", m->name, -1, false, "%s", why);
+        return;
+    }
+    r->wait = WAIT_RESTART;
+    r->wait_last_old = model_restart(m);
+    if (waiter_satisfied(m, r)) { /* a new instance is never READY at once; kept for safety */
+        r->wait = WAIT_NONE;
+        respond_json(c, 200, status_model_brief(m));
+        return;
+    }
+    list_insert_tail(&m->waiters, &r->wait_link);
+    request_set_ops(r, &waiter_ops);
 }
 
 static void route_healthz(conn_t *c, request_t *r, const route_args_t *a)
@@ -339,6 +421,9 @@ static const api_route_t own_routes[] = {
     {GET_HEAD, "/v1/models/*/logs", model_logs_route, API_ADMIN, .reserve = true},
     {API_POST, "/v1/models/*/load", route_load, API_ADMIN, .reserve = true},
     {API_POST, "/v1/models/*/unload", route_unload, API_ADMIN, .reserve = true},
+    {API_POST, "/v1/models/*/pin", route_pin, API_ADMIN, .reserve = true},
+    {API_POST, "/v1/models/*/unpin", route_unpin, API_ADMIN, .reserve = true},
+    {API_POST, "/v1/models/*/restart", route_restart, API_ADMIN, .reserve = true},
     {API_POST, "/v1/admin/drain", route_drain, API_ADMIN, .reserve = true},
     {API_POST, "/v1/admin/reload", route_reload, API_ADMIN, .reserve = true},
     {0},

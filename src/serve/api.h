@@ -1,7 +1,7 @@
 /*
  * api: vramd's own HTTP routes: health and readiness (vramd's and one model's), status,
- * the model list, the status page, metrics, and the admin routes (load, unload, drain,
- * reload); the durable jobs' routes are serve/jobs_api.h's. What each answers: docs/api.md.
+ * the model list, the status page, metrics, and the admin routes (load, unload, pin, unpin,
+ * restart, drain, reload); the durable jobs' routes are serve/jobs_api.h's. What each answers: docs/api.md.
  *
  * The routes are the rows of one table (serve/route_table.h): own_routes in api.c, then the
  * rows jobs_api.c exports; docs/api.md lists the same rows. api_on_request matches a request
@@ -10,9 +10,9 @@
  * method on a path whose rows do not own it (the jobs rows do: 405 method_not_allowed);
  * an API_ADMIN row needs "Authorization: Bearer TOKEN" when admin_token_file is set (401
  * unauthorized otherwise; the comparison is constant-time), then its handler answers.
- * Load/unload calls that wait are parked on the model's waiters list (their ops: cancel
- * unlinks them); on every CORE_EV_MODEL_CHANGED the waiters whose condition now holds are
- * answered. The composition root gives api_on_request to conn_accept.
+ * Load/unload/pin/restart calls that wait are parked on the model's waiters list (their
+ * ops: cancel unlinks them); on every CORE_EV_MODEL_CHANGED the waiters whose condition now
+ * holds are answered (a restart's: an instance newer than the restart is READY). The composition root gives api_on_request to conn_accept.
  * api_on_head is their head handler (Expect: 100-continue, body not read yet): a reserve
  * connection's 503 overloaded, vramd's own routes go on to their body, the rest is the
  * router's (path/router.h router_head_refused).

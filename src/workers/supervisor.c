@@ -133,7 +133,7 @@ static int start_on_demand(model_t *m, uint64_t now)
 int supervisor_tend(model_t *m)
 {
     core_t *d = m->core;
-    bool pinned = m->cfg->keep_alive_ms == CONFIG_FOREVER && !d->stopping && !m->removed;
+    bool pinned = model_pinned(m) && !d->stopping && !m->removed;
     bool ready_now = false;
     list_foreach(it, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
@@ -227,6 +227,55 @@ void model_unload(model_t *m, const char *reason)
             stopping = true;
     }
     m->unload_requested = stopping && model_has_live_instances(m);
+}
+
+void model_set_pinned(model_t *m, bool on)
+{
+    bool admin = on && !model_pinned_by_config(m); /* a config pin needs no record of its own */
+    if (m->pinned_admin != admin) {
+        log_event(LOG_INFO, admin ? "model_pinned" : "model_unpinned", "model=%s by=%s keep_alive_ms=%llu", m->name,
+                  "admin", (unsigned long long)m->cfg->keep_alive_ms);
+        core_note_event(m->core, "%s %s by admin", m->name, admin ? "pinned" : "unpinned");
+    }
+    m->pinned_admin = admin;
+    if (!on) {
+        model_schedule_pump(m); /* the pump arms the keep_alive timers of its idle instances */
+        return;
+    }
+    list_foreach(it, &m->instances) /* a countdown already running stops now */
+        uv_timer_stop(&list_entry(it, instance_t, link)->idle_timer);
+    model_load(m);
+}
+
+unsigned model_restart(model_t *m)
+{
+    unsigned last_old = m->next_instance_id;
+    unsigned stopping = 0;
+    list_foreach_safe(it, tmp, &m->instances) {
+        instance_t *in = list_entry(it, instance_t, link);
+        if (in->external || in->state == INST_STOPPING || in->stop_requested)
+            continue; /* already on its way out */
+        in->unload_reason = UNLOAD_ADMIN;
+        instance_stop(in, "admin restart"); /* drains first: no new request, in-flight ones finish */
+        stopping++;
+    }
+    log_event(LOG_INFO, "admin_restart_begin", "model=%s instances_stopping=%u queued=%zu in_flight=%u", m->name,
+              stopping, m->queue.depth, m->in_flight);
+    core_note_event(m->core, "restarting %s (%u instances stopping)", m->name, stopping);
+    model_load(m); /* a new instance starts once there is room, even with nothing queued */
+    return last_old;
+}
+
+bool model_restart_done(const model_t *m, unsigned last_old)
+{
+    if (m->failed)
+        return true;
+    list_foreach(it, &m->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        if (in->id > last_old && in->state == INST_READY && !in->stop_requested)
+            return true;
+    }
+    return false;
 }
 
 void model_remove(model_t *m)

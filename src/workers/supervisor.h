@@ -81,6 +81,18 @@ void model_load(model_t *m);
  * stopped: its sleep hook, else its unload hook, is called once it is idle (a model with
  * neither: nothing happens; the admin route answers 409 no_unload_hook). */
 void model_unload(model_t *m, const char *reason);
+/* Admin pin (on) or unpin: a pinned model is loaded (model_load) and then never evicted nor
+ * stopped by keep_alive (model_pinned); unpinned, it goes back to its configured keep_alive.
+ * A model its config pins (keep_alive: forever) is only loaded: pinned_admin stays false.
+ * The flag lives on the model_t: it survives a config reload, not a restart of vramd. */
+void model_set_pinned(model_t *m, bool on);
+/* Admin restart of a supervised model: every live instance is stopped gracefully (no new
+ * request; in-flight ones finish, then stop_timeout), queued requests stay queued, and a new
+ * instance is started (model_load) once there is room. Returns the highest instance id
+ * before the restart, for model_restart_done. */
+unsigned model_restart(model_t *m);
+/* The restart is over: an instance newer than last_old is READY (or the model failed). */
+bool model_restart_done(const model_t *m, unsigned last_old);
 /* An admin unload of an external server is still under way (hook not called or answered,
  * memory not back yet). */
 bool model_unload_pending(const model_t *m);
