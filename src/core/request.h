@@ -80,6 +80,8 @@ struct request {
     buf_t body;           /* decoded body */
     int priority;
     uint64_t deadline_ms; /* absolute monotonic; 0 = none */
+    uint64_t total_deadline_ms; /* absolute monotonic end-to-end bound (total_deadline); 0 = none */
+    const char *error_stage; /* "stage" in vramd's error body (a deadline's: queued, running); NULL = none */
     uint64_t t_arrival, t_queued, t_dispatched, t_first_byte;
     unsigned attempts;
     size_t strip_len;     /* bytes of route prefix to strip, minus the trailing '/' */
