@@ -164,3 +164,27 @@ def test_reservation_released_when_total_deadline_passes(sched):  # noqa: F811
     assert vd.model("slow", st)["in_flight"] == 0
     assert vd.model("slow", st)["deadline_expiries"]["running"] == 1
     sched.finish()
+
+
+def test_total_deadline_unmeetable_is_refused_at_once(sched):  # noqa: F811
+    """Model slow (1 s real runs, learned from 2 requests) with one request running and one
+    queued: the predicted start of a new one is about 2 s, past X-Vramd-Total-Deadline 1s,
+    so it is refused at once with 503 deadline_unmeetable (not queued to expire later), as
+    a queue deadline would be; counted in deadline_rejections, not as an expiry. The
+    running and queued requests still end 200."""
+    gpu = sched.gpu_set("8GiB")
+    vd = sched.start_vramd(gpu, {"slow": sched.model(
+        "slow", ["--resident", "700MiB", "--per-request", "1GiB", "--run-time", sim_s(20)], "1GiB", "1GiB")})
+    for _ in range(2):
+        assert vd.generate("slow").status == 200
+    running = vd.later("slow")
+    vd.wait_in_flight("slow")
+    queued = vd.later("slow")
+    vd.wait_queued("slow")
+    r = vd.generate("slow", headers={"X-Vramd-Total-Deadline": "1s"})
+    assert r.status == 503 and r.error_code() == "deadline_unmeetable", r
+    m = vd.model("slow")
+    assert m["deadline_rejections"] == 1 and m["deadline_expiries"] == {"queued": 0, "running": 0}, m
+    for bg in (running, queued):
+        assert bg.result().status == 200
+    sched.finish()
