@@ -52,7 +52,8 @@ enum request_wait { WAIT_NONE = 0, WAIT_LOAD, WAIT_UNLOAD };
 typedef struct request_ops {
     /* The client left: let go of the request (out of the queue, upstream closed, validator
      * stopped, waiter unlinked), releasing any slot it holds. The request is freed later, at
-     * the safe point. */
+     * the safe point. Also called when a dispatched request's total deadline passes
+     * (path/dispatch.c): the caller then answers it (504) or cuts its connection. */
     void (*cancel)(request_t *r);
     /* The client's write backlog fell below half of the mark that conn_want_drained armed. */
     void (*drained)(request_t *r);
