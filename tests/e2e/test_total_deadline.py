@@ -13,8 +13,11 @@ Covered, each with what is expected:
 - the header is capped at max_client_deadline (logged deadline_capped bound=total);
 - a malformed or zero header is 400 bad_request naming X-Vramd-Total-Deadline; a malformed
   key fails --check-config naming total_deadline;
+- an answer held for a verdict (validate: json while it streams in; a validate.cmd still
+  judging it): 504 stage running, never a cut, the validator stopped, the slots free;
 - on a simulated GPU (simworker --run-time): the request's memory reservation is released
-  when the bound passes mid-run (the ledger holds resident reservations only at once).
+  when the bound passes mid-run (the ledger holds resident reservations only at once); a
+  bound its predicted start already passes is refused at once (503 deadline_unmeetable).
 """
 import re
 import threading
@@ -188,3 +191,29 @@ def test_total_deadline_unmeetable_is_refused_at_once(sched):  # noqa: F811
     for bg in (running, queued):
         assert bg.result().status == 200
     sched.finish()
+
+
+def test_held_answer_and_validator_past_total_deadline(vramd):
+    """Answers held for a verdict never reached the client, so the bound passing is a 504
+    stage running, not a cut: (1) validate: json and a 20 x 300 ms chunked answer (held
+    while it streams in) with X-Vramd-Total-Deadline 1s; (2) validate.cmd `sleep 30` judging
+    a quick answer with X-Vramd-Total-Deadline 2s, once its worker is ready: the validator
+    is stopped and both slots are free."""
+    vd = vramd.start(models={
+        "w": vramd.worker("w", route="/w/", concurrency=1, validate="json"),
+        "v": vramd.worker("v", route="/v/", concurrency=1, validate={"cmd": ["sleep", "30"], "timeout": "60s"}),
+    })
+    wait_for(lambda: vd.get("/w/echo?warm=1").status == 200, timeout=30, what="the worker warm")
+    r = vd.get("/w/stream?chunks=20&ms=300", headers={"X-Vramd-Total-Deadline": "1s"})
+    assert r.status == 504 and r.error_body().get("stage") == "running", r
+    # start v's worker: this first request's bound passes queued (the start) or running
+    assert vd.get("/v/echo?tag=warm", headers={"X-Vramd-Total-Deadline": "500ms"}).status == 504
+    vd.wait_ready("v", timeout=30)
+    before = vd.model("v")["deadline_expiries"]["running"]
+    r = vd.get("/v/echo?tag=validated", headers={"X-Vramd-Total-Deadline": "2s"})
+    assert r.status == 504 and r.error_body().get("stage") == "running", r
+    ev = vd.events("total_deadline_passed")
+    assert ev and not any(e["streamed"] for e in ev), ev
+    assert vd.model("w")["in_flight"] == 0 and vd.model("v")["in_flight"] == 0
+    assert vd.model("w")["deadline_expiries"]["running"] == 1
+    assert vd.model("v")["deadline_expiries"]["running"] == before + 1
