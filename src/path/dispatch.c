@@ -114,8 +114,9 @@ static void on_total_deadline(conn_t *c)
     bool streamed = r->status != 0; /* the answer's head went to the client */
     unsigned long long total = r->total_deadline_ms - r->t_arrival;
     unsigned long long ran = r->t_dispatched && now > r->t_dispatched ? now - r->t_dispatched : 0;
-    log_event(LOG_WARN, "total_deadline_passed", "request_id=%s model=%s stage=%s while=%s total_ms=%llu run_ms=%llu streamed=%B",
-              r->id, m->name, "running", request_state_name(r->state), total, ran, streamed);
+    log_event(LOG_WARN, "total_deadline_passed",
+              "request_id=%s model=%s stage=%s while=%s total_ms=%llu run_ms=%llu streamed=%B", r->id, m->name,
+              "running", request_state_name(r->state), total, ran, streamed);
     if (r->ops && r->ops->cancel)
         r->ops->cancel(r);
     request_set_ops(r, NULL);
@@ -362,7 +363,8 @@ void dispatch_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
     uint64_t now = core_now();
     r->t_queued = now;
     r->deadline_ms = now + deadline;
-    r->total_deadline_ms = total ? r->t_arrival + total : 0;
+    if (total) /* saturated: an uncapped bound (a job attempt's header) may be any duration */
+        r->total_deadline_ms = total < UINT64_MAX - r->t_arrival ? r->t_arrival + total : UINT64_MAX - 1;
     m->queue.max = mc->queue_max;
     if (queue_push(&m->queue, &r->qe, r->priority, now) != 0) {
         conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false, "model %s: queue full", m->name);
