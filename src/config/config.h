@@ -184,6 +184,7 @@ typedef struct model_config {
     unsigned queue_max;   /* default 64 */
     uint64_t deadline_ms; /* default 60s */
     uint64_t max_client_deadline_ms; /* the longest X-Vramd-Deadline honoured; 0 = deadline_ms */
+    uint64_t total_deadline_ms; /* end to end, arrival to the answer's last byte; 0 = none (default) */
     int priority;         /* 0..9, default 5 */
     uint64_t keep_alive_ms; /* default 10m; CONFIG_FOREVER = pinned */
     config_hook_t unload, reload, clear_cache;

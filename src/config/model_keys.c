@@ -1,7 +1,7 @@
 /*
  * model_keys: the keys of a model (route, aliases, cmd, env, cwd, url (container and
  * stop_cmd come from container_keys.c), health, timeouts,
- * gpus, memory, concurrency, queue, deadline, priority, keep_alive, hooks, recycle,
+ * gpus, memory, concurrency, queue, deadline (and total_deadline), priority, keep_alive, hooks, recycle,
  * checkpoint, park_keep_alive; the quality keys degrade, validate and retry come from quality_keys.c,
  * preset from presets.c), the model table, and cfg_parse_models(), which builds every
  * model: built-in defaults, then its preset (presets.c), then `defaults:`, then the
@@ -530,6 +530,7 @@ static const field_spec_t model_fields[] = {
     {"queue_max", cfg_fp_unsigned, offsetof(model_config_t, queue_max), 1, 1000000, NULL},
     {"deadline", cfg_fp_duration, offsetof(model_config_t, deadline_ms), 1, 0, NULL},
     {"max_client_deadline", cfg_fp_duration, offsetof(model_config_t, max_client_deadline_ms), 0, 0, NULL},
+    {"total_deadline", cfg_fp_duration, offsetof(model_config_t, total_deadline_ms), 0, 0, NULL},
     {"priority", cfg_fp_int, offsetof(model_config_t, priority), 0, 9, NULL},
     {"keep_alive", fp_keep_alive, offsetof(model_config_t, keep_alive_ms), 0, 0, NULL},
     {"unload", fp_hook, offsetof(model_config_t, unload), 30000, 0, NULL},

@@ -267,6 +267,7 @@ struct model {
     uint64_t arrival_gap_ms;   /* mean gap between its requests (EWMA; 0 = fewer than two) */
     uint64_t oom_total;
     uint64_t deadline_rejections;
+    uint64_t deadline_expiries[2]; /* 504 deadline_exceeded: [0] while queued, [1] while running (path/dispatch.c) */
     uint64_t degraded_total;   /* retries at a lower ladder level */
     uint64_t invalid_total;    /* outputs that failed validation */
     uint64_t hangs_total;

@@ -52,7 +52,8 @@ enum request_wait { WAIT_NONE = 0, WAIT_LOAD, WAIT_UNLOAD, WAIT_RESTART };
 typedef struct request_ops {
     /* The client left: let go of the request (out of the queue, upstream closed, validator
      * stopped, waiter unlinked), releasing any slot it holds. The request is freed later, at
-     * the safe point. */
+     * the safe point. Also called when a dispatched request's total deadline passes
+     * (path/dispatch.c): the caller then answers it (504) or cuts its connection. */
     void (*cancel)(request_t *r);
     /* The client's write backlog fell below half of the mark that conn_want_drained armed. */
     void (*drained)(request_t *r);
@@ -81,6 +82,8 @@ struct request {
     buf_t body;           /* decoded body */
     int priority;
     uint64_t deadline_ms; /* absolute monotonic; 0 = none */
+    uint64_t total_deadline_ms; /* absolute monotonic end-to-end bound (total_deadline); 0 = none */
+    const char *error_stage; /* "stage" in vramd's error body (a deadline's: queued, running); NULL = none */
     uint64_t t_arrival, t_queued, t_dispatched, t_first_byte;
     unsigned attempts;
     size_t strip_len;     /* bytes of route prefix to strip, minus the trailing '/' */

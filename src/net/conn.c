@@ -205,7 +205,8 @@ int conn_respond_error(conn_t *c, int status, const char *code, const char *mode
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     char body[2048];
-    int n = conn_error_body(body, sizeof body, code, model, retry_after_s, msg);
+    int n = conn_error_body(body, sizeof body, code, model, retry_after_s, c->req ? c->req->error_stage : NULL,
+                            msg);
     char extra[64] = "";
     if (retry_after_s >= 0)
         snprintf(extra, sizeof extra, "Retry-After: %d\r\n", retry_after_s);

@@ -144,8 +144,9 @@ int conn_uncork(conn_t *c);
 /* A complete answer (head and a body of any size), then the request is finished. */
 int conn_respond(conn_t *c, int status, const char *content_type, const char *body, size_t body_len,
                  const char *extra_headers);
-/* vramd's error shape {"error":{"code","message","model","retry_after_s"}}; retry_after < 0:
- * none. Closes the connection afterwards when close_after is set. */
+/* vramd's error shape {"error":{"code","message","model","retry_after_s","stage"}}; retry_after < 0:
+ * none; "stage" only when the request's error_stage is set (a deadline's). Closes the
+ * connection afterwards when close_after is set. */
 int conn_respond_error(conn_t *c, int status, const char *code, const char *model, int retry_after_s,
                        bool close_after, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 /* The answer to the current request has been written completely (proxy or local). */

@@ -30,10 +30,10 @@ bool conn_refused_on_head(conn_t *c);
 /* The status and vramd error code for a head the parser refused: 431 header_too_large,
  * 414 uri_too_long, 501 not_implemented, 505 / 400 bad_request. */
 int conn_refusal_status(const http1_error_t *e, const char **code);
-/* vramd's error body {"error":{"code","message"[,"model"][,"retry_after_s"]}} into out
- * (cap bytes, always terminated); its length. */
+/* vramd's error body {"error":{"code","message"[,"model"][,"retry_after_s"][,"stage"]}} into
+ * out (cap bytes, always terminated); its length. stage: a literal, or NULL for none. */
 int conn_error_body(char *out, size_t cap, const char *code, const char *model, int retry_after_s,
-                    const char *msg);
+                    const char *stage, const char *msg);
 
 /* conn_state.c ------------------------------------------------------------------------ */
 

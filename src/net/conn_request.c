@@ -136,7 +136,7 @@ static size_t json_escape_into(char *out, size_t cap, const char *s)
 }
 
 int conn_error_body(char *out, size_t cap, const char *code, const char *model, int retry_after_s,
-                    const char *msg)
+                    const char *stage, const char *msg)
 {
     char emsg[1200], emodel[300];
     emsg[json_escape_into(emsg, sizeof emsg, msg)] = '\0';
@@ -152,6 +152,10 @@ int conn_error_body(char *out, size_t cap, const char *code, const char *model, 
         n = cap ? (int)cap - 1 : 0;
     if (retry_after_s >= 0 && (size_t)n < cap)
         n += snprintf(out + n, cap - (size_t)n, ",\"retry_after_s\":%d", retry_after_s);
+    if ((size_t)n >= cap)
+        n = cap ? (int)cap - 1 : 0;
+    if (stage && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, ",\"stage\":\"%s\"", stage);
     if ((size_t)n >= cap)
         n = cap ? (int)cap - 1 : 0;
     n += snprintf(out + n, cap - (size_t)n, "}}");

@@ -336,6 +336,20 @@ static void hook_calls_family(buf_t *b, core_t *d)
     }
 }
 
+/* vramd_deadline_expiries_total{model,stage}: deadlines that passed, queued or running. */
+static void deadline_expiries_family(buf_t *b, core_t *d)
+{
+    family(b, "vramd_deadline_expiries_total", "counter",
+           "Requests whose deadline passed (504 deadline_exceeded, or a streamed answer cut), by stage: "
+           "queued (the queue deadline or the total deadline, before a worker ran it) or running "
+           "(the total deadline, while a worker ran it).");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        sample_u64(b, "vramd_deadline_expiries_total", "model", m->name, "stage", "queued", m->deadline_expiries[0]);
+        sample_u64(b, "vramd_deadline_expiries_total", "model", m->name, "stage", "running", m->deadline_expiries[1]);
+    }
+}
+
 static void model_metrics(buf_t *b, core_t *d)
 {
     model_family(b, d, "vramd_queue_depth", "gauge", "Requests waiting in the model's queue.", v_queue_depth);
@@ -399,6 +413,7 @@ static void model_metrics(buf_t *b, core_t *d)
                  "Requests refused at once because their predicted start was past their deadline "
                  "(503 deadline_unmeetable).",
                  v_deadline_rejections);
+    deadline_expiries_family(b, d);
     model_family(b, d, "vramd_invalid_outputs_total", "counter", "Worker outputs that failed validation.",
                  v_invalid);
     model_family(b, d, "vramd_retry_budget_exhausted_total", "counter",

@@ -190,6 +190,9 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(o, "unloads_total", (double)m->unloads_total);
     cJSON_AddNumberToObject(o, "consecutive_failures", m->consecutive_failures);
     cJSON_AddNumberToObject(o, "deadline_rejections", (double)m->deadline_rejections);
+    cJSON *exp = cJSON_AddObjectToObject(o, "deadline_expiries");
+    cJSON_AddNumberToObject(exp, "queued", (double)m->deadline_expiries[0]);
+    cJSON_AddNumberToObject(exp, "running", (double)m->deadline_expiries[1]);
     cJSON_AddNumberToObject(o, "priority", m->cfg->priority);
     cJSON_AddBoolToObject(o, "pinned", model_pinned(m));
     if (model_pinned_by_config(m))

@@ -1,10 +1,20 @@
 /*
  * dispatch: admission into a model's queue, the pump that hands queued requests to free
- * instances, retries back into the queue, queue deadlines, and the accounting of ended
- * requests. See dispatch.h.
+ * instances, retries back into the queue, deadlines (the queue's, and the end-to-end
+ * total_deadline while queued and while running), and the accounting of ended requests.
+ * See dispatch.h.
+ *
+ * Deadlines: the conn's owner timer holds the earlier of the queue deadline and the total
+ * deadline while a request is queued (504 deadline_exceeded, stage queued), and the total
+ * deadline alone from its dispatch on (stage running: its owner lets go of it through its
+ * ops' cancel, which closes the worker's connection and releases the slot and the
+ * reservation, then 504, or a cut connection once answer bytes went out). Each expiry is
+ * counted once, by stage, in the model's deadline_expiries.
  */
 #include "path/dispatch.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +46,32 @@ static void queued_cancel(request_t *r)
 
 static const request_ops_t queued_ops = {.cancel = queued_cancel};
 
+enum { STAGE_QUEUED = 0, STAGE_RUNNING = 1 };
+
+/* The earlier of r's queue deadline and its total deadline (absolute; UINT64_MAX: none). */
+static uint64_t first_deadline(const request_t *r)
+{
+    uint64_t q = r->deadline_ms ? r->deadline_ms : UINT64_MAX;
+    uint64_t t = r->total_deadline_ms ? r->total_deadline_ms : UINT64_MAX;
+    return q < t ? q : t;
+}
+
+/* A deadline passed for r (nothing sent yet): counted by stage, answered 504 with it. */
+static void answer_expired(conn_t *c, request_t *r, int stage, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void answer_expired(conn_t *c, request_t *r, int stage, const char *fmt, ...)
+{
+    model_t *m = r->model;
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    m->deadline_expiries[stage]++;
+    r->error_stage = stage == STAGE_QUEUED ? "queued" : "running";
+    conn_respond_error(c, 504, "deadline_exceeded", m->name, -1, false, "model %s: %s", m->name, msg);
+}
+
 static void on_queue_deadline(conn_t *c)
 {
     request_t *r = c->req;
@@ -45,15 +81,53 @@ static void on_queue_deadline(conn_t *c)
     queue_remove(&m->queue, &r->qe);
     request_set_ops(r, NULL);
     model_schedule_pump(m);
-    conn_respond_error(c, 504, "deadline_exceeded", m->name, -1, false, "model %s: deadline passed after %llu ms in queue",
-                       m->name, (unsigned long long)request_queue_ms(r));
+    bool total = r->total_deadline_ms && r->total_deadline_ms == first_deadline(r);
+    if (total)
+        answer_expired(c, r, STAGE_QUEUED, "total deadline of %llu ms passed after %llu ms in queue",
+                       (unsigned long long)(r->total_deadline_ms - r->t_arrival),
+                       (unsigned long long)request_queue_ms(r));
+    else
+        answer_expired(c, r, STAGE_QUEUED, "deadline passed after %llu ms in queue",
+                       (unsigned long long)request_queue_ms(r));
 }
 
-static void enqueued(request_t *r, uint64_t delay_ms)
+static void enqueued(request_t *r)
 {
+    uint64_t now = core_now(), at = first_deadline(r);
     request_set_state(r, REQ_QUEUED);
     request_set_ops(r, &queued_ops);
-    conn_set_timer(r->conn, delay_ms, on_queue_deadline);
+    if (at != UINT64_MAX)
+        conn_set_timer(r->conn, at > now ? at - now : 1, on_queue_deadline);
+}
+
+/* The total deadline passed while the request ran (dispatched: upstream, held answer,
+ * validation): its owner lets go of it (the worker's connection closed, the slot and the
+ * reservation released), then 504 stage running, or, once answer bytes reached the client,
+ * the connection is cut. A request back in the queue has the queue's timer instead. */
+static void on_total_deadline(conn_t *c)
+{
+    request_t *r = c->req;
+    if (!r || !r->model || r->state == REQ_QUEUED || r->state == REQ_DONE || r->state == REQ_LOCAL)
+        return;
+    model_t *m = r->model;
+    uint64_t now = core_now();
+    bool streamed = r->status != 0; /* the answer's head went to the client */
+    unsigned long long total = r->total_deadline_ms - r->t_arrival;
+    unsigned long long ran = r->t_dispatched && now > r->t_dispatched ? now - r->t_dispatched : 0;
+    log_event(LOG_WARN, "total_deadline_passed",
+              "request_id=%s model=%s stage=%s while=%s total_ms=%llu run_ms=%llu streamed=%B", r->id, m->name,
+              "running", request_state_name(r->state), total, ran, streamed);
+    if (r->ops && r->ops->cancel)
+        r->ops->cancel(r);
+    request_set_ops(r, NULL);
+    if (streamed) {
+        m->deadline_expiries[STAGE_RUNNING]++;
+        r->outcome = "deadline_exceeded"; /* metrics: the stream was cut */
+        conn_abort(c);
+        return;
+    }
+    answer_expired(c, r, STAGE_RUNNING, "total deadline of %llu ms passed while running (%llu ms on the worker)",
+                   total, ran);
 }
 
 /* Every queued request of m gets `status` (model failed: 503; never fits: 422). */
@@ -85,13 +159,49 @@ static int retry_after_for(const model_t *m)
     return s > 300 ? 300 : s;
 }
 
-/* X-Vramd-Priority and X-Vramd-Deadline; false when one is malformed (answered 400). A
- * client's deadline is capped at the model's max_client_deadline (by default its deadline):
- * a client cannot hold a queue slot longer than the operator allows. A job attempt's
- * deadline is the time left to the job's own (checked at submission, at most 30 days). */
-static bool read_request_headers(conn_t *c, request_t *r, model_t *m, uint64_t *deadline)
+/* A duration header (X-Vramd-Deadline, X-Vramd-Total-Deadline) into *ms: 1 when absent, 0
+ * when read, -1 when malformed or 0 (answered 400, naming the header). */
+static int duration_header(conn_t *c, request_t *r, model_t *m, const char *name, uint64_t *ms)
 {
-    r->priority = m->cfg->priority;
+    const http1_header_t *h = http1_find_header(r->head, &r->msg, name);
+    if (!h)
+        return 1;
+    char tmp[64];
+    if (h->value.len >= sizeof tmp) {
+        conn_respond_error(c, 400, "bad_request", m->name, -1, false, "bad %s: over %zu bytes", name, sizeof tmp - 1);
+        return -1;
+    }
+    memcpy(tmp, r->head + h->value.off, h->value.len);
+    tmp[h->value.len] = '\0';
+    if (units_parse_duration_ms(tmp, ms) != 0 || *ms == 0) {
+        conn_respond_error(c, 400, "bad_request", m->name, -1, false,
+                           "bad %s \"%s\": expected a duration like 30s or 500ms", name, tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* A client's asked bound, capped at `cap` (logged deadline_capped); a job attempt's is not. */
+static uint64_t capped(conn_t *c, request_t *r, model_t *m, const char *bound, uint64_t asked, uint64_t cap)
+{
+    if (asked <= cap || c->job_attempt)
+        return asked;
+    log_event(LOG_INFO, "deadline_capped", "request_id=%s model=%s bound=%s asked_ms=%llu deadline_ms=%llu", r->id,
+              m->name, bound, (unsigned long long)asked, (unsigned long long)cap);
+    return cap;
+}
+
+/* X-Vramd-Priority, X-Vramd-Deadline and X-Vramd-Total-Deadline; false when one is malformed
+ * (answered 400). A client's deadline is capped at the model's max_client_deadline (by
+ * default its deadline): a client cannot hold a queue slot longer than the operator allows;
+ * its total deadline at the same, or at the model's total_deadline when that is longer. A
+ * job attempt's deadline is the time left to the job's own (checked at submission, at most
+ * 30 days); the model's total_deadline does not bound job attempts (nobody waits on their
+ * connection), only their own header would. *total: 0 = none. */
+static bool read_request_headers(conn_t *c, request_t *r, model_t *m, uint64_t *deadline, uint64_t *total)
+{
+    const model_config_t *mc = m->cfg;
+    r->priority = mc->priority;
     const http1_header_t *h = http1_find_header(r->head, &r->msg, "X-Vramd-Priority");
     if (h) {
         const char *v = r->head + h->value.off;
@@ -101,30 +211,29 @@ static bool read_request_headers(conn_t *c, request_t *r, model_t *m, uint64_t *
         }
         r->priority = v[0] - '0';
     }
-    *deadline = m->cfg->deadline_ms;
-    h = http1_find_header(r->head, &r->msg, "X-Vramd-Deadline");
-    if (!h)
-        return true;
-    char tmp[64];
-    if (h->value.len >= sizeof tmp) {
-        conn_respond_error(c, 400, "bad_request", m->name, -1, false, "bad X-Vramd-Deadline");
-        return false;
-    }
-    memcpy(tmp, r->head + h->value.off, h->value.len);
-    tmp[h->value.len] = '\0';
-    if (units_parse_duration_ms(tmp, deadline) != 0 || *deadline == 0) {
-        conn_respond_error(c, 400, "bad_request", m->name, -1, false,
-                           "bad X-Vramd-Deadline \"%s\": expected a duration like 30s or 500ms", tmp);
-        return false;
-    }
-    const model_config_t *mc = m->cfg;
     uint64_t cap = mc->max_client_deadline_ms > mc->deadline_ms ? mc->max_client_deadline_ms : mc->deadline_ms;
-    if (*deadline > cap && !c->job_attempt) {
-        log_event(LOG_INFO, "deadline_capped", "request_id=%s model=%s asked_ms=%llu deadline_ms=%llu", r->id, m->name,
-                  (unsigned long long)*deadline, (unsigned long long)cap);
-        *deadline = cap;
-    }
+    *deadline = mc->deadline_ms;
+    int rc = duration_header(c, r, m, "X-Vramd-Deadline", deadline);
+    if (rc < 0)
+        return false;
+    if (rc == 0)
+        *deadline = capped(c, r, m, "queue", *deadline, cap);
+    *total = c->job_attempt ? 0 : mc->total_deadline_ms;
+    rc = duration_header(c, r, m, "X-Vramd-Total-Deadline", total);
+    if (rc < 0)
+        return false;
+    if (rc == 0)
+        *total = capped(c, r, m, "total", *total, cap > mc->total_deadline_ms ? cap : mc->total_deadline_ms);
     return true;
+}
+
+/* What is left of a total bound of `total` ms counted from r's arrival (UINT64_MAX: none). */
+static uint64_t total_left(const request_t *r, uint64_t total)
+{
+    if (!total)
+        return UINT64_MAX;
+    uint64_t spent = core_now() - r->t_arrival;
+    return total > spent ? total - spent : 0;
 }
 
 /* GPU checks: NVML up, can fit at all, first level that can ever fit (on the whole request
@@ -190,7 +299,8 @@ static bool check_predicted_start(conn_t *c, request_t *r, model_t *m, uint64_t 
  * failed, the priority and deadline headers, GPU fit, predicted start, the client's cap,
  * queue room. head_only: on the head alone, changing nothing the body could still undo (no
  * degradation level prepared, no client record made). False when answered. */
-static bool admission_checks(conn_t *c, request_t *r, model_t *m, bool head_only, uint64_t *deadline)
+static bool admission_checks(conn_t *c, request_t *r, model_t *m, bool head_only, uint64_t *deadline,
+                             uint64_t *total)
 {
     core_t *core = c->core;
     const model_config_t *mc = m->cfg;
@@ -203,8 +313,11 @@ static bool admission_checks(conn_t *c, request_t *r, model_t *m, bool head_only
                            m->failed_reason);
         return false;
     }
-    if (!read_request_headers(c, r, m, deadline) || !check_gpu_fit(c, r, m, head_only) ||
-        !check_predicted_start(c, r, m, *deadline, head_only))
+    if (!read_request_headers(c, r, m, deadline, total) || !check_gpu_fit(c, r, m, head_only))
+        return false;
+    /* the start must also come before the total bound (a run takes longer still) */
+    uint64_t left = total_left(r, *total);
+    if (!check_predicted_start(c, r, m, left < *deadline ? left : *deadline, head_only))
         return false;
     if (!(head_only ? dispatch_clients_head_ok(c, r, m) : dispatch_clients_admit(c, r, m)))
         return false;
@@ -231,8 +344,8 @@ bool dispatch_head_refused(conn_t *c, request_t *r, model_t *m)
         return true;
     }
     r->model = m; /* a refusal is counted against m, as after the body */
-    uint64_t deadline;
-    if (!admission_checks(c, r, m, true, &deadline))
+    uint64_t deadline, total;
+    if (!admission_checks(c, r, m, true, &deadline, &total))
         return true;
     r->model = NULL; /* routed again once the body is in (a reload may remove m meanwhile) */
     r->priority = 0;
@@ -244,12 +357,14 @@ void dispatch_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
     const model_config_t *mc = m->cfg;
     r->model = m;
     r->strip_len = mc->strip ? strip_len : 0;
-    uint64_t deadline;
-    if (!admission_checks(c, r, m, false, &deadline))
+    uint64_t deadline, total;
+    if (!admission_checks(c, r, m, false, &deadline, &total))
         return;
     uint64_t now = core_now();
     r->t_queued = now;
     r->deadline_ms = now + deadline;
+    if (total) /* saturated: an uncapped bound (a job attempt's header) may be any duration */
+        r->total_deadline_ms = total < UINT64_MAX - r->t_arrival ? r->t_arrival + total : UINT64_MAX - 1;
     m->queue.max = mc->queue_max;
     if (queue_push(&m->queue, &r->qe, r->priority, now) != 0) {
         conn_respond_error(c, 503, "queue_full", m->name, retry_after_for(m), false, "model %s: queue full", m->name);
@@ -258,7 +373,7 @@ void dispatch_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
     m->requests_total++;
     sched_note_arrival(m);
     dispatch_clients_queued(r);
-    enqueued(r, deadline);
+    enqueued(r);
     dispatch_pump(&m->pump);
 }
 
@@ -269,9 +384,9 @@ void dispatch_requeue(request_t *r, const char *why)
     conn_t *c = r->conn;
     model_t *m = r->model;
     uint64_t now = core_now();
-    if (r->deadline_ms && now >= r->deadline_ms) {
-        conn_respond_error(c, 504, "deadline_exceeded", m->name, -1, false,
-                           "model %s: deadline passed before a retry (%s) could start", m->name, why);
+    if (now >= first_deadline(r)) {
+        answer_expired(c, r, STAGE_QUEUED, "%s passed before a retry (%s) could start",
+                       now >= r->total_deadline_ms && r->total_deadline_ms ? "total deadline" : "deadline", why);
         return;
     }
     if (m->failed || c->core->draining) {
@@ -284,7 +399,7 @@ void dispatch_requeue(request_t *r, const char *why)
     r->t_dispatched = 0;
     queue_push_again(&m->queue, &r->qe, r->priority, r->t_queued);
     dispatch_clients_requeued(r);
-    enqueued(r, r->deadline_ms > now ? r->deadline_ms - now : 1);
+    enqueued(r);
     model_schedule_pump(m);
 }
 
@@ -332,8 +447,12 @@ static instance_t *free_instance(model_t *m)
 static void dispatch_to(request_t *r, instance_t *inst)
 {
     model_t *m = inst->model;
-    conn_stop_timer(r->conn);
     r->t_dispatched = core_now();
+    if (r->total_deadline_ms) /* the queue's timer becomes the end-to-end bound's */
+        conn_set_timer(r->conn, r->total_deadline_ms > r->t_dispatched ? r->total_deadline_ms - r->t_dispatched : 1,
+                       on_total_deadline);
+    else
+        conn_stop_timer(r->conn);
     if (r->attempts == 0 && r->t_queued) /* metrics: queued -> first dispatch (the end listener counts the rest) */
         histogram_observe(&m->queue_wait_hist, (double)(r->t_dispatched - r->t_queued) / 1000.0);
     r->attempts++;

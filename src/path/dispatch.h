@@ -19,7 +19,10 @@
  * proxy gives back exactly once (instance_request_done). The totals are derived
  * (core_queued_total, core_in_flight_total).
  * A queued request's answer is the dispatcher's (its ops: cancel = out of the queue); its
- * deadline runs on its conn's timer (504 deadline_exceeded).
+ * deadline (the earlier of the queue deadline and the total deadline) runs on its conn's
+ * timer (504 deadline_exceeded, stage queued). From its dispatch on, the same timer holds
+ * its total deadline, if any: passing it ends the request whoever owns it then (504 stage
+ * running, or a cut stream). Expiries are counted per model and stage.
  * It listens to CORE_EV_REQUEST_ENDED: the request's outcome and durations go to its
  * model's metrics, a reservation left behind is released (the ledger's safety net), and a
  * retry leaves the retry budget.

@@ -25,9 +25,9 @@
  * complete), an error answer 502 worker_failed (nothing sent yet), a retry from the queue
  * (core_requeue), the verdict (a held answer), or conn_abort (the stream broke after the
  * head was sent). Each releases the instance slot exactly once (instance_request_done).
- * While it forwards, the request's ops are the proxy's: cancel (the client left: the
- * upstream is closed, never pooled, and the slot released; no callback touches the request
- * afterwards) and drained (the client read enough: read the upstream again). A failed
+ * While it forwards, the request's ops are the proxy's: cancel (the client left, or the
+ * request's total deadline passed: the upstream is closed, never pooled, and the slot
+ * released; no callback touches the request afterwards) and drained (the client read enough: read the upstream again). A failed
  * write to the client means the request was cancelled: the proxy stops there.
  */
 #ifndef VRAMD_PATH_PROXY_H

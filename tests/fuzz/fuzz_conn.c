@@ -63,6 +63,7 @@ static const char *const TEMPLATES[] = {
     "GET /b/p HTTP/1.1\r\nHost: t\r\nX-Vramd-Priority: high\r\n\r\n",
     "POST /v1/admin/reload HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
     "GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n",
+    "GET /a/t HTTP/1.1\r\nHost: t\r\nX-Vramd-Total-Deadline: 1ms\r\n\r\n",
 };
 #define N_TEMPLATES (sizeof TEMPLATES / sizeof TEMPLATES[0])
 

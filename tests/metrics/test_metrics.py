@@ -33,6 +33,7 @@ SPEC_FAMILIES = {
     "vramd_degraded_total": "counter",
     "vramd_worker_restarts_total": "counter",
     "vramd_deadline_rejections_total": "counter",
+    "vramd_deadline_expiries_total": "counter",
     "vramd_jobs": "gauge",
 }
 UNLOAD_REASONS = {"other", "idle", "evicted", "admin", "recycle", "drain", "removed", "failed"}
@@ -117,6 +118,11 @@ def test_metrics_follow_requests_and_status(metricsd):
     assert degraded == {"1": 1, "2": 1}, degraded
     assert sum(degraded.values()) == gen["resilience"]["degraded_total"]
     assert e.value("vramd_deadline_rejections_total", model="gen") == 1 == gen["deadline_rejections"]
+    # the 500 ms deadline passed while queued: one expiry, stage queued (none while running)
+    assert e.value("vramd_deadline_expiries_total", model="gen", stage="queued") == 1 == \
+        gen["deadline_expiries"]["queued"]
+    assert e.value("vramd_deadline_expiries_total", model="gen", stage="running") == 0 == \
+        gen["deadline_expiries"]["running"]
     assert e.value("vramd_model_loads_total", model="gen") == gen["loads_total"] >= 1
     assert e.value("vramd_queue_depth", model="gen") == 0
     assert e.value("vramd_in_flight", model="gen") == 0

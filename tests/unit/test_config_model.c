@@ -482,6 +482,27 @@ static void test_max_client_deadline(void **state)
                  "test.yaml:4:26: models.a.max_client_deadline: expected a duration like 30s, got \"soon\"");
 }
 
+/* total_deadline: unset is 0 (no end-to-end bound); a duration, also from defaults:; 0
+ * allowed (off); not a duration: refused naming the key. */
+static void test_total_deadline(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("defaults: {total_deadline: 2m}\n"
+                           "models:\n"
+                           "  a: {cmd: [x]}\n"
+                           "  b: {cmd: [x], total_deadline: 45s}\n"
+                           "  c: {cmd: [x], total_deadline: 0}\n");
+    assert_int_equal(config_find_model(c, "a")->total_deadline_ms, 120000);
+    assert_int_equal(config_find_model(c, "b")->total_deadline_ms, 45000);
+    assert_int_equal(config_find_model(c, "c")->total_deadline_ms, 0);
+    config_unref(c);
+    c = parse_ok("models: {a: {cmd: [x]}}\n");
+    assert_int_equal(config_find_model(c, "a")->total_deadline_ms, 0);
+    config_unref(c);
+    expect_error("models:\n  a:\n    cmd: [x]\n    total_deadline: soon\n",
+                 "test.yaml:4:21: models.a.total_deadline: expected a duration like 30s, got \"soon\"");
+}
+
 static void test_per_request_learn(void **state)
 {
     (void)state;
@@ -615,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_keep_alive),
         cmocka_unit_test(test_outlier),
         cmocka_unit_test(test_max_client_deadline),
+        cmocka_unit_test(test_total_deadline),
         cmocka_unit_test(test_per_request_learn),
         cmocka_unit_test(test_degrade_and_validate_forms),
         cmocka_unit_test(test_quoted_and_plain_scalars),
