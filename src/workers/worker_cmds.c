@@ -116,15 +116,17 @@ void worker_cmds_check_fraction(const instance_t *inst)
         double takes = f * (double)total;
         if (takes + 0.5 >= (double)bytes && takes <= (double)bytes + (double)total / 100.0)
             return; /* agrees, within the 2-decimal step */
-        char want[16];
+        char want[16], key[200], message[600];
         worker_cmds_mem_fraction(inst, want, sizeof want);
-        log_event(LOG_WARN, "mem_fraction_mismatch",
-                  "model=%s instance=%u key=models.%s.cmd flag=%s value=%s takes_gib=%.2f resident_gib=%.2f gpu=%d "
-                  "gpu_total_gib=%.2f suggested=%s message=\"%s %s takes %.2f GiB of GPU %d (%.2f GiB), the model "
-                  "reserves %.2f GiB (memory.resident): give %s {mem_fraction} (or leave the flag out) so they agree\"",
-                  mc->name, inst->id, mc->name, flag, value, takes / 1073741824.0, (double)bytes / 1073741824.0,
-                  inst->gpu, (double)total / 1073741824.0, want, flag, value, takes / 1073741824.0, inst->gpu,
-                  (double)total / 1073741824.0, (double)bytes / 1073741824.0, flag);
+        snprintf(key, sizeof key, "models.%s.cmd", mc->name);
+        snprintf(message, sizeof message, "%s %s takes %.2f GiB of GPU %d (%.2f GiB), the model reserves %.2f GiB "
+                 "(memory.resident): give %s {mem_fraction} (%s here), or leave the flag out, so they agree", flag,
+                 value, takes / 1073741824.0, inst->gpu, (double)total / 1073741824.0, (double)bytes / 1073741824.0,
+                 flag, want);
+        log_event(LOG_WARN, "mem_fraction_mismatch", "model=%s instance=%u key=%s flag=%s value=%s takes=%llu "
+                  "resident=%llu gpu=%d gpu_total=%llu suggested=%s message=%s", mc->name, inst->id, key, flag, value,
+                  (unsigned long long)takes, (unsigned long long)bytes, inst->gpu, (unsigned long long)total, want,
+                  message);
         return;
     }
 }
