@@ -11,6 +11,11 @@ Covers, and expects:
     /is_sleeping confirms true (sleep_confirm outcome=ok) before the memory counts as freed;
     the process keeps only its residue; the next request wakes it (confirmed false) and is
     answered.
+  - a /sleep that answers before the engine sleeps (vLLM's own FIXME; the stand-in's
+    VLLM_STANDIN_SLEEP_LAG_MS): vramd asks /is_sleeping again until it says true (asked > 1)
+    and parks; when the engine is not asleep within the sleep hook's timeout, the
+    confirmation fails (sleep_confirm outcome=failed, is_sleeping false) and the park falls
+    to the next tier (the worker is stopped).
   - without dev mode (env VLLM_SERVER_DEV_MODE: null) --check-config warns naming
     models.x.env, the stand-in answers the sleep routes 404 (as vLLM does: the routes are not
     attached), so the park falls to the next tier (the worker is stopped).
@@ -150,4 +155,33 @@ def test_explicit_fraction_mismatch_and_refusal(sched):
     assert "Free memory on device (60.00/80.00 GiB) on startup is less than desired GPU memory utilization " \
            "(0.90, 72.00 GiB)" in lines, lines
     vd.allow_oom.add("x")
+    h.finish()
+
+
+def test_sleep_answered_before_done_is_asked_again(sched):
+    h = sched
+    gs = h.gpu_set("80GiB")
+    m = model(["vllm", "serve", "m", "--port", "{port}", "--enable-sleep-mode"], resident="4GiB")
+    env = dict(standin_env(), VLLM_STANDIN_SLEEP_LAG_MS="400")
+    vd = h.start_vramd(gs, {"x": m}, extra_env=env)
+    chat(vd, "x")
+    r = vd.post("/v1/models/x/unload", {})
+    assert r.status == 200 and json.loads(r.body)["tier"] == "sleeping", (r.status, r.body)
+    ok = vd.wait_event("sleep_confirm", model="x", after="sleep")[0]
+    assert ok["outcome"] == "ok" and ok["asked"] > 1, ok
+    h.finish()
+
+
+def test_sleep_never_confirmed_takes_the_next_tier(sched):
+    h = sched
+    gs = h.gpu_set("80GiB")
+    m = model(["vllm", "serve", "m", "--port", "{port}", "--enable-sleep-mode"], resident="4GiB",
+              sleep={"timeout": "1s"})
+    env = dict(standin_env(), VLLM_STANDIN_SLEEP_LAG_MS="30000")
+    vd = h.start_vramd(gs, {"x": m}, extra_env=env)
+    chat(vd, "x")
+    vd.post("/v1/models/x/unload", {})
+    bad = vd.wait_event("sleep_confirm", model="x", after="sleep")[0]
+    assert bad["outcome"] == "failed" and bad["is_sleeping"] == "false", bad
+    wait_for(lambda: not process_bytes(h, gs), timeout=20, what="the worker stopped (the tier after sleep)")
     h.finish()

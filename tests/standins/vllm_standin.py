@@ -34,6 +34,11 @@ What it copies from vLLM, and where from:
     500 and stays awake (its choice: vLLM's own answer differs by version). /sleep and
     /wake_up answer 200 with an empty body; sleeping twice or waking an awake engine is a
     no-op, as in vLLM. While asleep, generation answers 503.
+  - An answer before the work: vLLM's own api_router has "FIXME: in v0 with frontend
+    multiprocessing, the sleep command is sent but does not finish yet when we return a
+    response". VLLM_STANDIN_SLEEP_LAG_MS=N (the stand-in's one knob, for tests) does that:
+    /sleep answers 200 at once and the engine falls asleep N ms later (/is_sleeping false
+    until then).
   - Out of memory: a wake whose allocations do not fit answers 500 with
     "CUDA out of memory" (vLLM surfaces torch's OutOfMemoryError text).
 """
@@ -131,6 +136,7 @@ class Engine:
         self.cuda = cuda
         self.lock = threading.Lock()
         self.sleeping = False
+        self.falling_asleep = False
         free, total = cuda.mem_get_info()
         util = opts["gpu-memory-utilization"]
         requested = int(util * total)
@@ -163,12 +169,30 @@ class Engine:
             if not self.opts["enable-sleep-mode"]:
                 return 500, json.dumps({"error": "sleep mode is not enabled: start vllm serve with "
                                         "--enable-sleep-mode"}).encode()
-            for tag in ("weights", "kv_cache"):
-                self.cuda.free(self.held.pop(tag))
-            self.sleeping = True
-            print(f"INFO: It took 0.1 seconds to fall asleep (level {level}); "
-                  f"{self.residue / GiB:.2f} GiB still in use", flush=True)
+            lag = int(os.environ.get("VLLM_STANDIN_SLEEP_LAG_MS") or 0)
+            if self.falling_asleep:
+                return 200, b""
+            if lag > 0:
+                self.falling_asleep = True
+                timer = threading.Timer(lag / 1000.0, self._fall_asleep, (level,))
+                timer.daemon = True
+                timer.start()
+                return 200, b""
+            self._free_for_sleep(level)
             return 200, b""
+
+    def _fall_asleep(self, level):
+        with self.lock:
+            self.falling_asleep = False
+            if not self.sleeping:
+                self._free_for_sleep(level)
+
+    def _free_for_sleep(self, level):
+        for tag in ("weights", "kv_cache"):
+            self.cuda.free(self.held.pop(tag))
+        self.sleeping = True
+        print(f"INFO: It took 0.1 seconds to fall asleep (level {level}); "
+              f"{self.residue / GiB:.2f} GiB still in use", flush=True)
 
     def wake_up(self):
         with self.lock:
