@@ -152,8 +152,8 @@ def test_explicit_fraction_mismatch_and_refusal(sched):
     assert mm["value"] == "0.9" and mm["suggested"] == "0.30", mm
     assert "0.9 takes 72.00 GiB of GPU 0 (80.00 GiB), the model reserves 24.00 GiB" in mm["message"], mm
     lines = "\n".join(vd.worker_lines("x"))
-    assert "Free memory on device (60.00/80.00 GiB) on startup is less than desired GPU memory utilization " \
-           "(0.90, 72.00 GiB)" in lines, lines
+    assert "Free memory on device (60.0/80.0 GiB) on startup is less than desired GPU memory utilization " \
+           "(0.9, 72.0 GiB)" in lines, lines
     vd.allow_oom.add("x")
     h.finish()
 

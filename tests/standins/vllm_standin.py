@@ -18,7 +18,9 @@ What it copies from vLLM, and where from:
     model needs. If the card's free memory is less than that it refuses to start:
     "ValueError: Free memory on device (F/T GiB) on startup is less than desired GPU memory
     utilization (U, R GiB). Decrease GPU memory utilization or reduce GPU memory used by other
-    processes." (exit 1). Here: a residue (CUDA context, graphs: min(1 GiB, 10 %)), the
+    processes." (exit 1; the text as vLLM prints it, e.g. vllm-project/vllm issue #20305:
+    "Free memory on device (31.44/47.38 GiB) on startup is less than desired GPU memory
+    utilization (0.95, 45.01 GiB)"). Here: a residue (CUDA context, graphs: min(1 GiB, 10 %)), the
     weights (40 %) and the KV cache (the rest), each a cuMemAlloc.
   - Routes (vllm/entrypoints/openai/api_server.py; https://docs.vllm.ai/en/latest/serving/
     openai_compatible_server.html): GET /health (200, empty body), GET /v1/models, POST
@@ -142,9 +144,9 @@ class Engine:
         requested = int(util * total)
         if free < requested:
             sys.stderr.write(
-                "ValueError: Free memory on device (%.2f/%.2f GiB) on startup is less than desired GPU memory "
-                "utilization (%.2f, %.2f GiB). Decrease GPU memory utilization or reduce GPU memory used by "
-                "other processes.\n" % (free / GiB, total / GiB, util, requested / GiB))
+                f"ValueError: Free memory on device ({round(free / GiB, 2)}/{round(total / GiB, 2)} GiB) on startup "
+                f"is less than desired GPU memory utilization ({util}, {round(requested / GiB, 2)} GiB). Decrease "
+                f"GPU memory utilization or reduce GPU memory used by other processes.\n")
             sys.exit(1)
         self.residue = min(GiB, requested // 10)
         self.weights = int(requested * 0.4)
