@@ -70,7 +70,7 @@ static const preset_t presets[PRESET_COUNT] = {
     [PRESET_SGLANG] = {"sglang", "/health", {"/release_memory_occupation", "{}"},
                        {"/resume_memory_occupation", "{}"}, {NULL, NULL}, "out of memory",
                        {NULL, NULL, "--mem-fraction-static", "--enable-memory-saver",
-                        "SGLang's release frees nothing without it (the hook answers 200, NVML shows no memory back"}},
+                        "SGLang refuses to release memory without it (the sleep hook fails"}},
     [PRESET_COMFYUI] = {"comfyui", "/system_stats", {NULL, NULL}, {NULL, NULL},
                         {"/free", "{\"unload_models\":true,\"free_memory\":true}"}, "out of memory"},
     [PRESET_LLAMACPP] = {"llamacpp", "/health", {NULL, NULL}, {NULL, NULL}, {NULL, NULL},

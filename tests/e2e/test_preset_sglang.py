@@ -10,8 +10,8 @@ Covers, and expects:
     example's cmd): the process keeps only its residue, the instance is parked (tier
     sleeping); the next request resumes it (/resume_memory_occupation) and is answered.
   - without --enable-memory-saver, --check-config warns naming models.s.cmd (exit 1 with
-    --strict), and the release frees nothing (SGLang's no-op memory saver): the park gives too
-    little back and falls to the next tier (the worker is stopped).
+    --strict), and SGLang refuses the release (500, "You must enable memory saver"): the park
+    falls to the next tier (the worker is stopped).
 """
 import json
 import os
@@ -86,6 +86,6 @@ def test_without_memory_saver(sched):
     assert r.status == 200, (r.status, r.body)
     vd.post("/v1/models/s/unload", {})
     done = vd.wait_event("sleep_hook_done", model="s")[0]
-    assert done["status"] == 200, done  # it answers, and frees nothing
+    assert done["status"] == 500 and done["outcome"] != "ok", done  # SGLang refuses without the flag
     wait_for(lambda: not process_bytes(h, gs), timeout=20, what="the worker stopped (the tier after sleep)")
     h.finish()

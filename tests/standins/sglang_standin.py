@@ -21,11 +21,13 @@ What it copies from SGLang, and where from:
     ({"text", "sampling_params"} -> {"text", "meta_info"}), POST /v1/chat/completions.
   - Memory saver (https://docs.sglang.ai/advanced_features/server_arguments.html,
     "--enable-memory-saver: allow saving memory using release_memory_occupation and
-    resume_memory_occupation"; the adapter is torch_memory_saver, a no-op when the flag is off):
+    resume_memory_occupation"; the adapter is torch_memory_saver):
     POST /release_memory_occupation {} frees the weights and the KV cache (the residue stays),
     POST /resume_memory_occupation {} takes them back; both answer 200. Without
-    --enable-memory-saver both answer 200 and free nothing (the no-op adapter): only NVML shows
-    that nothing came back. While released, generation answers 503.
+    --enable-memory-saver SGLang's scheduler refuses (its TorchMemorySaverAdapter.check_validity:
+    "You must enable memory saver (e.g. --enable-memory-saver) to use
+    release_memory_occupation"): here 500 with that text, nothing freed. While released,
+    generation answers 503.
 """
 import json
 import os
@@ -97,16 +99,23 @@ class Engine:
         print(f"[INFO] Memory pool taken: {requested / GiB:.2f} GiB", flush=True)
 
     def release(self):
+        """None when done, else the error text."""
         with self.lock:
-            if self.released or not self.opts["enable-memory-saver"]:
-                return  # the no-op adapter without --enable-memory-saver: nothing is freed
+            if not self.opts["enable-memory-saver"]:
+                return ("You must enable memory saver (e.g. --enable-memory-saver) to use "
+                        "release_memory_occupation")
+            if self.released:
+                return None
             for tag in ("weights", "kv_cache"):
                 self.cuda.free(self.held.pop(tag))
             self.released = True
             print("[INFO] release_memory_occupation: weights and KV cache released", flush=True)
+            return None
 
     def resume(self):
         with self.lock:
+            if not self.opts["enable-memory-saver"]:
+                return False
             if not self.released:
                 return True
             for tag, size in (("weights", self.weights), ("kv_cache", self.kv)):
@@ -166,8 +175,11 @@ def make_handler(engine):
             path = urlsplit(self.path).path
             body = self.read_json()
             if path == "/release_memory_occupation":
-                engine.release()
-                self.send(200)
+                error = engine.release()
+                if error:
+                    self.send_json(500, {"error": {"message": error}})
+                else:
+                    self.send(200)
             elif path == "/resume_memory_occupation":
                 if engine.resume():
                     self.send(200)

@@ -146,8 +146,8 @@ static void test_sleep_flag_warnings(void **state)
                  "    memory: {resident: 1GiB}\n");
     assert_int_equal(c->n_warnings, 1);
     assert_string_equal(c->warnings[0].key, "models.s.cmd");
-    assert_non_null(strstr(c->warnings[0].message, "cmd lacks --enable-memory-saver: SGLang's release frees "
-                                                    "nothing without it"));
+    assert_non_null(strstr(c->warnings[0].message, "cmd lacks --enable-memory-saver: SGLang refuses to "
+                                                    "release memory without it"));
     config_unref(c);
     /* dev mode off in env */
     c = parse_ok("models:\n  a:\n    preset: vllm\n" VLLM_CMD "    memory: {resident: 1GiB}\n"
