@@ -49,11 +49,21 @@ sys.stdin.readline()
 GiB = 1 << 30
 
 
+def child_env(base):
+    """A sanitized build's library (make SAN=1) needs the ASan runtime first in the child."""
+    env = dict(base)
+    if b"libasan.so" in cuda_lib().read_bytes():
+        runtime = subprocess.run(["cc", "-print-file-name=libasan.so"], capture_output=True, text=True,
+                                 timeout=30).stdout.strip()
+        env.update(LD_PRELOAD=runtime, ASAN_OPTIONS="detect_leaks=0")
+    return env
+
+
 def test_alloc_free_on_the_visible_gpu(sim):
     name = sim.create(gpus=2, memory="8GiB")
     uuid1 = sim.show(name)["gpus"][1]["uuid"]
     for visible, gpu in (("1", 1), (uuid1, 1), ("0,1", 0)):
-        env = dict(sim.env, SIMGPU=name, CUDA_VISIBLE_DEVICES=visible)
+        env = child_env(dict(sim.env, SIMGPU=name, CUDA_VISIBLE_DEVICES=visible))
         p = subprocess.Popen([sys.executable, "-c", CHILD, str(cuda_lib()), str(3 * GiB), str(6 * GiB)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         try:

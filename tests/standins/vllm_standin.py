@@ -57,6 +57,27 @@ from urllib.parse import parse_qs, urlsplit
 GiB = 1 << 30
 
 
+def asan_reexec(path):
+    """A sanitized libcuda-sim.so (`make SAN=1`) needs the ASan runtime first in the process:
+    run this script again with it preloaded (leak checks off: they are about the C code
+    under test, not Python's own allocations). Returns only when nothing is needed."""
+    if os.environ.get("STANDIN_ASAN_PRELOADED"):
+        return
+    try:
+        with open(path, "rb") as f:
+            if b"libasan.so" not in f.read():
+                return
+    except OSError:
+        return
+    import subprocess
+    runtime = subprocess.run(["cc", "-print-file-name=libasan.so"], capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+    env = dict(os.environ, LD_PRELOAD=runtime, STANDIN_ASAN_PRELOADED="1",
+               ASAN_OPTIONS="detect_leaks=0:" + os.environ.get("ASAN_OPTIONS", ""))
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]], env)
+
+
 class SimCuda:
     """cuInit, a context on visible device 0, cuMemGetInfo, cuMemAlloc/cuMemFree."""
 
@@ -64,6 +85,7 @@ class SimCuda:
         path = os.environ.get("VRAMD_CUDA_LIBRARY") or os.path.join(
             os.path.dirname(os.path.abspath(__file__)), "..", "..", os.environ.get("VRAMD_BUILD", "build"),
             "lib", "libcuda-sim.so")
+        asan_reexec(path)
         self.lib = ctypes.CDLL(path)
         self._check(self.lib.cuInit(0), "cuInit")
         dev = ctypes.c_int()
