@@ -104,6 +104,13 @@ static simgpu_t *the_set(void)
     return __atomic_load_n(&current_set, __ATOMIC_ACQUIRE);
 }
 
+/* For cuda_mem.c (not exported: exports.map keeps only cu*). */
+simgpu_t *sim_cuda_set(void);
+simgpu_t *sim_cuda_set(void)
+{
+    return the_set();
+}
+
 /* A dlclose of the library unmaps the set (nothing else refers to it). */
 __attribute__((destructor)) static void sim_unload(void)
 {

@@ -331,6 +331,9 @@ void config_unref(config_t *c);
 
 /* "vllm", "sglang", ... ("none" for PRESET_NONE). */
 const char *config_preset_name(enum config_preset p);
+/* The flag a preset's server takes its GPU memory fraction from ("--gpu-memory-utilization"
+ * for vllm, "--mem-fraction-static" for sglang); NULL for the others. */
+const char *config_preset_fraction_flag(enum config_preset p);
 
 const model_config_t *config_find_model(const config_t *c, const char *name_or_alias);
 /* A loopback listen host (127.0.0.0/8, ::1, "localhost"): the admin token may be absent. */

@@ -110,6 +110,19 @@ enum config_preset cfg_preset_of(ctx_t *c, yaml_node_t *model_node);
 /* Fill what preset p documents into m (built-in values only so far); 0 or -1 (out of memory). */
 int cfg_apply_preset(ctx_t *c, model_config_t *m, enum config_preset p, yaml_node_t *where);
 int cfg_fp_preset(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+/* After the model's own keys, before cfg_check_model: the preset's server flags (the memory
+ * fraction appended to cmd or a container's command, its env in a container: block); a cmd
+ * with {mem_fraction} and no memory.resident is an error. 0 or -1 after ydoc_fail. */
+int cfg_preset_finish(ctx_t *c, model_config_t *m, yaml_node_t *where);
+/* What a preset's server needs and the model's cmd or env lacks (sleep mode flag, dev mode
+ * env): at most cap, each naming the model key it is about; how many were written. */
+typedef struct cfg_preset_problem {
+    const char *key; /* "cmd", "env", "container", "container.env" */
+    char message[400];
+} cfg_preset_problem_t;
+size_t cfg_preset_problems(const model_config_t *m, cfg_preset_problem_t *out, size_t cap);
+/* Is flag ("--name") among words (as "--name", "--name=V", or with underscores)? */
+bool cfg_words_have_flag(char *const *words, size_t n, const char *flag);
 
 /* top_keys.c */
 extern const section_t cfg_top_section;

@@ -624,6 +624,8 @@ int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
         if (rc == 0)
             rc = cfg_apply_mapping(c, v, &model_section, m);
         if (rc == 0)
+            rc = cfg_preset_finish(c, m, !ydoc_is_null(v) ? v : k);
+        if (rc == 0)
             rc = cfg_check_model(c, m, k, v);
     }
     if (rc == 0)

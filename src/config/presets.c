@@ -15,6 +15,21 @@
  * Each sets route /NAME/ (strip: the server sees its own paths) and OOM detection:
  * degrade on, detect.body_matches the server's out-of-memory text.
  *
+ * The server's own flags and environment (cfg_preset_finish, after the model's keys;
+ * cfg_preset_problems for the warnings pass):
+ *   vllm      env VLLM_SERVER_DEV_MODE=1 (an inherited or own env value wins; in a
+ *             container: block, added to container.env); `--gpu-memory-utilization
+ *             {mem_fraction}` appended to cmd when cmd lacks the flag and memory.resident is
+ *             set (vLLM preallocates that fraction of the whole card at start); a sleep tier
+ *             in use (sleep and wake hooks, park_keep_alive not 0) without
+ *             `--enable-sleep-mode` in cmd, or without VLLM_SERVER_DEV_MODE=1, is a warning
+ *             (vLLM then answers the sleep hook 404): not appended, since sleep mode changes
+ *             how vLLM allocates (its CuMemAllocator) and is the user's choice
+ *   sglang    `--mem-fraction-static {mem_fraction}` likewise; `--enable-memory-saver`
+ *             required (a warning) when the sleep tier is in use
+ * {mem_fraction} (workers/worker_cmds.c) is the instance's reservation over its GPU's
+ * total, rounded up to 2 decimals; a cmd that uses it without memory.resident is an error.
+ *
  * Invariants: a preset is applied right after the built-in defaults, before `defaults:` and
  * the model's own keys, so any key set by hand overrides what it filled (sections overlay
  * key by key as everywhere else: `health: {interval: 1s}` keeps the preset's path). A model's
@@ -31,19 +46,31 @@ typedef struct preset_hook {
     const char *body;
 } preset_hook_t;
 
+typedef struct preset_server {
+    const char *env_key, *env_value; /* set in the worker's environment (NULL: nothing) */
+    const char *fraction_flag;       /* appended as FLAG {mem_fraction} when cmd lacks it */
+    const char *sleep_flag;          /* cmd needs it when the sleep tier is in use */
+    const char *sleep_flag_why;      /* what the server does without it */
+} preset_server_t;
+
 typedef struct preset {
     const char *name;
     const char *health;
     preset_hook_t sleep, wake, unload;
     const char *oom_matches; /* detect.body_matches (POSIX ERE, case-insensitive) */
+    preset_server_t server;
 } preset_t;
 
 static const preset_t presets[PRESET_COUNT] = {
     [PRESET_NONE] = {"none", NULL, {NULL, NULL}, {NULL, NULL}, {NULL, NULL}, NULL},
     [PRESET_VLLM] = {"vllm", "/health", {"/sleep?level=1", NULL}, {"/wake_up", NULL}, {NULL, NULL},
-                     "out of memory"},
+                     "out of memory",
+                     {"VLLM_SERVER_DEV_MODE", "1", "--gpu-memory-utilization", "--enable-sleep-mode",
+                      "vLLM cannot sleep without it (the sleep hook fails"}},
     [PRESET_SGLANG] = {"sglang", "/health", {"/release_memory_occupation", "{}"},
-                       {"/resume_memory_occupation", "{}"}, {NULL, NULL}, "out of memory"},
+                       {"/resume_memory_occupation", "{}"}, {NULL, NULL}, "out of memory",
+                       {NULL, NULL, "--mem-fraction-static", "--enable-memory-saver",
+                        "SGLang refuses to release memory without it (the sleep hook fails"}},
     [PRESET_COMFYUI] = {"comfyui", "/system_stats", {NULL, NULL}, {NULL, NULL},
                         {"/free", "{\"unload_models\":true,\"free_memory\":true}"}, "out of memory"},
     [PRESET_LLAMACPP] = {"llamacpp", "/health", {NULL, NULL}, {NULL, NULL}, {NULL, NULL},
@@ -97,6 +124,26 @@ static bool set_str(char **field, const char *s)
     return true;
 }
 
+/* Append KEY=VALUE to an env list unless KEY is there already; false when out of memory. */
+static bool add_env(config_kv_t **env, size_t *n, const char *key, const char *value)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp((*env)[i].key, key) == 0)
+            return true;
+    config_kv_t *grown = realloc(*env, (*n + 1) * sizeof *grown);
+    if (grown == NULL)
+        return false;
+    *env = grown;
+    char *k = strdup(key), *v = strdup(value);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return false;
+    }
+    grown[(*n)++] = (config_kv_t){k, v};
+    return true;
+}
+
 static bool set_hook(config_hook_t *hook, const preset_hook_t *ph)
 {
     if (ph->path == NULL)
@@ -119,10 +166,138 @@ int cfg_apply_preset(ctx_t *c, model_config_t *m, enum config_preset p, yaml_nod
     free(m->route);
     m->route = route;
     bool ok = set_str(&m->health.path, ps->health);
+    if (ok && ps->server.env_key)
+        ok = add_env(&m->env, &m->n_env, ps->server.env_key, ps->server.env_value);
     ok = ok && set_hook(&m->sleep, &ps->sleep) && set_hook(&m->wake, &ps->wake) && set_hook(&m->unload, &ps->unload);
     if (ok && ps->oom_matches) {
         m->degrade.set = true;
         ok = set_str(&m->degrade.detect.body_matches, ps->oom_matches);
     }
     return ok ? 0 : ydoc_fail(c, where, "out of memory");
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The server's flags
+ */
+
+/* Does word name flag ("--gpu-memory-utilization", "--gpu-memory-utilization=0.5", or the
+ * underscore spelling, which vLLM's and SGLang's argument parsers accept too)? */
+static bool is_flag(const char *word, const char *flag)
+{
+    size_t n = strlen(flag);
+    if (strncmp(word, "--", 2) != 0 || strlen(word) < n)
+        return false;
+    for (size_t i = 2; i < n; i++) {
+        char a = word[i] == '_' ? '-' : word[i];
+        if (a != flag[i])
+            return false;
+    }
+    return word[n] == '\0' || word[n] == '=';
+}
+
+bool cfg_words_have_flag(char *const *words, size_t n, const char *flag)
+{
+    for (size_t i = 0; i < n; i++)
+        if (is_flag(words[i], flag))
+            return true;
+    return false;
+}
+
+const char *config_preset_fraction_flag(enum config_preset p)
+{
+    return (unsigned)p < PRESET_COUNT ? presets[p].server.fraction_flag : NULL;
+}
+
+static bool words_have(char *const *words, size_t n, const char *needle)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strstr(words[i], needle) != NULL)
+            return true;
+    return false;
+}
+
+/* Append two words to a list; false when out of memory. The list stays NULL-terminated. */
+static bool append_words(char ***words, size_t *n, const char *a, const char *b)
+{
+    char **grown = realloc(*words, (*n + 3) * sizeof *grown);
+    if (grown == NULL)
+        return false;
+    *words = grown;
+    grown[*n] = strdup(a);
+    grown[*n + 1] = strdup(b);
+    grown[*n + 2] = NULL;
+    bool ok = grown[*n] && grown[*n + 1];
+    *n += 2; /* counted even when a copy failed: cfg_free_argv frees NULL fine */
+    return ok;
+}
+
+int cfg_preset_finish(ctx_t *c, model_config_t *m, yaml_node_t *where)
+{
+    bool block = m->container.set; /* before cfg_container_finish: set means a container: block */
+    char ***words = block ? &m->container.command : &m->cmd;
+    size_t *n = block ? &m->container.n_command : &m->n_cmd;
+    const char *key = block ? "container" : "cmd";
+    if (m->url == NULL && (*words != NULL || block) && words_have(*words, *n, "{mem_fraction}") &&
+        m->memory.resident == 0) {
+        yaml_node_t *node = cfg_model_key_node(c, m->name, where, key);
+        return ydoc_fail(c, node, "{mem_fraction} is the model's memory.resident over its GPU's memory: set "
+                         "memory.resident");
+    }
+    if (m->preset == PRESET_NONE || (unsigned)m->preset >= PRESET_COUNT)
+        return 0;
+    const preset_server_t *srv = &presets[m->preset].server;
+    if (block && srv->env_key && !add_env(&m->container.env, &m->container.n_env, srv->env_key, srv->env_value))
+        return ydoc_fail(c, where, "out of memory");
+    if (srv->fraction_flag == NULL || m->url != NULL || (*words == NULL && !block) || m->memory.resident == 0 ||
+        cfg_words_have_flag(*words, *n, srv->fraction_flag))
+        return 0;
+    if (*n + 2 > ARGV_MAX)
+        return ydoc_fail(c, cfg_model_key_node(c, m->name, where, key), "too many words to append %s (at most %d)",
+                         srv->fraction_flag, ARGV_MAX);
+    return append_words(words, n, srv->fraction_flag, "{mem_fraction}") ? 0 : ydoc_fail(c, where, "out of memory");
+}
+
+/* The value of env KEY for the worker: its env, a container's -e, or a NAME=VALUE word in a
+ * `docker run` cmd; NULL when unset. */
+static const char *worker_env(const model_config_t *m, const char *key)
+{
+    for (size_t i = 0; i < m->n_env; i++)
+        if (strcmp(m->env[i].key, key) == 0 && !m->container.set)
+            return m->env[i].value ? m->env[i].value : NULL;
+    for (size_t i = 0; i < m->container.n_env; i++)
+        if (strcmp(m->container.env[i].key, key) == 0)
+            return m->container.env[i].value;
+    size_t klen = strlen(key);
+    for (size_t i = 0; m->container.from_cmd && i < m->n_cmd; i++)
+        if (strncmp(m->cmd[i], key, klen) == 0 && m->cmd[i][klen] == '=')
+            return m->cmd[i] + klen + 1;
+    return NULL;
+}
+
+size_t cfg_preset_problems(const model_config_t *m, cfg_preset_problem_t *out, size_t cap)
+{
+    if (m->preset == PRESET_NONE || (unsigned)m->preset >= PRESET_COUNT || m->url != NULL || m->cmd == NULL)
+        return 0;
+    const preset_t *ps = &presets[m->preset];
+    bool sleep_tier = m->sleep.set && m->wake.set && m->park_keep_alive_ms != 0;
+    size_t k = 0;
+    if (sleep_tier && ps->server.sleep_flag && !cfg_words_have_flag(m->cmd, m->n_cmd, ps->server.sleep_flag) &&
+        k < cap) {
+        out[k].key = m->container.set && !m->container.from_cmd ? "container" : "cmd";
+        snprintf(out[k].message, sizeof out[k].message, "preset %s uses the sleep tier (sleep: %s) but cmd lacks "
+                 "%s: %s, and parking falls to the next tier); add %s to cmd, or set park_keep_alive: 0 to not "
+                 "park", ps->name, m->sleep.path, ps->server.sleep_flag, ps->server.sleep_flag_why,
+                 ps->server.sleep_flag);
+        k++;
+    }
+    const char *dev = ps->server.env_key ? worker_env(m, ps->server.env_key) : NULL;
+    if (sleep_tier && ps->server.env_key && (dev == NULL || strcmp(dev, ps->server.env_value) != 0) && k < cap) {
+        out[k].key = m->container.set && !m->container.from_cmd ? "container.env" : m->container.from_cmd ? "cmd" : "env";
+        snprintf(out[k].message, sizeof out[k].message, "preset %s uses the sleep tier but the worker's "
+                 "environment has %s=%s: %s serves %s (and /wake_up, /is_sleeping) only with %s=%s, else 404%s",
+                 ps->name, ps->server.env_key, dev ? dev : "(unset)", ps->name, m->sleep.path, ps->server.env_key, ps->server.env_value,
+                 m->container.from_cmd ? " (pass -e to docker run)" : "");
+        k++;
+    }
+    return k;
 }

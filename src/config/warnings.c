@@ -3,7 +3,8 @@
  * that are legal YAML and legal values but cost a user time (a program that is not there,
  * "python3 serve.py" as one word of cmd, no {port}, a model with no memory: section, a
  * pinned model with unload/sleep hooks, a large per_request without a clear_cache hook, bare
- * numbers that mean something else than the writer thought).
+ * numbers that mean something else than the writer thought, a preset's server flags missing:
+ * presets.c's cfg_preset_problems).
  *
  * Invariants: a warning never refuses a config (`--check-config --strict` does, in
  * daemon/main.c and cli/); each names the file:line:col and key path of the value it is
@@ -243,8 +244,29 @@ static int warn_model(ctx_t *c, config_t *cfg, const model_config_t *m, yaml_nod
         yaml_node_t *n = ydoc_find_value(c, where, "memory");
         if (n != NULL)
             ydoc_path_append(c, ".memory");
+        const char *flag = config_preset_fraction_flag(m->preset);
         if (add_warning(c, cfg, m->name, n ? n : where, "not memory-gated: no memory.resident nor "
-                        "memory.per_request, so its requests are admitted without reserving GPU memory") != 0)
+                        "memory.per_request, so its requests are admitted without reserving GPU memory%s%s%s",
+                        flag ? " (and preset " : "", flag ? config_preset_name(m->preset) : "",
+                        flag ? " takes the fraction of the card its cmd gives, by default most of it: set "
+                               "memory.resident and the fraction follows)" : "") != 0)
+            return -1;
+    }
+    cfg_preset_problem_t problems[4];
+    size_t n_problems = cfg_preset_problems(m, problems, 4);
+    for (size_t i = 0; i < n_problems; i++) {
+        const char *key = problems[i].key;
+        char top[32];
+        snprintf(top, sizeof top, "%.*s", (int)strcspn(key, "."), key);
+        yaml_node_t *n = cfg_model_key_node(c, m->name, where, top);
+        if (strchr(key, '.') != NULL && n->type == YAML_MAPPING_NODE) {
+            yaml_node_t *sub = ydoc_find_value(c, n, strchr(key, '.') + 1);
+            if (sub != NULL) {
+                ydoc_path_append(c, "%s", strchr(key, '.'));
+                n = sub;
+            }
+        }
+        if (add_warning(c, cfg, m->name, n, "%s", problems[i].message) != 0)
             return -1;
     }
     if (m->keep_alive_ms == CONFIG_FOREVER && (m->unload.set || m->sleep.set)) {

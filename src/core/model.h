@@ -168,6 +168,7 @@ struct instance {
     struct http_call *hook_call;  /* the one hook call in flight (workers/hooks.c) */
     enum hook_kind hook_kind;     /* which hook it is */
     uint64_t hook_deadline_ms;    /* when its timeout runs out (core_now() clock) */
+    unsigned confirm_asked;       /* GET /is_sleeping calls of this confirmation (park_sleep.c) */
     /* whom its answer goes to after it is counted and logged (an http_call_cb) */
     void (*hook_cb)(void *ctx, int status, const char *body, size_t len, const char *error);
     unsigned in_flight;

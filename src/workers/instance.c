@@ -356,6 +356,7 @@ void instance_start(model_t *m, size_t gpu_pos)
     inst->port = pick_free_port();
     inst->started_ms = core_now(); /* STARTING since instance_new */
     char **argv = worker_cmds_argv(inst, mc->cmd, mc->n_cmd);
+    worker_cmds_check_fraction(inst);
     size_t n_env = mc->n_env + 3;
     char leaf[200];
     worker_cmds_leaf(inst, leaf, sizeof leaf);

@@ -14,17 +14,121 @@
  *   request (waking an awake vLLM or SGLang is a no-op); a failed wake leaves it to its
  *   health checks (park.c's wake_failed).
  *
- * Invariant: one hook call at a time (inst->hook_call); each hook answer is reported at most
+ * vLLM (preset vllm): a 2xx from /sleep or /wake_up is confirmed with GET /is_sleeping
+ * (vLLM's dev-mode route, answering {"is_sleeping": true|false}) before it is reported: a
+ * sleep counts (OUT_DONE, then park.c waits for NVML) only when it says true, a wake
+ * (BACK_DONE) only when it says false. "Not yet" (the other value: vLLM may answer /sleep
+ * before the engine is done, its api_router's FIXME) is asked again every
+ * CONFIRM_RETRY_MS on inst->timer (idle while PARKING and RESUMING: the health tick stops
+ * there) until the hook's timeout; anything else (another status, no JSON, the timeout) is
+ * OUT_FAILED / BACK_FAILED. Logged once as sleep_confirm with what it said and how often
+ * it asked.
+ *
+ * Invariant: one hook call at a time (inst->hook_call, the confirmation included); each hook answer is reported at most
  * once, and not at all once the instance left the state it was made for. Calls hooks.c,
  * instance.c, model_state.c; reports to park.c only through inst->park_report.
  */
+#include <cjson/cJSON.h>
+#include <string.h>
+
 #include "common/log.h"
+#include "net/http_call.h"
 #include "core/core.h"
 #include "workers/park_tier.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
 #define PARK_WAKE_GUESS_MS 1000 /* a wake before one was measured (vLLM: 0.1-6 s) */
+
+#define IS_SLEEPING_PATH "/is_sleeping"
+#define CONFIRM_RETRY_MS 100
+
+static bool confirm_call(instance_t *inst);
+
+/* What GET /is_sleeping said: 1 sleeping, 0 awake, -1 no such answer. */
+static int is_sleeping_of(int status, const char *body, size_t len)
+{
+    if (status != 200 || body == NULL)
+        return -1;
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "is_sleeping");
+    int r = cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? 1 : 0) : -1;
+    cJSON_Delete(j);
+    return r;
+}
+
+static void confirm_retry(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    bool parking = inst->hook_kind == HOOK_SLEEP;
+    if (inst->state != (parking ? INST_PARKING : INST_RESUMING) || inst->hook_call)
+        return;
+    if (!confirm_call(inst))
+        inst->park_report(inst, parking ? PARK_TIER_OUT_FAILED : PARK_TIER_BACK_FAILED,
+                          "/is_sleeping could not be asked");
+}
+
+static void on_confirm_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    instance_t *inst = ctx;
+    inst->hook_call = NULL;
+    inst->confirm_asked++;
+    bool parking = inst->hook_kind == HOOK_SLEEP;
+    int said = is_sleeping_of(status, body, len);
+    bool ok = said == (parking ? 1 : 0);
+    bool here = inst->state == (parking ? INST_PARKING : INST_RESUMING);
+    if (!ok && said >= 0 && here && core_now() + CONFIRM_RETRY_MS < inst->hook_deadline_ms) {
+        uv_timer_start(&inst->timer, confirm_retry, CONFIRM_RETRY_MS, 0); /* not yet: ask again */
+        return;
+    }
+    log_event(ok ? LOG_INFO : LOG_WARN, "sleep_confirm", "model=%s instance=%u after=%s status=%d is_sleeping=%s "
+              "asked=%u outcome=%s error=%s", inst->model->name, inst->id, parking ? "sleep" : "wake", status,
+              said < 0 ? "unknown" : said ? "true" : "false", inst->confirm_asked, ok ? "ok" : "failed",
+              error ? error : "");
+    if (!here)
+        return;
+    if (parking)
+        inst->park_report(inst, ok ? PARK_TIER_OUT_DONE : PARK_TIER_OUT_FAILED,
+                          ok ? "sleep hook done, /is_sleeping true" : "sleep hook answered but /is_sleeping not true");
+    else
+        inst->park_report(inst, ok ? PARK_TIER_BACK_DONE : PARK_TIER_BACK_FAILED,
+                          ok ? "wake hook done, /is_sleeping false" : "wake hook answered but /is_sleeping not false");
+}
+
+/* One GET /is_sleeping (the answer in on_confirm_answer); false when it could not start. */
+static bool confirm_call(instance_t *inst)
+{
+    model_t *m = inst->model;
+    uint64_t now = core_now();
+    http_call_req_t req = {
+        .host = inst->host,
+        .port = inst->port,
+        .method = "GET",
+        .path = IS_SLEEPING_PATH,
+        .timeout_ms = inst->hook_deadline_ms > now ? inst->hook_deadline_ms - now : 1,
+        .max_response = 4096,
+    };
+    char err[160];
+    if (http_call_start(m->core->loop, &req, on_confirm_answer, inst, &inst->hook_call, err, sizeof err) == 0)
+        return true;
+    inst->hook_call = NULL;
+    log_event(LOG_WARN, "sleep_confirm", "model=%s instance=%u after=%s asked=%u outcome=failed error=%s", m->name,
+              inst->id, inst->hook_kind == HOOK_SLEEP ? "sleep" : "wake", inst->confirm_asked, err);
+    return false;
+}
+
+/* vLLM: confirm a sleep or wake with GET /is_sleeping, within the hook's timeout. true: the
+ * answer follows in on_confirm_answer; false: not vLLM, or the call could not start (then
+ * reported as the hook said: park.c still waits for NVML). */
+static bool confirm_start(instance_t *inst, enum hook_kind after)
+{
+    if (inst->model->cfg->preset != PRESET_VLLM)
+        return false;
+    inst->hook_kind = after;
+    inst->confirm_asked = 0;
+    inst->hook_deadline_ms = core_now() + hooks_timeout_ms(inst->model, after);
+    return confirm_call(inst);
+}
 
 static bool sleep_can(const instance_t *inst)
 {
@@ -65,6 +169,8 @@ static void on_sleep_answer(void *ctx, int status, const char *body, size_t len,
     if (inst->state != INST_PARKING)
         return;
     /* not ok: it did not sleep (or says so): the memory is still needed, take the next tier */
+    if (ok && confirm_start(inst, HOOK_SLEEP))
+        return;
     inst->park_report(inst, ok ? PARK_TIER_OUT_DONE : PARK_TIER_OUT_FAILED, ok ? "sleep hook done" : "sleep hook failed");
 }
 
@@ -109,6 +215,8 @@ static void on_wake_answer(void *ctx, int status, const char *body, size_t len, 
         return;
     }
     if (inst->state != INST_RESUMING)
+        return;
+    if (ok && confirm_start(inst, HOOK_WAKE))
         return;
     inst->park_report(inst, ok ? PARK_TIER_BACK_DONE : PARK_TIER_BACK_FAILED, ok ? "wake hook done" : "wake hook failed");
 }

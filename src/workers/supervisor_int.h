@@ -53,6 +53,11 @@ void worker_cmds_name(const instance_t *inst, char *out, size_t outlen);
 void worker_cmds_leaf(const instance_t *inst, char *out, size_t outlen);
 /* arg with every placeholder filled (malloc'd); NULL for an argument to leave out. */
 char *worker_cmds_subst(const instance_t *inst, const char *arg);
+/* {mem_fraction}: the instance's reservation over its GPU's total, "0.01".."1.00". */
+void worker_cmds_mem_fraction(const instance_t *inst, char *out, size_t outlen);
+/* Logs mem_fraction_mismatch when a preset model's cmd gives an explicit fraction that
+ * disagrees with the instance's reservation on its GPU. */
+void worker_cmds_check_fraction(const instance_t *inst);
 /* words[0..n-1] filled, NULL-terminated, arguments left out removed; free with
  * worker_cmds_free_argv. NULL when out of memory. */
 char **worker_cmds_argv(const instance_t *inst, char *const *words, size_t n);

@@ -7,7 +7,12 @@
  * more than one instance: what a container is named after), {pid} (the worker's main
  * process, stop_cmd only), {owner} (the daemon's subtree name, "vramd-1a2b3c4d": the
  * vramd.owner label of its containers) and {cgroup} (the instance's cgroup path; an
- * argument "--cgroup-parent={cgroup}" is left out when there is none).
+ * argument "--cgroup-parent={cgroup}" is left out when there is none) and {mem_fraction}
+ * (the instance's memory reservation over its GPU's total memory, rounded up to 2 decimals,
+ * 0.01..1.00: what vLLM's --gpu-memory-utilization and SGLang's --mem-fraction-static take;
+ * 0.90, vLLM's default, when the instance has no GPU yet). worker_cmds_check_fraction warns
+ * (mem_fraction_mismatch) when a preset model's cmd gives an explicit fraction that disagrees
+ * with its reservation on the GPU it starts on.
  *
  * Stop commands (worker_cmds_stop): when vramd stops an instance, first its stop_cmd (for a
  * container without one: `ENGINE stop -t GRACE NAME`), then for a container
@@ -37,6 +42,7 @@
 #include "core/core.h"
 #include "proc/cgroup.h"
 #include "proc/process.h"
+#include "sched/scheduler.h"
 #include "workers/supervisor_int.h"
 
 #define CMD_KILL_GRACE_MS 1000
@@ -61,9 +67,78 @@ void worker_cmds_leaf(const instance_t *inst, char *out, size_t outlen)
     snprintf(out, outlen, "%s-%u", inst->model->name, inst->id);
 }
 
+/* The instance's reservation and its GPU's total; false when it has no GPU (yet). */
+static bool fraction_inputs(const instance_t *inst, uint64_t *bytes, uint64_t *total)
+{
+    sched_gpu_figures_t g;
+    *bytes = inst->mem.bytes ? inst->mem.bytes : inst->model->cfg->memory.resident;
+    if (inst->gpu_pos < 0 || !sched_gpu_figures((size_t)inst->gpu_pos, &g) || g.total == 0)
+        return false;
+    *total = g.total;
+    return true;
+}
+
+void worker_cmds_mem_fraction(const instance_t *inst, char *out, size_t outlen)
+{
+    uint64_t bytes, total;
+    if (!fraction_inputs(inst, &bytes, &total)) {
+        snprintf(out, outlen, "0.90");
+        return;
+    }
+    uint64_t hundredths = (bytes * 100 + total - 1) / total; /* rounded up */
+    if (hundredths < 1)
+        hundredths = 1;
+    if (hundredths > 100)
+        hundredths = 100;
+    snprintf(out, outlen, "%llu.%02llu", (unsigned long long)(hundredths / 100), (unsigned long long)(hundredths % 100));
+}
+
+void worker_cmds_check_fraction(const instance_t *inst)
+{
+    const model_config_t *mc = inst->model->cfg;
+    const char *flag = config_preset_fraction_flag(mc->preset);
+    uint64_t bytes, total;
+    if (flag == NULL || mc->cmd == NULL || !fraction_inputs(inst, &bytes, &total))
+        return;
+    size_t n = strlen(flag);
+    for (size_t i = 0; i < mc->n_cmd; i++) {
+        const char *w = mc->cmd[i], *value = NULL;
+        if (strncmp(w, flag, n) == 0 && w[n] == '=')
+            value = w + n + 1;
+        else if (strcmp(w, flag) == 0 && i + 1 < mc->n_cmd)
+            value = mc->cmd[i + 1];
+        if (value == NULL || strstr(value, "{mem_fraction}") != NULL)
+            continue;
+        char *end;
+        double f = strtod(value, &end);
+        if (end == value || *end != '\0' || f <= 0 || f > 1)
+            continue; /* the server reports a bad value itself */
+        double takes = f * (double)total;
+        if (takes + 0.5 >= (double)bytes && takes <= (double)bytes + (double)total / 100.0)
+            return; /* agrees, within the 2-decimal step */
+        char want[16], key[200], message[600];
+        worker_cmds_mem_fraction(inst, want, sizeof want);
+        snprintf(key, sizeof key, "models.%s.cmd", mc->name);
+        snprintf(message, sizeof message, "%s %s takes %.2f GiB of GPU %d (%.2f GiB), the model reserves %.2f GiB "
+                 "(memory.resident): give %s {mem_fraction} (%s here), or leave the flag out, so they agree", flag,
+                 value, takes / 1073741824.0, inst->gpu, (double)total / 1073741824.0, (double)bytes / 1073741824.0,
+                 flag, want);
+        log_event(LOG_WARN, "mem_fraction_mismatch", "model=%s instance=%u key=%s flag=%s value=%s takes=%llu "
+                  "resident=%llu gpu=%d gpu_total=%llu suggested=%s message=%s", mc->name, inst->id, key, flag, value,
+                  (unsigned long long)takes, (unsigned long long)bytes, inst->gpu, (unsigned long long)total, want,
+                  message);
+        return;
+    }
+}
+
 char *worker_cmds_subst(const instance_t *inst, const char *arg)
 {
     const model_t *m = inst->model;
+    char fraction[16];
+    if (strstr(arg, "{mem_fraction}") != NULL)
+        worker_cmds_mem_fraction(inst, fraction, sizeof fraction);
+    else
+        fraction[0] = '\0';
     char port[16], gpu[16], pid[16], name[160], owner[32], leaf[160], cgroup[CGROUP_PATH_MAX];
     snprintf(port, sizeof port, "%d", inst->port);
     snprintf(gpu, sizeof gpu, "%d", inst->gpu < 0 ? 0 : inst->gpu);
@@ -78,7 +153,8 @@ char *worker_cmds_subst(const instance_t *inst, const char *arg)
         const char *key;
         const char *value;
     } vars[] = {{"{port}", port}, {"{gpu}", gpu}, {"{pid}", pid}, {"{name}", name},
-                {"{model}", m->name}, {"{owner}", owner}, {"{cgroup}", cgroup}};
+                {"{model}", m->name}, {"{owner}", owner}, {"{cgroup}", cgroup},
+                {"{mem_fraction}", fraction}};
     buf_t b;
     buf_init(&b, 64 * 1024);
     for (const char *p = arg; *p;) {

@@ -1,0 +1,235 @@
+/*
+ * cuda_mem.c: libcuda-sim.so's device-memory calls, so that a stand-in server (Python with
+ * ctypes, tests/standins/) takes and gives back simulated GPU memory the way a real server
+ * does through the CUDA driver, and NVML (sim) lists it under its pid.
+ *
+ * ABI: as cuda.h declares it (NVIDIA's CUDA Driver API reference, "Device Management",
+ * "Primary Context Management", "Context Management", "Memory Management"): CUdevice is an
+ * int, CUcontext a pointer, CUdeviceptr an unsigned 64-bit integer; the _v2 entry points are
+ * the ones cuda.h maps cuMemAlloc/cuMemFree/cuMemGetInfo/cuDeviceTotalMem to.
+ *
+ * Behaviour:
+ *   cuDeviceGetCount / cuDeviceGet  the devices CUDA_VISIBLE_DEVICES names (indexes or GPU
+ *              UUIDs, comma-separated; unset = every GPU of the set; empty = none), ordinal
+ *              i is its i-th entry, as the driver does.
+ *   cuDeviceTotalMem_v2  the GPU's total.
+ *   cuDevicePrimaryCtxRetain / cuCtxSetCurrent  a context per device (no state of its own);
+ *              the current context is per thread, as the driver's is.
+ *   cuMemGetInfo_v2  free and total of the current context's GPU.
+ *   cuMemAlloc_v2  simgpu_alloc on the current context's GPU (CUDA_ERROR_OUT_OF_MEMORY when
+ *              it does not fit); cuMemFree_v2 gives the allocation back.
+ * Every call before cuInit: CUDA_ERROR_NOT_INITIALIZED; no current context:
+ * CUDA_ERROR_INVALID_CONTEXT (201).
+ *
+ * Invariants: at most CUDA_MEM_ALLOCS_MAX allocations live per process (then
+ * CUDA_ERROR_OUT_OF_MEMORY); the table and what simgpu books for this process change
+ * together under alloc_lock.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simgpu.h"
+
+#define CUDA_MEM_ALLOCS_MAX 4096
+#define CUDA_ERR_INVALID_VALUE 1
+#define CUDA_ERR_OUT_OF_MEMORY 2
+#define CUDA_ERR_NOT_INITIALIZED 3
+#define CUDA_ERR_NO_DEVICE 100
+#define CUDA_ERR_INVALID_DEVICE 101
+#define CUDA_ERR_INVALID_CONTEXT 201
+
+typedef int CUresult_t;
+typedef int CUdevice_t;
+typedef uint64_t CUdeviceptr_t;
+
+simgpu_t *sim_cuda_set(void);
+
+CUresult_t cuDeviceGetCount(int *count);
+CUresult_t cuDeviceGet(CUdevice_t *device, int ordinal);
+CUresult_t cuDeviceTotalMem_v2(size_t *bytes, CUdevice_t dev);
+CUresult_t cuDevicePrimaryCtxRetain(void **pctx, CUdevice_t dev);
+CUresult_t cuDevicePrimaryCtxRelease_v2(CUdevice_t dev);
+CUresult_t cuCtxSetCurrent(void *ctx);
+CUresult_t cuMemGetInfo_v2(size_t *free_bytes, size_t *total);
+CUresult_t cuMemAlloc_v2(CUdeviceptr_t *dptr, size_t bytes);
+CUresult_t cuMemFree_v2(CUdeviceptr_t dptr);
+
+static __thread int current_gpu = -1; /* the set's GPU index of this thread's context */
+
+typedef struct alloc_entry {
+    CUdeviceptr_t ptr; /* 0: free slot */
+    int gpu;
+    uint64_t bytes;
+} alloc_entry_t;
+
+static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+static alloc_entry_t allocs[CUDA_MEM_ALLOCS_MAX];
+static CUdeviceptr_t next_ptr = 0x7f0000000000ULL;
+
+/* The set's GPU index of visible ordinal i, or -1. */
+static int visible_gpu(simgpu_t *s, int ordinal)
+{
+    int n = simgpu_count(s);
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd == NULL)
+        return ordinal >= 0 && ordinal < n ? ordinal : -1;
+    char list[512];
+    strncpy(list, cvd, sizeof list - 1);
+    list[sizeof list - 1] = '\0';
+    char *save = NULL;
+    int i = 0;
+    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save), i++) {
+        int gpu;
+        if (strncmp(tok, "GPU-", 4) == 0)
+            gpu = simgpu_find_uuid(s, tok);
+        else {
+            char *end;
+            long v = strtol(tok, &end, 10);
+            gpu = (*end || end == tok || v < 0 || v >= n) ? -1 : (int)v;
+        }
+        if (gpu < 0)
+            return -1; /* the driver stops at the first invalid entry */
+        if (i == ordinal)
+            return gpu;
+    }
+    return -1;
+}
+
+CUresult_t cuDeviceGetCount(int *count)
+{
+    simgpu_t *s = sim_cuda_set();
+    if (!count)
+        return CUDA_ERR_INVALID_VALUE;
+    if (!s)
+        return CUDA_ERR_NOT_INITIALIZED;
+    int n = 0;
+    while (n < SIMGPU_MAX_GPUS && visible_gpu(s, n) >= 0)
+        n++;
+    *count = n;
+    return 0;
+}
+
+CUresult_t cuDeviceGet(CUdevice_t *device, int ordinal)
+{
+    simgpu_t *s = sim_cuda_set();
+    if (!device)
+        return CUDA_ERR_INVALID_VALUE;
+    if (!s)
+        return CUDA_ERR_NOT_INITIALIZED;
+    if (visible_gpu(s, ordinal) < 0)
+        return CUDA_ERR_INVALID_DEVICE;
+    *device = ordinal;
+    return 0;
+}
+
+CUresult_t cuDeviceTotalMem_v2(size_t *bytes, CUdevice_t dev)
+{
+    simgpu_t *s = sim_cuda_set();
+    simgpu_info_t info;
+    if (!bytes)
+        return CUDA_ERR_INVALID_VALUE;
+    if (!s)
+        return CUDA_ERR_NOT_INITIALIZED;
+    int gpu = visible_gpu(s, dev);
+    if (gpu < 0 || simgpu_info(s, gpu, &info) != 0)
+        return CUDA_ERR_INVALID_DEVICE;
+    *bytes = (size_t)info.total;
+    return 0;
+}
+
+CUresult_t cuDevicePrimaryCtxRetain(void **pctx, CUdevice_t dev)
+{
+    simgpu_t *s = sim_cuda_set();
+    if (!pctx)
+        return CUDA_ERR_INVALID_VALUE;
+    if (!s)
+        return CUDA_ERR_NOT_INITIALIZED;
+    if (visible_gpu(s, dev) < 0)
+        return CUDA_ERR_INVALID_DEVICE;
+    *pctx = (void *)(uintptr_t)(dev + 1); /* a handle naming the device; never dereferenced */
+    return 0;
+}
+
+CUresult_t cuDevicePrimaryCtxRelease_v2(CUdevice_t dev)
+{
+    simgpu_t *s = sim_cuda_set();
+    if (!s)
+        return CUDA_ERR_NOT_INITIALIZED;
+    return visible_gpu(s, dev) < 0 ? CUDA_ERR_INVALID_DEVICE : 0;
+}
+
+CUresult_t cuCtxSetCurrent(void *ctx)
+{
+    simgpu_t *s = sim_cuda_set();
+    if (!s)
+        return CUDA_ERR_NOT_INITIALIZED;
+    if (ctx == NULL) {
+        current_gpu = -1;
+        return 0;
+    }
+    int gpu = visible_gpu(s, (int)((uintptr_t)ctx - 1));
+    if (gpu < 0)
+        return CUDA_ERR_INVALID_CONTEXT;
+    current_gpu = gpu;
+    return 0;
+}
+
+CUresult_t cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+    simgpu_t *s = sim_cuda_set();
+    simgpu_info_t info;
+    if (!free_bytes || !total)
+        return CUDA_ERR_INVALID_VALUE;
+    if (!s)
+        return CUDA_ERR_NOT_INITIALIZED;
+    if (current_gpu < 0 || simgpu_info(s, current_gpu, &info) != 0)
+        return CUDA_ERR_INVALID_CONTEXT;
+    *free_bytes = (size_t)info.free;
+    *total = (size_t)info.total;
+    return 0;
+}
+
+CUresult_t cuMemAlloc_v2(CUdeviceptr_t *dptr, size_t bytes)
+{
+    simgpu_t *s = sim_cuda_set();
+    if (!dptr || bytes == 0)
+        return CUDA_ERR_INVALID_VALUE;
+    if (!s)
+        return CUDA_ERR_NOT_INITIALIZED;
+    if (current_gpu < 0)
+        return CUDA_ERR_INVALID_CONTEXT;
+    pthread_mutex_lock(&alloc_lock);
+    size_t slot = 0;
+    while (slot < CUDA_MEM_ALLOCS_MAX && allocs[slot].ptr != 0)
+        slot++;
+    CUresult_t rc = CUDA_ERR_OUT_OF_MEMORY;
+    if (slot < CUDA_MEM_ALLOCS_MAX && simgpu_alloc(s, current_gpu, bytes) == 0) {
+        allocs[slot] = (alloc_entry_t){next_ptr, current_gpu, bytes};
+        *dptr = next_ptr;
+        next_ptr += (bytes + 0xfffff) & ~(uint64_t)0xfffff; /* 1 MiB aligned, never reused */
+        rc = 0;
+    }
+    pthread_mutex_unlock(&alloc_lock);
+    return rc;
+}
+
+CUresult_t cuMemFree_v2(CUdeviceptr_t dptr)
+{
+    simgpu_t *s = sim_cuda_set();
+    if (!s)
+        return CUDA_ERR_NOT_INITIALIZED;
+    pthread_mutex_lock(&alloc_lock);
+    CUresult_t rc = CUDA_ERR_INVALID_VALUE;
+    for (size_t i = 0; i < CUDA_MEM_ALLOCS_MAX; i++) {
+        if (allocs[i].ptr == dptr && dptr != 0) {
+            rc = simgpu_free(s, allocs[i].gpu, allocs[i].bytes) == 0 ? 0 : CUDA_ERR_INVALID_VALUE;
+            allocs[i].ptr = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&alloc_lock);
+    return rc;
+}
