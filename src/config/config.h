@@ -334,6 +334,10 @@ const char *config_preset_name(enum config_preset p);
 /* The flag a preset's server takes its GPU memory fraction from ("--gpu-memory-utilization"
  * for vllm, "--mem-fraction-static" for sglang); NULL for the others. */
 const char *config_preset_fraction_flag(enum config_preset p);
+/* Paths of a preset's server that change its GPU memory behind vramd's back (vLLM's dev-mode
+ * routes, SGLang's memory release): clients may not call them through vramd. A NULL-ended
+ * list, empty for PRESET_NONE. */
+const char *const *config_preset_denied_paths(enum config_preset p);
 
 const model_config_t *config_find_model(const config_t *c, const char *name_or_alias);
 /* A loopback listen host (127.0.0.0/8, ::1, "localhost"): the admin token may be absent. */

@@ -301,3 +301,14 @@ size_t cfg_preset_problems(const model_config_t *m, cfg_preset_problem_t *out, s
     }
     return k;
 }
+
+const char *const *config_preset_denied_paths(enum config_preset p)
+{
+    /* vLLM: docs/features/sleep_mode.md and the dev-mode routes of
+     * vllm/entrypoints/openai/api_server.py; SGLang: python/sglang/srt/entrypoints/http_server.py */
+    static const char *const vllm[] = {"/sleep", "/wake_up", "/collective_rpc", "/reset_prefix_cache",
+                                       "/reset_mm_cache", NULL};
+    static const char *const sglang[] = {"/release_memory_occupation", "/resume_memory_occupation", NULL};
+    static const char *const none[] = {NULL};
+    return p == PRESET_VLLM ? vllm : p == PRESET_SGLANG ? sglang : none;
+}

@@ -1,10 +1,13 @@
 /*
  * router: model routes, then the JSON "model" field. See router.h. A path with a dot
  * segment ("." or "..", also percent-encoded) is refused with 400 before either: it never
- * reaches a worker (http/http_path.h says which paths).
+ * reaches a worker (http/http_path.h says which paths), nor is a path that is one of the
+ * model's memory levers (its sleep, wake, unload or reload hook, or what its preset names):
+ * 403 hook_path.
  */
 #include "path/router.h"
 
+#include <ctype.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +91,63 @@ static bool refused_dot_segment(conn_t *c, const char *path, size_t len)
     return true;
 }
 
+/* a's path part (to '?') equals b's, b percent-decoded as a server would, trailing '/'
+ * ignored on both ("/sleep", "/sleep/" and "/sl%65ep" are one path). */
+static bool same_path(const char *a, const char *b, size_t blen)
+{
+    size_t alen = strcspn(a, "?");
+    while (alen > 1 && a[alen - 1] == '/')
+        alen--;
+    while (blen > 1 && b[blen - 1] == '/')
+        blen--;
+    size_t i = 0, j = 0;
+    while (i < alen && j < blen) {
+        int ch = (unsigned char)b[j];
+        if (ch == '%' && j + 2 < blen && isxdigit((unsigned char)b[j + 1]) &&
+            isxdigit((unsigned char)b[j + 2])) {
+            char hex[3] = {b[j + 1], b[j + 2], '\0'};
+            ch = (int)strtol(hex, NULL, 16);
+            j += 3;
+        } else {
+            j++;
+        }
+        if ((unsigned char)a[i++] != ch)
+            return false;
+    }
+    return i == alen && j == blen;
+}
+
+/* The path the worker would see is one of the model's memory hooks (sleep, wake, unload,
+ * reload: vramd's own levers, which a client pulling would make vramd's book wrong) or a
+ * path its preset names (config_preset_denied_paths): 403 hook_path, never forwarded.
+ * clear_cache is not refused: a client emptying the cache only gives memory back. */
+static bool refused_hook_path(conn_t *c, const model_t *m, const char *path, size_t qpos, size_t prefix)
+{
+    const model_config_t *mc = m->cfg;
+    size_t skip = mc->strip && prefix <= qpos ? prefix : 0;
+    const char *fwd = path + skip;
+    size_t flen = qpos - skip;
+    if (flen == 0) {
+        fwd = "/";
+        flen = 1;
+    }
+    const config_hook_t *hooks[] = {&mc->sleep, &mc->wake, &mc->unload, &mc->reload};
+    const char *hit = NULL;
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0] && !hit; i++)
+        if (hooks[i]->set && hooks[i]->path && same_path(hooks[i]->path, fwd, flen))
+            hit = hooks[i]->path;
+    for (const char *const *d = config_preset_denied_paths(mc->preset); *d && !hit; d++)
+        if (same_path(*d, fwd, flen))
+            hit = *d;
+    if (!hit)
+        return false;
+    conn_respond_error(c, 403, "hook_path", m->name, -1, false,
+                       "%.*s is a memory lever of model %s (%s) that only vramd pulls: a client calling it would "
+                       "change the GPU memory behind vramd's book; use the admin routes (load, unload, pin)",
+                       (int)(flen > 200 ? 200 : flen), fwd, m->name, hit);
+    return true;
+}
+
 static void refuse_unknown(conn_t *c, const char *path, size_t qpos)
 {
     conn_respond_error(c, 404, "unknown_model", NULL, -1, false, "no model serves %.*s",
@@ -100,7 +160,10 @@ bool router_head_refused(conn_t *c, request_t *r)
     size_t qpos = path_of(r, &path);
     if (refused_dot_segment(c, path, r->msg.target.len))
         return true;
-    model_t *m = router_find_model_by_path(c->core, path, r->msg.target.len, NULL);
+    size_t prefix = 0;
+    model_t *m = router_find_model_by_path(c->core, path, r->msg.target.len, &prefix);
+    if (m && refused_hook_path(c, m, path, qpos, prefix))
+        return true;
     if (m)
         return dispatch_head_refused(c, r, m);
     if (body_may_name_model(r, path, qpos))
@@ -120,7 +183,8 @@ void router_route(conn_t *c, request_t *r)
     size_t prefix = 0;
     model_t *m = router_find_model_by_path(d, path, plen, &prefix);
     if (m) {
-        dispatch_admit(c, r, m, prefix);
+        if (!refused_hook_path(c, m, path, qpos, prefix))
+            dispatch_admit(c, r, m, prefix);
         return;
     }
     if (body_may_name_model(r, path, qpos)) {
@@ -128,7 +192,8 @@ void router_route(conn_t *c, request_t *r)
         char name[128];
         m = model_from_body(c, r, &bad_json, name, sizeof name);
         if (m) {
-            dispatch_admit(c, r, m, 0);
+            if (!refused_hook_path(c, m, path, qpos, 0))
+                dispatch_admit(c, r, m, 0);
             return;
         }
         if (bad_json) {

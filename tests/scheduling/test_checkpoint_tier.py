@@ -142,7 +142,8 @@ def test_unload_of_a_checkpointed_model_answers_parked_then_stopped(sched):
     pid = vd.instances("llm")[0]["pid"]
     r = vd.post("/v1/models/llm/unload")
     assert r.status == 200, r
-    assert r.json() == {"model": "llm", "state": "parked", "tier": "checkpointed", "instances": 1}, r
+    assert r.json() == {"model": "llm", "state": "parked", "tier": "checkpointed", "instances": 1,
+                        "pinned": False, "pinned_by": None}, r
     assert vd.instances("llm")[0]["pid"] == pid
     assert vd.model("llm")["state"] == "stopped"  # /v1/status: nothing serving
     r = vd.post("/v1/models/llm/unload")
