@@ -167,9 +167,13 @@ typedef struct model_config {
     char **stop_cmd; /* run to stop an instance (same placeholders, and {pid}); NULL = signals only */
     size_t n_stop_cmd;
     config_container_t container;
-    config_kv_t *env;
+    config_kv_t *env; /* values may hold {port}, {gpu}, {model}, {name}, {served_model} */
     size_t n_env;
     char *cwd;
+    /* served_model: the name the server itself knows this model by (an Ollama model such as
+     * llama3.2:1b, a llama.cpp router model); NULL = the entry's name. {served_model} in cmd,
+     * env and hook bodies. */
+    char *served_model;
     char *url; /* external server base URL "http://host:port" (no path); NULL if supervised */
     char *url_host;
     int url_port;

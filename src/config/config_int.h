@@ -110,6 +110,8 @@ enum config_preset cfg_preset_of(ctx_t *c, yaml_node_t *model_node);
 /* Fill what preset p documents into m (built-in values only so far); 0 or -1 (out of memory). */
 int cfg_apply_preset(ctx_t *c, model_config_t *m, enum config_preset p, yaml_node_t *where);
 int cfg_fp_preset(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+/* After the model's own keys: what a preset fills from them (llama.cpp's router hooks). */
+int cfg_preset_finish(ctx_t *c, model_config_t *m, yaml_node_t *where);
 
 /* top_keys.c */
 extern const section_t cfg_top_section;

@@ -378,8 +378,13 @@ void instance_start(model_t *m, size_t gpu_pos)
             env[k].value = gpubuf;
             k++;
         }
-        for (size_t i = 0; i < mc->n_env; i++)
-            env[k++] = mc->env[i];
+        for (size_t i = 0; i < mc->n_env; i++) {
+            env[k] = mc->env[i]; /* placeholders filled: OLLAMA_HOST=127.0.0.1:{port} */
+            env[k].value = mc->env[i].value ? worker_cmds_subst(inst, mc->env[i].value) : NULL;
+            if (mc->env[i].value && !env[k].value)
+                env[k].value = mc->env[i].value; /* out of memory: as written */
+            k++;
+        }
         n_env = k;
         process_spec_t spec = {
             .argv = argv,
@@ -396,6 +401,9 @@ void instance_start(model_t *m, size_t gpu_pos)
         snprintf(err, sizeof err, "%s", inst->port <= 0 ? "no free port" : "out of memory");
     }
     worker_cmds_free_argv(argv);
+    for (size_t i = 0; env && i < mc->n_env; i++) /* the filled copies (zeroes when not filled) */
+        if (env[n_env - mc->n_env + i].value != mc->env[i].value)
+            free(env[n_env - mc->n_env + i].value);
     free(env);
     if (rc != 0) {
         log_event(LOG_ERROR, "worker_spawn_failed", "model=%s instance=%u error=%s", m->name, inst->id, err);

@@ -27,8 +27,10 @@ def test_shipped_example_has_no_warnings(path):
     """`--check-config --strict` passes too: the examples carry none of the warnings
     (docs/config.md, Warnings). Their workers are the simulated ones, so simworker is on PATH
     as when the examples are run; contrib/vramd.yaml is left out: it names a production
-    program (/srv/models/venv/bin/python) that is not on a test machine."""
-    env = dict(os.environ, PATH=f"{vramd_binary().parent}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    program (/srv/models/venv/bin/python) that is not on a test machine. The preset examples'
+    servers (ollama, llama-server) are the stand-ins of tests/standins/bin, on PATH too."""
+    standins = REPO_ROOT / "tests" / "standins" / "bin"
+    env = dict(os.environ, PATH=f"{vramd_binary().parent}:{standins}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     if "engine: podman" in path.read_text() and shutil.which("podman") is None:
         pytest.skip("the example runs its worker with podman, which is not installed here")
     p = subprocess.run([str(vramd_binary()), "--check-config", "--strict", str(path)], capture_output=True,
