@@ -13,7 +13,7 @@
  *             only tier); router mode (cmd with --models-dir or --models-preset, or a url:
  *             server with served_model): POST /models/unload and POST /models/load
  *             {"model":"{served_model}"} as the unload and reload hooks (cfg_preset_finish)
- *   ollama    GET /api/version; POST /api/generate {"model":"{served_model}","keep_alive":0}
+ *   ollama    GET /api/ps (its size_vram: the model's own figure, in status); POST /api/generate {"model":"{served_model}","keep_alive":0}
  *             as the unload hook and the same with keep_alive -1 (loaded, never unloaded by
  *             Ollama itself) as the reload hook; env OLLAMA_HOST=127.0.0.1:{port},
  *             OLLAMA_KEEP_ALIVE=-1, OLLAMA_MAX_LOADED_MODELS=1 (one `ollama serve` per entry,
@@ -56,7 +56,7 @@ static const preset_t presets[PRESET_COUNT] = {
                         {"/free", "{\"unload_models\":true,\"free_memory\":true}"}, "out of memory"},
     [PRESET_LLAMACPP] = {"llamacpp", "/health", {NULL, NULL}, {NULL, NULL}, {NULL, NULL},
                          "out of memory|failed to allocate"},
-    [PRESET_OLLAMA] = {"ollama", "/api/version", {NULL, NULL}, {NULL, NULL},
+    [PRESET_OLLAMA] = {"ollama", "/api/ps", {NULL, NULL}, {NULL, NULL},
                        {"/api/generate", "{\"model\":\"{served_model}\",\"keep_alive\":0}"},
                        "out of memory|requires more system memory",
                        {"/api/generate", "{\"model\":\"{served_model}\",\"keep_alive\":-1}"},

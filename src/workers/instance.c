@@ -24,6 +24,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/buf.h"
 #include "common/log.h"
 #include "core/core.h"
@@ -103,6 +105,7 @@ static instance_t *instance_new(model_t *m)
     inst->id = ++m->next_instance_id;
     inst->gpu = -1;
     inst->gpu_pos = -1;
+    inst->server_vram = -1;
     inst->park_tier = PARK_NONE;
     ledger_entry_init(&inst->mem);
     host_entry_init(&inst->parked_host);
@@ -227,15 +230,42 @@ static bool port_is_the_workers(instance_t *inst)
     return false;
 }
 
+/* Ollama's GET /api/ps answer (the preset's health path): {"models":[{"name","model",
+ * "size_vram",...}]}; the entry of the served model (NAME means NAME:latest, as Ollama says)
+ * gives inst->server_vram, none gives 0 (not loaded). A body that is not that shape: unchanged. */
+static void note_server_vram(instance_t *inst, const char *body, size_t len)
+{
+    const model_config_t *mc = inst->model->cfg;
+    cJSON *doc = cJSON_ParseWithLength(body, len);
+    cJSON *models = cJSON_GetObjectItemCaseSensitive(doc, "models");
+    if (cJSON_IsArray(models)) {
+        const char *want = mc->served_model ? mc->served_model : inst->model->name;
+        size_t n = strlen(want);
+        int64_t vram = 0;
+        cJSON *it;
+        cJSON_ArrayForEach(it, models) {
+            const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "name"));
+            cJSON *v = cJSON_GetObjectItemCaseSensitive(it, "size_vram");
+            if (name && cJSON_IsNumber(v) && v->valuedouble >= 0 &&
+                (strcmp(name, want) == 0 || (!strchr(want, ':') && strncmp(name, want, n) == 0 &&
+                                             strcmp(name + n, ":latest") == 0)))
+                vram = (int64_t)v->valuedouble;
+        }
+        inst->server_vram = vram;
+        inst->server_vram_ms = core_now();
+    }
+    cJSON_Delete(doc);
+}
+
 static void on_health_answer(void *ctx, int status, const char *body, size_t body_len, const char *error)
 {
-    (void)body;
-    (void)body_len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
     inst->health_call = NULL;
     uint64_t now = core_now();
     bool ok = status == 200;
+    if (ok && body && m->cfg->preset == PRESET_OLLAMA)
+        note_server_vram(inst, body, body_len);
     if (inst->state == INST_STOPPING) {
         instance_maybe_free(inst);
         return;

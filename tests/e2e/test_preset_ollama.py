@@ -111,6 +111,9 @@ def test_two_ollama_models_that_do_not_fit_together(tmp_path):
         wait_for(lambda: instance_of(vd, "gemma3-12b")["measured_bytes"] == SIZES["gemma3:12b"], timeout=10,
                  what="gemma's measured memory")
         assert api_ps(gemma) == {"gemma3:12b": SIZES["gemma3:12b"]}
+        # and vramd's status carries the server's own figure (its health check is GET /api/ps)
+        wait_for(lambda: instance_of(vd, "gemma3-12b")["server_vram_bytes"] == SIZES["gemma3:12b"], timeout=15,
+                 what="gemma's /api/ps size_vram in status")
         watch_used()
 
         ask(vd, "qwen3-8b", "qwen3:8b", chat=True)  # does not fit beside gemma: gemma is unloaded first
@@ -123,6 +126,8 @@ def test_two_ollama_models_that_do_not_fit_together(tmp_path):
         wait_for(lambda: instance_of(vd, "qwen3-8b")["measured_bytes"] == SIZES["qwen3:8b"], timeout=10,
                  what="qwen's measured memory")
         assert api_ps(qwen) == {"qwen3:8b": SIZES["qwen3:8b"]}
+        wait_for(lambda: instance_of(vd, "qwen3-8b")["server_vram_bytes"] == SIZES["qwen3:8b"], timeout=15,
+                 what="qwen's /api/ps size_vram in status")
 
         ask(vd, "gemma3-12b", "gemma3:12b", chat=True)  # back: qwen unloaded, gemma reloaded (keep_alive -1)
         watch_used()
