@@ -7,7 +7,8 @@ Covers:
   not fit the simulated 12 GiB GPU are served one after the other with no OOM; vramd unloads
   the idle one through POST /models/unload {"model": SERVED_MODEL} and loads it back through
   POST /models/load (the preset's router hooks); each entry's measured memory is its own
-  model's; the router's GET /models shows what vramd did;
+  model's; the router's GET /models shows what vramd did; a POST /v1/chat/completions without
+  the route prefix reaches the entry whose served_model its "model" names;
 - single-model mode (`llama-server -m FILE --port {port}`): /health answers 503 while the
   model loads, vramd waits for 200, the memory is the model's, no hooks are called;
 - the stand-in's --models-max evicts the least recently used model, like the real router.
@@ -110,6 +111,11 @@ def test_router_models_one_after_the_other(tmp_path):
         gpu_used(gpu_set)
         assert router_models(gemma)[gemma_name] == "unloaded"
         assert router_models(qwen)[qwen_name] == "loaded"
+        # one OpenAI base URL for every model: POST /v1/... routed by "model" = served_model
+        body = {"model": qwen_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        r = request(vd.port, "POST", "/v1/chat/completions", body=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json"}, timeout=60)
+        assert r.status == 200 and json.loads(r.body)["model"] == qwen_name, (r.status, r.body[:300])
         calls = [(e["model"], e["hook"], e["path"]) for e in vd.events("hook_call")]
         assert calls == [("qwen", "unload", "/models/unload"), ("gemma", "unload", "/models/unload"),
                          ("qwen", "reload", "/models/load")], calls
