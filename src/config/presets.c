@@ -17,7 +17,9 @@
  *             as the unload hook and the same with keep_alive -1 (loaded, never unloaded by
  *             Ollama itself) as the reload hook; env OLLAMA_HOST=127.0.0.1:{port},
  *             OLLAMA_KEEP_ALIVE=-1, OLLAMA_MAX_LOADED_MODELS=1 (one `ollama serve` per entry,
- *             its one model's memory measured by NVML; vramd alone decides what unloads)
+ *             its one model's memory measured by NVML; vramd alone decides what unloads).
+ *             Several url: entries may share one server: each is then measured by its
+ *             /api/ps size_vram (sched_snapshot.c, instance.c)
  * Each sets route /NAME/ (strip: the server sees its own paths) and OOM detection:
  * degrade on, detect.body_matches the server's out-of-memory text.
  *

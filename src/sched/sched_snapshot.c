@@ -3,7 +3,8 @@
  * state), sched_shutdown closes it; each snapshot, read on the thread pool by gpu/nvml.c,
  * arrives here on the loop thread and is applied: each GPU's foreign usage (used minus
  * what the processes of managed instances use, attributed by proc/attrib.h: pid, process
- * group, or the listener pid of an external server), each instance's measured usage
+ * group, or the listener pid of an external server; an external Ollama's instances share
+ * one process and are measured by what its /api/ps reports per model), each instance's measured usage
  * booked in its RESIDENT entry, the verified reclaim of unloading instances, the post-load
  * baseline and running peaks that learning uses, and recycling on memory growth. It only
  * reads instances' identities: their refresh is the supervisor's (refresh_identity action).
@@ -92,6 +93,34 @@ static uint64_t settled_foreign(size_t pos, uint64_t raw)
 
 /* Step 1, per GPU: each instance's measured usage (its processes' usage summed) and the
  * GPU's foreign usage (what no instance accounts for), booked in the ledger. */
+/* An external Ollama (url:, preset ollama) that answered /api/ps: one process may hold the
+ * models of several entries (each its own instance claiming the same listener), so NVML's
+ * figure for it cannot be split by process; each instance's memory is what the server reports
+ * for its model (size_vram), and what the process holds beyond their sum (the server's own
+ * overhead) stays foreign. */
+static bool reports_own_vram(const instance_t *in)
+{
+    return in->external && in->model->cfg->preset == PRESET_OLLAMA && in->server_vram >= 0;
+}
+
+/* The reporting instances on GPU pos get their reports as measured; returns how much of
+ * shared (NVML's bytes of their processes) that covers. */
+static uint64_t shared_reports(size_t pos, uint64_t shared)
+{
+    uint64_t reported = 0;
+    list_foreach(mi, &sched_state.core->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if (reports_own_vram(in) && in->gpu_pos == (int)pos) {
+                in->measured = (uint64_t)in->server_vram;
+                reported += in->measured;
+            }
+        }
+    }
+    return reported < shared ? reported : shared;
+}
+
 static void measure_gpus(core_t *d, const gpu_snapshot_t *snap)
 {
     list_foreach(mi, &d->models) {
@@ -107,14 +136,19 @@ static void measure_gpus(core_t *d, const gpu_snapshot_t *snap)
                 dev = &snap->devices[k];
         if (!dev)
             continue;
-        uint64_t attributed = 0;
+        uint64_t attributed = 0, shared = 0;
         for (size_t p = 0; p < dev->n_procs; p++) {
             instance_t *in = owner_of(dev->procs[p].pid, &cache);
             if (!in)
                 continue;
+            if (reports_own_vram(in)) {
+                shared += dev->procs[p].used; /* a server of several models: split by its reports */
+                continue;
+            }
             in->measured += dev->procs[p].used;
             attributed += dev->procs[p].used;
         }
+        attributed += shared_reports(pos, shared);
         uint64_t raw = dev->used > attributed ? dev->used - attributed : 0;
         uint64_t foreign = settled_foreign(pos, raw);
         if (!d->cfg->gpu.foreign_measure)

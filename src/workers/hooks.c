@@ -207,6 +207,7 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
         return;
     }
     sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory back */
+    instance_report_poll(inst);     /* a shared Ollama: its /api/ps says it instead */
 }
 
 int instance_unload(instance_t *inst, enum unload_reason reason, const char *why)

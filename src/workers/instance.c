@@ -5,7 +5,8 @@
  * (a request's timeout or failing health checks: SIGABRT, then SIGKILL), request slot
  * release (keep_alive's idle timers are park_evict.c's: an expiry may park), its identity
  * (which processes are its: set at the spawn or for an external server, refreshed on the
- * scheduler's request, always through proc/attrib.h), and freeing: of an instance, and of
+ * scheduler's request, always through proc/attrib.h), an external Ollama's per-model figure
+ * (/api/ps size_vram from its health answers; a model it does not list is unloaded), and freeing: of an instance, and of
  * a removed model once its last instance is gone (the two are freed from each other's
  * callbacks, so they live together here).
  *
@@ -257,6 +258,26 @@ static void note_server_vram(instance_t *inst, const char *body, size_t len)
     cJSON_Delete(doc);
 }
 
+/* An external Ollama reports this idle READY instance's model not loaded (never loaded yet,
+ * or unloaded by Ollama itself: a client's keep_alive): it is UNLOADED like after its unload
+ * hook, its booking given back once the reports agree (the scheduler's reclaim), so the next
+ * request books it again and loads it through the reload hook, vramd deciding what fits. */
+static bool server_model_gone(instance_t *inst)
+{
+    if (!inst->external || inst->model->cfg->preset != PRESET_OLLAMA || inst->state != INST_READY ||
+        inst->in_flight > 0 || inst->server_vram != 0 || inst->hook_call || inst->stop_requested)
+        return false;
+    uv_timer_stop(&inst->idle_timer);
+    instance_set_state(inst, INST_UNLOADING, "the server reports the model not loaded");
+    if (!sched_instance_holds_memory(inst)) {
+        instance_set_state(inst, INST_UNLOADED, "nothing booked");
+        return true;
+    }
+    sched_instance_unloading(inst); /* settled at the next snapshot: its report is 0 */
+    instance_report_poll(inst);
+    return true;
+}
+
 static void on_health_answer(void *ctx, int status, const char *body, size_t body_len, const char *error)
 {
     instance_t *inst = ctx;
@@ -294,6 +315,8 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
         health_passed(inst);
     else if (!health_failed(inst, status, error))
         return;
+    if (ok && server_model_gone(inst))
+        return;
     uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
 }
 
@@ -319,6 +342,54 @@ void instance_health_tick(uv_timer_t *t)
         inst->health_call = NULL;
         on_health_answer(inst, rc == -2 ? HTTP_CALL_LOCAL_SHORTAGE : -1, NULL, 0, err);
     }
+}
+
+/* An external Ollama (url:, preset ollama) may hold several entries' models in one process:
+ * NVML cannot tell them apart, so such an instance's memory is its model's /api/ps size_vram
+ * (sched_snapshot.c). No health check runs while it unloads, so from the unload hook's answer
+ * on the figure is read every gpu.poll_ms until the instance leaves UNLOADING. */
+static void report_tick(uv_timer_t *t);
+
+static void on_report_answer(void *ctx, int status, const char *body, size_t body_len, const char *error)
+{
+    (void)error;
+    instance_t *inst = ctx;
+    inst->health_call = NULL;
+    if (inst->state == INST_STOPPING) {
+        instance_maybe_free(inst);
+        return;
+    }
+    if (status == 200 && body)
+        note_server_vram(inst, body, body_len);
+    if (inst->state == INST_UNLOADING)
+        uv_timer_start(&inst->timer, report_tick, inst->model->core->cfg->gpu.poll_ms, 0);
+}
+
+static void report_tick(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    model_t *m = inst->model;
+    if (inst->health_call || inst->state != INST_UNLOADING)
+        return;
+    http_call_req_t req = {
+        .host = inst->host,
+        .port = inst->port,
+        .method = "GET",
+        .path = m->cfg->health.path,
+        .timeout_ms = m->cfg->health.timeout_ms,
+        .max_response = 64 * 1024,
+    };
+    char err[160];
+    if (http_call_start(m->core->loop, &req, on_report_answer, inst, &inst->health_call, err, sizeof err) != 0) {
+        inst->health_call = NULL;
+        uv_timer_start(&inst->timer, report_tick, m->core->cfg->gpu.poll_ms, 0);
+    }
+}
+
+void instance_report_poll(instance_t *inst)
+{
+    if (inst->external && inst->model->cfg->preset == PRESET_OLLAMA && inst->state == INST_UNLOADING)
+        uv_timer_start(&inst->timer, report_tick, 0, 0);
 }
 
 static void on_process_exit(process_t *p, int exit_status, int term_signal, void *ctx)

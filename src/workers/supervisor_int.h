@@ -73,6 +73,8 @@ void instance_start(model_t *m, size_t gpu_pos);
 void model_ensure_external(model_t *m);
 /* The health check timer callback: one GET of the health path. */
 void instance_health_tick(uv_timer_t *t);
+/* An external Ollama unloading: its /api/ps read every gpu.poll_ms until it leaves UNLOADING. */
+void instance_report_poll(instance_t *inst);
 /* Stop the instance (after its in-flight requests when it has some). */
 void instance_stop(instance_t *inst, const char *reason);
 /* Free the instance once nothing refers to it any more. */

@@ -22,6 +22,7 @@ from e2ekit import SIMGPU, gpu_section  # noqa: F401  (paths checked by the impo
 from vramdkit.daemon import Vramd
 from vramdkit.net import free_port, request
 from vramdkit.paths import REPO_ROOT
+from vramdkit.sim import sim_env
 from vramdkit.waits import wait_for
 
 GiB = 1 << 30
@@ -164,4 +165,62 @@ def test_preset_environment(tmp_path):
     finally:
         if vd is not None:
             vd.stop()
+        subprocess.run([str(SIMGPU), "rm", gpu_set], capture_output=True, timeout=30)
+
+
+def test_one_shared_ollama_accounted_per_model(tmp_path):
+    """One `ollama serve` (started apart, url:) holding a varying set of models: two entries
+    name it, each with its served_model. NVML sees one process; vramd books each entry at what
+    the server's /api/ps reports for its model (size_vram), so the two models whose sum does
+    not fit are served one after the other, the idle one unloaded with keep_alive 0 on the
+    same server, and the status shows each model's own figure."""
+    gpu_set = sim_gpu(tmp_path)
+    vd = server = None
+    try:
+        store = model_store(tmp_path / "ollama-models")
+        sport = free_port()
+        senv = dict(sim_env(gpu_set), OLLAMA_MODELS=str(store), OLLAMA_HOST=f"127.0.0.1:{sport}",
+                    OLLAMA_KEEP_ALIVE="-1", OLLAMA_MAX_LOADED_MODELS="3")
+        server = subprocess.Popen([str(STANDINS / "ollama"), "serve"], env=senv, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        wait_for(lambda: request(sport, "GET", "/api/version", timeout=2).status == 200, timeout=15,
+                 what="the shared ollama")
+        url = f"http://127.0.0.1:{sport}"
+        models = {name: {"url": url, "preset": "ollama", "served_model": served,
+                         "memory": {"resident": size_text}, "health": {"interval": "200ms"}}
+                  for name, served, size_text in (("qwen3-8b", "qwen3:8b", "6GiB"),
+                                                   ("gemma3-12b", "gemma3:12b", "9GiB"))}
+        cfg = {"listen": f"127.0.0.1:{free_port()}", "state_dir": str(tmp_path / "var"),
+               "log": {"format": "json", "level": "debug"},
+               "gpu": {"poll": "100ms", "headroom": "256MiB"}, "models": models}
+        vd = Vramd(tmp_path, "vramd", cfg, gpu_set=gpu_set)
+        vd.start()
+        shared = {"port": sport}
+
+        ask(vd, "gemma3-12b", "gemma3:12b", chat=False)
+        assert api_ps(shared) == {"gemma3:12b": SIZES["gemma3:12b"]}
+        wait_for(lambda: instance_of(vd, "gemma3-12b")["measured_bytes"] == SIZES["gemma3:12b"], timeout=10,
+                 what="gemma's own figure")
+        assert instance_of(vd, "qwen3-8b")["measured_bytes"] == 0  # same process, nothing of its own
+        gpu_used(gpu_set)
+
+        ask(vd, "qwen3-8b", "qwen3:8b", chat=True)  # gemma unloaded on the shared server first
+        assert gpu_used(gpu_set)[0] <= 12 * GiB
+        assert api_ps(shared) == {"qwen3:8b": SIZES["qwen3:8b"]}
+        wait_for(lambda: instance_of(vd, "qwen3-8b")["measured_bytes"] == SIZES["qwen3:8b"], timeout=10,
+                 what="qwen's own figure")
+        assert instance_of(vd, "gemma3-12b")["measured_bytes"] == 0
+        assert instance_of(vd, "qwen3-8b")["server_vram_bytes"] == SIZES["qwen3:8b"]
+
+        ask(vd, "gemma3-12b", "gemma3:12b", chat=True)  # and back
+        assert api_ps(shared) == {"gemma3:12b": SIZES["gemma3:12b"]}
+        unloads = [e["model"] for e in vd.events("hook_call") if e.get("hook") == "unload"]
+        assert unloads[-2:] == ["gemma3-12b", "qwen3-8b"], unloads
+        assert not [e for e in vd.events("model_failed")]
+    finally:
+        if vd is not None:
+            vd.stop()
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
         subprocess.run([str(SIMGPU), "rm", gpu_set], capture_output=True, timeout=30)
