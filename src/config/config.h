@@ -196,6 +196,11 @@ typedef struct model_config {
     uint64_t park_keep_alive_ms; /* default 30m: a parked instance is stopped after this long parked;
                                   * CONFIG_FOREVER = kept parked; 0 = never parked (park tiers off) */
     enum config_preset preset; /* PRESET_NONE unless `preset:` */
+    /* what the server itself says of the served model, from its health answers (set by the
+     * preset): Ollama's GET /api/ps (size_vram), llama.cpp router's GET /models (status);
+     * an external (url:) such server may hold several entries' models in one process, and
+     * each entry is then measured by it (sched_snapshot.c) */
+    enum config_model_report { MODEL_REPORT_NONE = 0, MODEL_REPORT_OLLAMA_PS, MODEL_REPORT_LLAMACPP_MODELS } report;
     config_recycle_t recycle;
     config_degrade_t degrade;
     config_validate_t validate;

@@ -12,7 +12,8 @@
  *   llamacpp  GET /health (503 while loading); single-model (`-m FILE`): no hook (stop is its
  *             only tier); router mode (cmd with --models-dir or --models-preset, or a url:
  *             server with served_model): POST /models/unload and POST /models/load
- *             {"model":"{served_model}"} as the unload and reload hooks (cfg_preset_finish)
+ *             {"model":"{served_model}"} as the unload and reload hooks, GET /models (each
+ *             model's status) as the health check (cfg_preset_finish)
  *   ollama    GET /api/ps (its size_vram: the model's own figure, in status); POST /api/generate {"model":"{served_model}","keep_alive":0}
  *             as the unload hook and the same with keep_alive -1 (loaded, never unloaded by
  *             Ollama itself) as the reload hook; env OLLAMA_HOST=127.0.0.1:{port},
@@ -145,6 +146,7 @@ static bool preset_env(model_config_t *m, const char *key, const char *value)
 int cfg_apply_preset(ctx_t *c, model_config_t *m, enum config_preset p, yaml_node_t *where)
 {
     m->preset = p;
+    m->report = p == PRESET_OLLAMA ? MODEL_REPORT_OLLAMA_PS : MODEL_REPORT_NONE;
     if (p == PRESET_NONE || (unsigned)p >= PRESET_COUNT)
         return 0;
     const preset_t *ps = &presets[p];
@@ -188,5 +190,11 @@ int cfg_preset_finish(ctx_t *c, model_config_t *m, yaml_node_t *where)
         ok = set_hook(&m->unload, &llamacpp_router_unload);
     if (ok && !m->reload.set)
         ok = set_hook(&m->reload, &llamacpp_router_load);
+    /* the health check reads GET /models (the router's own word on each model), unless the
+     * path was set by hand */
+    if (ok && m->health.path && strcmp(m->health.path, "/health") == 0) {
+        ok = set_str(&m->health.path, "/models");
+        m->report = MODEL_REPORT_LLAMACPP_MODELS;
+    }
     return ok ? 0 : ydoc_fail(c, where, "out of memory");
 }

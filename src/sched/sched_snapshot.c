@@ -4,7 +4,7 @@
  * arrives here on the loop thread and is applied: each GPU's foreign usage (used minus
  * what the processes of managed instances use, attributed by proc/attrib.h: pid, process
  * group, or the listener pid of an external server; an external Ollama's instances share
- * one process and are measured by what its /api/ps reports per model), each instance's measured usage
+ * one process and are measured by what it reports per model), each instance's measured usage
  * booked in its RESIDENT entry, the verified reclaim of unloading instances, the post-load
  * baseline and running peaks that learning uses, and recycling on memory growth. It only
  * reads instances' identities: their refresh is the supervisor's (refresh_identity action).
@@ -93,14 +93,15 @@ static uint64_t settled_foreign(size_t pos, uint64_t raw)
 
 /* Step 1, per GPU: each instance's measured usage (its processes' usage summed) and the
  * GPU's foreign usage (what no instance accounts for), booked in the ledger. */
-/* An external Ollama (url:, preset ollama) that answered /api/ps: one process may hold the
- * models of several entries (each its own instance claiming the same listener), so NVML's
- * figure for it cannot be split by process; each instance's memory is what the server reports
- * for its model (size_vram), and what the process holds beyond their sum (the server's own
- * overhead) stays foreign. */
+/* An external Ollama or llama.cpp router (url:, model_config_t.report) that answered: one
+ * process may hold the models of several entries (each its own instance claiming the same
+ * listener), so NVML's figure for it cannot be split by process; each instance's memory is
+ * what the server reports for its model (Ollama's size_vram; the router's "loaded": the
+ * declared resident), and what the processes hold beyond their sum (the server's overhead, a
+ * model bigger than declared) stays foreign. */
 static bool reports_own_vram(const instance_t *in)
 {
-    return in->external && in->model->cfg->preset == PRESET_OLLAMA && in->server_vram >= 0;
+    return in->external && in->model->cfg->report != MODEL_REPORT_NONE && in->server_vram >= 0;
 }
 
 /* The reporting instances on GPU pos get their reports as measured; returns how much of

@@ -25,8 +25,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
-
 #include "common/buf.h"
 #include "common/log.h"
 #include "core/core.h"
@@ -231,40 +229,13 @@ static bool port_is_the_workers(instance_t *inst)
     return false;
 }
 
-/* Ollama's GET /api/ps answer (the preset's health path): {"models":[{"name","model",
- * "size_vram",...}]}; the entry of the served model (NAME means NAME:latest, as Ollama says)
- * gives inst->server_vram, none gives 0 (not loaded). A body that is not that shape: unchanged. */
-static void note_server_vram(instance_t *inst, const char *body, size_t len)
-{
-    const model_config_t *mc = inst->model->cfg;
-    cJSON *doc = cJSON_ParseWithLength(body, len);
-    cJSON *models = cJSON_GetObjectItemCaseSensitive(doc, "models");
-    if (cJSON_IsArray(models)) {
-        const char *want = mc->served_model ? mc->served_model : inst->model->name;
-        size_t n = strlen(want);
-        int64_t vram = 0;
-        cJSON *it;
-        cJSON_ArrayForEach(it, models) {
-            const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "name"));
-            cJSON *v = cJSON_GetObjectItemCaseSensitive(it, "size_vram");
-            if (name && cJSON_IsNumber(v) && v->valuedouble >= 0 &&
-                (strcmp(name, want) == 0 || (!strchr(want, ':') && strncmp(name, want, n) == 0 &&
-                                             strcmp(name + n, ":latest") == 0)))
-                vram = (int64_t)v->valuedouble;
-        }
-        inst->server_vram = vram;
-        inst->server_vram_ms = core_now();
-    }
-    cJSON_Delete(doc);
-}
-
-/* An external Ollama reports this idle READY instance's model not loaded (never loaded yet,
+/* An external Ollama or llama.cpp router reports this idle READY instance's model not loaded (never loaded yet,
  * or unloaded by Ollama itself: a client's keep_alive): it is UNLOADED like after its unload
  * hook, its booking given back once the reports agree (the scheduler's reclaim), so the next
  * request books it again and loads it through the reload hook, vramd deciding what fits. */
 static bool server_model_gone(instance_t *inst)
 {
-    if (!inst->external || inst->model->cfg->preset != PRESET_OLLAMA || inst->state != INST_READY ||
+    if (!inst->external || inst->model->cfg->report == MODEL_REPORT_NONE || inst->state != INST_READY ||
         inst->in_flight > 0 || inst->server_vram != 0 || inst->hook_call || inst->stop_requested)
         return false;
     uv_timer_stop(&inst->idle_timer);
@@ -285,8 +256,8 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
     inst->health_call = NULL;
     uint64_t now = core_now();
     bool ok = status == 200;
-    if (ok && body && m->cfg->preset == PRESET_OLLAMA)
-        note_server_vram(inst, body, body_len);
+    if (ok && body && m->cfg->report != MODEL_REPORT_NONE)
+        server_report_note(inst, body, body_len);
     if (inst->state == INST_STOPPING) {
         instance_maybe_free(inst);
         return;
@@ -344,9 +315,10 @@ void instance_health_tick(uv_timer_t *t)
     }
 }
 
-/* An external Ollama (url:, preset ollama) may hold several entries' models in one process:
- * NVML cannot tell them apart, so such an instance's memory is its model's /api/ps size_vram
- * (sched_snapshot.c). No health check runs while it unloads, so from the unload hook's answer
+/* An external Ollama or llama.cpp router (url:, model_config_t.report) may hold several
+ * entries' models in one process:
+ * NVML cannot tell them apart, so such an instance's memory is what the server reports for
+ * its model (server_report.c; sched_snapshot.c). No health check runs while it unloads, so from the unload hook's answer
  * on the figure is read every gpu.poll_ms until the instance leaves UNLOADING. */
 static void report_tick(uv_timer_t *t);
 
@@ -360,7 +332,7 @@ static void on_report_answer(void *ctx, int status, const char *body, size_t bod
         return;
     }
     if (status == 200 && body)
-        note_server_vram(inst, body, body_len);
+        server_report_note(inst, body, body_len);
     if (inst->state == INST_UNLOADING)
         uv_timer_start(&inst->timer, report_tick, inst->model->core->cfg->gpu.poll_ms, 0);
 }
@@ -388,7 +360,7 @@ static void report_tick(uv_timer_t *t)
 
 void instance_report_poll(instance_t *inst)
 {
-    if (inst->external && inst->model->cfg->preset == PRESET_OLLAMA && inst->state == INST_UNLOADING)
+    if (inst->external && inst->model->cfg->report != MODEL_REPORT_NONE && inst->state == INST_UNLOADING)
         uv_timer_start(&inst->timer, report_tick, 0, 0);
 }
 

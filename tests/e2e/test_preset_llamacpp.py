@@ -186,3 +186,57 @@ def test_standin_models_max_evicts_lru(tmp_path):
             proc.terminate()
             proc.wait(timeout=10)
         subprocess.run([str(SIMGPU), "rm", gpu_set], capture_output=True, timeout=30)
+
+
+def test_one_shared_router_accounted_per_model(tmp_path):
+    """One llama-server router (started apart, url:) serving two entries, each its
+    served_model: the router's GET /models (the entries' health check) says which are loaded;
+    vramd books each loaded one at its memory.resident (the router gives no bytes; whatever the
+    process holds beyond that counts as foreign), takes an unlisted one as unloaded, and serves
+    two models whose sum does not fit one after the other through /models/unload and
+    /models/load on the same server."""
+    gpu_set = sim_gpu(tmp_path)
+    vd = server = None
+    try:
+        models = gguf_dir(tmp_path / "models")
+        sport = free_port()
+        server = subprocess.Popen([str(STANDINS / "llama-server"), "--models-dir", str(models), "--models-max", "4",
+                                   "--port", str(sport)], env=sim_env(gpu_set), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        wait_for(lambda: request(sport, "GET", "/health", timeout=2).status == 200, timeout=15, what="router up")
+        qwen_name, gemma_name = list(SIZES)
+        entries = {"qwen": (qwen_name, "6GiB"), "gemma": (gemma_name, "9GiB")}
+        cfg = {"listen": f"127.0.0.1:{free_port()}", "state_dir": str(tmp_path / "var"),
+               "log": {"format": "json", "level": "debug"}, "gpu": {"poll": "100ms", "headroom": "256MiB"},
+               "models": {name: {"url": f"http://127.0.0.1:{sport}", "preset": "llamacpp", "served_model": served,
+                                 "memory": {"resident": res}, "health": {"interval": "200ms"}}
+                          for name, (served, res) in entries.items()}}
+        vd = Vramd(tmp_path, "vramd", cfg, gpu_set=gpu_set)
+        vd.start()
+        router = {"port": sport}
+        wait_for(lambda: all(instance_of(vd, n)["state"] == "unloaded" for n in entries), timeout=10,
+                 what="both taken as unloaded (the router lists neither as loaded)")
+
+        chat(vd, "gemma", gemma_name)
+        assert router_models(router) == {qwen_name: "unloaded", gemma_name: "loaded"}
+        wait_for(lambda: instance_of(vd, "gemma")["measured_bytes"] == SIZES[gemma_name], timeout=10,
+                 what="gemma's figure")
+        assert instance_of(vd, "qwen")["measured_bytes"] == 0
+
+        chat(vd, "qwen", qwen_name)  # gemma unloaded on the shared router first
+        assert gpu_used(gpu_set) <= 12 * GiB
+        assert router_models(router) == {qwen_name: "loaded", gemma_name: "unloaded"}
+        wait_for(lambda: instance_of(vd, "qwen")["measured_bytes"] == SIZES[qwen_name], timeout=10,
+                 what="qwen's figure")
+        assert instance_of(vd, "gemma")["measured_bytes"] == 0
+        calls = [(e["model"], e["hook"], e["path"]) for e in vd.events("hook_call")]
+        assert calls == [("gemma", "reload", "/models/load"), ("gemma", "unload", "/models/unload"),
+                         ("qwen", "reload", "/models/load")], calls
+        assert not vd.events("model_failed")
+    finally:
+        if vd is not None:
+            vd.stop()
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
+        subprocess.run([str(SIMGPU), "rm", gpu_set], capture_output=True, timeout=30)

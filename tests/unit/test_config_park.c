@@ -196,6 +196,11 @@ static void test_preset_llamacpp_ollama(void **state)
     assert_string_equal(router->unload.path, "/models/unload");
     assert_string_equal(router->reload.path, "/models/load");
     assert_string_equal(router->reload.body, "{\"model\":\"{served_model}\"}");
+    assert_string_equal(router->health.path, "/models");
+    assert_int_equal(router->report, MODEL_REPORT_LLAMACPP_MODELS);
+    assert_string_equal(single->health.path, "/health");
+    assert_int_equal(single->report, MODEL_REPORT_NONE);
+    assert_int_equal(ol->report, MODEL_REPORT_OLLAMA_PS);
     const model_config_t *ext = config_find_model(c, "ext");
     assert_string_equal(ext->unload.path, "/mine");
     assert_string_equal(ext->reload.path, "/models/load");
