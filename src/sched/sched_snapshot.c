@@ -91,17 +91,16 @@ static uint64_t settled_foreign(size_t pos, uint64_t raw)
     return foreign;
 }
 
-/* Step 1, per GPU: each instance's measured usage (its processes' usage summed) and the
- * GPU's foreign usage (what no instance accounts for), booked in the ledger. */
-/* An external Ollama or llama.cpp router (url:, model_config_t.report) that answered: one
- * process may hold the models of several entries (each its own instance claiming the same
+/* An external Ollama or llama.cpp router (url:, model_config_t.report, served_model set)
+ * that answered: one process may hold the models of several entries (each its own instance claiming the same
  * listener), so NVML's figure for it cannot be split by process; each instance's memory is
  * what the server reports for its model (Ollama's size_vram; the router's "loaded": the
  * declared resident), and what the processes hold beyond their sum (the server's overhead, a
  * model bigger than declared) stays foreign. */
 static bool reports_own_vram(const instance_t *in)
 {
-    return in->external && in->model->cfg->report != MODEL_REPORT_NONE && in->server_vram >= 0;
+    const model_config_t *mc = in->model->cfg;
+    return in->external && mc->report != MODEL_REPORT_NONE && mc->served_model && in->server_vram >= 0;
 }
 
 /* The reporting instances on GPU pos get their reports as measured; returns how much of
@@ -122,6 +121,8 @@ static uint64_t shared_reports(size_t pos, uint64_t shared)
     return reported < shared ? reported : shared;
 }
 
+/* Step 1, per GPU: each instance's measured usage (its processes' usage summed) and the
+ * GPU's foreign usage (what no instance accounts for), booked in the ledger. */
 static void measure_gpus(core_t *d, const gpu_snapshot_t *snap)
 {
     list_foreach(mi, &d->models) {

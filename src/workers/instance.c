@@ -235,7 +235,8 @@ static bool port_is_the_workers(instance_t *inst)
  * request books it again and loads it through the reload hook, vramd deciding what fits. */
 static bool server_model_gone(instance_t *inst)
 {
-    if (!inst->external || inst->model->cfg->report == MODEL_REPORT_NONE || inst->state != INST_READY ||
+    if (!inst->external || inst->model->cfg->report == MODEL_REPORT_NONE || !inst->model->cfg->served_model ||
+        inst->state != INST_READY ||
         inst->in_flight > 0 || inst->server_vram != 0 || inst->hook_call || inst->stop_requested)
         return false;
     uv_timer_stop(&inst->idle_timer);
