@@ -212,7 +212,11 @@ def test_one_shared_ollama_accounted_per_model(tmp_path):
         assert instance_of(vd, "gemma3-12b")["measured_bytes"] == 0
         assert instance_of(vd, "qwen3-8b")["server_vram_bytes"] == SIZES["qwen3:8b"]
 
-        ask(vd, "gemma3-12b", "gemma3:12b", chat=True)  # and back
+        # and back, through one OpenAI base URL: POST /v1/chat/completions routed by served_model
+        body = {"model": "gemma3:12b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        r = request(vd.port, "POST", "/v1/chat/completions", body=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json"}, timeout=60)
+        assert r.status == 200 and json.loads(r.body)["model"] == "gemma3:12b", (r.status, r.body[:300])
         assert api_ps(shared) == {"gemma3:12b": SIZES["gemma3:12b"]}
         unloads = [e["model"] for e in vd.events("hook_call") if e.get("hook") == "unload"]
         assert unloads[-2:] == ["gemma3-12b", "qwen3-8b"], unloads

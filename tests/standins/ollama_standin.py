@@ -28,6 +28,9 @@ Its reference is Ollama's own documentation (github:ollama/ollama):
                                unloads the least recently used idle one (the scheduler also
                                unloads idle models when the new one does not fit in VRAM)
     OLLAMA_MODELS              where models are stored
+  docs/openai.md
+    POST /v1/chat/completions  OpenAI chat completions; "model" names the Ollama model (loaded
+                               on demand like /api/chat)
   GET / answers "Ollama is running" (server/routes.go).
 
 Models: $OLLAMA_MODELS/manifests/registry.ollama.ai/library/NAME/TAG, Ollama's manifest
@@ -257,7 +260,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"error": "404 page not found"})
 
     def do_POST(self):
-        if self.path not in ("/api/generate", "/api/chat"):
+        if self.path not in ("/api/generate", "/api/chat", "/v1/chat/completions"):
             self.send_json(404, {"error": "404 page not found"})
             return
         try:
@@ -269,6 +272,7 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, json.JSONDecodeError) as e:
             self.send_json(400, {"error": str(e)})
             return
+        openai = self.path == "/v1/chat/completions"
         chat = self.path == "/api/chat"
         name = req.get("model")
         m = OLLAMA.find(name)
@@ -279,6 +283,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"error": f'model "{name}" not found, try pulling it first'})
             return
         empty = not req.get("messages") if chat else not req.get("prompt")
+        if openai:
+            self.openai_chat(m, req, keep_alive)
+            return
         if empty and keep_alive == 0:  # "Unload a model"
             with OLLAMA.lock:
                 if m.busy == 0:
@@ -296,6 +303,22 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_json(200, self.final(m, chat, "load"))
             else:
                 self.generate(m, req, chat)
+        finally:
+            OLLAMA.done(m)
+
+    def openai_chat(self, m, req, keep_alive):
+        err = OLLAMA.load(m, keep_alive)
+        if err:
+            self.send_json(500, {"error": {"message": err, "type": "api_error"}})
+            return
+        try:
+            n = max(1, min(int(req.get("max_tokens") or 8), 4096))
+            time.sleep(n * OLLAMA.token_s)
+            text = "".join(f"token {i} " for i in range(n))
+            self.send_json(200, {"id": "chatcmpl-standin", "object": "chat.completion", "created": int(time.time()),
+                                 "model": m.name, "choices": [{"index": 0, "finish_reason": "length",
+                                                               "message": {"role": "assistant", "content": text}}],
+                                 "usage": {"completion_tokens": n}})
         finally:
             OLLAMA.done(m)
 
