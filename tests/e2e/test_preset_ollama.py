@@ -9,7 +9,8 @@ its memory comes back (NVML), the other is started; asked for again, the first i
 back through the reload hook (keep_alive -1). The worker gets the preset's environment
 (OLLAMA_HOST with its port, OLLAMA_KEEP_ALIVE=-1, OLLAMA_MAX_LOADED_MODELS=1), so Ollama
 never unloads by itself. vramd's status shows each model's measured memory equal to what the
-server's own GET /api/ps reports as its size_vram.
+server's own GET /api/ps reports as its size_vram. And one `ollama serve` started apart (url:)
+shared by two entries is accounted per model from its /api/ps (NVML sees one process).
 Expected: every answer 200 with Ollama's JSON, GPU use never over its size, the hooks'
 bodies naming the served models, the status figures equal to /api/ps.
 """
@@ -173,7 +174,8 @@ def test_one_shared_ollama_accounted_per_model(tmp_path):
     name it, each with its served_model. NVML sees one process; vramd books each entry at what
     the server's /api/ps reports for its model (size_vram), so the two models whose sum does
     not fit are served one after the other, the idle one unloaded with keep_alive 0 on the
-    same server, and the status shows each model's own figure."""
+    same server, and the status shows each model's own figure; a POST /v1/chat/completions
+    without a route prefix reaches the entry whose served_model its "model" names."""
     gpu_set = sim_gpu(tmp_path)
     vd = server = None
     try:
