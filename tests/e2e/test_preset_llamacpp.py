@@ -57,6 +57,14 @@ def gpu_used(gpu_set):
     return dev["used"]
 
 
+def stop_clean(vd):
+    """vramd exits 0 on SIGTERM and its log holds no sanitizer report (as the vramd fixture
+    checks; these tests start their daemon themselves, on their own GPU set)."""
+    assert vd.stop() == 0
+    text = vd.log_path.read_text(errors="replace")
+    assert "AddressSanitizer" not in text and "runtime error:" not in text and "LeakSanitizer" not in text
+
+
 def instance_of(vd, model):
     insts = vd.model(model)["instances"]
     assert len(insts) == 1, insts
@@ -120,6 +128,7 @@ def test_router_models_one_after_the_other(tmp_path):
         assert calls == [("qwen", "unload", "/models/unload"), ("gemma", "unload", "/models/unload"),
                          ("qwen", "reload", "/models/load")], calls
         assert not vd.events("worker_exit")
+        stop_clean(vd)
     finally:
         if vd is not None:
             vd.stop()
@@ -150,6 +159,7 @@ def test_single_model_health_503_while_loading(tmp_path):
         assert any('" 503 ' in o for o in outs) and any('" 200 ' in o for o in outs), outs
         assert instance_of(vd, "llm")["measured_bytes"] == SIZES[qwen]
         assert not vd.events("hook_call")  # single-model: no router hooks
+        stop_clean(vd)
     finally:
         if vd is not None:
             vd.stop()
@@ -233,6 +243,7 @@ def test_one_shared_router_accounted_per_model(tmp_path):
         assert calls == [("gemma", "reload", "/models/load"), ("gemma", "unload", "/models/unload"),
                          ("qwen", "reload", "/models/load")], calls
         assert not vd.events("model_failed")
+        stop_clean(vd)
     finally:
         if vd is not None:
             vd.stop()

@@ -77,6 +77,14 @@ def ask(vd, model, served, chat):
     return doc
 
 
+def stop_clean(vd):
+    """vramd exits 0 on SIGTERM and its log holds no sanitizer report (as the vramd fixture
+    checks; these tests start their daemon themselves, on their own GPU set)."""
+    assert vd.stop() == 0
+    text = vd.log_path.read_text(errors="replace")
+    assert "AddressSanitizer" not in text and "runtime error:" not in text and "LeakSanitizer" not in text
+
+
 def instance_of(vd, model):
     insts = vd.model(model)["instances"]
     assert len(insts) == 1, insts
@@ -139,6 +147,7 @@ def test_two_ollama_models_that_do_not_fit_together(tmp_path):
         assert [c["model"] for c in reloads] == ["gemma3-12b"], reloads
         assert not vd.events("worker_exit")  # nothing was stopped: unloading is Ollama's own call
         assert peak[0] <= 12 * GiB
+        stop_clean(vd)
     finally:
         if vd is not None:
             vd.stop()
@@ -163,6 +172,7 @@ def test_preset_environment(tmp_path):
         assert wenv[b"OLLAMA_KEEP_ALIVE"] == b"-1"
         assert wenv[b"OLLAMA_MAX_LOADED_MODELS"] == b"1"
         assert api_ps(inst) == {"qwen3:8b": SIZES["qwen3:8b"]}
+        stop_clean(vd)
     finally:
         if vd is not None:
             vd.stop()
@@ -223,6 +233,7 @@ def test_one_shared_ollama_accounted_per_model(tmp_path):
         unloads = [e["model"] for e in vd.events("hook_call") if e.get("hook") == "unload"]
         assert unloads[-2:] == ["gemma3-12b", "qwen3-8b"], unloads
         assert not [e for e in vd.events("model_failed")]
+        stop_clean(vd)
     finally:
         if vd is not None:
             vd.stop()

@@ -48,6 +48,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -59,7 +60,7 @@ VERSION = "0.12.0-standin"
 MODEL_LAYER = "application/vnd.ollama.image.model"
 
 
-def cuda():
+def cuda_path():
     """The simulated CUDA driver: $VRAMD_CUDA_LIBRARY, else build/lib/libcuda-sim.so."""
     path = os.environ.get("VRAMD_CUDA_LIBRARY")
     if not path:
@@ -67,6 +68,30 @@ def cuda():
         if not build.is_absolute():
             build = Path(__file__).resolve().parents[2] / build
         path = str(build / "lib" / "libcuda-sim.so")
+    return path
+
+
+def reexec_for_sanitizer(path):
+    """A sanitizer build's libcuda-sim.so (make SAN=1) needs the ASan runtime loaded first,
+    which a plain python3 does not have: run this script again with it preloaded (and no leak
+    report: python's own allocations are not the library's)."""
+    if "libasan" in os.environ.get("LD_PRELOAD", ""):
+        return
+    try:
+        out = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return
+    asan = next((line.split("=>")[1].split()[0] for line in out.splitlines()
+                 if "libasan" in line and "=>" in line), None)
+    if asan:
+        env = dict(os.environ, LD_PRELOAD=asan,
+                   ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0")
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def cuda():
+    path = cuda_path()
+    reexec_for_sanitizer(path)
     lib = ctypes.CDLL(path)
     lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
     lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
