@@ -11,7 +11,8 @@ Covers:
   the route prefix reaches the entry whose served_model its "model" names;
 - single-model mode (`llama-server -m FILE --port {port}`): /health answers 503 while the
   model loads, vramd waits for 200, the memory is the model's, no hooks are called;
-- the stand-in's --models-max evicts the least recently used model, like the real router.
+- the stand-in's --models-max evicts the least recently used model, like the real router, and
+  its --sleep-idle-seconds unloads an idle model by itself (what the docs say to leave unset).
 Expected: every answer 200, GPU use never over its size, the hooks named, the status figures
 equal to the GGUF sizes.
 """
@@ -250,4 +251,30 @@ def test_one_shared_router_accounted_per_model(tmp_path):
         if server is not None:
             server.terminate()
             server.wait(timeout=10)
+        subprocess.run([str(SIMGPU), "rm", gpu_set], capture_output=True, timeout=30)
+
+
+def test_standin_sleep_idle_seconds(tmp_path):
+    """The stand-in alone: --sleep-idle-seconds N unloads the model after N idle seconds (what
+    vramd's docs say to leave unset, so that vramd alone unloads) and the next request loads it
+    again."""
+    gpu_set = sim_gpu(tmp_path)
+    proc = None
+    try:
+        models = gguf_dir(tmp_path / "models")
+        qwen = list(SIZES)[0]
+        port = free_port()
+        proc = subprocess.Popen([PYTHON, str(REPO_ROOT / "tests" / "standins" / "llamacpp_standin.py"),
+                                 "-m", str(models / f"{qwen}.gguf"), "--sleep-idle-seconds", "3",
+                                 "--port", str(port)], env=sim_env(gpu_set), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        wait_for(lambda: request(port, "GET", "/health", timeout=2).status == 200, timeout=15, what="loaded")
+        wait_for(lambda: gpu_used(gpu_set) == 0, timeout=10, what="unloaded after 3 s idle")
+        r = request(port, "POST", "/completion", body=b'{"prompt":"hi","n_predict":2}', timeout=30)
+        assert r.status == 200 and json.loads(r.body)["tokens_predicted"] == 2
+        assert gpu_used(gpu_set) == SIZES[qwen]  # loaded again for the request (and for 3 s after it)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
         subprocess.run([str(SIMGPU), "rm", gpu_set], capture_output=True, timeout=30)
