@@ -167,9 +167,13 @@ typedef struct model_config {
     char **stop_cmd; /* run to stop an instance (same placeholders, and {pid}); NULL = signals only */
     size_t n_stop_cmd;
     config_container_t container;
-    config_kv_t *env;
+    config_kv_t *env; /* values may hold {port}, {gpu}, {model}, {name}, {served_model} */
     size_t n_env;
     char *cwd;
+    /* served_model: the name the server itself knows this model by (an Ollama model such as
+     * llama3.2:1b, a llama.cpp router model); NULL = the entry's name. {served_model} in cmd,
+     * env and hook bodies. */
+    char *served_model;
     char *url; /* external server base URL "http://host:port" (no path); NULL if supervised */
     char *url_host;
     int url_port;
@@ -193,6 +197,11 @@ typedef struct model_config {
     uint64_t park_keep_alive_ms; /* default 30m: a parked instance is stopped after this long parked;
                                   * CONFIG_FOREVER = kept parked; 0 = never parked (park tiers off) */
     enum config_preset preset; /* PRESET_NONE unless `preset:` */
+    /* what the server itself says of the served model, from its health answers (set by the
+     * preset): Ollama's GET /api/ps (size_vram), llama.cpp router's GET /models (status);
+     * an external (url:) such server may hold several entries' models in one process, and
+     * each entry is then measured by it (sched_snapshot.c) */
+    enum config_model_report { MODEL_REPORT_NONE = 0, MODEL_REPORT_OLLAMA_PS, MODEL_REPORT_LLAMACPP_MODELS } report;
     config_recycle_t recycle;
     config_degrade_t degrade;
     config_validate_t validate;

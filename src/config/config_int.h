@@ -110,7 +110,8 @@ enum config_preset cfg_preset_of(ctx_t *c, yaml_node_t *model_node);
 /* Fill what preset p documents into m (built-in values only so far); 0 or -1 (out of memory). */
 int cfg_apply_preset(ctx_t *c, model_config_t *m, enum config_preset p, yaml_node_t *where);
 int cfg_fp_preset(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
-/* After the model's own keys, before cfg_check_model: the preset's server flags (the memory
+/* After the model's own keys, before cfg_check_model: llama.cpp's router hooks, the preset's
+ * server flags (the memory
  * fraction appended to cmd or a container's command, its env in a container: block); a cmd
  * with {mem_fraction} and no memory.resident is an error. 0 or -1 after ydoc_fail. */
 int cfg_preset_finish(ctx_t *c, model_config_t *m, yaml_node_t *where);

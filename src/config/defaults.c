@@ -74,6 +74,7 @@ void cfg_model_free(model_config_t *m)
     }
     free(m->env);
     free(m->cwd);
+    free(m->served_model);
     free(m->url);
     free(m->url_host);
     free(m->health.path);

@@ -244,6 +244,21 @@ int cfg_split_host_port(const char *s, bool port_required, int default_port, cha
 }
 
 /* url: http://host[:port][/] -> url (without the slash), url_host, url_port. */
+/* served_model: 1..128 of A-Z a-z 0-9 . _ - : / @ (Ollama's namespace/model:tag, a router
+ * model's name), so it goes into a JSON hook body as it is; null = the entry's name. */
+static int fp_served_model(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    if (!ydoc_is_null(v)) {
+        if (ydoc_need_scalar(c, v, "a model name") != 0)
+            return -1;
+        const char *s = ydoc_scalar_text(v);
+        size_t n = strlen(s);
+        if (n == 0 || n > 128 || strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-:/@") != n)
+            return ydoc_fail(c, v, "a served model name is 1 to 128 of A-Z a-z 0-9 . _ - : / @, got \"%s\"", s);
+    }
+    return cfg_fp_string_opt(c, v, field, spec);
+}
+
 static int fp_url(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     model_config_t *m = field;
@@ -517,6 +532,7 @@ static const field_spec_t model_fields[] = {
     {"cmd", fp_model_cmd, 0, 0, 0, NULL},
     {"env", fp_env, 0, 0, 0, NULL},
     {"cwd", cfg_fp_string_opt, offsetof(model_config_t, cwd), 0, 0, NULL},
+    {"served_model", fp_served_model, offsetof(model_config_t, served_model), 0, 0, NULL},
     {"url", fp_url, 0, 0, 0, NULL},
     {"container", cfg_fp_container, offsetof(model_config_t, container), 0, 0, NULL},
     {"stop_cmd", cfg_fp_stop_cmd, 0, 0, 0, NULL},

@@ -150,6 +150,9 @@ struct instance {
     attrib_identity_t ident; /* which processes are its (proc/attrib.h): the supervisor's, set and
                               * refreshed through attrib only; the scheduler reads it */
     uint64_t measured;       /* bytes NVML shows for its processes (last snapshot) */
+    int64_t server_vram;     /* what the server itself reports for this model (Ollama's /api/ps
+                              * size_vram, read from its health answers); -1 = never reported */
+    uint64_t server_vram_ms; /* when that answer came (core_now) */
     uint64_t baseline;       /* measured when it became ready (nothing cached yet) */
     bool baseline_pending;   /* READY, waiting for the first snapshot to take the baseline */
     uint64_t run_peak;       /* peak measured while requests ran */

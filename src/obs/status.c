@@ -136,6 +136,12 @@ static cJSON *instance_json(instance_t *in, uint64_t now)
     cJSON_AddNumberToObject(j, "in_flight", in->in_flight);
     cJSON_AddNumberToObject(j, "reserved_bytes", (double)in->mem.bytes);
     cJSON_AddNumberToObject(j, "measured_bytes", (double)in->measured);
+    if (in->server_vram >= 0) { /* the server's own figure (Ollama's /api/ps size_vram) and its age */
+        cJSON_AddNumberToObject(j, "server_vram_bytes", (double)in->server_vram);
+        cJSON_AddNumberToObject(j, "server_vram_age_ms", (double)(now - in->server_vram_ms));
+    } else {
+        cJSON_AddNullToObject(j, "server_vram_bytes");
+    }
     cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->baseline);
     cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);
     cJSON_AddNumberToObject(j, "failed_in_row", in->failed_in_row);

@@ -1,5 +1,6 @@
 /*
- * router: model routes, then the JSON "model" field. See router.h. A path with a dot
+ * router: model routes, then the JSON "model" field (a model's name, alias, or served_model).
+ * See router.h. A path with a dot
  * segment ("." or "..", also percent-encoded) is refused with 400 before either: it never
  * reaches a worker (http/http_path.h says which paths), nor is a path that is one of the
  * model's memory levers (its sleep, wake, unload or reload hook, or what its preset names):
@@ -43,7 +44,20 @@ model_t *router_find_model_by_path(core_t *d, const char *path, size_t len, size
     return best;
 }
 
-/* The model named by a JSON body's "model" member, for POST /v1/... */
+/* The model whose served_model is name (the server's own name for it, "qwen3:8b"): the first
+ * in the config's order; NULL when none. */
+static model_t *model_by_served_name(core_t *d, const char *name)
+{
+    list_foreach(it, &d->models) {
+        model_t *m = list_entry(it, model_t, link);
+        if (!m->removed && m->cfg->served_model && strcmp(m->cfg->served_model, name) == 0)
+            return m;
+    }
+    return NULL;
+}
+
+/* The model named by a JSON body's "model" member, for POST /v1/...: a model's name or alias,
+ * else its served_model. */
 static model_t *model_from_body(conn_t *c, request_t *r, bool *bad_json, char *name, size_t cap)
 {
     *bad_json = false;
@@ -60,6 +74,8 @@ static model_t *model_from_body(conn_t *c, request_t *r, bool *bad_json, char *n
     if (cJSON_IsString(mv) && mv->valuestring) {
         snprintf(name, cap, "%s", mv->valuestring);
         m = model_find(c->core, mv->valuestring);
+        if (!m)
+            m = model_by_served_name(c->core, mv->valuestring);
     }
     cJSON_Delete(doc);
     return m;

@@ -3,7 +3,8 @@
  * state), sched_shutdown closes it; each snapshot, read on the thread pool by gpu/nvml.c,
  * arrives here on the loop thread and is applied: each GPU's foreign usage (used minus
  * what the processes of managed instances use, attributed by proc/attrib.h: pid, process
- * group, or the listener pid of an external server), each instance's measured usage
+ * group, or the listener pid of an external server; an external Ollama's instances share
+ * one process and are measured by what it reports per model), each instance's measured usage
  * booked in its RESIDENT entry, the verified reclaim of unloading instances, the post-load
  * baseline and running peaks that learning uses, and recycling on memory growth. It only
  * reads instances' identities: their refresh is the supervisor's (refresh_identity action).
@@ -90,6 +91,36 @@ static uint64_t settled_foreign(size_t pos, uint64_t raw)
     return foreign;
 }
 
+/* An external Ollama or llama.cpp router (url:, model_config_t.report, served_model set)
+ * that answered: one process may hold the models of several entries (each its own instance claiming the same
+ * listener), so NVML's figure for it cannot be split by process; each instance's memory is
+ * what the server reports for its model (Ollama's size_vram; the router's "loaded": the
+ * declared resident), and what the processes hold beyond their sum (the server's overhead, a
+ * model bigger than declared) stays foreign. */
+static bool reports_own_vram(const instance_t *in)
+{
+    const model_config_t *mc = in->model->cfg;
+    return in->external && mc->report != MODEL_REPORT_NONE && mc->served_model && in->server_vram >= 0;
+}
+
+/* The reporting instances on GPU pos get their reports as measured; returns how much of
+ * shared (NVML's bytes of their processes) that covers. */
+static uint64_t shared_reports(size_t pos, uint64_t shared)
+{
+    uint64_t reported = 0;
+    list_foreach(mi, &sched_state.core->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if (reports_own_vram(in) && in->gpu_pos == (int)pos) {
+                in->measured = (uint64_t)in->server_vram;
+                reported += in->measured;
+            }
+        }
+    }
+    return reported < shared ? reported : shared;
+}
+
 /* Step 1, per GPU: each instance's measured usage (its processes' usage summed) and the
  * GPU's foreign usage (what no instance accounts for), booked in the ledger. */
 static void measure_gpus(core_t *d, const gpu_snapshot_t *snap)
@@ -107,14 +138,19 @@ static void measure_gpus(core_t *d, const gpu_snapshot_t *snap)
                 dev = &snap->devices[k];
         if (!dev)
             continue;
-        uint64_t attributed = 0;
+        uint64_t attributed = 0, shared = 0;
         for (size_t p = 0; p < dev->n_procs; p++) {
             instance_t *in = owner_of(dev->procs[p].pid, &cache);
             if (!in)
                 continue;
+            if (reports_own_vram(in)) {
+                shared += dev->procs[p].used; /* a server of several models: split by its reports */
+                continue;
+            }
             in->measured += dev->procs[p].used;
             attributed += dev->procs[p].used;
         }
+        attributed += shared_reports(pos, shared);
         uint64_t raw = dev->used > attributed ? dev->used - attributed : 0;
         uint64_t foreign = settled_foreign(pos, raw);
         if (!d->cfg->gpu.foreign_measure)

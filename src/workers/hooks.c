@@ -6,7 +6,8 @@
  * --reload hook (instance_reload)--> RELOADING --> STARTING (health checks) --> READY.
  * Without an unload hook, eviction stops the worker.
  *
- * Every hook call: the hook as configured (method, path, body, timeout), logged when made
+ * Every hook call: the hook as configured (method, path, body with its placeholders filled as
+ * in cmd: {served_model}, {port}, ..., timeout), logged when made
  * (hook_call) and when it ends (its *_done event: clear_cache_done, unload_hook_done, ...,
  * with outcome), or hook_failed / local_resource_exhausted when it cannot be made; counted
  * once in model->hook_calls[hook][outcome] (vramd_hook_calls_total) however it ends. The
@@ -29,6 +30,7 @@
  */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -114,13 +116,14 @@ int instance_call_hook(instance_t *inst, enum hook_kind kind, http_call_cb cb)
 {
     model_t *m = inst->model;
     const config_hook_t *hook = hook_config(m, kind);
+    char *body = hook->body ? worker_cmds_subst(inst, hook->body) : NULL; /* {served_model}, {port}, ... */
     http_call_req_t req = {
         .host = inst->host,
         .port = inst->port,
         .method = hook->method ? hook->method : "POST",
         .path = hook->path,
-        .body = hook->body,
-        .body_len = hook->body ? strlen(hook->body) : 0,
+        .body = body ? body : hook->body,
+        .body_len = body ? strlen(body) : hook->body ? strlen(hook->body) : 0,
         .timeout_ms = hooks_timeout_ms(m, kind),
         .max_response = 64 * 1024,
     };
@@ -131,6 +134,7 @@ int instance_call_hook(instance_t *inst, enum hook_kind kind, http_call_cb cb)
     inst->hook_deadline_ms = core_now() + req.timeout_ms; /* the client's timer runs on the same clock */
     char err[160];
     int rc = http_call_start(m->core->loop, &req, on_hook_answer, inst, &inst->hook_call, err, sizeof err);
+    free(body); /* the call keeps its own copy of the request */
     if (rc == 0)
         return 0;
     inst->hook_call = NULL;
@@ -203,6 +207,7 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
         return;
     }
     sched_instance_unloading(inst); /* instance_reclaimed follows once NVML shows the memory back */
+    instance_report_poll(inst);     /* a shared Ollama: its /api/ps says it instead */
 }
 
 int instance_unload(instance_t *inst, enum unload_reason reason, const char *why)

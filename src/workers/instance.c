@@ -5,7 +5,8 @@
  * (a request's timeout or failing health checks: SIGABRT, then SIGKILL), request slot
  * release (keep_alive's idle timers are park_evict.c's: an expiry may park), its identity
  * (which processes are its: set at the spawn or for an external server, refreshed on the
- * scheduler's request, always through proc/attrib.h), and freeing: of an instance, and of
+ * scheduler's request, always through proc/attrib.h), an external Ollama's per-model figure
+ * (/api/ps size_vram from its health answers; a model it does not list is unloaded), and freeing: of an instance, and of
  * a removed model once its last instance is gone (the two are freed from each other's
  * callbacks, so they live together here).
  *
@@ -103,6 +104,7 @@ static instance_t *instance_new(model_t *m)
     inst->id = ++m->next_instance_id;
     inst->gpu = -1;
     inst->gpu_pos = -1;
+    inst->server_vram = -1;
     inst->park_tier = PARK_NONE;
     ledger_entry_init(&inst->mem);
     host_entry_init(&inst->parked_host);
@@ -227,15 +229,36 @@ static bool port_is_the_workers(instance_t *inst)
     return false;
 }
 
+/* An external Ollama or llama.cpp router reports this idle READY instance's model not loaded (never loaded yet,
+ * or unloaded by Ollama itself: a client's keep_alive): it is UNLOADED like after its unload
+ * hook, its booking given back once the reports agree (the scheduler's reclaim), so the next
+ * request books it again and loads it through the reload hook, vramd deciding what fits. */
+static bool server_model_gone(instance_t *inst)
+{
+    if (!inst->external || inst->model->cfg->report == MODEL_REPORT_NONE || !inst->model->cfg->served_model ||
+        inst->state != INST_READY ||
+        inst->in_flight > 0 || inst->server_vram != 0 || inst->hook_call || inst->stop_requested)
+        return false;
+    uv_timer_stop(&inst->idle_timer);
+    instance_set_state(inst, INST_UNLOADING, "the server reports the model not loaded");
+    if (!sched_instance_holds_memory(inst)) {
+        instance_set_state(inst, INST_UNLOADED, "nothing booked");
+        return true;
+    }
+    sched_instance_unloading(inst); /* settled at the next snapshot: its report is 0 */
+    instance_report_poll(inst);
+    return true;
+}
+
 static void on_health_answer(void *ctx, int status, const char *body, size_t body_len, const char *error)
 {
-    (void)body;
-    (void)body_len;
     instance_t *inst = ctx;
     model_t *m = inst->model;
     inst->health_call = NULL;
     uint64_t now = core_now();
     bool ok = status == 200;
+    if (ok && body && m->cfg->report != MODEL_REPORT_NONE)
+        server_report_note(inst, body, body_len);
     if (inst->state == INST_STOPPING) {
         instance_maybe_free(inst);
         return;
@@ -264,6 +287,8 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
         health_passed(inst);
     else if (!health_failed(inst, status, error))
         return;
+    if (ok && server_model_gone(inst))
+        return;
     uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
 }
 
@@ -289,6 +314,55 @@ void instance_health_tick(uv_timer_t *t)
         inst->health_call = NULL;
         on_health_answer(inst, rc == -2 ? HTTP_CALL_LOCAL_SHORTAGE : -1, NULL, 0, err);
     }
+}
+
+/* An external Ollama or llama.cpp router (url:, model_config_t.report) may hold several
+ * entries' models in one process:
+ * NVML cannot tell them apart, so such an instance's memory is what the server reports for
+ * its model (server_report.c; sched_snapshot.c). No health check runs while it unloads, so from the unload hook's answer
+ * on the figure is read every gpu.poll_ms until the instance leaves UNLOADING. */
+static void report_tick(uv_timer_t *t);
+
+static void on_report_answer(void *ctx, int status, const char *body, size_t body_len, const char *error)
+{
+    (void)error;
+    instance_t *inst = ctx;
+    inst->health_call = NULL;
+    if (inst->state == INST_STOPPING) {
+        instance_maybe_free(inst);
+        return;
+    }
+    if (status == 200 && body)
+        server_report_note(inst, body, body_len);
+    if (inst->state == INST_UNLOADING)
+        uv_timer_start(&inst->timer, report_tick, inst->model->core->cfg->gpu.poll_ms, 0);
+}
+
+static void report_tick(uv_timer_t *t)
+{
+    instance_t *inst = t->data;
+    model_t *m = inst->model;
+    if (inst->health_call || inst->state != INST_UNLOADING)
+        return;
+    http_call_req_t req = {
+        .host = inst->host,
+        .port = inst->port,
+        .method = "GET",
+        .path = m->cfg->health.path,
+        .timeout_ms = m->cfg->health.timeout_ms,
+        .max_response = 64 * 1024,
+    };
+    char err[160];
+    if (http_call_start(m->core->loop, &req, on_report_answer, inst, &inst->health_call, err, sizeof err) != 0) {
+        inst->health_call = NULL;
+        uv_timer_start(&inst->timer, report_tick, m->core->cfg->gpu.poll_ms, 0);
+    }
+}
+
+void instance_report_poll(instance_t *inst)
+{
+    if (inst->external && inst->model->cfg->report != MODEL_REPORT_NONE && inst->state == INST_UNLOADING)
+        uv_timer_start(&inst->timer, report_tick, 0, 0);
 }
 
 static void on_process_exit(process_t *p, int exit_status, int term_signal, void *ctx)
@@ -379,8 +453,13 @@ void instance_start(model_t *m, size_t gpu_pos)
             env[k].value = gpubuf;
             k++;
         }
-        for (size_t i = 0; i < mc->n_env; i++)
-            env[k++] = mc->env[i];
+        for (size_t i = 0; i < mc->n_env; i++) {
+            env[k] = mc->env[i]; /* placeholders filled: OLLAMA_HOST=127.0.0.1:{port} */
+            env[k].value = mc->env[i].value ? worker_cmds_subst(inst, mc->env[i].value) : NULL;
+            if (mc->env[i].value && !env[k].value)
+                env[k].value = mc->env[i].value; /* out of memory: as written */
+            k++;
+        }
         n_env = k;
         process_spec_t spec = {
             .argv = argv,
@@ -397,6 +476,9 @@ void instance_start(model_t *m, size_t gpu_pos)
         snprintf(err, sizeof err, "%s", inst->port <= 0 ? "no free port" : "out of memory");
     }
     worker_cmds_free_argv(argv);
+    for (size_t i = 0; env && i < mc->n_env; i++) /* the filled copies (zeroes when not filled) */
+        if (env[n_env - mc->n_env + i].value != mc->env[i].value)
+            free(env[n_env - mc->n_env + i].value);
     free(env);
     if (rc != 0) {
         log_event(LOG_ERROR, "worker_spawn_failed", "model=%s instance=%u error=%s", m->name, inst->id, err);

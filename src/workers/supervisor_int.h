@@ -16,6 +16,7 @@
  *     -> hooks.c (every hook call; unload/reload hooks, eviction without parking, reclaim)
  *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
  *     -> worker_cmds.c (placeholders in cmd and stop_cmd; stop_cmd and a container's removal)
+ *     -> server_report.c (the server's own figure for the served model: /api/ps, /models)
  *     -> model_state.c (names, derived model state, state changes, failure counting)
  *     -> host_book.c (the host-memory ledger of parked instances)
  * A file may call any file below it, never one above.
@@ -45,6 +46,11 @@ void model_note_state(model_t *m, enum model_state before, const char *why);
 void model_set_failed(model_t *m, const char *reason);
 /* Count a failed start or crash: backoff for the next start; FAILED after too many. */
 void model_record_failure(model_t *m, enum restart_reason kind, const char *why);
+
+/* ---- server_report.c ---- */
+/* The served model's figure from the server's health answer body (Ollama /api/ps, llama.cpp
+ * router /models) into inst->server_vram; a body of another shape changes nothing. */
+void server_report_note(instance_t *inst, const char *body, size_t len);
 
 /* ---- worker_cmds.c ---- */
 /* {name}: the model's name, or NAME-ID when it may run several instances. */
@@ -78,6 +84,8 @@ void instance_start(model_t *m, size_t gpu_pos);
 void model_ensure_external(model_t *m);
 /* The health check timer callback: one GET of the health path. */
 void instance_health_tick(uv_timer_t *t);
+/* An external Ollama unloading: its /api/ps read every gpu.poll_ms until it leaves UNLOADING. */
+void instance_report_poll(instance_t *inst);
 /* Stop the instance (after its in-flight requests when it has some). */
 void instance_stop(instance_t *inst, const char *reason);
 /* Free the instance once nothing refers to it any more. */

@@ -3,7 +3,8 @@
  * it another way than by signals.
  *
  * Placeholders (worker_cmds_subst), filled per instance in cmd, stop_cmd and a container's
- * words: {port}, {gpu}, {model}, {name} (the model's name, or NAME-ID when the model may run
+ * words (and in env values and hook bodies): {port}, {gpu}, {model}, {served_model} (the
+ * model's served_model, else its name), {name} (the model's name, or NAME-ID when the model may run
  * more than one instance: what a container is named after), {pid} (the worker's main
  * process, stop_cmd only), {owner} (the daemon's subtree name, "vramd-1a2b3c4d": the
  * vramd.owner label of its containers) and {cgroup} (the instance's cgroup path; an
@@ -154,7 +155,8 @@ char *worker_cmds_subst(const instance_t *inst, const char *arg)
         const char *value;
     } vars[] = {{"{port}", port}, {"{gpu}", gpu}, {"{pid}", pid}, {"{name}", name},
                 {"{model}", m->name}, {"{owner}", owner}, {"{cgroup}", cgroup},
-                {"{mem_fraction}", fraction}};
+                {"{mem_fraction}", fraction},
+                {"{served_model}", m->cfg->served_model ? m->cfg->served_model : m->name}};
     buf_t b;
     buf_init(&b, 64 * 1024);
     for (const char *p = arg; *p;) {

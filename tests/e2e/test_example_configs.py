@@ -27,8 +27,8 @@ def test_shipped_example_has_no_warnings(path):
     """`--check-config --strict` passes too: the examples carry none of the warnings
     (docs/config.md, Warnings). Their workers are the simulated ones, so simworker is on PATH
     as when the examples are run, and so are the stand-in servers of the preset examples
-    (tests/standins/bin: `vllm`); contrib/vramd.yaml is left out: it names a production
-    program (/srv/models/venv/bin/python) that is not on a test machine."""
+    (tests/standins/bin: `vllm`, `ollama`, `llama-server`); contrib/vramd.yaml is left out: it
+    names a production program (/srv/models/venv/bin/python) that is not on a test machine."""
     standins = REPO_ROOT / "tests" / "standins" / "bin"
     env = dict(os.environ, PATH=f"{vramd_binary().parent}:{standins}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     if "engine: podman" in path.read_text() and shutil.which("podman") is None:

@@ -155,9 +155,59 @@ static void test_preset_fills(void **state)
     assert_false(llama->sleep.set || llama->unload.set);
     assert_string_equal(llama->degrade.detect.body_matches, "out of memory|failed to allocate");
     const model_config_t *ol = config_find_model(c, "ol");
-    assert_string_equal(ol->health.path, "/api/version");
+    assert_string_equal(ol->health.path, "/api/ps");
     assert_string_equal(ol->route, "/ol/");
     config_unref(c);
+}
+
+/* Ollama: hooks name the served model ({served_model}, filled per call), env for the worker;
+ * llama.cpp: router hooks only in router mode (--models-dir / --models-preset, or url: with
+ * served_model); a hand-set hook or env key wins. */
+static const char *env_of(const model_config_t *m, const char *key)
+{
+    for (size_t i = 0; i < m->n_env; i++)
+        if (strcmp(m->env[i].key, key) == 0)
+            return m->env[i].value;
+    return NULL;
+}
+
+static void test_preset_llamacpp_ollama(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("models:\n"
+                           "  ol: {cmd: [ollama, serve], preset: ollama, served_model: \"qwen3:8b\",\n"
+                           "       env: {OLLAMA_MAX_LOADED_MODELS: \"2\"}}\n"
+                           "  single: {cmd: [llama-server, -m, a.gguf, --port, \"{port}\"], preset: llamacpp}\n"
+                           "  router: {cmd: [llama-server, --models-dir, /m, --port, \"{port}\"], preset: llamacpp,\n"
+                           "           served_model: qwen}\n"
+                           "  ext: {url: \"http://127.0.0.1:8080\", preset: llamacpp, served_model: qwen,\n"
+                           "        unload: {path: /mine}}\n");
+    const model_config_t *ol = config_find_model(c, "ol");
+    assert_string_equal(ol->served_model, "qwen3:8b");
+    assert_string_equal(ol->unload.path, "/api/generate");
+    assert_string_equal(ol->unload.body, "{\"model\":\"{served_model}\",\"keep_alive\":0}");
+    assert_string_equal(ol->reload.body, "{\"model\":\"{served_model}\",\"keep_alive\":-1}");
+    assert_string_equal(env_of(ol, "OLLAMA_HOST"), "127.0.0.1:{port}");
+    assert_string_equal(env_of(ol, "OLLAMA_KEEP_ALIVE"), "-1");
+    assert_string_equal(env_of(ol, "OLLAMA_MAX_LOADED_MODELS"), "2"); /* the model's own env wins */
+    const model_config_t *single = config_find_model(c, "single");
+    assert_false(single->unload.set || single->reload.set);
+    const model_config_t *router = config_find_model(c, "router");
+    assert_string_equal(router->unload.path, "/models/unload");
+    assert_string_equal(router->reload.path, "/models/load");
+    assert_string_equal(router->reload.body, "{\"model\":\"{served_model}\"}");
+    assert_string_equal(router->health.path, "/models");
+    assert_int_equal(router->report, MODEL_REPORT_LLAMACPP_MODELS);
+    assert_string_equal(single->health.path, "/health");
+    assert_int_equal(single->report, MODEL_REPORT_NONE);
+    assert_int_equal(ol->report, MODEL_REPORT_OLLAMA_PS);
+    const model_config_t *ext = config_find_model(c, "ext");
+    assert_string_equal(ext->unload.path, "/mine");
+    assert_string_equal(ext->reload.path, "/models/load");
+    config_unref(c);
+    expect_error_named("test.yaml", "models: {a: {cmd: [x], served_model: \"a b\"}}\n",
+                       "test.yaml:1:38: models.a.served_model: a served model name is 1 to 128 of "
+                       "A-Z a-z 0-9 . _ - : / @, got \"a b\"");
 }
 
 static void test_preset_overrides(void **state)
@@ -230,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_park_defaults),   cmocka_unit_test(test_host_memory),
         cmocka_unit_test(test_cuda_library),    cmocka_unit_test(test_sleep_wake_hooks),
         cmocka_unit_test(test_preset_fills),    cmocka_unit_test(test_preset_overrides),
+        cmocka_unit_test(test_preset_llamacpp_ollama),
         cmocka_unit_test(test_park_keep_alive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
