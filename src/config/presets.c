@@ -381,10 +381,12 @@ size_t cfg_preset_problems(const model_config_t *m, cfg_preset_problem_t *out, s
 const char *const *config_preset_denied_paths(enum config_preset p)
 {
     /* vLLM: docs/features/sleep_mode.md and the dev-mode routes of
-     * vllm/entrypoints/openai/api_server.py; SGLang: python/sglang/srt/entrypoints/http_server.py */
+     * vllm/entrypoints/openai/api_server.py; SGLang: python/sglang/srt/entrypoints/http_server.py;
+     * llama.cpp's router: tools/server/README.md ("Router mode") */
     static const char *const vllm[] = {"/sleep", "/wake_up", "/collective_rpc", "/reset_prefix_cache",
                                        "/reset_mm_cache", NULL};
     static const char *const sglang[] = {"/release_memory_occupation", "/resume_memory_occupation", NULL};
+    static const char *const llamacpp[] = {"/models/load", "/models/unload", NULL}; /* router mode */
     static const char *const none[] = {NULL};
-    return p == PRESET_VLLM ? vllm : p == PRESET_SGLANG ? sglang : none;
+    return p == PRESET_VLLM ? vllm : p == PRESET_SGLANG ? sglang : p == PRESET_LLAMACPP ? llamacpp : none;
 }

@@ -136,6 +136,8 @@ static bool same_path(const char *a, const char *b, size_t blen)
 /* The path the worker would see is one of the model's memory hooks (sleep, wake, unload,
  * reload: vramd's own levers, which a client pulling would make vramd's book wrong) or a
  * path its preset names (config_preset_denied_paths): 403 hook_path, never forwarded.
+ * A hook with a body is not refused by its path: its path may serve requests too (Ollama
+ * unloads through /api/generate with keep_alive 0); presets name the dedicated ones.
  * clear_cache is not refused: a client emptying the cache only gives memory back. */
 static bool refused_hook_path(conn_t *c, const model_t *m, const char *path, size_t qpos, size_t prefix)
 {
@@ -150,7 +152,7 @@ static bool refused_hook_path(conn_t *c, const model_t *m, const char *path, siz
     const config_hook_t *hooks[] = {&mc->sleep, &mc->wake, &mc->unload, &mc->reload};
     const char *hit = NULL;
     for (size_t i = 0; i < sizeof hooks / sizeof hooks[0] && !hit; i++)
-        if (hooks[i]->set && hooks[i]->path && same_path(hooks[i]->path, fwd, flen))
+        if (hooks[i]->set && hooks[i]->path && !hooks[i]->body && same_path(hooks[i]->path, fwd, flen))
             hit = hooks[i]->path;
     for (const char *const *d = config_preset_denied_paths(mc->preset); *d && !hit; d++)
         if (same_path(*d, fwd, flen))
