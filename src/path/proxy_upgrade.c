@@ -14,7 +14,8 @@
  * keeps ComfyUI's /ws open must not block prompts nor keep memory booked. It counts as a
  * client connection (max_connections) and does not keep its instance from being evicted,
  * unloaded or recycled: a worker that stops (CORE_EV_INSTANCE_DOWN) closes its tunnels, so
- * an idle browser tab cannot pin a model on a GPU.
+ * an idle browser tab cannot pin a model on a GPU. A drain closes every tunnel at its start
+ * (CORE_EV_DRAINING): a tunnel has no end of its own to wait for.
  *
  * Phases of a tunnel: CONNECTING -> HANDSHAKE (request head sent, the answer head read) ->
  * OPEN (101: raw bytes both ways) | REFUSAL (another status: its body, at most 1 MiB, is
@@ -591,8 +592,22 @@ static void on_instance_down(void *ctx, enum core_event ev, void *subject)
     }
 }
 
+/* CORE_EV_DRAINING: a tunnel has no end of its own to wait for (an external server is never
+ * stopped by the drain): every one is closed at once, like an idle keep-alive connection. */
+static void on_draining(void *ctx, enum core_event ev, void *subject)
+{
+    (void)ctx;
+    (void)ev;
+    (void)subject;
+    list_foreach_safe(it, tmp, &g_tunnels) {
+        tunnel_t *t = list_entry(it, tunnel_t, link);
+        tunnel_finish(t, "draining", 503, "draining", "vramd is draining");
+    }
+}
+
 void proxy_upgrade_init(core_t *core)
 {
     core_listen(core, CORE_EV_INSTANCE_DOWN, on_instance_down, NULL);
     core_listen(core, CORE_EV_INSTANCE_GONE, on_instance_down, NULL);
+    core_listen(core, CORE_EV_DRAINING, on_draining, NULL);
 }

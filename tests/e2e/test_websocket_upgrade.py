@@ -214,3 +214,32 @@ def test_slow_reader_backpressure_and_no_slot_held(vramd):
     closed = vd.wait_event("upgrade_closed")[0]
     assert closed["reason"] in ("worker_closed", "client_closed"), closed
     assert closed["to_worker"] >= n * size and closed["to_client"] >= n * size, closed
+
+
+def test_drain_closes_tunnels_to_an_external_server(vramd, tmp_path):
+    """An external server (url:) is never stopped by a drain, so its tunnels would have no
+    end: a drain closes every tunnel at its start, and vramd exits 0 (its teardown fails
+    the test on a sanitizer report, a leak included)."""
+    from vramdkit.daemon import ExternalWorker
+    from vramdkit.net import free_port
+    port = free_port()
+    ext = ExternalWorker([PYTHON, WORKER, "--port", str(port)], port, "wsext", tmp_path / "wsext.log",
+                         what="ws echo worker")
+    try:
+        m = {"route": "/ext/", "url": f"http://127.0.0.1:{port}", "upgrade": ["websocket"],
+             "health": {"path": "/health", "interval": "1s", "timeout": "1s", "failures": 2}}
+        vd = vramd.start(models={"ext": m})
+        vd.wait_ready("ext")
+
+        async def go():
+            async with connect(vd, "/ext/ws") as ws:
+                await ws.send("x")
+                assert await ws.recv() == "x"
+                stopper = asyncio.get_running_loop().run_in_executor(None, vd.stop)
+                with pytest.raises(websockets.ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 15)
+                await stopper
+        run(go())
+        assert vd.events("upgrade_closed", reason="draining"), vd.events("upgrade_closed")
+    finally:
+        ext.close()
