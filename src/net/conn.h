@@ -27,6 +27,8 @@
  *            past that reading pauses, and the watch timer asks the kernel every 250 ms
  *            whether the client sent FIN or RST meanwhile (TCP_INFO), which closes the
  *            connection as a read of EOF would.
+ *            An upgraded connection (the worker answered 101: net/conn_tunnel.c) stays
+ *            ACTIVE until it closes; its bytes are never parsed again.
  *   CLOSING  uv_close issued; freed in the close callback, never earlier.
  *   HEAD|BODY -> ACTIVE -> HEAD (keep-alive) ; any -> CLOSING (terminal).
  *
