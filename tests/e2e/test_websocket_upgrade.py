@@ -11,7 +11,8 @@ Covers, and expects:
 - a worker's non-101 answer (403) reaches the client as a normal response;
 - limits.upgrade_idle_timeout closes a silent tunnel (reason idle_timeout);
 - limits.upgrades_per_client: one over it is refused 429 too_many_upgrades;
-- the worker stopped (admin unload) -> the client sees the connection close;
+- the worker stopped (admin unload) or killed (SIGKILL) -> the client sees the connection
+  close; a drain closes every tunnel (an external server's too) and vramd exits 0;
 - a slow reader: 300 messages of 64 KiB sent while the client reads slowly all come back in
   order (backpressure both ways instead of unbounded buffering);
 - an open tunnel does not hold the model's concurrency slot: a plain request runs beside it.
@@ -182,7 +183,26 @@ def test_worker_stopped_closes_tunnel(vramd):
                 await asyncio.wait_for(ws.recv(), 15)
     run(go())
     ev = vd.wait_event("upgrade_closed")[0]
+    assert ev["reason"] == "worker_stopped", ev  # closed by vramd when the instance stops
+
+
+def test_worker_crash_closes_tunnel(vramd):
+    """SIGKILL of the worker: the client sees the close, the tunnel is no longer counted."""
+    import signal
+    vd = start(vramd)
+
+    async def go():
+        async with connect(vd) as ws:
+            await ws.send("before")
+            assert await ws.recv() == "before"
+            for pid in vd.worker_pids("echo"):
+                os.kill(pid, signal.SIGKILL)
+            with pytest.raises(websockets.ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 15)
+    run(go())
+    ev = vd.wait_event("upgrade_closed")[0]
     assert ev["reason"] in ("worker_stopped", "worker_closed"), ev
+    wait_for(lambda: vd.status()["connections"]["upgraded"] == 0, timeout=10, what="tunnel counted closed")
 
 
 def test_slow_reader_backpressure_and_no_slot_held(vramd):
