@@ -221,8 +221,11 @@ static void on_client_bytes(void *ctx, const char *data, size_t len)
         tunnel_finish(t, "worker_write_failed", 502, "upgrade_failed", "writing to the worker failed");
         return;
     }
-    if (t->up_queued > TUN_BACKLOG_MAX)
+    if (t->up_queued > TUN_BACKLOG_MAX && !t->conn->tunnel_paused) {
+        log_event(LOG_DEBUG, "upgrade_paused", "request_id=%s side=%s waiting_bytes=%zu", t->req->id, "client",
+                  t->up_queued);
         conn_tunnel_pause(t->conn, true);
+    }
 }
 
 /* ---- reading the worker --------------------------------------------------------------- */
@@ -235,6 +238,7 @@ static void on_up_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
 }
 
 static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
+static void on_tick(uv_timer_t *tm);
 
 static void tunnel_drained(request_t *r)
 {
@@ -253,6 +257,8 @@ static int to_client(tunnel_t *t, const char *data, size_t len)
     if (conn_write(c, data, len) != 0)
         return -1;
     if (conn_write_backlog(c) >= CONN_BACKLOG_MAX && !t->up_paused) {
+        log_event(LOG_DEBUG, "upgrade_paused", "request_id=%s side=%s waiting_bytes=%zu", t->req ? t->req->id : NULL,
+                  "worker", conn_write_backlog(c));
         t->up_paused = true;
         uv_read_stop((uv_stream_t *)&t->tcp);
         conn_want_drained(c);
@@ -432,6 +438,7 @@ static void on_connected(uv_connect_t *cr, int status)
     }
     t->phase = TUN_HANDSHAKE;
     t->last_ms = core_now();
+    uv_timer_start(&t->timer, on_tick, t->conn->core->cfg->limits.upgrade_idle_timeout_ms, 0);
     uv_read_start((uv_stream_t *)&t->tcp, on_up_alloc, on_up_read);
 }
 

@@ -234,6 +234,8 @@ def test_slow_reader_backpressure_and_no_slot_held(vramd):
     closed = vd.wait_event("upgrade_closed")[0]
     assert closed["reason"] in ("worker_closed", "client_closed"), closed
     assert closed["to_worker"] >= n * size and closed["to_client"] >= n * size, closed
+    # the slow reader made vramd stop reading the worker (debug event) instead of buffering
+    assert vd.events("upgrade_paused", side="worker"), "no backpressure on the worker's side"
 
 
 def test_drain_closes_tunnels_to_an_external_server(vramd, tmp_path):
