@@ -5,7 +5,8 @@ set -eu
 PKGS="build-essential pkg-config clang libclang-rt-14-dev libuv1-dev libcjson-dev libyaml-dev \
 libcmocka-dev libsqlite3-dev libsystemd-dev cppcheck universal-ctags python3 python3-pytest python3-pytest-xdist python3-requests python3-yaml \
 curl wget nginx-light haproxy iproute2 wrk procps chromium prometheus libpq-dev postgresql \
-podman runc busybox-static"
+podman runc busybox-static python3-websockets"
+# python3-websockets: a real WebSocket client for the upgrade tests (tests/e2e/test_websocket_upgrade.py).
 # podman runc busybox-static: the container tests (tests/lib/vramdkit/containers.py) run
 # workers with Podman over runc (crun refuses hosts with cgroup v1 hierarchies and cgroup2
 # at /sys/fs/cgroup/unified) in an image built from build/bin/simworker, with busybox for a shell.

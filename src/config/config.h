@@ -156,10 +156,13 @@ typedef struct config_container {
     int cgroup_parent; /* -1 auto (podman yes, docker no), 0 no, 1 yes: --cgroup-parent={cgroup} */
 } config_container_t;
 
+#define CFG_UPGRADE_WEBSOCKET 1u /* upgrade: [websocket] */
+
 typedef struct model_config {
     char *name;
     char *route; /* path prefix, normalised to start and end with '/'; NULL = no route */
     bool strip;  /* remove the route prefix before forwarding (default true) */
+    unsigned upgrade; /* protocol upgrades passed through (CFG_UPGRADE_* bits; default none) */
     char **aliases;
     size_t n_aliases;
     char **cmd; /* NULL-terminated argv (with "{port}" / "{gpu}" placeholders); NULL if external */
@@ -265,6 +268,10 @@ typedef struct config {
         unsigned worker_log_lines; /* default 1000 (0..100000): worker output lines kept per
                                       model for GET /v1/models/NAME/logs; 0 keeps none */
         uint64_t worker_log_bytes; /* default 1MiB: the same ring's bound in bytes */
+        uint64_t upgrade_idle_timeout_ms; /* default 10m: an upgraded connection with no bytes
+                                             either way this long is closed */
+        unsigned upgrades_per_client; /* default 16: open upgraded connections per client address */
+        unsigned upgrades_max;        /* default 1024: open upgraded connections in all */
     } limits;
     struct {
         uint64_t results_max_bytes; /* default 20GiB */

@@ -351,6 +351,29 @@ static int fp_gpus(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *sp
     return parse_index_list(c, v, "any or a list of GPU indexes like [0, 1]", &m->gpus, &m->n_gpus);
 }
 
+/* upgrade: [websocket] (or one name): the protocol upgrades passed through to the worker;
+ * [] or null: none (the default). */
+static int fp_upgrade(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    static const char *const names[] = {"websocket", NULL};
+    static const unsigned bits[] = {CFG_UPGRADE_WEBSOCKET};
+    model_config_t *m = field;
+    (void)spec;
+    m->upgrade = 0;
+    if (ydoc_is_null(v))
+        return 0;
+    bool list = v->type == YAML_SEQUENCE_NODE;
+    size_t n = list ? ydoc_sequence_size(v) : 1;
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *item = list ? ydoc_sequence_item(c, v, i) : v;
+        int which;
+        if (!item || cfg_parse_choice(c, item, names, &which) != 0)
+            return -1;
+        m->upgrade |= bits[which];
+    }
+    return 0;
+}
+
 /* per_request: a size, or "learn" (learn from NVML, starting from the declared value). */
 static int fp_per_request(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
@@ -528,6 +551,7 @@ static const section_t recycle_section = SECTION(recycle_fields);
 static const field_spec_t model_fields[] = {
     {"route", fp_route, offsetof(model_config_t, route), 0, 0, NULL},
     {"strip", cfg_fp_bool, offsetof(model_config_t, strip), 0, 0, NULL},
+    {"upgrade", fp_upgrade, 0, 0, 0, NULL},
     {"aliases", fp_aliases, 0, 0, 0, NULL},
     {"cmd", fp_model_cmd, 0, 0, 0, NULL},
     {"env", fp_env, 0, 0, 0, NULL},

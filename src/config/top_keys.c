@@ -243,6 +243,9 @@ static const field_spec_t limits_fields[] = {
     {"reserved_connections", cfg_fp_unsigned, offsetof(config_t, limits.reserved_connections), 0, 10000, NULL},
     {"worker_log_lines", cfg_fp_unsigned, offsetof(config_t, limits.worker_log_lines), 0, 100000, NULL},
     {"worker_log_bytes", cfg_fp_size, offsetof(config_t, limits.worker_log_bytes), 0, 0, NULL},
+    {"upgrade_idle_timeout", cfg_fp_duration, offsetof(config_t, limits.upgrade_idle_timeout_ms), 1, 0, NULL},
+    {"upgrades_per_client", cfg_fp_unsigned, offsetof(config_t, limits.upgrades_per_client), 1, 100000, NULL},
+    {"upgrades_max", cfg_fp_unsigned, offsetof(config_t, limits.upgrades_max), 1, 1000000, NULL},
     {"per_client", fp_per_client, 0, 0, 0, NULL},
     {"memory_budget", fp_memory_budget, offsetof(config_t, memory_budget), 0, 0, NULL},
 };

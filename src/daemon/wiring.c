@@ -7,6 +7,7 @@
 #include "proc/process.h"
 
 #include "path/proxy.h"
+#include "path/proxy_upgrade.h"
 #include "path/dispatch.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor.h"
@@ -40,6 +41,7 @@ void wiring_connect(core_t *core, const api_admin_ops_t *admin)
     core->requeue = dispatch_requeue;
     dispatch_init(core);
     proxy_init(core);
+    proxy_upgrade_init(core); /* upgraded connections close with their worker */
     static const sched_actions_t actions = {
         .evict = instance_evict, .recycle = instance_recycle, .reclaimed = instance_reclaimed,
         .clear_cache = instance_clear_cache,

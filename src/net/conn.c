@@ -244,7 +244,6 @@ static void on_handle_closed(uv_handle_t *h)
     free(c);
 }
 
-
 /* The request ended (answered, or cancelled because its client left): tell the listeners
  * (metrics, the ledger's safety net, the retry budget, drain), detach it from its conn and
  * free it at the safe point. Exactly once per request. */
@@ -523,7 +522,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     process_input(c);
 }
 
-
 static void on_chunk_data(void *ctx, const char *data, size_t len)
 {
     request_t *r = ctx;
@@ -591,9 +589,12 @@ static void start_request(conn_t *c)
     c->scan_from = 0;
     core_count_request(d);
 
-    if (msg.upgrade) {
-        conn_respond_error(c, 400, "bad_request", NULL, -1, true, "protocol upgrades are not supported");
-        return;
+    if (msg.upgrade) { /* a model that allows it tunnels it (path/proxy_upgrade.c); never kept alive */
+        c->keep_alive = false;
+        if (msg.body != HTTP1_BODY_NONE || msg.version_minor != 1 || !http1_span_eq(r->head, r->msg.method, "GET")) {
+            conn_respond_error(c, 400, "bad_request", NULL, -1, true, "a protocol upgrade must be a HTTP/1.1 GET without a body");
+            return;
+        }
     }
     if (msg.body == HTTP1_BODY_LENGTH && msg.content_length > cfg->limits.max_body) {
         conn_respond_error(c, 413, "body_too_large", NULL, -1, true,
@@ -742,7 +743,6 @@ void conn_request_done(conn_t *c)
 }
 
 /* ---- accepting -------------------------------------------------------------------- */
-
 
 void conn_accept(core_t *d, uv_stream_t *listener, const conn_handlers_t *handlers)
 {

@@ -27,6 +27,8 @@
  *            past that reading pauses, and the watch timer asks the kernel every 250 ms
  *            whether the client sent FIN or RST meanwhile (TCP_INFO), which closes the
  *            connection as a read of EOF would.
+ *            An upgraded connection (the worker answered 101: net/conn_tunnel.c) stays
+ *            ACTIVE until it closes; its bytes are never parsed again.
  *   CLOSING  uv_close issued; freed in the close callback, never earlier.
  *   HEAD|BODY -> ACTIVE -> HEAD (keep-alive) ; any -> CLOSING (terminal).
  *
@@ -132,6 +134,11 @@ struct conn {
     uint64_t last_read_ms;  /* the last bytes read, for limits.body_timeout */
     bool reserve;           /* accepted past max_connections: operator routes only, one answer */
     bool lingering;         /* answered and FIN sent: waiting for the client's FIN (LINGER_MS) */
+    /* an upgraded connection (net/conn_tunnel.c): the client's bytes go to tunnel_fn */
+    void (*tunnel_fn)(void *ctx, const char *data, size_t len);
+    void *tunnel_ctx;
+    bool tunnel;            /* reading belongs to conn_tunnel.c (for good: never HEAD again) */
+    bool tunnel_paused;     /* the tunnel stopped reading the client (backpressure) */
 };
 
 void conn_accept(core_t *core, uv_stream_t *listener, const conn_handlers_t *handlers);
@@ -160,5 +167,17 @@ void conn_want_drained(conn_t *c);
 /* The conn's one timer, for the owner of an ACTIVE request (the queue deadline). */
 void conn_set_timer(conn_t *c, uint64_t delay_ms, void (*fn)(conn_t *c));
 void conn_stop_timer(conn_t *c);
+
+/* Upgraded connections (net/conn_tunnel.c), for the owner of an ACTIVE request whose worker
+ * answered 101: from conn_tunnel_begin on, every byte the client sends goes to fn(ctx, ...)
+ * (first what was already read behind the request head), never parsed again. The client's
+ * FIN or an error closes the connection (conn_abort: the request's ops->cancel runs).
+ * Bytes to the client still go through conn_write (send_timeout, backlog, drained). */
+void conn_tunnel_begin(conn_t *c, void (*fn)(void *ctx, const char *data, size_t len), void *ctx);
+/* Stop or resume reading the client (the other side's write queue is over its bound). */
+void conn_tunnel_pause(conn_t *c, bool pause);
+/* No more client bytes for the owner (the tunnel ended): what still comes is discarded until
+ * the client's FIN closes the connection. */
+void conn_tunnel_end(conn_t *c);
 
 #endif

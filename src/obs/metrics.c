@@ -11,6 +11,7 @@
 #include "fleet/agent.h"
 #include "jobstore/job_state.h"
 #include "jobs/jobs.h"
+#include "path/proxy_upgrade.h"
 #include "common/histogram.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
@@ -158,6 +159,10 @@ static void guard_metrics(buf_t *b, core_t *d)
            "Requests on a reserve connection for a route other than health, status, metrics and admin "
            "(503 overloaded).",
            d->counts[CORE_CNT_RESERVE_REFUSED]);
+    single(b, "vramd_upgraded_connections", "gauge",
+           "Upgraded connections (WebSocket tunnels to a worker, upgrade: [websocket]) open now.", proxy_upgrade_open());
+    single(b, "vramd_upgraded_connections_total", "counter", "Upgraded connections opened (the worker answered 101).",
+           proxy_upgrade_opened_total());
     single(b, "vramd_connections_refused_total", "counter",
            "Connections closed at accept: max_connections and the reserve were both full.",
            d->counts[CORE_CNT_CONN_REFUSED]);

@@ -11,6 +11,7 @@
 #include "core/core.h"
 #include "core/mem_budget.h"
 #include "path/dispatch_clients.h"
+#include "path/proxy_upgrade.h"
 #include "proc/cgroup.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
@@ -317,6 +318,7 @@ char *status_render(core_t *d)
     cJSON_AddStringToObject(o, "config", d->cfg->path);
     cJSON *c = cJSON_AddObjectToObject(o, "connections");
     cJSON_AddNumberToObject(c, "open", d->n_conns);
+    cJSON_AddNumberToObject(c, "upgraded", proxy_upgrade_open()); /* WebSocket tunnels open now */
     cJSON_AddNumberToObject(c, "max", d->cfg->limits.max_connections);
     cJSON_AddNumberToObject(c, "refused_total", (double)d->counts[CORE_CNT_CONN_REFUSED]);
     cJSON *rv = cJSON_AddObjectToObject(c, "reserve");

@@ -26,6 +26,7 @@
 #include "core/request.h"
 #include "net/conn.h"
 #include "path/proxy.h"
+#include "path/proxy_upgrade.h"
 #include "path/verdict.h"
 #include "path/dispatch_clients.h"
 #include "sched/scheduler.h"
@@ -354,6 +355,10 @@ bool dispatch_head_refused(conn_t *c, request_t *r, model_t *m)
 
 void dispatch_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
 {
+    if (r->msg.upgrade) {
+        proxy_upgrade_admit(c, r, m, strip_len); /* no queue, no slot (path/proxy_upgrade.c) */
+        return;
+    }
     const model_config_t *mc = m->cfg;
     r->model = m;
     r->strip_len = mc->strip ? strip_len : 0;

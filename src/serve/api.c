@@ -484,7 +484,9 @@ void api_on_request(conn_t *c, request_t *r)
         return;
     }
     request_set_state(r, REQ_LOCAL);
-    if (!m.row)
+    if (r->msg.upgrade)
+        conn_respond_error(c, 400, "upgrade_not_allowed", NULL, -1, true, "vramd's own routes take no protocol upgrades");
+    else if (!m.row)
         method_not_allowed(c, m.allowed);
     else if (authorized(c, r, m.row))
         m.row->handler(c, r, &m.args);

@@ -39,7 +39,8 @@ static const char MODELS[] =
     "limits: { max_header: 2KiB, max_header_count: 24, max_body: 4KiB, header_timeout: 40ms, queue_max: 8 }\n"
     "models:\n"
     "  a: { route: /a/, concurrency: 1, queue_max: 2 }\n"
-    "  b: { route: /b/, aliases: [bee], concurrency: 2, queue_max: 4, retry: safe }\n";
+    "  b: { route: /b/, aliases: [bee], concurrency: 2, queue_max: 4, retry: safe }\n"
+    "  u: { route: /u/, concurrency: 1, queue_max: 2, upgrade: [websocket] }\n";
 
 static const char *const TEMPLATES[] = {
     "GET /a/x HTTP/1.1\r\nHost: t\r\n\r\n",
@@ -64,6 +65,12 @@ static const char *const TEMPLATES[] = {
     "POST /v1/admin/reload HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
     "GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n",
     "GET /a/t HTTP/1.1\r\nHost: t\r\nX-Vramd-Total-Deadline: 1ms\r\n\r\n",
+    /* upgrades: a model that allows them (the fake upstream answers 200: passed back, closed),
+     * one that does not, a POST upgrade (refused on its head) */
+    "GET /u/ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    "GET /a/ws HTTP/1.1\r\nHost: t\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n",
+    "POST /u/ws HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: websocket\r\nContent-Length: 2\r\n\r\nhi",
 };
 #define N_TEMPLATES (sizeof TEMPLATES / sizeof TEMPLATES[0])
 

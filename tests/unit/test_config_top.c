@@ -6,7 +6,8 @@
  * missing); config_load of a missing file; state_dir resolved against the file's
  * directory; names, aliases and their collisions; gpu.devices and a model's gpus; the
  * VRAMD_NVML_LIBRARY override; the jobs section and its cross-checks; gpu.stale_after (auto
- * from gpu.poll with its 1 s floor, explicit values, the bounds).
+ * from gpu.poll with its 1 s floor, explicit values, the bounds); a model's upgrade list and
+ * the upgrade limits (defaults, values, refusals).
  * Run: make build/tests/test_config_top && build/tests/test_config_top (and with make SAN=1).
  */
 
@@ -366,6 +367,31 @@ static void test_gpu_stale_after(void **state)
                  "test.yaml:1:20: gpu.stale_after: expected a duration like 30s, got \"soon\"");
 }
 
+static void test_upgrades(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("models: {a: {cmd: [x]}}\n");
+    assert_int_equal(c->models[0].upgrade, 0); /* no upgrade unless listed */
+    assert_int_equal(c->limits.upgrade_idle_timeout_ms, 600000);
+    assert_int_equal(c->limits.upgrades_per_client, 16);
+    assert_int_equal(c->limits.upgrades_max, 1024);
+    config_unref(c);
+    c = parse_ok("limits: {upgrade_idle_timeout: 30s, upgrades_per_client: 2, upgrades_max: 5}\n"
+                 "models: {a: {cmd: [x], upgrade: [websocket]}, b: {cmd: [x], upgrade: websocket},"
+                 " c: {cmd: [x], upgrade: []}}\n");
+    assert_int_equal(c->limits.upgrade_idle_timeout_ms, 30000);
+    assert_int_equal(c->limits.upgrades_per_client, 2);
+    assert_int_equal(c->limits.upgrades_max, 5);
+    assert_int_equal(c->models[0].upgrade, CFG_UPGRADE_WEBSOCKET);
+    assert_int_equal(c->models[1].upgrade, CFG_UPGRADE_WEBSOCKET);
+    assert_int_equal(c->models[2].upgrade, 0);
+    config_unref(c);
+    expect_error("models: {a: {cmd: [x], upgrade: [h2c]}}\n",
+                 "test.yaml:1:34: models.a.upgrade: expected one of websocket, got \"h2c\"");
+    expect_error("limits: {upgrades_max: 0}\nmodels: {a: {cmd: [x]}}\n",
+                 "test.yaml:1:24: limits.upgrades_max: expected an integer from 1 to 1000000, got \"0\"");
+}
+
 static void test_client_limits(void **state)
 {
     (void)state;
@@ -404,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_jobs_backend),
         cmocka_unit_test(test_client_limits),
         cmocka_unit_test(test_gpu_stale_after),
+        cmocka_unit_test(test_upgrades),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
