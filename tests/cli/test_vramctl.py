@@ -273,6 +273,7 @@ models:
     route: /a/
     url: http://127.0.0.1:9
     memory: { resident: 2GiB, per_request: 1.5GiB }
+    clear_cache: { path: /clear_cache }
 """
 
 
