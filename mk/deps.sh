@@ -28,8 +28,9 @@ DEMO_PKGS="python3 python3-yaml python3-requests"
 # (tests/lib/vramdkit/containers.py) run workers with Podman over runc (crun refuses hosts
 # with cgroup v1 hierarchies and cgroup2 at /sys/fs/cgroup/unified) in an image built from
 # build/bin/simworker, with busybox for a shell; debhelper dpkg-dev fakeroot lintian: the
-# Debian package test (tests/ops/test_debian_package.py) builds, checks and installs the .debs.
-TEST_PKGS="clang libclang-rt-14-dev cppcheck universal-ctags python3-pytest python3-pytest-xdist \
+# Debian package test (tests/ops/test_debian_package.py) builds, checks and installs the .debs;
+# nodejs for the JavaScript clients (tests/js, tests/sim, the browser test), with npm below.
+TEST_PKGS="nodejs clang libclang-rt-14-dev cppcheck universal-ctags python3-pytest python3-pytest-xdist \
 curl wget nginx-light haproxy iproute2 procps chromium prometheus postgresql \
 podman runc busybox-static debhelper dpkg-dev fakeroot lintian"
 # bench: wrk drives the proxy-overhead benchmark (nginx-light and HAProxy are measured
@@ -64,6 +65,11 @@ for p in $PKGS; do
     case " $missing " in *" $p "*) ;; *) missing="$missing $p" ;; esac
   fi
 done
+# npm: Debian's package, unless an npm is already there (NodeSource's nodejs ships its own
+# and conflicts with Debian's npm)
+if [ "$SET" = test ] && ! command -v npm >/dev/null 2>&1; then
+  missing="$missing npm"
+fi
 if [ -n "$missing" ]; then
   echo "deps ($SET): installing:$missing"
   SUDO=""
