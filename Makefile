@@ -2,9 +2,11 @@
 #
 #   make            build everything into build/ (bin/, lib/, tests/)
 #   make SAN=1      the same with AddressSanitizer + UndefinedBehaviorSanitizer, into build-san/
-#   make deps       install missing Debian packages (quiet when nothing is missing)
-#   make test       deps, strict build, every test; then again under ASan+UBSan
-#   make demo       deps, build, run the main scenario on a simulated GPU
+#   make deps       install the missing Debian packages of DEPS=build|demo|test|bench (test)
+#   make test       the test set of packages, strict build, every test; then under ASan+UBSan
+#   make demo       the build and demo sets only, build, run the main scenario on a simulated GPU
+#   make install    vramd, vramctl, the simulator, man pages, completions, the unit and an
+#                   example config under DESTDIR/PREFIX (mk/install.mk); make uninstall
 #   make chaos      10,000 chaos requests (REQUESTS=N), JSON result in bench/results/
 #   make soak       ten minutes at twice capacity (MINUTES=N), JSON result in bench/results/
 #   make fuzz       libFuzzer binaries (clang) into build-fuzz/
@@ -46,10 +48,10 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # log lines, error messages); gcc's guess that it might is not a defect.
 CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g $(OPT) -fPIC -pthread \
 	-Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
-	-Wno-unused-parameter -Wno-format-truncation -Isrc -Isim/lib $(PKG_CFLAGS) $(SANFLAGS)
+	-Wno-unused-parameter -Wno-format-truncation -Isrc -Isim/lib $(PKG_CFLAGS) $(SANFLAGS) $(CPPFLAGS)
 CFLAGS ?=
 override CFLAGS := $(CFLAGS_COMMON) $(CFLAGS)
-LDFLAGS_COMMON = -pthread $(SANFLAGS)
+LDFLAGS_COMMON = -pthread $(SANFLAGS) $(LDFLAGS)
 LIBS = $(PKG_LIBS) -lrt -lm
 
 LIB_SRCS := $(filter-out src/daemon/main.c src/cli/%,$(shell find src -name '*.c' | sort))
@@ -96,7 +98,7 @@ ifneq ($(CUDACKPT_SRCS),)
 BINS += $(BUILD)/bin/simcuda-checkpoint
 endif
 
-.PHONY: all deps test demo fuzz lint clean check-build chaos soak
+.PHONY: all deps test demo fuzz lint clean check-build chaos soak install uninstall
 all: $(BINS) $(UNIT_BINS) $(REPLAY_BINS) $(TESTHELPER_BINS) $(PRELOAD_LIBS) $(BENCH_BINS)
 
 $(BUILD)/obj/%.o: %.c
@@ -203,16 +205,19 @@ $(BUILD)/bench/%: $(BUILD)/libvramd.a $(BENCH_SRCS)
 	@echo "  LD   $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %/$*.c,$(BENCH_SRCS)) $(BUILD)/libvramd.a $(LDFLAGS_COMMON) $(LIBS)
 
+DEPS ?= test
 deps:
-	@sh mk/deps.sh
+	@sh mk/deps.sh $(DEPS)
 
-test: deps
+test:
+	@sh mk/deps.sh test
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory -j$(JOBS) SAN=1 all
 	@/usr/bin/python3 tests/run_tests.py --build build --san-build build-san
 
-demo: deps
+demo:
+	@sh mk/deps.sh demo
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@/usr/bin/python3 examples/demo.py --build build
 
@@ -272,5 +277,7 @@ lint:
 
 clean:
 	rm -rf build build-san build-fuzz
+
+include mk/install.mk
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

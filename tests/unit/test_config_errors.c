@@ -233,7 +233,13 @@ static void test_error_yaml_syntax(void **state)
     expect_error("", "test.yaml:1:1: the configuration is empty (at least one model is required)");
     expect_error("# just a comment\n", "test.yaml:1:1: the configuration is empty (at least one model is required)");
     expect_error("listen: 127.0.0.1:8800\n", "test.yaml:1:1: models: at least one model is required");
-    expect_error("listen: 127.0.0.1:8800\nmodels: {}\n", "test.yaml:2:9: models: at least one model is required");
+    expect_error("listen: 127.0.0.1:8800\nmodels:\n", "test.yaml:2:8: models: at least one model is required");
+    /* an explicit empty mapping is a config that serves nothing until models are added
+     * (the Debian package's /etc/vramd/vramd.yaml) */
+    config_t *c = parse_ok("listen: 127.0.0.1:8800\nmodels: {}\n");
+    assert_int_equal(c->n_models, 0);
+    assert_null(config_find_model(c, "a"));
+    config_unref(c);
 }
 
 static void test_yaml_alias_bounds(void **state)
