@@ -8,7 +8,9 @@
  *   sglang    GET /health; POST /release_memory_occupation {} and
  *             POST /resume_memory_occupation {} (served with --enable-memory-saver)
  *   comfyui   GET /system_stats; POST /free {"unload_models":true,"free_memory":true} as
- *             the unload hook (it loads again by itself at the next prompt: no reload hook)
+ *             the unload hook (it loads again by itself at the next prompt: no reload hook);
+ *             prompt_hold on: a queued prompt keeps its slot and memory until /history
+ *             shows it done (path/prompt_hold.c)
  *   llamacpp  GET /health (503 while loading); no hook (stop is its only tier)
  *   ollama    GET /api/version; no hook (unloading names a model: set
  *             unload: {path: /api/generate, body: {model: NAME, keep_alive: 0}} by hand)
@@ -120,6 +122,8 @@ int cfg_apply_preset(ctx_t *c, model_config_t *m, enum config_preset p, yaml_nod
     m->route = route;
     bool ok = set_str(&m->health.path, ps->health);
     ok = ok && set_hook(&m->sleep, &ps->sleep) && set_hook(&m->wake, &ps->wake) && set_hook(&m->unload, &ps->unload);
+    if (p == PRESET_COMFYUI)
+        m->prompt_hold = true; /* POST /prompt answers at once; the GPU work runs later (prompt_hold.c) */
     if (ok && ps->oom_matches) {
         m->degrade.set = true;
         ok = set_str(&m->degrade.detect.body_matches, ps->oom_matches);

@@ -6,6 +6,7 @@
 #include "core/model.h"
 #include "proc/process.h"
 
+#include "path/prompt_hold.h"
 #include "path/proxy.h"
 #include "path/dispatch.h"
 #include "sched/scheduler.h"
@@ -40,6 +41,7 @@ void wiring_connect(core_t *core, const api_admin_ops_t *admin)
     core->requeue = dispatch_requeue;
     dispatch_init(core);
     proxy_init(core);
+    prompt_hold_init(core);
     static const sched_actions_t actions = {
         .evict = instance_evict, .recycle = instance_recycle, .reclaimed = instance_reclaimed,
         .clear_cache = instance_clear_cache,
