@@ -131,18 +131,23 @@ def test_without_hold_two_prompts_overlap_and_one_ooms(vramd, gpu1, tmp_path):
     assert not vd.events("prompt_hold")
 
 
-def test_hold_runs_prompts_one_after_the_other(vramd, gpu1):
-    """The preset's hold: a's prompt keeps its 5 GiB until /history shows it done, so b's
-    /prompt waits in vramd's queue; both succeed, a's hold ended with how=done before b's
-    began, and both slots are free afterwards."""
+def test_hold_runs_prompts_one_after_the_other(vramd, gpu1, tmp_path):
+    """The same two prompts as without the hold (a's still loading its checkpoint when b's
+    comes), with the preset's hold: a's client gets its 200 at once, but a's prompt keeps its
+    5 GiB until /history shows it done, so b's /prompt waits in vramd's queue (queued while
+    a's gate is closed); then both succeed, a's hold ended (how=done) before b's began, no
+    OOM, and both slots are free afterwards."""
     vd = start(vramd, a=comfy(), b=comfy())
-    pa = send(vd, "a", 5)
+    gate = tmp_path / "ckpt"
+    pa = send(vd, "a", 5, gate=gate)
     vd.wait_event("prompt_hold", model="a")
     pending = later(vd, "b", 5)
+    vd.wait_queued("b", 1)
+    assert not pending.done()
+    gate.touch()
     rb = pending.result(timeout=30)
     assert rb.status == 200, rb
-    pids = {"a": pa, "b": rb.json()["prompt_id"]}
-    st = results(vd, pids)
+    st = results(vd, {"a": pa, "b": rb.json()["prompt_id"]})
     assert all(s["status_str"] == "success" for s in st.values()), st
     end_a = vd.wait_event("prompt_hold_end", model="a", how="done")[0]
     hold_b = vd.wait_event("prompt_hold", model="b")[0]
