@@ -20,12 +20,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from e2ekit import SIMGPU, TIMESCALE, gpu_section, wait_nvml
+from vramdkit.net import http_request
 from vramdkit.waits import Background, wait_for
 
 STANDIN = Path(__file__).resolve().parents[1] / "standins" / "comfyui_standin.py"
@@ -81,11 +81,17 @@ def start(vramd, **models):
     return vd
 
 
+def read_history(vd, model, pid):
+    """The prompt's /history entry, read from the stand-in itself (a read through vramd would
+    be one more request of the model, admitted and possibly loading it), or None."""
+    r = http_request(vd.worker_port(model), "GET", f"/history/{pid}", timeout=10)
+    assert r.status == 200, r
+    return r.json().get(pid)
+
+
 def history(vd, model, pid):
     def done():
-        r = vd.get(f"/{model}/history/{pid}")
-        assert r.status == 200, r
-        return r.json().get(pid)
+        return read_history(vd, model, pid)
     return wait_for(done, timeout=20, what=f"prompt {pid} of {model} in /history")
 
 
@@ -108,7 +114,7 @@ def one_fails(vd, pids):
     """Wait until one of the prompts failed in /history; (its model, its status)."""
     def failed():
         for m, p in pids.items():
-            h = vd.get(f"/{m}/history/{p}").json().get(p)
+            h = read_history(vd, m, p)
             if h and h["status"]["status_str"] == "error":
                 return m, h["status"]
         return None

@@ -14,8 +14,9 @@ routes) and its docs (docs.comfy.org, "Server Routes"):
   GET  /queue             {"queue_running": [...], "queue_pending": [...]}
   POST /free              {"unload_models", "free_memory"}: nothing resident here, 200
   GET  /ws                WebSocket (RFC 6455, server side hand-rolled): "status" at connect,
-                          then execution_start / executing / executed / execution_success /
-                          execution_error as JSON text frames
+                          (to that client), then execution_start, executing {node}, executed,
+                          executing {node: null} (done), execution_success / execution_error
+                          as JSON text frames to every client
 A CheckpointLoaderSimple node with an absolute ckpt_name waits until that file exists before
 the prompt's GPU work (a checkpoint load; tests open it when they choose).
 Memory: a prompt takes width x height x batch_size x 64 bytes (its EmptyLatentImage node) of
@@ -45,16 +46,22 @@ ARGS = None
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
-def broadcast(kind, data):
+WS_LOCK = threading.Lock()  # one frame at a time on every socket
+
+
+def broadcast(kind, data, only=None):
+    """A JSON text frame (unmasked, server to client) to every /ws client, or to `only`."""
     frame = json.dumps({"type": kind, "data": data}).encode()
     n = len(frame)
     head = bytes([0x81, n]) if n < 126 else (bytes([0x81, 126]) + struct.pack(">H", n) if n < 65536
                                             else bytes([0x81, 127]) + struct.pack(">Q", n))
-    for s in list(SOCKETS):
-        try:
-            s.sendall(head + frame)
-        except OSError:
-            SOCKETS.remove(s)
+    with WS_LOCK:
+        for s in [only] if only else list(SOCKETS):
+            try:
+                s.sendall(head + frame)
+            except OSError:
+                if s in SOCKETS:
+                    SOCKETS.remove(s)
 
 
 def load_checkpoint(prompt):
@@ -87,7 +94,7 @@ def run_prompt(pid, prompt):
     nbytes, steps = prompt_cost(prompt)
     msgs = [["execution_start", {"prompt_id": pid}]]
     broadcast("execution_start", {"prompt_id": pid})
-    broadcast("executing", {"node": None, "prompt_id": pid})
+    broadcast("executing", {"node": "3", "prompt_id": pid})
     missing = load_checkpoint(prompt)
     if missing:
         err = {"prompt_id": pid, "exception_type": "FileNotFoundError", "exception_message": missing}
@@ -108,6 +115,7 @@ def run_prompt(pid, prompt):
             alloc.release()
     out = {"9": {"images": [{"filename": "%s.png" % pid, "type": "output"}]}}
     broadcast("executed", {"node": "9", "output": out["9"], "prompt_id": pid})
+    broadcast("executing", {"node": None, "prompt_id": pid})  # ComfyUI's "prompt finished"
     msgs.append(["execution_success", {"prompt_id": pid}])
     broadcast("execution_success", {"prompt_id": pid})
     return {"status_str": "success", "completed": True, "messages": msgs}, out
@@ -171,10 +179,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Sec-WebSocket-Accept", accept)
         self.end_headers()
         self.wfile.flush()
-        SOCKETS.append(self.connection)
         with LOCK:
-            broadcast("status", {"status": {"exec_info": {"queue_remaining": len(QUEUE) + len(RUNNING)}},
-                                 "sid": uuid.uuid4().hex})
+            remaining = len(QUEUE) + len(RUNNING)
+        broadcast("status", {"status": {"exec_info": {"queue_remaining": remaining}}, "sid": uuid.uuid4().hex},
+                  only=self.connection)
+        SOCKETS.append(self.connection)
         try:
             while self.rfile.read(1):  # until the client closes (frames from it are ignored)
                 pass
