@@ -12,7 +12,8 @@ import os
 import subprocess
 from pathlib import Path
 
-BUILD = Path(os.environ.get("VRAMD_BUILD", Path(__file__).resolve().parents[2] / "build"))
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / os.environ.get("VRAMD_BUILD", "build")  # a relative $VRAMD_BUILD is the repository's
 SIMGPU_BIN = BUILD / "bin" / "simgpu"
 
 
