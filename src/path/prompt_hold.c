@@ -14,8 +14,8 @@
  * when its timer handle closed):
  *   done        the id shows in /history (status_str success or error; an error with an
  *               out-of-memory exception_message feeds sched_note_oom);
- *   gone        the instance went down (CORE_EV_INSTANCE_DOWN), or HOLD_FAILS_MAX polls in a
- *               row got no answer;
+ *   gone        the instance went down (CORE_EV_INSTANCE_DOWN: ended on the next turn, by
+ *               the hold's timer), or HOLD_FAILS_MAX polls in a row got no answer;
  *   timeout     prompt_hold_timeout (0: response_timeout; both 0: HOLD_DEFAULT_MS) passed.
  * Invariants: a live hold has inst->in_flight counted once and its shadow.mem linked (or
  * never reserved); hold_end releases both through sched_request_finished and
@@ -273,15 +273,24 @@ bool prompt_hold_take(request_t *r, instance_t *inst)
     return true;
 }
 
-/* CORE_EV_INSTANCE_DOWN: the worker takes no more requests; its prompts die with it. */
+static void on_gone(uv_timer_t *t) { hold_end(t->data, "gone", false); }
+
+/* CORE_EV_INSTANCE_DOWN: the worker takes no more requests; its prompts die with it. The
+ * slot is given back on the next turn, not inside the event (instance_request_done may free
+ * the instance the other listeners are still being told about). */
 static void on_instance_down(void *ctx, enum core_event ev, void *subject)
 {
     (void)ctx;
     (void)ev;
     list_foreach_safe(it, tmp, &holds) {
         prompt_hold_t *h = list_entry(it, prompt_hold_t, link);
-        if (h->inst == subject)
-            hold_end(h, "gone", false);
+        if (h->inst != subject)
+            continue;
+        if (h->call) {
+            http_call_cancel(h->call);
+            h->call = NULL;
+        }
+        uv_timer_start(&h->timer, on_gone, 0, 0);
     }
 }
 
