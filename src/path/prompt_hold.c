@@ -57,10 +57,7 @@ typedef struct prompt_hold {
     bool ended;
 } prompt_hold_t;
 
-static list_t holds = {&holds, &holds};
-static unsigned n_holds;
-
-unsigned prompt_hold_count(void) { return n_holds; }
+static list_t holds = {&holds, &holds}; /* every live hold (all models) */
 
 static void on_timer_closed(uv_handle_t *h) { free(h->data); }
 
@@ -74,7 +71,6 @@ static void hold_end(prompt_hold_t *h, const char *how, bool ok)
         h->call = NULL;
     }
     list_remove(&h->link);
-    n_holds--;
     instance_t *inst = h->inst;
     uint64_t held_ms = core_now() - h->t_start;
     log_event(LOG_INFO, "prompt_hold_end", "request_id=%s model=%s prompt_id=%s how=%s held_ms=%llu bytes=%llu",
@@ -264,7 +260,6 @@ bool prompt_hold_take(request_t *r, instance_t *inst)
     uv_timer_init(inst->model->core->loop, &h->timer);
     h->timer.data = h;
     list_insert_tail(&holds, &h->link);
-    n_holds++;
     r->instance = NULL;
     log_event(LOG_INFO, "prompt_hold", "request_id=%s model=%s instance=%u prompt_id=%s bytes=%llu bound_ms=%llu",
               r->id, inst->model->name, inst->id, h->prompt_id, (unsigned long long)s->mem.bytes,

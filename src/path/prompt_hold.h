@@ -22,7 +22,5 @@ void prompt_hold_init(core_t *core);
  * ComfyUI prompt, the slot and reservation now belong to a hold (the caller must neither
  * release them nor call instance_request_done); false: nothing changed. */
 bool prompt_hold_take(request_t *r, instance_t *inst);
-/* Holds in progress (all models). */
-unsigned prompt_hold_count(void);
 
 #endif
