@@ -12,6 +12,7 @@ memory.per_request: 5GiB, so the two do not fit together.
     the hold's end is logged (prompt_hold_end how=done) and the reservation is gone after it;
   - a held prompt whose worker is killed: the hold ends (how=gone), the model holds no slot
     and no memory afterwards;
+  - a prompt still running at prompt_hold_timeout: the hold ends (how=timeout);
   - a prompt that fails in /history with an out-of-memory exception_message (its declared
     per_request far below what it takes, so both run) counts in the model's oom_total and
     logs "oom" with async=1.
@@ -174,6 +175,17 @@ def test_hold_released_when_worker_dies(vramd, gpu1):
     for pid in vd.worker_pids("a"):
         os.kill(pid, signal.SIGKILL)
     vd.wait_event("prompt_hold_end", model="a", how="gone", timeout=20)
+    wait_for(lambda: vd.model("a")["in_flight"] == 0, timeout=10, what="a's slot released")
+
+
+def test_hold_bounded_by_prompt_hold_timeout(vramd, gpu1):
+    """A prompt that runs 10 s under prompt_hold_timeout: 1s: the hold ends how=timeout
+    while the prompt still runs, and the model's slot is free (the bound holds even when
+    /history never shows the prompt)."""
+    vd = start(vramd, a=comfy(prompt_hold_timeout="1s"))
+    send(vd, "a", 1, steps=250)
+    ev = vd.wait_event("prompt_hold_end", model="a", how="timeout")[0]
+    assert ev["held_ms"] >= 1000, ev
     wait_for(lambda: vd.model("a")["in_flight"] == 0, timeout=10, what="a's slot released")
 
 
