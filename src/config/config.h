@@ -212,6 +212,11 @@ typedef struct model_config {
     uint64_t response_timeout_ms; /* request sent -> the worker's answer head; default 10m; 0 = never */
     config_retry_budget_t retry_budget; /* retries of this model's requests (OOM ladder, invalid output) */
     config_outlier_t outlier;           /* ejection time after broken exchanges */
+    /* ComfyUI's own queue (path/prompt_hold.c): a POST /prompt answered 200 with a prompt_id
+     * keeps its slot and reservation until GET /history/{prompt_id} shows it done */
+    bool prompt_hold;              /* preset comfyui: true */
+    uint64_t prompt_poll_ms;       /* default 250 ms, at least 10 ms */
+    uint64_t prompt_hold_timeout_ms; /* bound on one hold; 0 = response_timeout (then 10m when that is 0) */
 } model_config_t;
 
 /* A warning of the warnings pass (config/warnings.c): legal, but likely a mistake.

@@ -50,6 +50,7 @@ int cfg_model_init_builtin(model_config_t *m)
     m->validate.timeout_ms = 30000;
     m->retry_safe = false;
     m->response_timeout_ms = 10 * 60 * 1000; /* seconds-to-minutes GPU work; docs/config.md */
+    m->prompt_poll_ms = 250; /* path/prompt_hold.c: ComfyUI's /history poll */
     m->retry_budget.percent = 20;
     m->retry_budget.min = 3;
     m->container.cgroup_parent = -1;             /* auto: podman yes, docker no */

@@ -588,6 +588,9 @@ static const field_spec_t model_fields[] = {
     {"response_timeout", cfg_fp_duration, offsetof(model_config_t, response_timeout_ms), 0, 0, NULL},
     {"retry_budget", cfg_fp_section, offsetof(model_config_t, retry_budget), 0, 0, &retry_budget_section},
     {"outlier", cfg_fp_section, offsetof(model_config_t, outlier), 0, 0, &outlier_section},
+    {"prompt_hold", cfg_fp_bool, offsetof(model_config_t, prompt_hold), 0, 0, NULL},
+    {"prompt_poll", cfg_fp_duration, offsetof(model_config_t, prompt_poll_ms), 10, 0, NULL},
+    {"prompt_hold_timeout", cfg_fp_duration, offsetof(model_config_t, prompt_hold_timeout_ms), 0, 0, NULL},
 };
 static const section_t model_section = SECTION(model_fields);
 

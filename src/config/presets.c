@@ -8,7 +8,9 @@
  *   sglang    GET /health; POST /release_memory_occupation {} and
  *             POST /resume_memory_occupation {} (served with --enable-memory-saver)
  *   comfyui   GET /system_stats; POST /free {"unload_models":true,"free_memory":true} as
- *             the unload hook (it loads again by itself at the next prompt: no reload hook)
+ *             the unload hook (it loads again by itself at the next prompt: no reload hook);
+ *             prompt_hold on: a queued prompt keeps its slot and memory until /history
+ *             shows it done (path/prompt_hold.c); upgrade: [websocket] (its /ws)
  *   llamacpp  GET /health (503 while loading); single-model (`-m FILE`): no hook (stop is its
  *             only tier); router mode (cmd with --models-dir or --models-preset, or a url:
  *             server with served_model): POST /models/unload and POST /models/load
@@ -212,6 +214,10 @@ int cfg_apply_preset(ctx_t *c, model_config_t *m, enum config_preset p, yaml_nod
          set_hook(&m->reload, &ps->reload);
     for (size_t i = 0; ok && i < sizeof ps->env / sizeof ps->env[0] && ps->env[i][0]; i++)
         ok = preset_env(m, ps->env[i][0], ps->env[i][1]);
+    if (p == PRESET_COMFYUI) {
+        m->prompt_hold = true; /* POST /prompt answers at once; the GPU work runs later (prompt_hold.c) */
+        m->upgrade |= CFG_UPGRADE_WEBSOCKET; /* its web UI and scripts follow prompts on /ws */
+    }
     if (ok && ps->oom_matches) {
         m->degrade.set = true;
         ok = set_str(&m->degrade.detect.body_matches, ps->oom_matches);

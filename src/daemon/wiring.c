@@ -6,6 +6,7 @@
 #include "core/model.h"
 #include "proc/process.h"
 
+#include "path/prompt_hold.h"
 #include "path/proxy.h"
 #include "path/proxy_upgrade.h"
 #include "path/dispatch.h"
@@ -42,6 +43,7 @@ void wiring_connect(core_t *core, const api_admin_ops_t *admin)
     dispatch_init(core);
     proxy_init(core);
     proxy_upgrade_init(core); /* upgraded connections close with their worker */
+    prompt_hold_init(core);
     static const sched_actions_t actions = {
         .evict = instance_evict, .recycle = instance_recycle, .reclaimed = instance_reclaimed,
         .clear_cache = instance_clear_cache,

@@ -30,6 +30,7 @@
 #include "net/conn.h"
 #include "http/http1.h"
 #include "net/http_client.h"
+#include "path/prompt_hold.h"
 #include "path/proxy_int.h"
 #include "path/verdict.h"
 #include "sched/scheduler.h"
@@ -118,7 +119,7 @@ static void proxy_pool_close(void *ctx, enum core_event ev, void *subject)
 static void release_slot(request_t *r, bool worker_broken)
 {
     instance_t *inst = r->instance;
-    if (!inst)
+    if (!inst || (!worker_broken && prompt_hold_take(r, inst))) /* a queued ComfyUI prompt keeps both */
         return;
     /* A well-formed answer is the worker's answer, whatever its status (a 500 is a server's
      * normal answer to input it rejects, and clients could drive it): only 502 and 504

@@ -48,7 +48,7 @@ typedef struct validate_work {
 bool verdict_wants_buffer(const request_t *r)
 {
     const model_config_t *mc = r->model ? r->model->cfg : NULL;
-    return mc && !r->head_method && (mc->degrade.set || mc->validate.kind != VALIDATE_NONE || mc->validate.min_bytes);
+    return mc && !r->head_method && (mc->degrade.set || mc->prompt_hold || mc->validate.kind != VALIDATE_NONE || mc->validate.min_bytes);
 }
 
 bool verdict_is_oom(const request_t *r)

@@ -150,6 +150,10 @@ static void test_preset_fills(void **state)
     assert_string_equal(comfy->unload.path, "/free");
     assert_string_equal(comfy->unload.body, "{\"unload_models\":true,\"free_memory\":true}");
     assert_false(comfy->reload.set);
+    assert_true(comfy->prompt_hold); /* ComfyUI's own queue (path/prompt_hold.c) */
+    assert_int_equal(comfy->prompt_poll_ms, 250);
+    assert_int_equal(comfy->prompt_hold_timeout_ms, 0);
+    assert_false(llm->prompt_hold);
     const model_config_t *llama = config_find_model(c, "llama");
     assert_string_equal(llama->health.path, "/health");
     assert_false(llama->sleep.set || llama->unload.set);
@@ -247,6 +251,7 @@ static void test_preset_overrides(void **state)
     assert_string_equal(b->health.path, "/hz");
     assert_false(b->sleep.set);
     assert_string_equal(b->unload.path, "/free");
+    assert_true(b->prompt_hold);
     const model_config_t *cc = config_find_model(c, "c");
     assert_int_equal(cc->preset, PRESET_NONE);
     assert_false(cc->sleep.set);
@@ -269,6 +274,15 @@ static void test_preset_overrides(void **state)
     expect_error("defaults: {preset: [vllm]}\nmodels: {a: {cmd: [x]}}\n",
                  "test.yaml:1:20: defaults.preset: expected one of vllm, sglang, comfyui, llamacpp, ollama, got a "
                  "list");
+    /* the hold turned off by hand; its poll and bound */
+    c = parse_ok("models: {a: {url: \"http://127.0.0.1:8188\", preset: comfyui, prompt_hold: false,"
+                 " prompt_poll: 50ms, prompt_hold_timeout: 1m}}\n");
+    assert_false(c->models[0].prompt_hold);
+    assert_int_equal(c->models[0].prompt_poll_ms, 50);
+    assert_int_equal(c->models[0].prompt_hold_timeout_ms, 60000);
+    config_unref(c);
+    expect_error("models: {a: {url: \"http://127.0.0.1:8188\", preset: comfyui, prompt_poll: 1ms}}\n",
+                 "test.yaml:1:74: models.a.prompt_poll: must be at least 10ms, got \"1ms\"");
     /* a preset's route clashes like any other */
     expect_error("models:\n  a: {url: \"http://127.0.0.1:8000\", preset: vllm}\n  b: {cmd: [x], route: /a/}\n",
                  "test.yaml:3:24: models.b.route: route /a/ is already used by model \"a\"");
