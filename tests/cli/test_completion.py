@@ -9,7 +9,9 @@ programmable completion sets them, _vramctl is called and COMPREPLY read back. E
     line's --url or with $VRAMD_URL, for logs/load/unload, jobs submit and jobs list --model;
   - with no vramd listening, model names complete to nothing, the function returns 0 and
     commands still complete.
-zsh: only where zsh is installed (skipped otherwise): the file parses and names every command.
+zsh: only where zsh is installed (skipped otherwise): the file parses, compinit registers it,
+and in an interactive zsh (zsh/zpty) Tab offers the commands, jobs subcommands, options, and
+the live vramd's model names (none when it is not running).
 """
 import re
 import shlex
@@ -124,10 +126,43 @@ def test_no_vramd_running():
     assert "--strict" in complete("check-config", "-", env=env)
 
 
-def test_zsh_completion_parses():
-    zsh = shutil.which("zsh")
-    if not zsh:
+ZSH_CAPTURE = r"""
+# Types ARG2 into an interactive zsh (in a pty) with the completion system and _vramctl from
+# ARG1 loaded, presses Tab, and prints each match the completion adds as <<match>>.
+zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "PROMPT=; fpath=(${(q)1} \$fpath); autoload -U compinit; compinit -u -D"
+zpty -w z 'bindkey "^I" complete-word; zstyle ":completion:*" insert-tab false'
+zpty -w z 'compadd() { if (( ${@[(I)-[OAD]]} )); then builtin compadd "$@"; return; fi; local -a __h; builtin compadd -O __h "$@"; print -rl -- "<<"${^__h}">>"; builtin compadd "$@" }'
+zpty -w z 'comppostfuncs=(__end); __end() { print -r -- "@@""END@@"; exit }'
+zpty -w -n z "$2"$'\t'
+while zpty -r z line; do
+  print -rn -- $line
+  [[ $line == *@@END@@* ]] && break
+done
+zpty -d z
+"""
+
+
+def zsh_complete(zsh, line, env=None):
+    """The matches zsh's completion system offers for LINE (cursor at its end)."""
+    e = env or clean_env()
+    e["PATH"] = f"{binary('vramctl').parent}:{e.get('PATH', '/usr/bin:/bin')}"
+    p = subprocess.run([zsh, "-f", "-c", ZSH_CAPTURE, "capture", str(ZSH_FILE.parent), line],
+                       capture_output=True, text=True, env=e, timeout=30, cwd=REPO_ROOT)
+    assert "@@END@@" in p.stdout, p
+    return sorted(set(re.findall(r"<<([^<>\s\"$]*)>>", p.stdout)))
+
+
+@pytest.fixture
+def zsh():
+    path = shutil.which("zsh")
+    if not path:
         pytest.skip("zsh is not installed")
+    return path
+
+
+def test_zsh_completion_parses(zsh):
     p = subprocess.run([zsh, "-n", str(ZSH_FILE)], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr
     text = ZSH_FILE.read_text()
@@ -138,3 +173,14 @@ def test_zsh_completion_parses():
               "compinit -u -D; print -r -- ${_comps[vramctl]}")
     p = subprocess.run([zsh, "-f", "-c", script], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and p.stdout.strip() == "_vramctl", p
+
+
+def test_zsh_completes_commands_and_models(zsh, two_models):
+    assert zsh_complete(zsh, "vramctl ") == sorted(help_commands() + ["help"])
+    assert zsh_complete(zsh, "vramctl jobs ") == sorted(["submit", "get", "wait", "result", "cancel", "list"])
+    assert "--strict" in zsh_complete(zsh, "vramctl check-config --")
+    url = two_models.url
+    assert zsh_complete(zsh, f"vramctl --url {url} load ") == ["alpha", "beta-2"]
+    assert zsh_complete(zsh, "vramctl unload ", env=clean_env(VRAMD_URL=url)) == ["alpha", "beta-2"]
+    dead = f"http://127.0.0.1:{free_port()}"
+    assert zsh_complete(zsh, f"vramctl --url {dead} load ") == []
