@@ -10,6 +10,7 @@
 #   make chaos      10,000 chaos requests (REQUESTS=N), JSON result in bench/results/
 #   make soak       ten minutes at twice capacity (MINUTES=N), JSON result in bench/results/
 #   make fuzz       libFuzzer binaries (clang) into build-fuzz/
+#   make man        man/*.[158] from docs/config.md and the binaries' help (mk/gen_man.py)
 #   make lint       cppcheck over src/ and sim/; function and file length, layering (mk/); function length (mk/lint_funclen.py);
 #                   cycles and layering of src/ (mk/lint_layers.py, ranks in mk/layers.txt)
 #
@@ -98,7 +99,7 @@ ifneq ($(CUDACKPT_SRCS),)
 BINS += $(BUILD)/bin/simcuda-checkpoint
 endif
 
-.PHONY: all deps test demo fuzz lint clean check-build chaos soak install uninstall
+.PHONY: all deps test demo fuzz lint clean check-build chaos soak install uninstall man
 all: $(BINS) $(UNIT_BINS) $(REPLAY_BINS) $(TESTHELPER_BINS) $(PRELOAD_LIBS) $(BENCH_BINS)
 
 $(BUILD)/obj/%.o: %.c
@@ -208,6 +209,11 @@ $(BUILD)/bench/%: $(BUILD)/libvramd.a $(BENCH_SRCS)
 DEPS ?= test
 deps:
 	@sh mk/deps.sh $(DEPS)
+
+# The man pages are generated (docs/config.md, vramctl's and vramd's --help) and committed;
+# tests/ops/test_man_pages.py fails when they are out of step.
+man: $(BUILD)/bin/vramd $(BUILD)/bin/vramctl
+	@/usr/bin/python3 mk/gen_man.py --build $(BUILD)
 
 test:
 	@sh mk/deps.sh test

@@ -30,8 +30,10 @@ DEMO_PKGS="python3 python3-yaml python3-requests"
 # build/bin/simworker, with busybox for a shell; debhelper dpkg-dev fakeroot lintian: the
 # Debian package test (tests/ops/test_debian_package.py) builds, checks and installs the .debs;
 # nodejs for the JavaScript clients (tests/js, tests/sim, the browser test), with npm below;
-# python3-websockets: a real WebSocket client for the upgrade tests (tests/e2e/test_websocket_upgrade.py).
-TEST_PKGS="python3-websockets nodejs clang libclang-rt-14-dev cppcheck universal-ctags python3-pytest python3-pytest-xdist \
+# python3-websockets: a real WebSocket client for the upgrade tests (tests/e2e/test_websocket_upgrade.py);
+# groff-base man-db zsh: the man pages render without warnings (tests/ops/test_man_pages.py) and
+# the zsh completion is tried in a real zsh (tests/cli/test_completion.py).
+TEST_PKGS="python3-websockets groff-base man-db zsh nodejs clang libclang-rt-14-dev cppcheck universal-ctags python3-pytest python3-pytest-xdist \
 curl wget nginx-light haproxy iproute2 procps chromium prometheus postgresql \
 podman runc busybox-static debhelper dpkg-dev fakeroot lintian"
 # bench: wrk drives the proxy-overhead benchmark (nginx-light and HAProxy are measured

@@ -41,8 +41,16 @@ static const char usage_text[] =
     "  --json                 print JSON (vramd's answer) instead of text\n"
     "  --timeout DURATION     bound on each request to vramd (default 10s; load/unload/pin/\n"
     "                         restart 5m)\n"
-    "  -h, --help             this help; vramctl COMMAND --help for a command's\n"
+    "  -h, --help             this help; vramctl COMMAND --help: a command's usage, example\n"
     "  --version              vramctl's version\n"
+    "\n"
+    "Environment:\n"
+    "  VRAMD_URL, VRAMD_TOKEN, VRAMD_TOKEN_FILE   defaults of --url, --token, --token-file\n"
+    "  NO_COLOR               set and non-empty: no colours\n"
+    "  COLUMNS                the width of status and top when stdout is not a terminal\n"
+    "\n"
+    "Example:\n"
+    "  VRAMD_URL=http://gpu1:8800 vramctl status\n"
     "\n"
     "Exit codes:\n"
     "  0  ok\n"
@@ -63,20 +71,31 @@ static const struct command_help {
      "memory, requests running, foreign processes, headroom, free; GiB), the models (state,\n"
      "instances, pids, GPU, requests in flight, queue depth, oldest wait) and the last N events\n"
      "(default 5). Colours when stdout is a terminal and NO_COLOR is unset.\n"
-     "--json prints GET /v1/status unchanged (pretty).\n"},
+     "--json prints GET /v1/status unchanged (pretty).\n"
+     "\n"
+     "Example:\n"
+     "  vramctl status --events 10\n"
+     "  vramctl status --json | jq '.gpus[] | {index, free_to_admit}'\n"
+     "  vramctl status --url http://gpu1:8800 --url http://gpu2:8800\n"},
     {"top",
      "usage: vramctl top [--interval DURATION] [-n N] [--events N]\n"
      "\n"
      "The status view, refreshed every --interval (default 1s), full screen. q or Ctrl-C quits\n"
      "and restores the terminal. -n N: stop after N refreshes. When stdout is not a terminal,\n"
-     "one frame per interval is printed, without escape codes.\n"},
+     "one frame per interval is printed, without escape codes.\n"
+     "\n"
+     "Example:\n"
+     "  vramctl top --interval 2s\n"},
     {"ps",
      "usage: vramctl ps [--json]\n"
      "\n"
      "One line per worker instance, from GET /v1/status: MODEL, instance ID, STATE, GPU, GIB\n"
      "(measured by NVML / reserved by vramd), IN_FLIGHT requests, the model's QUEUE depth,\n"
      "KEEP_ALIVE (\"in 9m58s\" while an idle instance counts down, \"pinned\", or - while busy),\n"
-     "PID. A model without instances gets one line with ID -. --json: the rows as a JSON array.\n"},
+     "PID. A model without instances gets one line with ID -. --json: the rows as a JSON array.\n"
+     "\n"
+     "Example:\n"
+     "  vramctl ps --json\n"},
     {"logs",
      "usage: vramctl logs MODEL [-n N] [-f [--for DURATION]] [--timestamps] [--json]\n"
      "\n"
@@ -84,30 +103,45 @@ static const struct command_help {
      "100) its workers wrote on stdout and stderr, from vramd's per-model ring\n"
      "(limits.worker_log_lines). -f: then poll every second for new lines, each printed once,\n"
      "until Ctrl-C (or --for DURATION). --timestamps: the UTC time and stream before each line.\n"
-     "--json: each answer as vramd's JSON.\n"},
+     "--json: each answer as vramd's JSON.\n"
+     "\n"
+     "Example:\n"
+     "  vramctl logs trellis -n 50 -f --timestamps\n"},
     {"load",
      "usage: vramctl load MODEL [--json]\n"
      "\n"
      "POST /v1/models/MODEL/load (admin): start the model now, evicting idle ones if needed.\n"
-     "Answers when it is ready (--timeout, default 5m). Prints \"MODEL: STATE (N instances)\".\n"},
+     "Answers when it is ready (--timeout, default 5m). Prints \"MODEL: STATE (N instances)\".\n"
+     "\n"
+     "Example:\n"
+     "  vramctl load trellis --timeout 10m --token-file /etc/vramd/admin-token\n"},
     {"unload",
      "usage: vramctl unload MODEL [--json]\n"
      "\n"
      "POST /v1/models/MODEL/unload (admin): stop the model's instances (or call an external\n"
-     "server's unload hook). Answers when its memory is back (--timeout, default 5m).\n"},
+     "server's unload hook). Answers when its memory is back (--timeout, default 5m).\n"
+     "\n"
+     "Example:\n"
+     "  vramctl unload trellis\n"},
     {"pin",
      "usage: vramctl pin MODEL [--json]\n"
      "\n"
      "POST /v1/models/MODEL/pin (admin): load the model (evicting idle ones if needed) and keep\n"
      "it: never evicted for another model, never stopped by keep_alive, until unpin. Answers\n"
      "when it is ready (--timeout, default 5m). The pin survives a config reload, not a restart\n"
-     "of vramd. Prints \"MODEL: STATE (N instances), pinned by admin\" (or \"by config\").\n"},
+     "of vramd. Prints \"MODEL: STATE (N instances), pinned by admin\" (or \"by config\").\n"
+     "\n"
+     "Example:\n"
+     "  vramctl pin sd35\n"},
     {"unpin",
      "usage: vramctl unpin MODEL [--json]\n"
      "\n"
      "POST /v1/models/MODEL/unpin (admin): the model goes back to its configured keep_alive\n"
      "(its countdown starts when idle) and may be evicted again. A model pinned by its config\n"
-     "(keep_alive: forever) is refused: 409 pinned_by_config (exit 1).\n"},
+     "(keep_alive: forever) is refused: 409 pinned_by_config (exit 1).\n"
+     "\n"
+     "Example:\n"
+     "  vramctl unpin sd35\n"},
     {"restart",
      "usage: vramctl restart MODEL [--json]\n"
      "\n"
@@ -115,25 +149,37 @@ static const struct command_help {
      "instances take no new request; requests in flight finish (then stop_timeout bounds the\n"
      "stop); requests queued meanwhile wait and are served by the new instance. Answers when\n"
      "the new instance is ready (--timeout, default 5m). An external server (url:) is refused:\n"
-     "409 not_supervised.\n"},
+     "409 not_supervised.\n"
+     "\n"
+     "Example:\n"
+     "  vramctl restart trellis\n"},
     {"drain",
      "usage: vramctl drain [--wait] [--json]\n"
      "\n"
      "POST /v1/admin/drain (admin): vramd stops admitting, finishes the requests in flight,\n"
      "then exits 0. --wait: return only once vramd has stopped answering (bounded by\n"
-     "--timeout, default 2m here).\n"},
+     "--timeout, default 2m here).\n"
+     "\n"
+     "Example:\n"
+     "  vramctl drain --wait --timeout 5m\n"},
     {"reload",
      "usage: vramctl reload [--json]\n"
      "\n"
      "POST /v1/admin/reload (admin): vramd re-reads its config file. A bad file is refused\n"
-     "with its error (exit 1) and the running config stays.\n"},
+     "with its error (exit 1) and the running config stays.\n"
+     "\n"
+     "Example:\n"
+     "  vramctl reload   # after editing the file vramd was started with\n"},
     {"check-config",
      "usage: vramctl check-config [--strict] FILE [--json]\n"
      "\n"
      "Validate a vramd config file here, with the same parser and messages as\n"
      "`vramd --check-config` (file:line:col: key.path: problem). Exit 0 when valid, 1 when not.\n"
      "Warnings (legal but likely mistakes: a program not in PATH, no {port}, no memory:, ...)\n"
-     "go to stderr and do not fail the check; --strict makes them errors (exit 1).\n"},
+     "go to stderr and do not fail the check; --strict makes them errors (exit 1).\n"
+     "\n"
+     "Example:\n"
+     "  vramctl check-config --strict /etc/vramd/vramd.yaml\n"},
     {"jobs",
      "usage: vramctl jobs submit MODEL [--path /p] [--method POST] [--body FILE|-]\n"
      "                          [--json-body JSON] [--header 'K: V']... [--priority 0-9]\n"
@@ -154,7 +200,11 @@ static const struct command_help {
      "           5 still not final after --timeout (default 10m).\n"
      "  result   the worker's answer body, to stdout or -o FILE (exit 1 while not done).\n"
      "  cancel   cancel a queued or running job.\n"
-     "  list     a table of jobs (newest first; the admin token when one is configured).\n"},
+     "  list     a table of jobs (newest first; the admin token when one is configured).\n"
+     "\n"
+     "Example:\n"
+     "  id=$(vramctl jobs submit trellis --path /generate --json-body '{\"seed\": 1}')\n"
+     "  vramctl jobs wait \"$id\" && vramctl jobs result \"$id\" -o out.glb\n"},
 };
 
 static void print_command_help(const char *name)
