@@ -438,6 +438,13 @@ static int open_cgroups(vramd_t *d, const config_t *cfg, char *err, size_t errle
         return -1;
     }
     d->core.cgroups = &d->cgroups;
+    if (cgroup_tree_active(&d->cgroups)) {
+        /* after a dead vramd's guard, if one is still sweeping; before our own sweep */
+        char lock[4096];
+        snprintf(lock, sizeof lock, "%s/pids/cgroup.lock", cfg->state_dir);
+        if (cgroup_tree_lock(&d->cgroups, lock, CGROUP_LOCK_WAIT_MS) != 0)
+            log_event(LOG_WARN, "cgroup_lock_unavailable", "path=%s error=%s", lock, strerror(errno));
+    }
     size_t killed = 0, removed = 0;
     int left = cgroup_sweep(&d->cgroups, &killed, &removed);
     if (killed > 0 || removed > 0 || left > 0)

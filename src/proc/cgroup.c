@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -278,6 +279,7 @@ int cgroup_tree_open(cgroup_tree_t *t, const char *want, const char *path, const
                      size_t errlen)
 {
     memset(t, 0, sizeof *t);
+    t->lock_fd = -1;
     t->freezer = -1;
     want = want ? want : "auto";
     if (strcmp(want, "off") == 0)
@@ -624,6 +626,35 @@ int cgroup_sweep(const cgroup_tree_t *t, size_t *killed, size_t *removed)
     }
     free(names);
     return left;
+}
+
+int cgroup_tree_lock(cgroup_tree_t *t, const char *path, unsigned wait_ms)
+{
+    snprintf(t->lock_path, sizeof t->lock_path, "%s", path);
+    t->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (t->lock_fd < 0)
+        return -1;
+    struct timespec step = {0, 20 * 1000 * 1000};
+    for (unsigned waited = 0;; waited += 20) {
+        if (flock(t->lock_fd, LOCK_EX | LOCK_NB) == 0)
+            return 0;
+        if ((errno != EWOULDBLOCK && errno != EINTR) || waited >= wait_ms)
+            return -1;
+        nanosleep(&step, NULL);
+    }
+}
+
+bool cgroup_tree_lock_try(const cgroup_tree_t *t)
+{
+    if (!t->lock_path[0])
+        return false;
+    int fd = open(t->lock_path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return true; /* the fd stays open: released when the guard exits */
+    close(fd);
+    return false;
 }
 
 int cgroup_tree_remove(const cgroup_tree_t *t)

@@ -48,6 +48,7 @@
 #define CGROUP_JOIN_MAX 2     /* hierarchies a worker joins: v2 one, v1 pids + freezer */
 #define CGROUP_WALK_MAX 256   /* directories in one leaf's subtree walked at most */
 #define CGROUP_FREEZE_WAIT_MS 200
+#define CGROUP_LOCK_WAIT_MS 30000 /* how long a start waits for a dead vramd's guard to sweep */
 
 enum cgroup_mode { CGROUP_OFF = 0, CGROUP_SUBREAPER, CGROUP_V1, CGROUP_V2 };
 
@@ -63,6 +64,12 @@ typedef struct cgroup_tree {
      * engine made under a leaf's path */
     char mounts[CGROUP_MOUNTS_MAX][CGROUP_PATH_MAX / 2];
     size_t n_mounts;
+    /* The subtree's owner lock (cgroup_tree_lock): a file the running vramd holds an flock on
+     * for its whole life; "" when none. The guard of a vramd that died sweeps the subtree only
+     * when it can take the lock, so it never sweeps a later vramd's workers nor removes the
+     * subtree under it (same state_dir, same subtree). */
+    char lock_path[CGROUP_PATH_MAX];
+    int lock_fd; /* held by this process (O_CLOEXEC); -1 none */
 } cgroup_tree_t;
 
 const char *cgroup_mode_name(enum cgroup_mode m);
@@ -111,6 +118,15 @@ int cgroup_leaf_remove(const cgroup_tree_t *t, const char *leaf);
 int cgroup_sweep(const cgroup_tree_t *t, size_t *killed, size_t *removed);
 /* Remove the subtree's own directory (at a clean exit, after the sweep); 0 or -1. */
 int cgroup_tree_remove(const cgroup_tree_t *t);
+/* vramd at start, before its sweep: take the subtree's owner lock at path (created if
+ * needed), waiting up to wait_ms while a dead vramd's guard holds it (it is sweeping); kept
+ * until this process ends. 0; -1 with errno when it could not be opened or stayed held
+ * (vramd runs on: the lock only orders it after a guard's sweep). */
+int cgroup_tree_lock(cgroup_tree_t *t, const char *path, unsigned wait_ms);
+/* The guard, once its vramd died: take the owner lock without waiting. true: the subtree is
+ * the dead vramd's to sweep (held until the guard exits); false: a later vramd owns it now
+ * (its start sweeps what is left), or there is no lock. */
+bool cgroup_tree_lock_try(const cgroup_tree_t *t);
 
 /* The cgroup path of pid (from /proc/PID/cgroup) in the line that names t's subtree, into
  * out: true when pid is in the subtree; false (out "") otherwise. */

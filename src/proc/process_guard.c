@@ -19,7 +19,10 @@
  * drain no pid file is left, so it just exits.
  *
  * Then it kills and removes every leaf of vramd's cgroup subtree (proc/cgroup.h), when vramd
- * has one: a helper that left the worker's group (setsid, a daemonizing server, a container
+ * has one and the subtree is still the dead vramd's (the guard takes its owner lock first: a
+ * vramd started since on the same state_dir holds it, and its own start sweep kills what the
+ * dead one left; sweeping then would kill the new workers and remove the subtree under
+ * them): a helper that left the worker's group (setsid, a daemonizing server, a container
  * under --cgroup-parent) dies too. The guard keeps its own copy of the tree (fork), as it was
  * when vramd started. Without a cgroup tree (subreaper or off mode) such a helper survives
  * vramd's SIGKILL (docs/operations.md).
@@ -80,7 +83,7 @@ static _Noreturn void guard_main(int rfd, const char *pid_dir, const cgroup_tree
     size_t cg_killed = 0, cg_removed = 0;
     /* what left the groups (setsid helpers, containers under --cgroup-parent), then the
      * subtree itself once no leaf is left in it */
-    if (cgroups && cgroup_sweep(cgroups, &cg_killed, &cg_removed) == 0)
+    if (cgroups && cgroup_tree_lock_try(cgroups) && cgroup_sweep(cgroups, &cg_killed, &cg_removed) == 0)
         cgroup_tree_remove(cgroups);
     if (killed > 0 || cg_killed > 0)
         log_event(LOG_WARN, "guard_killed_workers", "count=%d cgroup_members=%zu cgroups_removed=%zu vramd_pid=%d",

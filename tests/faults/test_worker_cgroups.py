@@ -194,6 +194,42 @@ def test_next_start_kills_what_a_dead_run_left_in_its_cgroups(faults, cg_mode):
     faults.finish()
 
 
+@pytest.mark.parametrize("cg_mode", ["v2"])
+def test_a_late_guard_leaves_the_next_vramd_alone(faults, cg_mode):
+    """The guard of a SIGKILLed vramd that wakes up only after the next vramd started on the
+    same state_dir (a loaded host: the guard is stopped here until then) must not sweep the
+    subtree the new vramd now owns (same state_dir, same subtree): the new vramd holds the
+    subtree's owner lock, so the guard skips its cgroup sweep. Before the lock, it killed the
+    new vramd's worker and removed the subtree under it, and every later start failed with
+    "cgroup .../w-N: No such file or directory" (test_jobs_survive_kill9 in CI)."""
+    if not mode_usable(cg_mode):
+        pytest.skip(f"cgroup {cg_mode} cannot be written on this machine")
+    gpu = faults.gpu_set("16GiB")
+    state_dir = faults.tmp / "state"
+    vd = start(faults, gpu, "setsid", cg_mode, state_dir)
+    assert vd.generate("w").status == 200
+    guard = vd.wait_event("guard_started", timeout=5)[0]["pid"]
+    os.kill(guard, signal.SIGSTOP)
+    try:
+        vd.proc.kill()
+        vd.proc.wait(30)
+        vd.returncode, vd.stopped = vd.proc.returncode, True
+        vd._close_files()
+        vd2 = start(faults, gpu, "setsid", cg_mode, state_dir)
+        assert vd2.generate("w").status == 200
+        worker = instance_pid(vd2, "w")
+        helper = wait_helper(faults)
+    finally:
+        os.kill(guard, signal.SIGCONT)
+    wait_gone([guard], timeout=10, what="the late guard to finish")
+    assert pid_alive(worker) and pid_alive(helper), "the late guard killed the new vramd's worker"
+    assert leaves(vd2), "the late guard removed the new vramd's cgroups"
+    r = request(vd2.port, "POST", "/v1/models/w/unload", timeout=30)
+    assert r.status == 200, r
+    assert vd2.generate("w").status == 200  # a new leaf can be made: the subtree is there
+    faults.finish()
+
+
 def test_100_start_stop_cycles_leave_no_process_and_no_cgroup(faults):
     """100 loads and unloads of a worker that detaches a helper each time: after each
     unload the helper is gone; at the end no process of the test and no leaf is left, and
