@@ -276,7 +276,9 @@ static int warn_model(ctx_t *c, config_t *cfg, const model_config_t *m, yaml_nod
                         m->unload.set ? "unload" : "sleep", m->unload.set && m->sleep.set ? "s are" : " is") != 0)
             return -1;
     }
-    if (m->memory.per_request >= CACHE_WARN_PER_REQUEST && !m->clear_cache.set) {
+    /* a preset's server handles its own cache (vLLM and SGLang preallocate a fixed pool,
+     * llama.cpp and Ollama have no caching allocator, ComfyUI empties it after prompts) */
+    if (m->memory.per_request >= CACHE_WARN_PER_REQUEST && !m->clear_cache.set && m->preset == PRESET_NONE) {
         yaml_node_t *n = cfg_model_key_node(c, m->name, where, "memory");
         char size[32];
         units_format_size(m->memory.per_request, size, sizeof size);

@@ -163,6 +163,10 @@ static void test_large_per_request_without_clear_cache(void **state)
                     NONE);
     expect_warnings("models:\n  a:\n    url: http://127.0.0.1:9\n    memory: {resident: 1GiB, per_request: 1000MiB}\n",
                     NONE);
+    /* a preset's server handles its own cache */
+    expect_warnings("models:\n  a:\n    url: http://127.0.0.1:9\n    preset: comfyui\n"
+                    "    memory: {resident: 1GiB, per_request: 8GiB}\n",
+                    NONE);
 }
 
 static void test_bare_numbers(void **state)
