@@ -38,11 +38,13 @@
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
 
 #define GUARD_FD 3
+#define GUARD_EXIT_WAIT_MS 5000 /* how long the guard waits for its dead vramd's files to close */
 
 /* Descriptors: fd 3 = the pipe's read end, 0 and 1 = /dev/null, 2 kept (the log), the
  * rest closed. */
@@ -61,6 +63,31 @@ static void guard_descriptors(int rfd)
         long max = sysconf(_SC_OPEN_MAX);
         for (int fd = GUARD_FD + 1; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
             close(fd);
+    }
+}
+
+/* Until pid's process has released its files (gone, or a zombie: its descriptors, and the
+ * flocks on them, are closed before it turns one), at most GUARD_EXIT_WAIT_MS. The pipe's EOF
+ * can come first: the kernel closes a dying process's descriptors in number order, and the
+ * pipe may have a lower number than the cgroup lock. */
+static void wait_released(pid_t pid)
+{
+    struct timespec step = {0, 10 * 1000 * 1000};
+    for (int waited = 0; waited < GUARD_EXIT_WAIT_MS; waited += 10) {
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return; /* gone */
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0)
+            return;
+        buf[n] = '\0';
+        const char *end = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything */
+        if (end == NULL || end[1] != ' ' || end[2] == 'Z' || end[2] == 'X')
+            return;
+        nanosleep(&step, NULL);
     }
 }
 
@@ -83,7 +110,13 @@ static _Noreturn void guard_main(int rfd, const char *pid_dir, const cgroup_tree
     size_t cg_killed = 0, cg_removed = 0;
     /* what left the groups (setsid helpers, containers under --cgroup-parent), then the
      * subtree itself once no leaf is left in it */
-    if (cgroups && cgroup_tree_lock_try(cgroups) && cgroup_sweep(cgroups, &cg_killed, &cg_removed) == 0)
+    if (cgroups)
+        wait_released(owner);
+    bool owned = cgroups && cgroup_tree_lock_try(cgroups);
+    if (cgroups && !owned)
+        log_event(LOG_INFO, "guard_cgroup_left", "vramd_pid=%d lock=%s error=%s", (int)owner, cgroups->lock_path,
+                  strerror(errno));
+    if (owned && cgroup_sweep(cgroups, &cg_killed, &cg_removed) == 0)
         cgroup_tree_remove(cgroups);
     if (killed > 0 || cg_killed > 0)
         log_event(LOG_WARN, "guard_killed_workers", "count=%d cgroup_members=%zu cgroups_removed=%zu vramd_pid=%d",

@@ -73,7 +73,7 @@ def asan_reexec(path):
     runtime = subprocess.run(["cc", "-print-file-name=libasan.so"], capture_output=True, text=True,
                              timeout=30).stdout.strip()
     env = dict(os.environ, LD_PRELOAD=runtime, STANDIN_ASAN_PRELOADED="1",
-               ASAN_OPTIONS="detect_leaks=0:" + os.environ.get("ASAN_OPTIONS", ""))
+               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0")  # the last one wins
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]], env)
 
