@@ -276,6 +276,17 @@ static int warn_model(ctx_t *c, config_t *cfg, const model_config_t *m, yaml_nod
                         m->unload.set ? "unload" : "sleep", m->unload.set && m->sleep.set ? "s are" : " is") != 0)
             return -1;
     }
+    bool router = m->preset == PRESET_LLAMACPP && m->unload.set && m->unload.path &&
+                  strcmp(m->unload.path, "/models/unload") == 0;
+    if ((m->preset == PRESET_OLLAMA || router) && m->served_model == NULL) {
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "models.%s", m->name);
+        if (add_warning(c, cfg, m->name, where, "preset %s without served_model: vramd names this model \"%s\" "
+                        "to the server (the \"model\" of its load and unload calls); set served_model to the "
+                        "name the server knows it by (like %s)", config_preset_name(m->preset), m->name,
+                        router ? "qwen3-8b-q4_k_m" : "qwen3:8b") != 0)
+            return -1;
+    }
     /* a preset's server handles its own cache (vLLM and SGLang preallocate a fixed pool,
      * llama.cpp and Ollama have no caching allocator, ComfyUI empties it after prompts) */
     if (m->memory.per_request >= CACHE_WARN_PER_REQUEST && !m->clear_cache.set && m->preset == PRESET_NONE) {

@@ -169,6 +169,23 @@ static void test_large_per_request_without_clear_cache(void **state)
                     NONE);
 }
 
+static void test_served_model_missing(void **state)
+{
+    (void)state;
+    expect_warnings("models:\n  qwen:\n    url: http://127.0.0.1:11434\n    preset: ollama\n" MEM,
+                    (const char *const[]){"test.yaml:3:5: warning: models.qwen: preset ollama without served_model: "
+                                          "vramd names this model \"qwen\" to the server (the \"model\" of its load "
+                                          "and unload calls); set served_model to the name the server knows it by "
+                                          "(like qwen3:8b)",
+                                          NULL});
+    expect_warnings("models:\n  qwen:\n    url: http://127.0.0.1:11434\n    preset: ollama\n"
+                    "    served_model: \"qwen3:8b\"\n" MEM,
+                    NONE);
+    /* llama.cpp with one model (-m): no load/unload calls name it */
+    expect_warnings("models:\n  q:\n    cmd: [/bin/sh, -m, q.gguf, --port, \"{port}\"]\n    preset: llamacpp\n" MEM,
+                    NONE);
+}
+
 static void test_bare_numbers(void **state)
 {
     (void)state;
@@ -221,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_not_memory_gated),
         cmocka_unit_test(test_pinned_with_hooks),
         cmocka_unit_test(test_large_per_request_without_clear_cache),
+        cmocka_unit_test(test_served_model_missing),
         cmocka_unit_test(test_bare_numbers),
         cmocka_unit_test(test_did_you_mean),
     };
