@@ -1,0 +1,140 @@
+/*
+ * shim_abi: what vramd and libvramd-cuda.so (the CUDA allocation shim, shim/) share: the
+ * grant page of a worker instance and the messages of the grant socket. Header only, no
+ * dependencies but C11 atomics, included by both sides; a change of any layout below bumps
+ * SHIM_ABI_VERSION (a shim that meets another version detaches: the worker runs as without it).
+ *
+ * The grant page (one file per supervised instance, SHIM_PAGE_SIZE bytes, mapped MAP_SHARED
+ * by vramd and by every process of the worker; its path in $VRAMD_SHIM_PAGE):
+ *   vramd writes  magic, version, epoch, gpu_total once before the worker starts;
+ *                 grant (bytes every process of the instance together may hold without
+ *                 asking) whenever its booking changes; vramd_alive.
+ *   a shim writes its own process slot (claimed by compare-and-swap of pid 0 -> its pid) and
+ *                 live_total (the sum of every slot's live), both with atomic adds.
+ * Fast path of an allocation of n bytes: cur = live_total; while cur + n <= grant:
+ *   CAS(live_total, cur, cur + n) -> go ahead (no system call). Otherwise the slow path: an
+ *   ASK on the grant socket, the thread blocks until GRANT (vramd raised grant by at least n
+ *   first; the shim then adds n to live_total unconditionally) or REFUSE
+ *   (CUDA_ERROR_OUT_OF_MEMORY returned to the caller). A driver call that then fails gives
+ *   its n back (atomic sub). A free gives its bytes back. live_total may exceed grant (vramd
+ *   lowered the grant when requests ended, or a detached shim): only new allocations ask.
+ * Dead processes: only vramd clears a slot whose pid is gone (and subtracts its live from
+ *   live_total), so counters never drift from a crash.
+ *
+ * The grant socket (a Unix stream socket; path in $VRAMD_SHIM_SOCKET; one connection per
+ * shim process, opened at its first slow path or at start): fixed-size shim_msg_t messages,
+ * both ways, native byte order (same host). The first message is HELLO with the instance's
+ * token ($VRAMD_SHIM_TOKEN, 32 hex characters, as bytes) and the slot index in aux; vramd
+ * answers HELLO_OK or closes. A message with a wrong magic, version, type, or a token that
+ * names no instance makes vramd close that connection and count it (a worker whose shim
+ * sends garbage is failed, never vramd). vramd learns the sender's pid from SO_PEERCRED (the
+ * host pid, also for a process in a container), not from the message.
+ * Timeouts: vramd answers every ASK within the instance's grant_wait (+ its own reaction);
+ * a shim that gets no answer within grant_wait + SHIM_ANSWER_SLACK_MS, or loses the
+ * connection, detaches (state SHIM_PROC_DETACHED: allocations go straight to the driver) and
+ * tries to connect again at most once per SHIM_RECONNECT_MS.
+ */
+#ifndef VRAMD_GPU_SHIM_ABI_H
+#define VRAMD_GPU_SHIM_ABI_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define SHIM_ABI_MAGIC 0x48534d56u /* "VMSH" little-endian */
+#define SHIM_ABI_VERSION 1u
+#define SHIM_PAGE_SIZE 8192u
+#define SHIM_PAGE_PROCS 64u        /* processes of one instance that can use the shim at once */
+#define SHIM_TOKEN_LEN 16u         /* bytes; 32 hex characters in $VRAMD_SHIM_TOKEN */
+#define SHIM_ANSWER_SLACK_MS 2000u
+#define SHIM_RECONNECT_MS 1000u
+
+/* Environment a supervised worker gets (workers/ sets them; the shim reads them). */
+#define SHIM_ENV_PAGE "VRAMD_SHIM_PAGE"
+#define SHIM_ENV_SOCKET "VRAMD_SHIM_SOCKET"
+#define SHIM_ENV_TOKEN "VRAMD_SHIM_TOKEN"
+#define SHIM_ENV_WAIT_MS "VRAMD_SHIM_GRANT_WAIT_MS" /* the instance's grant_wait, in ms */
+
+enum shim_proc_state {
+    SHIM_PROC_FREE = 0,     /* slot unused */
+    SHIM_PROC_ATTACHED = 1, /* counting, connected (or not yet needing) the grant socket */
+    SHIM_PROC_DETACHED = 2  /* counting, but allocations past the grant go straight to the driver */
+};
+
+typedef struct shim_proc_slot {
+    _Atomic uint32_t pid;        /* 0 = free; the process's pid in its own namespace */
+    _Atomic uint32_t state;      /* enum shim_proc_state */
+    _Atomic uint64_t live;       /* device bytes this process holds through the shim now */
+    _Atomic uint64_t peak;       /* the most live has been */
+    _Atomic uint64_t allocs;     /* allocation calls seen (every family member) */
+    _Atomic uint64_t asks;       /* slow-path asks sent */
+    _Atomic uint64_t waits;      /* asks that vramd held before granting */
+    _Atomic uint64_t refusals;   /* asks refused (CUDA_ERROR_OUT_OF_MEMORY returned) */
+    _Atomic uint64_t updated_ns; /* CLOCK_MONOTONIC of the last change of live */
+} shim_proc_slot_t;
+
+typedef struct shim_page {
+    uint32_t magic;               /* SHIM_ABI_MAGIC, written last by vramd when set up */
+    uint32_t version;             /* SHIM_ABI_VERSION */
+    uint64_t epoch;               /* vramd's start (a random 64-bit id): a new vramd, a new page */
+    uint64_t gpu_total;           /* the card's total bytes (NVML), 0 = not known */
+    _Atomic uint64_t grant;       /* bytes the instance may hold without asking */
+    _Atomic uint64_t live_total;  /* sum of the slots' live */
+    _Atomic uint32_t vramd_alive; /* 1 while the vramd that made the page serves it */
+    uint32_t reserved0;
+    _Atomic uint64_t grant_changes; /* bumped by vramd at each change of grant */
+    uint64_t reserved[10];
+    shim_proc_slot_t procs[SHIM_PAGE_PROCS];
+} shim_page_t;
+
+_Static_assert(sizeof(shim_page_t) <= SHIM_PAGE_SIZE, "the grant page fits its file");
+
+enum shim_msg_type {
+    SHIM_MSG_HELLO = 1,    /* shim -> vramd: token; aux = slot index */
+    SHIM_MSG_HELLO_OK = 2, /* vramd -> shim */
+    SHIM_MSG_ASK = 3,      /* shim -> vramd: bytes = the allocation; aux = live_total when asking; seq */
+    SHIM_MSG_GRANT = 4,    /* vramd -> shim: seq; bytes = the grant now (already in the page) */
+    SHIM_MSG_REFUSE = 5,   /* vramd -> shim: seq; aux = enum shim_refuse_reason */
+    SHIM_MSG_TYPE_MAX = 5
+};
+
+enum shim_refuse_reason {
+    SHIM_REFUSE_NO_ROOM = 1,   /* no room within grant_wait */
+    SHIM_REFUSE_DEADLOCK = 2,  /* workers waiting for each other: the younger request's ask */
+    SHIM_REFUSE_TOO_BIG = 3,   /* larger than the card's capacity for vramd's workers */
+    SHIM_REFUSE_STOPPING = 4,  /* the instance is stopping or parking */
+    SHIM_REFUSE_BUSY = 5       /* too many asks waiting (bounded) */
+};
+
+typedef struct shim_msg {
+    uint32_t magic;   /* SHIM_ABI_MAGIC */
+    uint16_t version; /* SHIM_ABI_VERSION */
+    uint16_t type;    /* enum shim_msg_type */
+    uint32_t seq;     /* the ask's number (per connection), echoed in its answer */
+    uint32_t flags;   /* 0 */
+    uint64_t bytes;
+    uint64_t aux;
+    uint8_t token[SHIM_TOKEN_LEN];
+    uint64_t reserved[2]; /* 0 */
+} shim_msg_t;
+
+_Static_assert(sizeof(shim_msg_t) == 64, "one message is 64 bytes");
+
+/* 0 when m is a well-formed message of vramd's version (magic, version, type in range,
+ * flags and reserved zero), -1 otherwise. */
+static inline int shim_msg_valid(const shim_msg_t *m)
+{
+    if (m->magic != SHIM_ABI_MAGIC || m->version != SHIM_ABI_VERSION)
+        return -1;
+    if (m->type < SHIM_MSG_HELLO || m->type > SHIM_MSG_TYPE_MAX || m->flags != 0)
+        return -1;
+    if (m->reserved[0] != 0 || m->reserved[1] != 0)
+        return -1;
+    return 0;
+}
+
+static inline void shim_msg_init(shim_msg_t *m, enum shim_msg_type type)
+{
+    *m = (shim_msg_t){.magic = SHIM_ABI_MAGIC, .version = SHIM_ABI_VERSION, .type = (uint16_t)type};
+}
+
+#endif
