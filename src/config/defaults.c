@@ -51,6 +51,8 @@ int cfg_model_init_builtin(model_config_t *m)
     m->retry_safe = false;
     m->response_timeout_ms = 10 * 60 * 1000; /* seconds-to-minutes GPU work; docs/config.md */
     m->prompt_poll_ms = 250; /* path/prompt_hold.c: ComfyUI's /history poll */
+    m->cuda_shim = CUDA_SHIM_OFF; /* off until the real-GPU suite passed with PyTorch (docs/shim.md) */
+    m->grant_wait_ms = 5000;
     m->retry_budget.percent = 20;
     m->retry_budget.min = 3;
     m->container.cgroup_parent = -1;             /* auto: podman yes, docker no */

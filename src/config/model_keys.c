@@ -374,6 +374,30 @@ static int fp_upgrade(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t 
     return 0;
 }
 
+/* cuda_shim: off | auto | required. */
+static int fp_cuda_shim(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    static const char *const names[] = {"off", "auto", "required", NULL};
+    (void)spec;
+    int which;
+    if (v->type == YAML_SCALAR_NODE && (strcmp(ydoc_scalar_text(v), "false") == 0))
+        which = 0;
+    else if (cfg_parse_choice(c, v, names, &which) != 0)
+        return -1;
+    *(enum config_cuda_shim *)field = (enum config_cuda_shim)which;
+    return 0;
+}
+
+/* grant_wait: a duration up to 10 minutes (a worker thread blocks that long at most). */
+static int fp_grant_wait(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    if (cfg_fp_duration(c, v, field, spec) != 0)
+        return -1;
+    if (*(uint64_t *)field > 600000)
+        return ydoc_fail(c, v, "at most 10m (an allocation's thread blocks that long)");
+    return 0;
+}
+
 /* per_request: a size, or "learn" (learn from NVML, starting from the declared value). */
 static int fp_per_request(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
@@ -591,6 +615,8 @@ static const field_spec_t model_fields[] = {
     {"prompt_hold", cfg_fp_bool, offsetof(model_config_t, prompt_hold), 0, 0, NULL},
     {"prompt_poll", cfg_fp_duration, offsetof(model_config_t, prompt_poll_ms), 10, 0, NULL},
     {"prompt_hold_timeout", cfg_fp_duration, offsetof(model_config_t, prompt_hold_timeout_ms), 0, 0, NULL},
+    {"cuda_shim", fp_cuda_shim, offsetof(model_config_t, cuda_shim), 0, 0, NULL},
+    {"grant_wait", fp_grant_wait, offsetof(model_config_t, grant_wait_ms), 0, 0, NULL},
 };
 static const section_t model_section = SECTION(model_fields);
 

@@ -159,6 +159,11 @@ struct instance {
     bool run_alone;          /* only one request ran since run_peak was reset */
     uint64_t credit_used;    /* cached memory lent to running requests */
     uint64_t running_reserved; /* sum of the REQUEST entries of its running requests */
+    /* the CUDA shim (workers/shim_grants.c): memory granted to its processes' allocations past
+     * their grant while requests ran (a REQUEST entry; folded into mem once it is idle), and
+     * the shim's own state (NULL = no shim) */
+    ledger_entry_t grant_extra;
+    struct shim_inst *shim;
     uint64_t unverified;     /* bytes assumed cached at request ends, not yet measured */
     bool reclaiming;         /* stopped/unloaded: waiting for NVML to show memory back */
     uint64_t reclaim_since_ms;

@@ -34,6 +34,7 @@
 #include "sched/scheduler.h"
 #include "proc/cgroup.h"
 #include "proc/process.h"
+#include "workers/shim_grants.h"
 #include "workers/supervisor.h"
 
 static int mkdir_p(const char *path)
@@ -391,6 +392,7 @@ static void wire(vramd_t *d)
     core_t *core = &d->core;
     api_admin_ops_t admin = {.drain = admin_drain, .reload = admin_reload, .ctx = d};
     wiring_connect(core, &admin);
+    shim_grants_init(core); /* the CUDA shims' grant socket (workers/shim_grants.h) */
     core_listen(core, CORE_EV_REQUEST_ENDED, on_progress, d);
     core_listen(core, CORE_EV_INSTANCE_GONE, on_progress, d);
 }
@@ -515,6 +517,7 @@ int vramd_run(vramd_t *d)
     notify_close();
     jobs_shutdown(core);
     fleet_agent_stop();
+    shim_grants_shutdown();
     sched_shutdown(core);
     metrics_forget();
     cuda_close(core->cuda); /* calls still in the driver are abandoned, never waited for (gpu/driver_thread.h) */

@@ -14,6 +14,7 @@
 #include "path/proxy_upgrade.h"
 #include "common/histogram.h"
 #include "sched/scheduler.h"
+#include "workers/shim_grants.h"
 #include "workers/host_book.h"
 #include "workers/supervisor.h"
 
@@ -355,6 +356,38 @@ static void deadline_expiries_family(buf_t *b, core_t *d)
     }
 }
 
+/* The CUDA shims (workers/shim_grants.h), per instance of a model that has one. */
+static void shim_families(buf_t *b, const core_t *d)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } fams[] = {
+        {"vramd_shim_live_bytes", "gauge", "Device bytes the worker's processes hold through the CUDA shim now."},
+        {"vramd_shim_grant_bytes", "gauge", "What the worker may allocate without asking vramd (its booking less its CUDA context)."},
+        {"vramd_shim_context_bytes", "gauge", "NVML's bytes for the worker beyond the shim's (CUDA context), learned while idle."},
+        {"vramd_shim_asks_total", "counter", "Allocations past the grant that asked vramd."},
+        {"vramd_shim_waits_total", "counter", "Asks that vramd held before granting them."},
+        {"vramd_shim_refusals_total", "counter", "Asks refused: CUDA_ERROR_OUT_OF_MEMORY in that worker alone."},
+        {"vramd_shim_mismatches_total", "counter", "Readings where the shim counted more than NVML showed (beyond 64 MiB)."},
+    };
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        family(b, fams[f].name, fams[f].type, fams[f].help);
+        list_foreach(it, &d->models) {
+            const model_t *m = list_entry(it, model_t, link);
+            list_foreach(ii, &m->instances) {
+                const instance_t *in = list_entry(ii, instance_t, link);
+                shim_figures_t fig;
+                if (!shim_grants_figures(in, &fig))
+                    continue;
+                uint64_t v[] = {fig.live, fig.grant, fig.context, fig.asks, fig.waited, fig.refused, fig.mismatches};
+                char id[16];
+                snprintf(id, sizeof id, "%u", in->id);
+                sample_u64(b, fams[f].name, "model", m->name, "instance", id, v[f]);
+            }
+        }
+    }
+}
+
 static void model_metrics(buf_t *b, core_t *d)
 {
     model_family(b, d, "vramd_queue_depth", "gauge", "Requests waiting in the model's queue.", v_queue_depth);
@@ -405,6 +438,7 @@ static void model_metrics(buf_t *b, core_t *d)
             sample_u64(b, "vramd_degraded_total", "model", m->name, "level", level, m->degraded_by_level[l]);
         }
     }
+    shim_families(b, d);
     family(b, "vramd_worker_restarts_total", "counter",
            "Worker restarts, by reason: failures (crash, start_failed, startup_timeout, hang, unhealthy, "
            "reload_failed, park_failed) and planned recycles (recycle).");
@@ -501,7 +535,8 @@ static void fleet_metrics(buf_t *b, core_t *d)
         uint64_t bytes = 0;
         list_foreach(ii, &m->instances) {
             const instance_t *in = list_entry(ii, instance_t, link);
-            bytes += (in->mem.gpu >= 0 ? in->mem.bytes : 0) + in->running_reserved;
+            bytes += (in->mem.gpu >= 0 ? in->mem.bytes : 0) + in->running_reserved +
+                     (in->grant_extra.gpu >= 0 ? in->grant_extra.bytes : 0);
         }
         sample_u64(b, "vramd_model_memory_bytes", "model", m->name, NULL, NULL, bytes);
     }

@@ -14,6 +14,7 @@
 #include "path/proxy_upgrade.h"
 #include "proc/cgroup.h"
 #include "sched/scheduler.h"
+#include "workers/shim_grants.h"
 #include "workers/host_book.h"
 #include "workers/park_tier.h"
 #include "workers/supervisor.h"
@@ -112,6 +113,33 @@ static int64_t keep_alive_left_ms(instance_t *in)
     return (int64_t)uv_timer_get_due_in(&in->idle_timer);
 }
 
+/* The CUDA shim of an instance (workers/shim_grants.h): null when its model has none. */
+static void shim_json(cJSON *j, const instance_t *in)
+{
+    shim_figures_t f;
+    if (!shim_grants_figures(in, &f)) {
+        cJSON_AddNullToObject(j, "shim");
+        return;
+    }
+    cJSON *s = cJSON_AddObjectToObject(j, "shim");
+    if (!s)
+        return;
+    cJSON_AddStringToObject(s, "state", f.state);
+    if (f.why[0])
+        cJSON_AddStringToObject(s, "reason", f.why);
+    cJSON_AddNumberToObject(s, "grant_bytes", (double)f.grant);
+    cJSON_AddNumberToObject(s, "live_bytes", (double)f.live);
+    cJSON_AddNumberToObject(s, "context_bytes", (double)f.context);
+    cJSON_AddNumberToObject(s, "extra_bytes", (double)f.extra);
+    cJSON_AddNumberToObject(s, "processes", f.processes);
+    cJSON_AddNumberToObject(s, "asks", (double)f.asks);
+    cJSON_AddNumberToObject(s, "granted", (double)f.granted);
+    cJSON_AddNumberToObject(s, "waited", (double)f.waited);
+    cJSON_AddNumberToObject(s, "refused", (double)f.refused);
+    cJSON_AddNumberToObject(s, "mismatches", (double)f.mismatches);
+    cJSON_AddNumberToObject(s, "wait_ms_total", (double)f.wait_ms_total);
+}
+
 /* One instance: state, tier, process, GPU, memory, requests, outlier state. */
 static cJSON *instance_json(instance_t *in, uint64_t now)
 {
@@ -144,6 +172,7 @@ static cJSON *instance_json(instance_t *in, uint64_t now)
         cJSON_AddNullToObject(j, "server_vram_bytes");
     }
     cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->baseline);
+    shim_json(j, in);
     cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);
     cJSON_AddNumberToObject(j, "failed_in_row", in->failed_in_row);
     outlier_json(j, in, now);

@@ -73,7 +73,24 @@ uint64_t ledger_free_for(const ledger_t *l, size_t pos, const void *holder)
     uint64_t taken = g->reserved;
     if (g->claimed && g->claim_holder != holder)
         taken += g->claimed;
+    taken += g->asked;
     return cap > taken ? cap - taken : 0;
+}
+
+uint64_t ledger_free_for_asks(const ledger_t *l, size_t pos)
+{
+    if (pos >= l->n_gpus)
+        return 0;
+    const ledger_gpu_t *g = &l->gpus[pos];
+    uint64_t cap = ledger_capacity(l, pos);
+    uint64_t taken = g->reserved + g->claimed;
+    return cap > taken ? cap - taken : 0;
+}
+
+void ledger_set_asked(ledger_t *l, size_t pos, uint64_t bytes)
+{
+    if (pos < l->n_gpus)
+        l->gpus[pos].asked = bytes;
 }
 
 uint64_t ledger_free(const ledger_t *l, size_t pos) { return ledger_free_for(l, pos, NULL); }

@@ -8,7 +8,9 @@
  *                                                    per-request reservations of running requests)
  *   claimed   = memory promised to one waiting large request or load (anti-starvation):
  *               other reservations may not eat into it
- *   free_to_admit = capacity - reserved - claimed  (0 when negative)
+ *   asked     = bytes that worker allocations past their grants wait for (the CUDA shim's
+ *               asks, workers/shim_grants.c): no new reservation may take them either
+ *   free_to_admit = capacity - reserved - claimed - asked  (0 when negative)
  *
  * Entries are owned by their holders (embedded in an instance or a request), so reserving
  * and releasing never allocate and are O(1). An entry is either on exactly one GPU's list
@@ -53,6 +55,7 @@ typedef struct ledger_gpu {
     uint64_t reserved;
     uint64_t claimed;
     const void *claim_holder;
+    uint64_t asked;
     size_t n_entries;
     list_t entries;
 } ledger_gpu_t;
@@ -92,6 +95,12 @@ void ledger_resize(ledger_t *l, ledger_entry_t *e, uint64_t bytes);
  * or when clear (returns -1 when another holder already claims this GPU). */
 int ledger_claim(ledger_t *l, size_t pos, uint64_t bytes, const void *holder);
 void ledger_unclaim(ledger_t *l, const void *holder);
+
+/* The bytes allocations past their grants wait for on a GPU now (replaces the figure). */
+void ledger_set_asked(ledger_t *l, size_t pos, uint64_t bytes);
+/* What a waiting allocation ask may take: capacity - reserved - claimed (the asks' own hold
+ * not counted against them). */
+uint64_t ledger_free_for_asks(const ledger_t *l, size_t pos);
 
 /* Sum of entries of one kind on a GPU. */
 uint64_t ledger_sum_kind(const ledger_t *l, size_t pos, enum ledger_kind kind);

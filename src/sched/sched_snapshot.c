@@ -261,7 +261,8 @@ static void book_ready(core_t *d, model_t *m, instance_t *in, uint64_t now)
     /* what it holds beyond its running requests' reservations (cache included),
      * never less than its floor plus the cache already lent to running requests */
     uint64_t declared = m->cfg->memory.resident;
-    uint64_t held = in->measured > in->running_reserved ? in->measured - in->running_reserved : 0;
+    uint64_t booked_apart = in->running_reserved + (in->grant_extra.gpu >= 0 ? in->grant_extra.bytes : 0);
+    uint64_t held = in->measured > booked_apart ? in->measured - booked_apart : 0;
     uint64_t lent = sched_instance_floor(in) + in->credit_used;
     uint64_t b = held > lent ? held : lent;
     if (b < declared)
@@ -280,7 +281,9 @@ static void book_instance(core_t *d, model_t *m, instance_t *in, uint64_t now)
         check_reclaim(m, in, now);
     } else if (in->state == INST_STARTING) {
         in->reclaim_keep = reclaim_keep_from_start(in->reclaim_keep, in->measured); /* its context */
-        uint64_t b = in->measured > declared ? in->measured : declared;
+        uint64_t apart = in->grant_extra.gpu >= 0 ? in->grant_extra.bytes : 0; /* granted past its load */
+        uint64_t held = in->measured > apart ? in->measured - apart : 0;
+        uint64_t b = held > declared ? held : declared;
         if (b != in->mem.bytes)
             ledger_resize(&sched_state.ledger, &in->mem, b);
     } else if (in->state == INST_READY && !in->stop_requested) {

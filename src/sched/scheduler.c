@@ -260,7 +260,7 @@ double sched_model_reserved_ratio(const model_t *m)
         const instance_t *in = list_entry(it, instance_t, link);
         if (in->gpu_pos < 0 || (size_t)in->gpu_pos >= sched_state.ledger.n_gpus)
             continue;
-        used += in->running_reserved;
+        used += in->running_reserved + (in->grant_extra.gpu >= 0 ? in->grant_extra.bytes : 0);
         if (!seen[in->gpu_pos]) {
             seen[in->gpu_pos] = true;
             room += ledger_free_for(&sched_state.ledger, (size_t)in->gpu_pos, m);

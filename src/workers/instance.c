@@ -34,6 +34,7 @@
 #include "proc/attrib.h"
 #include "proc/process.h"
 #include "workers/supervisor.h"
+#include "workers/shim_grants.h"
 #include "workers/supervisor_int.h"
 
 #define STARTUP_POLL_MS 100
@@ -64,6 +65,7 @@ void instance_maybe_free(instance_t *inst)
         return;
     model_t *m = inst->model;
     host_book_release(inst); /* released at its last state change already; never outlives it */
+    shim_grants_free(inst);
     list_remove(&inst->link);
     m->n_instances--;
     m->instances_closing++;
@@ -107,6 +109,7 @@ static instance_t *instance_new(model_t *m)
     inst->server_vram = -1;
     inst->park_tier = PARK_NONE;
     ledger_entry_init(&inst->mem);
+    ledger_entry_init(&inst->grant_extra);
     host_entry_init(&inst->parked_host);
     list_init(&inst->pool);
     uv_timer_init(m->core->loop, &inst->timer);
@@ -398,6 +401,7 @@ static void on_process_exit(process_t *p, int exit_status, int term_signal, void
         m->unloads_total++;
         m->unloads_by_reason[inst->unload_reason]++;
     }
+    shim_grants_exited(inst);
     core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
     instance_set_state(inst, INST_STOPPING, expected ? (inst->stop_reason ? inst->stop_reason : "stopped") : "exited");
     if (sched_instance_holds_memory(inst)) {
@@ -431,7 +435,7 @@ void instance_start(model_t *m, size_t gpu_pos)
     inst->started_ms = core_now(); /* STARTING since instance_new */
     char **argv = worker_cmds_argv(inst, mc->cmd, mc->n_cmd);
     worker_cmds_check_fraction(inst);
-    size_t n_env = mc->n_env + 3;
+    size_t n_env = mc->n_env + 3 + 5; /* PORT, VRAMD_MODEL, CUDA_VISIBLE_DEVICES; the shim's five */
     char leaf[200];
     worker_cmds_leaf(inst, leaf, sizeof leaf);
     config_kv_t *env = calloc(n_env, sizeof *env);
@@ -460,6 +464,11 @@ void instance_start(model_t *m, size_t gpu_pos)
                 env[k].value = mc->env[i].value; /* out of memory: as written */
             k++;
         }
+        size_t n_model_env = k;
+        if (shim_grants_prepare(inst, env, n_env, &k, err, sizeof err) != 0) {
+            n_env = n_model_env; /* the model's env entries end here (freed below) */
+            goto spawn_failed;
+        }
         n_env = k;
         process_spec_t spec = {
             .argv = argv,
@@ -472,9 +481,11 @@ void instance_start(model_t *m, size_t gpu_pos)
             .cgroup_leaf = leaf,
         };
         rc = process_spawn(m->core->loop, &spec, on_process_exit, inst, &inst->proc, err, sizeof err);
+        n_env = n_model_env;
     } else {
         snprintf(err, sizeof err, "%s", inst->port <= 0 ? "no free port" : "out of memory");
     }
+spawn_failed:
     worker_cmds_free_argv(argv);
     for (size_t i = 0; env && i < mc->n_env; i++) /* the filled copies (zeroes when not filled) */
         if (env[n_env - mc->n_env + i].value != mc->env[i].value)

@@ -1,0 +1,327 @@
+/*
+ * grant_socket: the shims' Unix socket, transport only (grant_socket.h).
+ */
+#include "net/grant_socket.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/list.h"
+
+struct grant_conn {
+    list_t link;            /* s->conns */
+    uv_pipe_t pipe;
+    grant_socket_t *sock;
+    void *owner;
+    pid_t pid;
+    unsigned slot;
+    bool hello_done;
+    bool ask_waiting;
+    uint32_t ask_seq;
+    bool closing;
+    bool malformed;
+    size_t have;
+    unsigned char buf[sizeof(shim_msg_t)];
+};
+
+struct grant_socket {
+    uv_loop_t *loop;
+    uv_pipe_t listener;
+    bool listening;
+    bool closing;
+    char path[4096];
+    unsigned max_conns;
+    grant_socket_handlers_t h;
+    void *ctx;
+    list_t conns;
+    grant_socket_stats_t stats;
+};
+
+typedef struct answer_write {
+    uv_write_t req;
+    shim_msg_t msg;
+} answer_write_t;
+
+static void conn_closed_cb(uv_handle_t *h)
+{
+    grant_conn_t *c = h->data;
+    grant_socket_t *s = c->sock;
+    list_remove(&c->link);
+    s->stats.open--;
+    if (s->h.closed)
+        s->h.closed(s->ctx, c, c->owner, c->malformed);
+    free(c);
+    if (s->closing && list_empty(&s->conns) && !s->listening)
+        free(s);
+}
+
+static void conn_close(grant_conn_t *c, bool malformed)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    c->malformed = malformed;
+    if (malformed)
+        c->sock->stats.malformed++;
+    uv_close((uv_handle_t *)&c->pipe, conn_closed_cb);
+}
+
+void grant_conn_close(grant_conn_t *c) { conn_close(c, false); }
+
+pid_t grant_conn_pid(const grant_conn_t *c) { return c->pid; }
+
+unsigned grant_conn_slot(const grant_conn_t *c) { return c->hello_done ? c->slot : SHIM_PAGE_PROCS; }
+
+static void on_answer_written(uv_write_t *req, int status)
+{
+    (void)status; /* a broken connection shows as its read's EOF */
+    free(req->data);
+}
+
+static int conn_write(grant_conn_t *c, const shim_msg_t *m)
+{
+    uv_buf_t b = uv_buf_init((char *)m, sizeof *m);
+    int n = uv_try_write((uv_stream_t *)&c->pipe, &b, 1);
+    if (n == (int)sizeof *m)
+        return 0;
+    size_t off = n > 0 ? (size_t)n : 0;
+    answer_write_t *w = malloc(sizeof *w);
+    if (!w) {
+        conn_close(c, false);
+        return -1;
+    }
+    w->msg = *m;
+    w->req.data = w;
+    uv_buf_t rest = uv_buf_init((char *)&w->msg + off, (unsigned)(sizeof *m - off));
+    if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &rest, 1, on_answer_written) != 0) {
+        free(w);
+        conn_close(c, false);
+        return -1;
+    }
+    return 0;
+}
+
+int grant_conn_answer(grant_conn_t *c, const shim_msg_t *m)
+{
+    if (c->closing || !c->ask_waiting)
+        return -1;
+    c->ask_waiting = false;
+    c->sock->stats.answers++;
+    return conn_write(c, m);
+}
+
+/* One whole message read: the rules of grant_socket.h. */
+static void conn_message(grant_conn_t *c, const shim_msg_t *m)
+{
+    grant_socket_t *s = c->sock;
+    if (shim_msg_valid(m) != 0) {
+        conn_close(c, true);
+        return;
+    }
+    if (!c->hello_done) {
+        if (m->type != SHIM_MSG_HELLO || m->aux >= SHIM_PAGE_PROCS) {
+            conn_close(c, true);
+            return;
+        }
+        c->hello_done = true;
+        c->slot = (unsigned)m->aux;
+        c->owner = s->h.hello ? s->h.hello(s->ctx, c, m, c->pid) : NULL;
+        if (!c->owner) {
+            conn_close(c, true);
+            return;
+        }
+        shim_msg_t ok;
+        shim_msg_init(&ok, SHIM_MSG_HELLO_OK);
+        conn_write(c, &ok);
+        return;
+    }
+    if (m->type != SHIM_MSG_ASK || c->ask_waiting) {
+        conn_close(c, true);
+        return;
+    }
+    c->ask_waiting = true;
+    c->ask_seq = m->seq;
+    s->stats.asks++;
+    if (s->h.ask)
+        s->h.ask(s->ctx, c, c->owner, m);
+}
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    grant_conn_t *c = h->data;
+    *buf = uv_buf_init((char *)c->buf + c->have, (unsigned)(sizeof c->buf - c->have));
+}
+
+static void conn_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+{
+    (void)buf;
+    grant_conn_t *c = st->data;
+    if (n < 0) {
+        conn_close(c, false);
+        return;
+    }
+    c->have += (size_t)n;
+    if (c->have < sizeof c->buf)
+        return;
+    shim_msg_t m;
+    memcpy(&m, c->buf, sizeof m);
+    c->have = 0;
+    conn_message(c, &m);
+}
+
+static void on_refused_closed(uv_handle_t *h) { free(h); }
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    grant_socket_t *s = server->data;
+    if (status < 0)
+        return;
+    if (s->stats.open >= s->max_conns) {
+        uv_pipe_t *p = malloc(sizeof *p);
+        if (p && uv_pipe_init(s->loop, p, 0) == 0) {
+            (void)uv_accept(server, (uv_stream_t *)p);
+            uv_close((uv_handle_t *)p, on_refused_closed);
+        } else {
+            free(p);
+        }
+        s->stats.refused_full++;
+        return;
+    }
+    grant_conn_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return;
+    if (uv_pipe_init(s->loop, &c->pipe, 0) != 0) {
+        free(c);
+        return;
+    }
+    c->pipe.data = c;
+    c->sock = s;
+    c->slot = SHIM_PAGE_PROCS;
+    list_insert_tail(&s->conns, &c->link);
+    s->stats.open++;
+    s->stats.accepted++;
+    if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0) {
+        conn_close(c, false);
+        return;
+    }
+    uv_os_fd_t fd;
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+        c->pid = cred.pid;
+    if (uv_read_start((uv_stream_t *)&c->pipe, conn_alloc, conn_read) != 0)
+        conn_close(c, false);
+}
+
+/* bind() to path, through /proc/self/fd/N/NAME of its directory when path is longer than
+ * sun_path holds. */
+static int bind_path(int fd, const char *path, char *err, size_t errlen)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int dirfd = -1;
+    if (strlen(path) < sizeof sa.sun_path) {
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+    } else {
+        char dir[4096], base[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        snprintf(base, sizeof base, "%s", path);
+        dirfd = open(dirname(dir), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        const char *name = basename(base);
+        if (dirfd < 0 || (size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/%s", dirfd, name) >=
+                             sizeof sa.sun_path) {
+            snprintf(err, errlen, "%s: path too long for a Unix socket", path);
+            if (dirfd >= 0)
+                close(dirfd);
+            return -1;
+        }
+    }
+    unlink(sa.sun_path); /* a socket file a vramd before this one left */
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    if (rc != 0)
+        snprintf(err, errlen, "%s: bind: %s", path, strerror(errno));
+    if (dirfd >= 0)
+        close(dirfd);
+    return rc;
+}
+
+static void listener_closed(uv_handle_t *h)
+{
+    grant_socket_t *s = h->data;
+    s->listening = false;
+    if (list_empty(&s->conns))
+        free(s);
+}
+
+grant_socket_t *grant_socket_listen(uv_loop_t *loop, const char *path, unsigned max_conns,
+                                    const grant_socket_handlers_t *h, void *ctx, char *err, size_t errlen)
+{
+    if (strlen(path) >= sizeof(((grant_socket_t *)0)->path)) {
+        snprintf(err, errlen, "socket path too long");
+        return NULL;
+    }
+    grant_socket_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->loop = loop;
+    s->max_conns = max_conns ? max_conns : 1;
+    s->h = *h;
+    s->ctx = ctx;
+    list_init(&s->conns);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        free(s);
+        return NULL;
+    }
+    if (bind_path(fd, path, err, errlen) != 0 || chmod(path, 0600) != 0 || listen(fd, 128) != 0) {
+        if (!err[0])
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
+        unlink(path);
+        free(s);
+        return NULL;
+    }
+    uv_pipe_init(loop, &s->listener, 0);
+    s->listener.data = s;
+    int rc = uv_pipe_open(&s->listener, fd);
+    if (rc != 0)
+        close(fd); /* not the handle's */
+    else
+        rc = uv_listen((uv_stream_t *)&s->listener, 128, on_connection);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s: listen: %s", path, uv_strerror(rc));
+        unlink(path);
+        s->closing = true;
+        s->listening = true;
+        uv_close((uv_handle_t *)&s->listener, listener_closed); /* frees s once the loop ran the close */
+        return NULL;
+    }
+    s->listening = true;
+    return s;
+}
+
+void grant_socket_close(grant_socket_t *s)
+{
+    if (!s || s->closing)
+        return;
+    s->closing = true;
+    unlink(s->path);
+    list_foreach_safe(it, tmp, &s->conns) conn_close(list_entry(it, grant_conn_t, link), false);
+    uv_close((uv_handle_t *)&s->listener, listener_closed);
+}
+
+const char *grant_socket_path(const grant_socket_t *s) { return s->path; }
+
+void grant_socket_stats(const grant_socket_t *s, grant_socket_stats_t *out) { *out = s->stats; }

@@ -1,0 +1,62 @@
+/*
+ * grant_socket: the Unix stream socket the CUDA shims of vramd's workers ask for memory on
+ * (gpu/shim_abi.h: fixed 64-byte messages). This module is transport only: it accepts,
+ * frames, validates, and hands each HELLO and ASK up through the handlers the composition
+ * root set; the answers come back through grant_conn_answer. It knows nothing of instances.
+ *
+ * Rules: the first message of a connection must be HELLO, every later one ASK, and at most
+ * one ASK waits for its answer per connection (a shim asks from one thread at a time); a
+ * message that breaks a rule, or is not valid (shim_msg_valid), closes the connection with
+ * `malformed` set. The peer's pid comes from SO_PEERCRED (a host pid). At most max_conns
+ * connections are open (more are accepted and closed at once, counted).
+ * Lifetime: a grant_conn_t lives until its closed handler ran (the module frees it after);
+ * its owner must not use it after that. grant_socket_close closes every connection
+ * (closed handlers run) and the listener; the socket file is removed.
+ * Return convention: 0 ok, -1 error (err says why).
+ */
+#ifndef VRAMD_NET_GRANT_SOCKET_H
+#define VRAMD_NET_GRANT_SOCKET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "gpu/shim_abi.h"
+
+typedef struct grant_socket grant_socket_t;
+typedef struct grant_conn grant_conn_t;
+
+typedef struct grant_socket_handlers {
+    /* A HELLO: the owner the connection belongs to from now on (HELLO_OK is sent), or NULL
+     * to close it (counted as malformed: a token or slot that is not the sender's). */
+    void *(*hello)(void *ctx, grant_conn_t *c, const shim_msg_t *m, pid_t peer_pid);
+    /* An ASK on a connection whose hello returned owner; answer with grant_conn_answer. */
+    void (*ask)(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m);
+    /* The connection is gone (the peer closed it, a malformed message, or close_conn/close).
+     * owner: what hello returned (NULL before a HELLO). */
+    void (*closed)(void *ctx, grant_conn_t *c, void *owner, bool malformed);
+} grant_socket_handlers_t;
+
+typedef struct grant_socket_stats {
+    uint64_t accepted, refused_full, malformed, asks, answers;
+    unsigned open;
+} grant_socket_stats_t;
+
+grant_socket_t *grant_socket_listen(uv_loop_t *loop, const char *path, unsigned max_conns,
+                                    const grant_socket_handlers_t *h, void *ctx, char *err, size_t errlen);
+void grant_socket_close(grant_socket_t *s);
+const char *grant_socket_path(const grant_socket_t *s);
+void grant_socket_stats(const grant_socket_t *s, grant_socket_stats_t *out);
+
+/* Answer the ASK that waits (GRANT or REFUSE, its seq); -1 when none waits or the
+ * connection is closing. */
+int grant_conn_answer(grant_conn_t *c, const shim_msg_t *m);
+/* Close one connection (its closed handler follows, malformed false). */
+void grant_conn_close(grant_conn_t *c);
+pid_t grant_conn_pid(const grant_conn_t *c);
+/* The slot its HELLO named (aux), SHIM_PAGE_PROCS before a HELLO. */
+unsigned grant_conn_slot(const grant_conn_t *c);
+
+#endif

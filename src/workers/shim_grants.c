@@ -1,0 +1,735 @@
+/*
+ * shim_grants: grants and asks of the CUDA shims in vramd's workers (shim_grants.h has the
+ * rules). One module state for the loop: the socket, the library found, the asks waiting
+ * (FIFO), one timer (every SHIM_GRANTS_TICK_MS while asks wait, else every
+ * SHIM_GRANTS_REFRESH_MS). An instance's shim state (shim_inst_t) is owned here: created by
+ * shim_grants_prepare, dropped by shim_grants_free, freed when its last connection closed.
+ * Calls down only: sched (the ledger, making room, the estimate), net (the socket), gpu
+ * (the page), proc (killing a worker whose shim sent garbage).
+ */
+#include "workers/shim_grants.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/list.h"
+#include "common/log.h"
+#include "core/core.h"
+#include "core/model.h"
+#include "core/request.h"
+#include "gpu/shim_page.h"
+#include "net/grant_socket.h"
+#include "proc/process.h"
+#include "sched/scheduler.h"
+
+typedef struct shim_inst {
+    instance_t *inst;         /* NULL once the instance is freed */
+    shim_page_t *page;
+    char page_path[4096];
+    uint8_t token[SHIM_TOKEN_LEN];
+    char token_hex[2 * SHIM_TOKEN_LEN + 1];
+    char wait_ms[24];
+    char preload[8192];
+    unsigned conns;
+    bool slot_conn[SHIM_PAGE_PROCS]; /* a connection speaks for the slot */
+    bool failed;
+    char why[160];
+    uint64_t context;
+    uint64_t extra_run;       /* granted past the grant since it last went idle */
+    uint64_t run_since_ms;    /* its running began (in_flight 0 -> 1), for the deadlock rule */
+    uint64_t asks, granted, waited, refused, mismatches, wait_ms_total;
+    bool mismatch_logged;
+} shim_inst_t;
+
+typedef struct ask {
+    list_t link;              /* G.asks, oldest first */
+    shim_inst_t *si;
+    grant_conn_t *conn;
+    uint32_t seq;
+    uint64_t bytes;
+    uint64_t since_ms, deadline_ms;
+    int pos;
+    bool room_asked;
+} ask_t;
+
+static struct {
+    core_t *core;
+    grant_socket_t *sock;
+    char library[4096];
+    char dir[4096];
+    char sock_path[4096];
+    char unavailable[160];   /* why shims cannot be offered ("" = they can) */
+    uint64_t epoch;
+    uv_timer_t timer;
+    bool timer_init;
+    list_t asks;
+    unsigned n_asks;
+    shim_totals_t totals;
+} G;
+
+static const char *const refuse_names[] = {"", "no_room", "deadlock", "too_big", "stopping", "busy"};
+
+/* ---- the library and the socket ----------------------------------------------------- */
+
+static bool file_ok(const char *path)
+{
+    struct stat st;
+    return path && path[0] && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static void find_library(void)
+{
+    const char *env = getenv("VRAMD_CUDA_SHIM_LIBRARY");
+    if (env && env[0]) {
+        if (file_ok(env))
+            snprintf(G.library, sizeof G.library, "%s", env);
+        return;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            const char *rel[] = {"../lib/libvramd-cuda.so", "../lib/vramd/libvramd-cuda.so"};
+            for (size_t i = 0; i < 2; i++) {
+                char p[PATH_MAX + 64];
+                snprintf(p, sizeof p, "%s/%s", exe, rel[i]);
+                char real[PATH_MAX];
+                if (file_ok(p) && realpath(p, real)) {
+                    snprintf(G.library, sizeof G.library, "%s", real);
+                    return;
+                }
+            }
+        }
+    }
+    if (file_ok("/usr/lib/vramd/libvramd-cuda.so"))
+        snprintf(G.library, sizeof G.library, "%s", "/usr/lib/vramd/libvramd-cuda.so");
+}
+
+static void *on_hello(void *ctx, grant_conn_t *c, const shim_msg_t *m, pid_t peer_pid);
+static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m);
+static void on_closed(void *ctx, grant_conn_t *c, void *owner, bool malformed);
+static void on_tick(uv_timer_t *t);
+static void on_request_event(void *ctx, enum core_event ev, void *subject);
+
+void shim_grants_init(core_t *core)
+{
+    memset(&G, 0, sizeof G);
+    G.core = core;
+    list_init(&G.asks);
+    uint64_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        rnd = (uint64_t)getpid() << 32 ^ core_now();
+    G.epoch = rnd;
+    find_library();
+    G.totals.library = G.library;
+    snprintf(G.dir, sizeof G.dir, "%s/shim", core->cfg->state_dir);
+    snprintf(G.sock_path, sizeof G.sock_path, "%s/grant.sock", G.dir);
+    uv_timer_init(core->loop, &G.timer);
+    G.timer_init = true;
+    core_listen(core, CORE_EV_REQUEST_DISPATCHED, on_request_event, NULL);
+    core_listen(core, CORE_EV_REQUEST_ENDED, on_request_event, NULL);
+    if (!G.library[0]) {
+        snprintf(G.unavailable, sizeof G.unavailable, "libvramd-cuda.so not found");
+        return;
+    }
+    if (mkdir(G.dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(G.unavailable, sizeof G.unavailable, "%s: %s", G.dir, strerror(errno));
+        log_event(LOG_WARN, "shim_unavailable", "reason=\"%s\"", G.unavailable);
+        return;
+    }
+    static const grant_socket_handlers_t h = {.hello = on_hello, .ask = on_ask, .closed = on_closed};
+    char err[256] = "";
+    G.sock = grant_socket_listen(core->loop, G.sock_path, SHIM_GRANTS_CONNS_MAX, &h, NULL, err, sizeof err);
+    if (!G.sock) {
+        snprintf(G.unavailable, sizeof G.unavailable, "%s", err);
+        log_event(LOG_WARN, "shim_unavailable", "reason=\"%s\"", err);
+        return;
+    }
+    G.totals.listening = true;
+    uv_timer_start(&G.timer, on_tick, SHIM_GRANTS_REFRESH_MS, SHIM_GRANTS_REFRESH_MS);
+    log_event(LOG_INFO, "shim_listening", "socket=%s library=%s", G.sock_path, G.library);
+}
+
+void shim_grants_shutdown(void)
+{
+    if (G.timer_init) {
+        uv_timer_stop(&G.timer);
+        uv_close((uv_handle_t *)&G.timer, NULL);
+        G.timer_init = false;
+    }
+    if (G.sock)
+        grant_socket_close(G.sock); /* closed handlers drop the asks */
+    G.sock = NULL;
+    G.totals.listening = false;
+}
+
+/* ---- an instance's grant ---------------------------------------------------------------- */
+
+static uint64_t booked(const instance_t *in)
+{
+    uint64_t b = in->running_reserved;
+    if (in->mem.gpu >= 0)
+        b += in->mem.bytes;
+    if (in->grant_extra.gpu >= 0)
+        b += in->grant_extra.bytes;
+    return b;
+}
+
+static void refresh_grant(shim_inst_t *si)
+{
+    if (!si->inst || !si->page)
+        return;
+    uint64_t b = booked(si->inst);
+    shim_page_set_grant(si->page, b > si->context ? b - si->context : 0);
+}
+
+static bool pid_gone(pid_t pid, void *ctx)
+{
+    (void)ctx;
+    if (kill(pid, 0) == 0 || errno == EPERM)
+        return false;
+    return errno == ESRCH;
+}
+
+/* Idle: the extra granted while it ran is folded into its resident entry, and the context
+ * (NVML's bytes beyond the shim's) learned; the cross-check logged once per instance. */
+static void settle_idle(shim_inst_t *si)
+{
+    instance_t *in = si->inst;
+    ledger_t *l = sched_ledger();
+    if (in->grant_extra.gpu >= 0) {
+        if (in->mem.gpu >= 0)
+            ledger_resize(l, &in->mem, in->mem.bytes + in->grant_extra.bytes);
+        ledger_release(l, &in->grant_extra);
+    }
+    si->extra_run = 0;
+    uint64_t live = shim_page_live(si->page);
+    if (in->measured == 0 || in->state != INST_READY)
+        return;
+    si->context = in->measured > live ? in->measured - live : 0;
+    if (live > in->measured + SHIM_GRANTS_MISMATCH_SLACK) {
+        si->mismatches++;
+        G.totals.mismatches++;
+        if (!si->mismatch_logged)
+            log_event(LOG_WARN, "shim_mismatch", "model=%s instance=%u shim_bytes=%llu nvml_bytes=%llu", in->model->name,
+                      in->id, (unsigned long long)live, (unsigned long long)in->measured);
+        si->mismatch_logged = true;
+    }
+}
+
+static void refresh_all(void)
+{
+    list_foreach(mi, &G.core->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            shim_inst_t *si = in->shim;
+            if (!si || !si->page)
+                continue;
+            for (unsigned s = 0; s < SHIM_PAGE_PROCS; s++) { /* slots without a connection: pid gone? */
+                pid_t pid = shim_page_slot_pid(si->page, s);
+                if (pid > 0 && !si->slot_conn[s] && pid_gone(pid, NULL))
+                    shim_page_clear_slot(si->page, s);
+            }
+            if (in->in_flight == 0)
+                settle_idle(si);
+            refresh_grant(si);
+        }
+    }
+}
+
+/* ---- asks ----------------------------------------------------------------------------- */
+
+static void update_asked(void)
+{
+    uint64_t per[LEDGER_MAX_GPUS] = {0};
+    list_foreach(it, &G.asks) {
+        ask_t *a = list_entry(it, ask_t, link);
+        if (a->pos >= 0 && a->pos < LEDGER_MAX_GPUS)
+            per[a->pos] += a->bytes;
+    }
+    ledger_t *l = sched_ledger();
+    for (size_t p = 0; p < l->n_gpus; p++)
+        ledger_set_asked(l, p, per[p]);
+    G.totals.waiting = G.n_asks;
+}
+
+static void ask_drop(ask_t *a)
+{
+    list_remove(&a->link);
+    G.n_asks--;
+    free(a);
+    update_asked();
+}
+
+static void answer(grant_conn_t *c, uint32_t seq, bool grant, uint64_t value)
+{
+    shim_msg_t m;
+    shim_msg_init(&m, grant ? SHIM_MSG_GRANT : SHIM_MSG_REFUSE);
+    m.seq = seq;
+    if (grant)
+        m.bytes = value;
+    else
+        m.aux = value;
+    grant_conn_answer(c, &m);
+}
+
+static void refuse(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes, enum shim_refuse_reason why)
+{
+    si->refused++;
+    if (why == SHIM_REFUSE_NO_ROOM)
+        G.totals.refused_no_room++;
+    else if (why == SHIM_REFUSE_DEADLOCK)
+        G.totals.refused_deadlock++;
+    else
+        G.totals.refused_other++;
+    const instance_t *in = si->inst;
+    log_event(LOG_WARN, "shim_refused", "model=%s instance=%u pid=%d bytes=%llu reason=%s",
+              in ? in->model->name : "-", in ? in->id : 0, (int)grant_conn_pid(c), (unsigned long long)bytes,
+              refuse_names[why]);
+    answer(c, seq, false, why);
+}
+
+static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes, uint64_t waited_ms)
+{
+    instance_t *in = si->inst;
+    ledger_t *l = sched_ledger();
+    if (in->gpu_pos >= 0) {
+        if (in->grant_extra.gpu >= 0)
+            ledger_resize(l, &in->grant_extra, in->grant_extra.bytes + bytes);
+        else
+            ledger_force(l, (size_t)in->gpu_pos, &in->grant_extra, LEDGER_REQUEST, bytes, in->model->name, in);
+    }
+    if (in->in_flight > 0)
+        si->extra_run += bytes;
+    refresh_grant(si);
+    si->granted++;
+    G.totals.granted++;
+    if (waited_ms) {
+        si->waited++;
+        si->wait_ms_total += waited_ms;
+        G.totals.waited++;
+    }
+    log_event(LOG_DEBUG, "shim_granted", "model=%s instance=%u pid=%d bytes=%llu waited_ms=%llu grant=%llu",
+              in->model->name, in->id, (int)grant_conn_pid(c), (unsigned long long)bytes, (unsigned long long)waited_ms,
+              (unsigned long long)shim_page_grant(si->page));
+    answer(c, seq, true, shim_page_grant(si->page));
+}
+
+/* Does the GPU have a's bytes now, the asks before it served first? */
+static bool fits_now(const ask_t *a)
+{
+    if (a->pos < 0)
+        return true;
+    uint64_t before = 0;
+    list_foreach(it, &G.asks) {
+        const ask_t *o = list_entry(it, ask_t, link);
+        if (o == a)
+            break;
+        if (o->pos == a->pos)
+            before += o->bytes;
+    }
+    return ledger_free_for_asks(sched_ledger(), (size_t)a->pos) >= before + a->bytes;
+}
+
+static bool ask_waits(const instance_t *in)
+{
+    list_foreach(it, &G.asks) {
+        const ask_t *a = list_entry(it, ask_t, link);
+        if (a->si->inst == in)
+            return true;
+    }
+    return false;
+}
+
+/* Nothing on GPU pos can give memory back while these asks wait: every instance there that
+ * runs requests waits in an ask, none is reclaiming, parking or stopping. The ask to refuse
+ * then (the one whose running began last), or NULL. */
+static ask_t *deadlocked(int pos)
+{
+    unsigned waiting = 0;
+    list_foreach(mi, &G.core->models) {
+        const model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) {
+            const instance_t *in = list_entry(ii, instance_t, link);
+            if (in->gpu_pos != pos)
+                continue;
+            if (in->reclaiming || in->state == INST_PARKING || in->state == INST_STOPPING || in->park_clearing)
+                return NULL;
+            if (in->in_flight > 0 && !ask_waits(in))
+                return NULL;
+        }
+    }
+    ask_t *youngest = NULL;
+    list_foreach(it, &G.asks) {
+        ask_t *a = list_entry(it, ask_t, link);
+        if (a->pos != pos)
+            continue;
+        waiting++;
+        if (!youngest || a->si->run_since_ms > youngest->si->run_since_ms)
+            youngest = a;
+    }
+    return waiting >= 2 ? youngest : NULL;
+}
+
+/* Try every waiting ask, oldest first: granted when it fits, refused past its deadline or
+ * when its GPU is deadlocked; the rest ask for room (once each). */
+static void serve_asks(void)
+{
+    uint64_t now = core_now();
+    list_foreach_safe(it, tmp, &G.asks) {
+        ask_t *a = list_entry(it, ask_t, link);
+        if (fits_now(a)) {
+            ask_t copy = *a;
+            ask_drop(a);
+            grant(copy.si, copy.conn, copy.seq, copy.bytes, now - copy.since_ms);
+        } else if (now >= a->deadline_ms) {
+            ask_t copy = *a;
+            ask_drop(a);
+            refuse(copy.si, copy.conn, copy.seq, copy.bytes, SHIM_REFUSE_NO_ROOM);
+        } else if (!a->room_asked && a->si->inst && a->pos >= 0) {
+            a->room_asked = true;
+            sched_make_room_on(a->si->inst->model, (size_t)a->pos, a->bytes);
+        }
+    }
+    for (int pos = 0; pos < (int)sched_gpu_count(); pos++) {
+        ask_t *victim = deadlocked(pos);
+        if (victim) {
+            ask_t copy = *victim;
+            ask_drop(victim);
+            refuse(copy.si, copy.conn, copy.seq, copy.bytes, SHIM_REFUSE_DEADLOCK);
+        }
+    }
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+    static uint64_t last_refresh;
+    uint64_t now = core_now();
+    if (now - last_refresh >= SHIM_GRANTS_REFRESH_MS || G.n_asks == 0) {
+        last_refresh = now;
+        refresh_all();
+    }
+    serve_asks();
+    uint64_t every = G.n_asks ? SHIM_GRANTS_TICK_MS : SHIM_GRANTS_REFRESH_MS;
+    if (uv_timer_get_repeat(&G.timer) != every)
+        uv_timer_start(&G.timer, on_tick, every, every);
+}
+
+static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
+{
+    (void)ctx;
+    shim_inst_t *si = owner;
+    instance_t *in = si->inst;
+    si->asks++;
+    G.totals.asks++;
+    if (!in || (in->state != INST_READY && in->state != INST_STARTING) || in->stop_requested) {
+        refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_STOPPING);
+        return;
+    }
+    if (in->gpu_pos >= 0 && m->bytes > ledger_capacity(sched_ledger(), (size_t)in->gpu_pos)) {
+        refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_TOO_BIG);
+        return;
+    }
+    if (G.n_asks >= SHIM_GRANTS_ASKS_MAX) {
+        refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_BUSY);
+        return;
+    }
+    ask_t *a = calloc(1, sizeof *a);
+    if (!a) {
+        refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_BUSY);
+        return;
+    }
+    uint64_t now = core_now();
+    *a = (ask_t){.si = si, .conn = c, .seq = m->seq, .bytes = m->bytes, .since_ms = now, .pos = in->gpu_pos,
+                 .deadline_ms = now + in->model->cfg->grant_wait_ms};
+    list_insert_tail(&G.asks, &a->link);
+    G.n_asks++;
+    if (fits_now(a)) {
+        ask_drop(a);
+        grant(si, c, m->seq, m->bytes, 0);
+        return;
+    }
+    update_asked();
+    log_event(LOG_INFO, "shim_waiting", "model=%s instance=%u pid=%d bytes=%llu", in->model->name, in->id,
+              (int)grant_conn_pid(c), (unsigned long long)m->bytes);
+    serve_asks(); /* room asked for, a deadlock resolved at once */
+    if (G.n_asks && uv_timer_get_repeat(&G.timer) != SHIM_GRANTS_TICK_MS)
+        uv_timer_start(&G.timer, on_tick, SHIM_GRANTS_TICK_MS, SHIM_GRANTS_TICK_MS);
+}
+
+/* ---- connections -------------------------------------------------------------------------- */
+
+static shim_inst_t *by_token(const uint8_t *token)
+{
+    list_foreach(mi, &G.core->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            if (!in->shim)
+                continue;
+            unsigned char diff = 0; /* every byte compared: the time says nothing of the token */
+            for (unsigned k = 0; k < SHIM_TOKEN_LEN; k++)
+                diff |= (unsigned char)(in->shim->token[k] ^ token[k]);
+            if (diff == 0)
+                return in->shim;
+        }
+    }
+    return NULL;
+}
+
+static void *on_hello(void *ctx, grant_conn_t *c, const shim_msg_t *m, pid_t peer_pid)
+{
+    (void)ctx;
+    shim_inst_t *si = by_token(m->token);
+    unsigned slot = (unsigned)m->aux;
+    if (!si || !si->page || si->failed)
+        return NULL;
+    pid_t in_slot = shim_page_slot_pid(si->page, slot);
+    if (in_slot != peer_pid || si->slot_conn[slot])
+        return NULL; /* not its slot (a process of another pid namespace is not offered the shim) */
+    for (unsigned s = 0; s < SHIM_PAGE_PROCS; s++) /* the same pid in another slot without a connection: it exec'd */
+        if (s != slot && !si->slot_conn[s] && shim_page_slot_pid(si->page, s) == peer_pid)
+            shim_page_clear_slot(si->page, s);
+    si->slot_conn[slot] = true;
+    si->conns++;
+    (void)c;
+    return si;
+}
+
+static void fail_worker(shim_inst_t *si, const char *why)
+{
+    G.totals.malformed++;
+    if (!si || !si->inst || si->failed)
+        return;
+    instance_t *in = si->inst;
+    si->failed = true;
+    snprintf(si->why, sizeof si->why, "%s", why);
+    log_event(LOG_ERROR, "shim_malformed", "model=%s instance=%u reason=\"%s\"", in->model->name, in->id, why);
+    if (in->proc)
+        process_signal(in->proc, SIGKILL); /* its exit is a crash: restarted with the usual backoff */
+}
+
+static void on_closed(void *ctx, grant_conn_t *c, void *owner, bool malformed)
+{
+    (void)ctx;
+    list_foreach_safe(it, tmp, &G.asks) {
+        ask_t *a = list_entry(it, ask_t, link);
+        if (a->conn == c)
+            ask_drop(a);
+    }
+    shim_inst_t *si = owner;
+    if (malformed)
+        fail_worker(si, "malformed message on the grant socket");
+    if (!si)
+        return;
+    unsigned slot = grant_conn_slot(c);
+    if (slot < SHIM_PAGE_PROCS && si->slot_conn[slot]) {
+        si->slot_conn[slot] = false;
+        si->conns--;
+        pid_t pid = si->page ? shim_page_slot_pid(si->page, slot) : 0;
+        if (pid > 0 && pid_gone(pid, NULL))
+            shim_page_clear_slot(si->page, slot);
+    }
+    if (!si->inst && si->conns == 0)
+        free(si);
+}
+
+/* ---- requests: the grant follows the booking ---------------------------------------------- */
+
+static void on_request_event(void *ctx, enum core_event ev, void *subject)
+{
+    (void)ctx;
+    request_t *r = subject;
+    if (!r || !r->instance || !r->instance->shim)
+        return;
+    instance_t *in = r->instance;
+    shim_inst_t *si = in->shim;
+    if (ev == CORE_EV_REQUEST_DISPATCHED) {
+        if (in->in_flight <= 1)
+            si->run_since_ms = core_now();
+        refresh_grant(si);
+        return;
+    }
+    /* ended: a request that needed more than it booked teaches its class (an OOM's raise) */
+    if (si->extra_run && in->in_flight <= 1)
+        sched_note_oom(in->model, r, sched_request_need(in->model, r) + si->extra_run);
+    refresh_grant(si);
+}
+
+/* ---- the worker's lifetime ------------------------------------------------------------------ */
+
+static void hex(const uint8_t *b, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static const char *unavailable_for(const instance_t *inst)
+{
+    const model_t *m = inst->model;
+    if (m->cfg->container.set)
+        return "container workers do not get the shim yet";
+    if (G.unavailable[0])
+        return G.unavailable;
+    if (!G.sock)
+        return "the grant socket is not listening";
+    if (m->cfg->cuda_shim == CUDA_SHIM_AUTO && !file_ok(m->core->cfg->gpu.cuda_library) &&
+        strchr(m->core->cfg->gpu.cuda_library, '/'))
+        return "no CUDA driver library";
+    return NULL;
+}
+
+static void add_env(config_kv_t *env, size_t cap, size_t *n, const char *key, char *value)
+{
+    if (*n < cap) {
+        env[*n].key = (char *)key;
+        env[*n].value = value;
+        (*n)++;
+    }
+}
+
+int shim_grants_prepare(instance_t *inst, config_kv_t *env, size_t cap, size_t *n, char *why, size_t whylen)
+{
+    const model_t *m = inst->model;
+    if (m->cfg->cuda_shim == CUDA_SHIM_OFF || inst->external)
+        return 0;
+    shim_inst_t *si = calloc(1, sizeof *si);
+    if (!si) {
+        snprintf(why, whylen, "out of memory");
+        return m->cfg->cuda_shim == CUDA_SHIM_REQUIRED ? -1 : 0;
+    }
+    si->inst = inst;
+    inst->shim = si;
+    const char *no = unavailable_for(inst);
+    char err[256] = "";
+    if (!no) {
+        snprintf(si->page_path, sizeof si->page_path, "%s/%s-%u.page", G.dir, m->name, inst->id);
+        uint64_t total = inst->gpu_pos >= 0 ? sched_ledger()->gpus[inst->gpu_pos].total : 0;
+        if (shim_page_create(si->page_path, G.epoch, total, &si->page, err, sizeof err) != 0 ||
+            getrandom(si->token, sizeof si->token, 0) != (ssize_t)sizeof si->token) {
+            no = err[0] ? err : "no random bytes for its token";
+            shim_page_destroy(si->page, si->page_path);
+            si->page = NULL;
+        }
+    }
+    if (no) {
+        snprintf(si->why, sizeof si->why, "%s", no);
+        log_event(m->cfg->cuda_shim == CUDA_SHIM_REQUIRED ? LOG_ERROR : LOG_INFO, "shim_unavailable",
+                  "model=%s instance=%u reason=\"%s\"", m->name, inst->id, no);
+        if (m->cfg->cuda_shim == CUDA_SHIM_REQUIRED) {
+            snprintf(why, whylen, "cuda_shim: required, but %s", no);
+            return -1;
+        }
+        return 0;
+    }
+    hex(si->token, sizeof si->token, si->token_hex);
+    snprintf(si->wait_ms, sizeof si->wait_ms, "%llu", (unsigned long long)m->cfg->grant_wait_ms);
+    const char *prev = NULL;
+    for (size_t i = 0; i < *n; i++)
+        if (env[i].key && strcmp(env[i].key, "LD_PRELOAD") == 0)
+            prev = env[i].value;
+    if (!prev)
+        prev = getenv("LD_PRELOAD");
+    snprintf(si->preload, sizeof si->preload, "%s%s%s", G.library, prev && prev[0] ? ":" : "", prev ? prev : "");
+    refresh_grant(si);
+    add_env(env, cap, n, "LD_PRELOAD", si->preload); /* after the model's own: it wins */
+    add_env(env, cap, n, SHIM_ENV_PAGE, si->page_path);
+    add_env(env, cap, n, SHIM_ENV_SOCKET, G.sock_path);
+    add_env(env, cap, n, SHIM_ENV_TOKEN, si->token_hex);
+    add_env(env, cap, n, SHIM_ENV_WAIT_MS, si->wait_ms);
+    return 0;
+}
+
+void shim_grants_exited(instance_t *inst)
+{
+    shim_inst_t *si = inst->shim;
+    if (!si)
+        return;
+    list_foreach_safe(it, tmp, &G.asks) {
+        ask_t *a = list_entry(it, ask_t, link);
+        if (a->si == si) {
+            ask_t copy = *a;
+            ask_drop(a);
+            refuse(copy.si, copy.conn, copy.seq, copy.bytes, SHIM_REFUSE_STOPPING);
+        }
+    }
+    ledger_release(sched_ledger(), &inst->grant_extra);
+    si->extra_run = 0;
+    shim_page_orphan(si->page);
+}
+
+void shim_grants_free(instance_t *inst)
+{
+    shim_inst_t *si = inst->shim;
+    if (!si)
+        return;
+    shim_grants_exited(inst);
+    inst->shim = NULL;
+    si->inst = NULL;
+    shim_page_destroy(si->page, si->page_path[0] ? si->page_path : NULL);
+    si->page = NULL;
+    if (si->conns == 0)
+        free(si);
+    /* else freed by the last connection's close (on_closed); the worker is gone, so they close */
+}
+
+bool shim_grants_figures(const instance_t *inst, shim_figures_t *out)
+{
+    const shim_inst_t *si = inst->shim;
+    memset(out, 0, sizeof *out);
+    out->why = "";
+    if (!si) {
+        out->state = "off";
+        return inst->model->cfg->cuda_shim != CUDA_SHIM_OFF && !inst->external;
+    }
+    shim_page_figures_t f = {0};
+    if (si->page)
+        shim_page_read(si->page, &f);
+    out->grant = f.grant;
+    out->live = f.live;
+    out->context = si->context;
+    out->extra = inst->grant_extra.gpu >= 0 ? inst->grant_extra.bytes : 0;
+    out->processes = f.attached + f.detached;
+    out->asks = si->asks;
+    out->granted = si->granted;
+    out->waited = si->waited;
+    out->refused = si->refused;
+    out->mismatches = si->mismatches;
+    out->wait_ms_total = si->wait_ms_total;
+    if (si->failed) {
+        out->state = "failed";
+        out->why = si->why;
+    } else if (!si->page) {
+        out->state = "unavailable";
+        out->why = si->why;
+    } else if (f.detached) {
+        out->state = "detached";
+    } else if (f.attached) {
+        out->state = "attached";
+    } else {
+        out->state = "waiting";
+    }
+    return true;
+}
+
+void shim_grants_totals(shim_totals_t *out)
+{
+    *out = G.totals;
+    out->library = G.library;
+}
