@@ -1,7 +1,8 @@
 /*
  * cli_ps: `vramctl ps`, one line per worker instance from GET /v1/status: model, instance
  * id, state, GPU, GiB measured/reserved, requests in flight, the model's queue depth, when
- * its keep_alive runs out, pid. A model without instances gets one line with id "-" (its
+ * its keep_alive runs out, pid; SHIM (its state, GiB live/grant) when an instance has a CUDA
+ * shim. A model without instances gets one line with id "-" (its
  * state: stopped, failed, ...), so that every configured model is listed.
  * --json prints the same rows as a JSON array of objects (keys in docs/vramctl.md).
  * Invariant: reads only /v1/status; one request; exit codes as cli.h.
@@ -13,7 +14,7 @@
 
 #define PS_OUT_MAX (4u << 20)
 
-enum { PS_COLS = 9 };
+enum { PS_COLS = 10 }; /* the last, SHIM, only when some instance has a CUDA shim */
 
 static const char *str_of(const cJSON *o, const char *key, const char *dflt)
 {
@@ -71,6 +72,27 @@ static void ps_cells(const cJSON *model, const cJSON *inst, char cells[PS_COLS][
         snprintf(cells[8], 64, "%.0f", pid);
     else
         snprintf(cells[8], 64, "-");
+    const cJSON *shim = cJSON_GetObjectItemCaseSensitive(inst, "shim");
+    if (cJSON_IsObject(shim)) {
+        char live[24], grant[24];
+        cli_format_gib((uint64_t)num_of(shim, "live_bytes", 0), live, sizeof live);
+        cli_format_gib((uint64_t)num_of(shim, "grant_bytes", 0), grant, sizeof grant);
+        snprintf(cells[9], 64, "%s %s/%s", str_of(shim, "state", "?"), live, grant);
+    } else {
+        snprintf(cells[9], 64, "-");
+    }
+}
+
+static bool any_shim(const cJSON *models)
+{
+    const cJSON *m;
+    cJSON_ArrayForEach(m, models) {
+        const cJSON *in;
+        cJSON_ArrayForEach(in, cJSON_GetObjectItemCaseSensitive(m, "instances"))
+            if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(in, "shim")))
+                return true;
+    }
+    return false;
 }
 
 /* The JSON row of one instance (inst NULL: the model has none). */
@@ -92,7 +114,8 @@ static cJSON *ps_json_row(const cJSON *model, const cJSON *inst)
         return r;
     }
     static const char *const keys[] = {"id", "state", "tier", "gpu", "measured_bytes", "reserved_bytes",
-                                       "in_flight", "keep_alive_left_ms", "keep_alive_expires", "pid"};
+                                       "server_vram_bytes", "in_flight", "keep_alive_left_ms",
+                                       "keep_alive_expires", "pid", "shim"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(inst, keys[k]);
         cJSON_AddItemToObject(r, keys[k], v ? cJSON_Duplicate(v, true) : cJSON_CreateNull());
@@ -106,8 +129,9 @@ static int ps_render(const cJSON *status, bool json, buf_t *out)
     const cJSON *models = cJSON_GetObjectItemCaseSensitive(status, "models");
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     cli_table_t t;
-    cli_table_init(&t, PS_COLS);
-    const char *const head[PS_COLS] = {"MODEL", "ID", "STATE", "GPU", "GIB", "IN_FLIGHT", "QUEUE", "KEEP_ALIVE", "PID"};
+    int cols = any_shim(models) ? PS_COLS : PS_COLS - 1;
+    cli_table_init(&t, (size_t)cols);
+    const char *const head[PS_COLS] = {"MODEL", "ID", "STATE", "GPU", "GIB", "IN_FLIGHT", "QUEUE", "KEEP_ALIVE", "PID", "SHIM"};
     int rc = cli_table_add(&t, head);
     const cJSON *m;
     cJSON_ArrayForEach(m, models) {
@@ -122,7 +146,7 @@ static int ps_render(const cJSON *status, bool json, buf_t *out)
             char cells[PS_COLS][64];
             const char *row[PS_COLS];
             ps_cells(m, in, cells);
-            for (int k = 0; k < PS_COLS; k++)
+            for (int k = 0; k < cols; k++)
                 row[k] = cells[k];
             rc = cli_table_add(&t, row);
         }
