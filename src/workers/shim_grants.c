@@ -26,6 +26,7 @@
 #include "core/request.h"
 #include "gpu/shim_page.h"
 #include "net/grant_socket.h"
+#include "proc/attrib.h"
 #include "proc/process.h"
 #include "sched/scheduler.h"
 
@@ -521,6 +522,29 @@ static void fail_worker(shim_inst_t *si, const char *why)
         process_signal(in->proc, SIGKILL); /* its exit is a crash: restarted with the usual backoff */
 }
 
+/* The shim instance whose worker the process pid belongs to (its strongest claimant). */
+static shim_inst_t *by_pid(pid_t pid)
+{
+    if (pid <= 0)
+        return NULL;
+    attrib_cache_t cache;
+    attrib_cache_init(&cache);
+    shim_inst_t *best = NULL;
+    enum attrib_claim strongest = ATTRIB_NONE;
+    list_foreach(mi, &G.core->models) {
+        model_t *m = list_entry(mi, model_t, link);
+        list_foreach(ii, &m->instances) {
+            instance_t *in = list_entry(ii, instance_t, link);
+            enum attrib_claim cl = in->shim ? attrib_claim(&in->ident, pid, &cache) : ATTRIB_NONE;
+            if (cl > strongest) {
+                strongest = cl;
+                best = in->shim;
+            }
+        }
+    }
+    return best;
+}
+
 static void on_closed(void *ctx, grant_conn_t *c, void *owner, bool malformed)
 {
     (void)ctx;
@@ -530,8 +554,8 @@ static void on_closed(void *ctx, grant_conn_t *c, void *owner, bool malformed)
             ask_drop(a);
     }
     shim_inst_t *si = owner;
-    if (malformed)
-        fail_worker(si, "malformed message on the grant socket");
+    if (malformed) /* before a HELLO (or a HELLO refused): whose it is, by the sender's pid */
+        fail_worker(si ? si : by_pid(grant_conn_pid(c)), "malformed message on the grant socket");
     if (!si)
         return;
     unsigned slot = grant_conn_slot(c);
@@ -585,6 +609,8 @@ static const char *unavailable_for(const instance_t *inst)
     const model_t *m = inst->model;
     if (m->cfg->container.set)
         return "container workers do not get the shim yet";
+    if (inst->gpu_pos < 0)
+        return "not memory-gated: no GPU memory is booked for it, so nothing to grant";
     if (G.unavailable[0])
         return G.unavailable;
     if (!G.sock)

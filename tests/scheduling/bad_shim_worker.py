@@ -7,11 +7,10 @@ would, then breaks a rule chosen by --mode:
   garbage      64 random bytes as its first message
   ask-first    a well-formed ASK before any HELLO
   bad-token    a HELLO with a token that names no instance
-  two-asks     a good HELLO for a slot it claimed, then two ASKs without waiting
+  bad-slot     a HELLO with its token for a slot it did not claim (another pid's)
 Each case writes "shim-sent MODE" on stderr once the bytes are out. Stdlib only.
 """
 import argparse
-import mmap
 import os
 import socket
 import struct
@@ -21,26 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MAGIC = 0x48534D56
 VERSION = 1
 HELLO, ASK = 1, 3
-PAGE_SIZE = 8192
-SLOTS_OFF = 4 + 4 + 8 + 8 + 8 + 8 + 4 + 4 + 8 + 80  # the page header (gpu/shim_abi.h)
-SLOT_SIZE = 4 + 4 + 8 * 7
 
 
 def msg(mtype, seq=0, nbytes=0, aux=0, token=b"\0" * 16):
     return struct.pack("<IHHIIQQ16sQQ", MAGIC, VERSION, mtype, seq, 0, nbytes, aux, token, 0, 0)
-
-
-def claim_slot(page_path):
-    """Claim slot 0 of the grant page the way a shim does (pid into an empty slot)."""
-    fd = os.open(page_path, os.O_RDWR)
-    m = mmap.mmap(fd, PAGE_SIZE)
-    os.close(fd)
-    for i in range(64):
-        off = SLOTS_OFF + i * SLOT_SIZE
-        if struct.unpack_from("<I", m, off)[0] == 0:
-            struct.pack_into("<II", m, off, os.getpid(), 1)
-            return i
-    return 0
 
 
 def speak(mode):
@@ -54,10 +37,8 @@ def speak(mode):
         s.sendall(msg(ASK, seq=1, nbytes=1 << 20))
     elif mode == "bad-token":
         s.sendall(msg(HELLO, token=bytes(16)))
-    elif mode == "two-asks":
-        slot = claim_slot(os.environ["VRAMD_SHIM_PAGE"])
-        s.sendall(msg(HELLO, aux=slot, token=token))
-        s.sendall(msg(ASK, seq=1, nbytes=1 << 40) + msg(ASK, seq=2, nbytes=1 << 40))
+    elif mode == "bad-slot":
+        s.sendall(msg(HELLO, aux=63, token=token))
     sys.stderr.write(f"shim-sent {mode}\n")
     sys.stderr.flush()
     return s  # kept open: vramd closes it
@@ -79,7 +60,7 @@ class Health(BaseHTTPRequestHandler):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", choices=["garbage", "ask-first", "bad-token", "two-asks"], required=True)
+    ap.add_argument("--mode", choices=["garbage", "ask-first", "bad-token", "bad-slot"], required=True)
     ap.add_argument("--name", default="bad-shim")
     args = ap.parse_args()
     keep = speak(args.mode)

@@ -230,12 +230,12 @@ def test_required_shim_without_the_library_does_not_start_the_worker(sched):
     sched.finish()
 
 
-@pytest.mark.parametrize("mode", ["garbage", "ask-first", "bad-token", "two-asks"])
+@pytest.mark.parametrize("mode", ["garbage", "ask-first", "bad-token", "bad-slot"])
 def test_malformed_shim_fails_its_worker_not_vramd(sched, mode):
     """A worker whose shim breaks the grant socket's protocol: vramd logs shim_malformed,
     kills that worker (restarted as after a crash), and keeps serving its status."""
     gpu = sched.gpu_set("8GiB")
-    model = sched.model("bad", [], "0", "0", startup_timeout="10s")
+    model = sched.model("bad", [], "1GiB", "0", startup_timeout="10s")
     model["cmd"] = [PYTHON, BAD_SHIM, "--port", "{port}", "--mode", mode, "--name", f"bad@{sched.tag}"]
     model["cuda_shim"] = "auto"
     vd = sched.start_vramd(gpu, {"bad": model}, extra_env=shim_env())
