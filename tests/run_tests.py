@@ -126,8 +126,10 @@ def main():
     env = dict(os.environ)
     builds = [(args.build, env)]
     if args.san_build:
+        # verify_asan_link_order=0: a worker started with the CUDA shim (libvramd-cuda.so, built
+        # without sanitizers) in LD_PRELOAD has it ahead of the ASan runtime
         san_env = dict(env,
-                       ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1",
+                       ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:verify_asan_link_order=0",
                        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
         builds.append((args.san_build, san_env))
     total_p = total_f = 0
