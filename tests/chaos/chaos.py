@@ -45,6 +45,7 @@ if _LIB not in sys.path:
     sys.path.insert(0, _LIB)
 
 from vramdkit import Reply, fd_count, pid_alive, request, sim_s, wait_for  # noqa: E402
+from vramdkit.paths import build_dir as h_build  # noqa: E402
 from vramdkit.harness import Harness  # noqa: E402
 
 DOCUMENTED = {200, 429, 502, 503, 504}
@@ -65,13 +66,21 @@ def mesh_model(h, ladder=LADDER):
     return m
 
 
-def models(h):
+def models(h, wrong=False, shim="off"):
+    """The three models. wrong: every model declares a quarter of its real memory (resident
+    and per request); shim: their cuda_shim (off, auto)."""
+    def dec(real):
+        return real if not wrong else f"{int(real[:-3]) * 256}MiB"
     chat = h.model("chat", ["--resident", "2GiB", "--per-request", "1GiB", "--run-time", sim_s(0.2)],
-                   "2560MiB", "1GiB", concurrency=2, queue_max=32)  # resident: 2 GiB + the 300 MiB context
-    mesh = mesh_model(h)
+                   "2560MiB" if not wrong else "640MiB", dec("1GiB"), concurrency=2, queue_max=32)
+    mesh = mesh_model(h)  # its per-request memory is wrong already (1 GiB declared, 40 GiB at 1024)
     slow = h.model("slow", ["--resident", "1GiB", "--per-request", "512MiB", "--run-time", sim_s(1)],
-                   "1536MiB", "512MiB", concurrency=1, queue_max=6, recycle={"hang_timeout": "3s"})
-    return {"chat": chat, "mesh": mesh, "slow": slow}
+                   "1536MiB" if not wrong else "384MiB", "512MiB" if not wrong else "128MiB",
+                   concurrency=1, queue_max=6, recycle={"hang_timeout": "3s"})
+    out = {"chat": chat, "mesh": mesh, "slow": slow}
+    for m in out.values():
+        m["cuda_shim"] = shim
+    return out
 
 
 class Chaos:
@@ -242,11 +251,12 @@ def quiet(vd):
     return st["queues"]["queued"] == 0 and st["queues"]["in_flight"] == 0
 
 
-def run(h, n, seed=1, clients=8, out=print):
+def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off"):
     """The whole chaos run on Harness h; returns a summary dict. Fails (AssertionError)
-    on any broken promise."""
+    on any broken promise. wrong, shim: as models()."""
     gpu = h.gpu_set("24GiB")
-    vd = h.start_vramd(gpu, models(h))
+    env = {"VRAMD_CUDA_SHIM_LIBRARY": str(Path(h_build()) / "lib" / "libvramd-cuda.so")} if shim != "off" else None
+    vd = h.start_vramd(gpu, models(h, wrong, shim), extra_env=env)
     vd.allow_oom.add("mesh")
     for m in ("chat", "mesh", "slow"):
         r = vd.generate(m, {"prompt": "warm", "resolution": 256}, timeout=REQUEST_TIMEOUT)
@@ -311,11 +321,44 @@ def run(h, n, seed=1, clients=8, out=print):
     # "Defects found" 2): counted here, asserted by the callers after the summary is out
     ooms = {m: len(vd.oom_lines(m)) for m in ("chat", "slow")}
     summary["worker_oom_lines"] = ooms
+    summary["declared"] = "a quarter of the real memory" if wrong else "right"
+    summary["cuda_shim"] = shim
+    summary["shim"] = {f"{m['name']}-{i['id']}": i["shim"] for m in st["models"]
+                       for i in m.get("instances", []) if i.get("shim")}
+    summary["shim_refused"] = len(vd.events("shim_refused"))
+    summary["shim_waiting"] = len(vd.events("shim_waiting"))
     vd.allow_oom.update(("chat", "slow"))
     out(json.dumps(summary, indent=1))
     assert not ch.bad, f"{len(ch.bad)} broken promises, first: {ch.bad[:5]}"
     h.finish()  # ledger, clean SIGTERM exit 0, no sanitizer report, no worker left
     return summary
+
+
+def compare_shim(args):
+    """The same seeded traffic with wrong declared memory, cuda_shim off then auto, one run
+    after the other; the JSON result holds both summaries."""
+    import tempfile
+    out = args.out or str(Path(__file__).resolve().parents[2] / "bench" / "results" /
+                          f"chaos-shim-{args.requests}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    runs = {}
+    for shim in ("off", "auto"):
+        with tempfile.TemporaryDirectory(prefix="vramd-chaos-") as tmp:
+            h = Harness(Path(tmp))
+            try:
+                runs[shim] = run(h, args.requests, args.seed, args.clients, wrong=True, shim=shim)
+            except AssertionError as e:
+                runs[shim] = {"failed": str(e)[:2000]}
+            finally:
+                h.close()
+    result = {"requests": args.requests, "seed": args.seed, "declared": "a quarter of the real memory",
+              "without_shim": runs["off"], "with_shim": runs["auto"]}
+    with_ooms = runs["auto"].get("worker_oom_lines")
+    result["passed"] = with_ooms is not None and not any(with_ooms.values())
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"chaos (wrong memory): neighbour OOMs without the shim {runs['off'].get('worker_oom_lines')}, "
+          f"with it {with_ooms} -> {out}")
+    return 0 if result["passed"] else 1
 
 
 def main():
@@ -324,7 +367,14 @@ def main():
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None, help="the JSON result (default bench/results/chaos-<n>-<time>.json)")
+    ap.add_argument("--wrong-memory", action="store_true",
+                    help="every model declares a quarter of its real memory")
+    ap.add_argument("--compare-shim", action="store_true",
+                    help="with --wrong-memory: the same traffic twice, cuda_shim off then auto; "
+                         "passed when the shim run has no worker OOM in chat or slow")
     args = ap.parse_args()
+    if args.compare_shim:
+        return compare_shim(args)
     import tempfile
     out = args.out or str(Path(__file__).resolve().parents[2] / "bench" / "results" /
                           f"chaos-{args.requests}-{time.strftime('%Y%m%d-%H%M%S')}.json")
@@ -332,7 +382,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="vramd-chaos-") as tmp:
         h = Harness(Path(tmp))
         try:
-            summary = run(h, args.requests, args.seed, args.clients)
+            summary = run(h, args.requests, args.seed, args.clients, wrong=args.wrong_memory)
         finally:
             h.close()
     summary["seconds"] = round(time.monotonic() - t0, 1)
