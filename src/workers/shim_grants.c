@@ -249,6 +249,17 @@ static void refresh_all(void)
     }
 }
 
+/* What an allocation of bytes needs booked beyond the grant now: the shim adds bytes to the
+ * live total once granted, so only the part past the grant is new memory for the ledger
+ * (another thread's free since the ask may have made room already). */
+static uint64_t deficit(const shim_inst_t *si, uint64_t bytes)
+{
+    if (!si->page)
+        return bytes;
+    uint64_t live = shim_page_live(si->page), g = shim_page_grant(si->page);
+    return live + bytes > g ? live + bytes - g : 0;
+}
+
 /* ---- asks ----------------------------------------------------------------------------- */
 
 static void update_asked(void)
@@ -257,7 +268,7 @@ static void update_asked(void)
     list_foreach(it, &G.asks) {
         ask_t *a = list_entry(it, ask_t, link);
         if (a->pos >= 0 && a->pos < LEDGER_MAX_GPUS)
-            per[a->pos] += a->bytes;
+            per[a->pos] += deficit(a->si, a->bytes);
     }
     ledger_t *l = sched_ledger();
     for (size_t p = 0; p < l->n_gpus; p++)
@@ -305,7 +316,8 @@ static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes
 {
     instance_t *in = si->inst;
     ledger_t *l = sched_ledger();
-    if (in->gpu_pos >= 0) {
+    bytes = deficit(si, bytes);
+    if (in->gpu_pos >= 0 && bytes > 0) {
         if (in->grant_extra.gpu >= 0)
             ledger_resize(l, &in->grant_extra, in->grant_extra.bytes + bytes);
         else
@@ -338,9 +350,9 @@ static bool fits_now(const ask_t *a)
         if (o == a)
             break;
         if (o->pos == a->pos)
-            before += o->bytes;
+            before += deficit(o->si, o->bytes);
     }
-    return ledger_free_for_asks(sched_ledger(), (size_t)a->pos) >= before + a->bytes;
+    return ledger_free_for_asks(sched_ledger(), (size_t)a->pos) >= before + deficit(a->si, a->bytes);
 }
 
 static bool ask_waits(const instance_t *in)
@@ -400,7 +412,7 @@ static void serve_asks(void)
             refuse(copy.si, copy.conn, copy.seq, copy.bytes, SHIM_REFUSE_NO_ROOM);
         } else if (!a->room_asked && a->si->inst && a->pos >= 0) {
             a->room_asked = true;
-            sched_make_room_on(a->si->inst->model, (size_t)a->pos, a->bytes);
+            sched_make_room_on(a->si->inst->model, (size_t)a->pos, deficit(a->si, a->bytes));
         }
     }
     for (int pos = 0; pos < (int)sched_gpu_count(); pos++) {
