@@ -7,6 +7,8 @@ host memory first and copies it over (a load of weights already in the page cach
 POST /generate {"mib": N, "ms": M} -> allocates N MiB more for M ms (a matmul keeps the GPU
 busy), then frees it (PyTorch keeps it cached, as real servers do); answers JSON.
 POST /clear_cache/ -> torch.cuda.empty_cache(). A CUDA OOM answers 500 with PyTorch's text.
+GET /memory -> torch.cuda.memory_reserved() and memory_allocated() of this process, its pid,
+and the allocator backend (PYTORCH_CUDA_ALLOC_CONF), for the CUDA shim's test.
 """
 import argparse
 import json
@@ -52,6 +54,11 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        if self.path.startswith("/memory"):
+            return self.reply(200, {"reserved": torch.cuda.memory_reserved(device),
+                                    "allocated": torch.cuda.memory_allocated(device), "pid": os.getpid(),
+                                    "backend": torch.cuda.get_allocator_backend(),
+                                    "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")})
         self.reply(200, {"status": "ok", **TIMES}) if self.path.startswith("/health") else self.reply(404, {})
 
     def do_POST(self):
