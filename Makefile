@@ -252,6 +252,8 @@ FUZZ_DEPS_fuzz_journal_cursor = src/jobstore/journal_cursor.c src/jobstore/journ
 FUZZ_DEPS_fuzz_job_request = src/jobstore/job_request.c src/common/units.c src/jobstore/job_request.h src/common/units.h
 FUZZ_LIBS_fuzz_job_request = -lcjson
 FUZZ_DEPS_fuzz_agent_line = src/fleet/agent_line.c src/fleet/agent_line.h
+FUZZ_DEPS_fuzz_grant_socket = src/net/grant_socket.c src/net/grant_socket.h src/gpu/shim_abi.h
+FUZZ_LIBS_fuzz_grant_socket = -luv
 # fuzz_conn and fuzz_upstream drive an in-process daemon (tests/fuzz/fuzz_daemon.h) and link
 # the whole library; they are built with VRAMD_DEBUG so a CHECK_IF aborts (a finding).
 FUZZ_CFLAGS_fuzz_conn = -DVRAMD_DEBUG
