@@ -238,6 +238,21 @@ void sched_note_oom(model_t *m, const request_t *r, uint64_t process_need)
               (unsigned long long)evidence);
 }
 
+void sched_note_true_size(model_t *m, unsigned level, unsigned size_class, uint64_t need)
+{
+    uint64_t base = sched_level_estimate(m, level);
+    uint64_t est = est_get(&m->est, level, size_class, base, m->cfg->memory.learn);
+    if (need <= est)
+        return;
+    uint64_t room = sched_largest_room(m);
+    uint64_t resident = m->cfg->memory.resident;
+    uint64_t cap = room > resident ? room - resident : 0;
+    uint64_t raised = est_oom(&m->est, level, size_class, base, m->cfg->memory.learn, need, cap);
+    log_event(LOG_INFO, "per_request_raised", "model=%s level=%u size_class=%u from=%llu to=%llu reason=%s evidence=%llu",
+              m->name, level, size_class, (unsigned long long)est, (unsigned long long)raised, "shim",
+              (unsigned long long)need);
+}
+
 void sched_note_arrival(model_t *m)
 {
     uint64_t now = core_now();

@@ -168,6 +168,10 @@ void sched_note_load(model_t *m, uint64_t load_ms);
  * holds all of them, so the raise errs on the large side. The raise falls again as the
  * class's requests succeed (policy/estimate.h). */
 void sched_note_oom(model_t *m, const request_t *r, uint64_t process_need);
+/* A request of (level, size_class) of m ran alone and took `need` bytes beyond the model's
+ * resident memory, measured exactly (the CUDA shim's grants): the class's estimate is raised
+ * as an OOM raises it (not counted as one) when need is above it. */
+void sched_note_true_size(model_t *m, unsigned level, unsigned size_class, uint64_t need);
 
 /* Add the "gpus" array and memory fields to a status object (cJSON *). */
 void sched_status_json(void *gpus_array);

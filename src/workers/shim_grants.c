@@ -45,6 +45,9 @@ typedef struct shim_inst {
     uint64_t context;
     uint64_t extra_run;       /* granted past the grant since it last went idle */
     uint64_t run_since_ms;    /* its running began (in_flight 0 -> 1), for the deadlock rule */
+    bool ran_alone;           /* one request ran since then: what was granted was its need */
+    unsigned run_level, run_class; /* that request's ladder level and size class */
+    uint64_t run_booked;      /* what it booked (its entry and the cache it reused) */
     uint64_t asks, granted, waited, refused, mismatches, wait_ms_total;
     bool mismatch_logged;
 } shim_inst_t;
@@ -138,7 +141,6 @@ void shim_grants_init(core_t *core)
     uv_timer_init(core->loop, &G.timer);
     G.timer_init = true;
     core_listen(core, CORE_EV_REQUEST_DISPATCHED, on_request_event, NULL);
-    core_listen(core, CORE_EV_REQUEST_ENDED, on_request_event, NULL);
     if (!G.library[0]) {
         snprintf(G.unavailable, sizeof G.unavailable, "libvramd-cuda.so not found");
         return;
@@ -213,7 +215,10 @@ static void settle_idle(shim_inst_t *si)
             ledger_resize(l, &in->mem, in->mem.bytes + in->grant_extra.bytes);
         ledger_release(l, &in->grant_extra);
     }
+    if (si->extra_run && si->ran_alone) /* the request that ran needed more than it booked: learned */
+        sched_note_true_size(in->model, si->run_level, si->run_class, si->run_booked + si->extra_run);
     si->extra_run = 0;
+    si->ran_alone = false;
     uint64_t live = shim_page_live(si->page);
     if (in->measured == 0 || in->state != INST_READY)
         return;
@@ -592,15 +597,17 @@ static void on_request_event(void *ctx, enum core_event ev, void *subject)
         return;
     instance_t *in = r->instance;
     shim_inst_t *si = in->shim;
-    if (ev == CORE_EV_REQUEST_DISPATCHED) {
-        if (in->in_flight <= 1)
-            si->run_since_ms = core_now();
-        refresh_grant(si);
-        return;
+    if (ev != CORE_EV_REQUEST_DISPATCHED)
+        return; /* an end is seen at the next refresh (the slot is released before it) */
+    if (in->in_flight <= 1) {
+        si->run_since_ms = core_now();
+        si->ran_alone = true;
+        si->run_level = r->level;
+        si->run_class = r->size_level == r->level + 1 ? r->size_class : 0;
+        si->run_booked = r->mem.bytes + r->credit;
+    } else {
+        si->ran_alone = false;
     }
-    /* ended: a request that needed more than it booked teaches its class (an OOM's raise) */
-    if (si->extra_run && in->in_flight <= 1)
-        sched_note_oom(in->model, r, sched_request_need(in->model, r) + si->extra_run);
     refresh_grant(si);
 }
 

@@ -22,7 +22,8 @@
  * Granted extra memory stays booked while the instance runs requests; once it is idle the
  * extra is folded into its resident entry (the allocator keeps what it took; NVML's next
  * reading corrects it), and the model's estimate for the request's class is raised as an
- * OOM raises it (sched_note_oom), so the next request books its true size.
+ * OOM raises it (sched_note_true_size, when one request ran alone), so the next request books
+ * its true size.
  *
  * Failure is never worse than without the shim: no library, no socket, a container worker
  * (the shim is not passed into containers yet) -> `auto` runs the worker without it (status
