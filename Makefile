@@ -95,6 +95,10 @@ endif
 ifneq ($(CUDASIM_SRCS),)
 BINS += $(BUILD)/lib/libcuda-sim.so
 endif
+SHIM_SRCS := $(wildcard shim/*.c)
+ifneq ($(SHIM_SRCS),)
+BINS += $(BUILD)/lib/libvramd-cuda.so
+endif
 ifneq ($(CUDACKPT_SRCS),)
 BINS += $(BUILD)/bin/simcuda-checkpoint
 endif
@@ -151,12 +155,22 @@ $(BUILD)/lib/libnvidia-ml-sim.so: $(NVMLSIM_OBJS) $(SIMLIB_OBJS)
 		$(LDFLAGS_COMMON) -o $@ $^ -lrt -pthread
 
 # The simulated CUDA driver (checkpoint calls), the same way: loaded by dlopen into vramd and
-# simcuda-checkpoint.
+# simcuda-checkpoint. -Bsymbolic-functions: its own references (cuGetProcAddress's table) bind
+# to its own functions, as the real driver's do, never to a preloaded shim's of the same name.
 $(BUILD)/lib/libcuda-sim.so: $(CUDASIM_OBJS) $(SIMLIB_OBJS)
 	@mkdir -p $(dir $@)
 	@echo "  LD   $@"
-	$(Q)$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,--version-script=sim/cuda/exports.map \
+	$(Q)$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic-functions -Wl,--version-script=sim/cuda/exports.map \
 		$(LDFLAGS_COMMON) -o $@ $^ -lrt -pthread
+
+# The CUDA shim (shim/, docs/shim.md), LD_PRELOADed into workers by vramd: built without
+# $(SANFLAGS) like the preload shims below (it goes into sanitized and plain workers alike),
+# exporting only what it interposes.
+$(BUILD)/lib/libvramd-cuda.so: $(SHIM_SRCS) $(wildcard shim/*.h) shim/exports.map src/gpu/shim_abi.h
+	@mkdir -p $(dir $@)
+	@echo "  LD   $@"
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -g -O2 -fPIC -pthread -Wall -Wextra -Werror -Wshadow \
+		-Wno-unused-parameter -Isrc -shared -Wl,--version-script=shim/exports.map -o $@ $(SHIM_SRCS) -ldl
 
 # A cuda-checkpoint compatible CLI over src/gpu/cuda.c (dlopens libcuda-sim.so or the driver).
 $(BUILD)/bin/simcuda-checkpoint: $(CUDACKPT_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/libvramd.a

@@ -27,6 +27,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,4 +233,152 @@ CUresult_t cuMemFree_v2(CUdeviceptr_t dptr)
     }
     pthread_mutex_unlock(&alloc_lock);
     return rc;
+}
+
+/* ---- the rest of the allocation family, answered by the same table (each a plain
+ * allocation on the current context's GPU; streams, pools and managed memory are not
+ * simulated beyond that: a stream-ordered free takes effect at once) ---- */
+
+typedef void *CUstream_t;
+typedef void *CUmemoryPool_t;
+typedef uint64_t CUmemHandle_t;
+
+CUresult_t cuMemAllocPitch_v2(CUdeviceptr_t *dptr, size_t *pitch, size_t width, size_t height, unsigned elem);
+CUresult_t cuMemAllocManaged(CUdeviceptr_t *dptr, size_t bytes, unsigned flags);
+CUresult_t cuMemAllocAsync(CUdeviceptr_t *dptr, size_t bytes, CUstream_t stream);
+CUresult_t cuMemAllocAsync_ptsz(CUdeviceptr_t *dptr, size_t bytes, CUstream_t stream);
+CUresult_t cuDeviceGetDefaultMemPool(CUmemoryPool_t *pool, CUdevice_t dev);
+CUresult_t cuMemAllocFromPoolAsync(CUdeviceptr_t *dptr, size_t bytes, CUmemoryPool_t pool, CUstream_t stream);
+CUresult_t cuMemAllocFromPoolAsync_ptsz(CUdeviceptr_t *dptr, size_t bytes, CUmemoryPool_t pool, CUstream_t stream);
+CUresult_t cuMemFreeAsync(CUdeviceptr_t dptr, CUstream_t stream);
+CUresult_t cuMemFreeAsync_ptsz(CUdeviceptr_t dptr, CUstream_t stream);
+CUresult_t cuMemCreate(CUmemHandle_t *handle, size_t bytes, const void *prop, unsigned long long flags);
+CUresult_t cuMemRelease(CUmemHandle_t handle);
+CUresult_t cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags);
+CUresult_t cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status);
+
+CUresult_t cuMemAllocPitch_v2(CUdeviceptr_t *dptr, size_t *pitch, size_t width, size_t height, unsigned elem)
+{
+    if (!pitch || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16))
+        return CUDA_ERR_INVALID_VALUE;
+    size_t p = (width + 511) & ~(size_t)511; /* rows aligned to 512 bytes */
+    CUresult_t rc = cuMemAlloc_v2(dptr, p * height);
+    if (rc == 0)
+        *pitch = p;
+    return rc;
+}
+
+CUresult_t cuMemAllocManaged(CUdeviceptr_t *dptr, size_t bytes, unsigned flags)
+{
+    return flags == 1 || flags == 2 ? cuMemAlloc_v2(dptr, bytes) : CUDA_ERR_INVALID_VALUE;
+}
+
+CUresult_t cuMemAllocAsync(CUdeviceptr_t *dptr, size_t bytes, CUstream_t stream) { return cuMemAlloc_v2(dptr, bytes); }
+
+CUresult_t cuMemAllocAsync_ptsz(CUdeviceptr_t *dptr, size_t bytes, CUstream_t stream)
+{
+    return cuMemAlloc_v2(dptr, bytes);
+}
+
+CUresult_t cuDeviceGetDefaultMemPool(CUmemoryPool_t *pool, CUdevice_t dev)
+{
+    simgpu_t *s = sim_cuda_set();
+    if (!pool)
+        return CUDA_ERR_INVALID_VALUE;
+    if (!s)
+        return CUDA_ERR_NOT_INITIALIZED;
+    if (visible_gpu(s, dev) < 0)
+        return CUDA_ERR_INVALID_DEVICE;
+    *pool = (void *)(uintptr_t)(dev + 1);
+    return 0;
+}
+
+CUresult_t cuMemAllocFromPoolAsync(CUdeviceptr_t *dptr, size_t bytes, CUmemoryPool_t pool, CUstream_t stream)
+{
+    return pool ? cuMemAlloc_v2(dptr, bytes) : CUDA_ERR_INVALID_VALUE;
+}
+
+CUresult_t cuMemAllocFromPoolAsync_ptsz(CUdeviceptr_t *dptr, size_t bytes, CUmemoryPool_t pool, CUstream_t stream)
+{
+    return pool ? cuMemAlloc_v2(dptr, bytes) : CUDA_ERR_INVALID_VALUE;
+}
+
+CUresult_t cuMemFreeAsync(CUdeviceptr_t dptr, CUstream_t stream) { return cuMemFree_v2(dptr); }
+
+CUresult_t cuMemFreeAsync_ptsz(CUdeviceptr_t dptr, CUstream_t stream) { return cuMemFree_v2(dptr); }
+
+/* Physical memory of the virtual memory management API: a handle names an allocation of the
+ * table (mapping it at an address is not simulated). */
+CUresult_t cuMemCreate(CUmemHandle_t *handle, size_t bytes, const void *prop, unsigned long long flags)
+{
+    if (!handle || !prop || flags != 0)
+        return CUDA_ERR_INVALID_VALUE;
+    return cuMemAlloc_v2(handle, bytes);
+}
+
+CUresult_t cuMemRelease(CUmemHandle_t handle) { return cuMemFree_v2(handle); }
+
+/* cuGetProcAddress: the driver's entry points by base name, as the CUDA runtime asks for
+ * them (NVIDIA's Driver API reference, "Driver Entry Point Access"): "cuMemAlloc" at
+ * cudaVersion >= 3020 is cuMemAlloc_v2 (before: the 32-bit one, not simulated: not found),
+ * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (2) picks a _ptsz variant where one exists.
+ * Unknown names: CUDA_ERROR_NOT_FOUND, *status CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (1). */
+#define CUDA_ERR_NOT_FOUND 500
+
+CUresult_t cuInit(unsigned flags);
+CUresult_t cuDriverGetVersion(int *version);
+
+static void *proc_lookup(const char *sym, int version, uint64_t flags)
+{
+    bool ptsz = (flags & 2) != 0;
+    static const struct {
+        const char *base;
+        int v2_since; /* 0: no _v2 */
+        void *fn, *fn_ptsz;
+    } table[] = {
+        {"cuInit", 0, (void *)cuInit, NULL},
+        {"cuDriverGetVersion", 0, (void *)cuDriverGetVersion, NULL},
+        {"cuDeviceGetCount", 0, (void *)cuDeviceGetCount, NULL},
+        {"cuDeviceGet", 0, (void *)cuDeviceGet, NULL},
+        {"cuDeviceTotalMem", 3020, (void *)cuDeviceTotalMem_v2, NULL},
+        {"cuDevicePrimaryCtxRetain", 0, (void *)cuDevicePrimaryCtxRetain, NULL},
+        {"cuDevicePrimaryCtxRelease", 11000, (void *)cuDevicePrimaryCtxRelease_v2, NULL},
+        {"cuCtxSetCurrent", 0, (void *)cuCtxSetCurrent, NULL},
+        {"cuMemGetInfo", 3020, (void *)cuMemGetInfo_v2, NULL},
+        {"cuMemAlloc", 3020, (void *)cuMemAlloc_v2, NULL},
+        {"cuMemAllocPitch", 3020, (void *)cuMemAllocPitch_v2, NULL},
+        {"cuMemFree", 3020, (void *)cuMemFree_v2, NULL},
+        {"cuMemAllocManaged", 0, (void *)cuMemAllocManaged, NULL},
+        {"cuMemAllocAsync", 0, (void *)cuMemAllocAsync, (void *)cuMemAllocAsync_ptsz},
+        {"cuDeviceGetDefaultMemPool", 0, (void *)cuDeviceGetDefaultMemPool, NULL},
+        {"cuMemAllocFromPoolAsync", 0, (void *)cuMemAllocFromPoolAsync, (void *)cuMemAllocFromPoolAsync_ptsz},
+        {"cuMemFreeAsync", 0, (void *)cuMemFreeAsync, (void *)cuMemFreeAsync_ptsz},
+        {"cuMemCreate", 0, (void *)cuMemCreate, NULL},
+        {"cuMemRelease", 0, (void *)cuMemRelease, NULL},
+        {"cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2, NULL},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strcmp(sym, table[i].base) != 0)
+            continue;
+        if (table[i].v2_since && version < table[i].v2_since)
+            return strcmp(sym, "cuGetProcAddress") == 0 ? (void *)cuGetProcAddress : NULL;
+        return ptsz && table[i].fn_ptsz ? table[i].fn_ptsz : table[i].fn;
+    }
+    return NULL;
+}
+
+CUresult_t cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status)
+{
+    if (!symbol || !pfn || flags > 3)
+        return CUDA_ERR_INVALID_VALUE;
+    void *f = proc_lookup(symbol, version, flags);
+    *pfn = f;
+    if (status)
+        *status = f ? 0 : 1;
+    return f ? 0 : CUDA_ERR_NOT_FOUND;
+}
+
+CUresult_t cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags)
+{
+    return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
 }

@@ -51,6 +51,10 @@ void sw_flags_usage(FILE *out)
         "  --output-size SIZE       output bytes at memory factor 1 (default 64KiB)\n"
         "  --corrupt-every N        every Nth output is broken (truncated, bad CRC, bad length...)\n"
         "  --lock                   one request at a time; others wait (the hand-written fix)\n"
+        "  --cuda-proc-address      resolve the CUDA driver's entry points with cuGetProcAddress_v2\n"
+        "                           (as the CUDA runtime does) instead of dlsym\n"
+        "  --size-from-free F       after the load, keep a cache of F x cuMemGetInfo's total less\n"
+        "                           what it holds (vLLM's --gpu-memory-utilization)\n"
         "  --global-lock FILE       one request at a time across all simworkers sharing FILE (flock)\n"
         "  --concurrency N          requests run at once without --lock (default 64)\n"
         "  --queue-max N            requests waiting inside the worker; beyond -> 503 (default 4096)\n"
@@ -212,6 +216,8 @@ static int apply_flag(sw_flags_t *f, const char *name, const char *v, char *err,
         if (*n >= SW_MAX_SCALE_RULES) BAD("at most 8 rules");
         if (sw_scale_rule_parse(v, &rules[*n])) BAD("PARAM:BASE:EXP like resolution:1024:2");
         (*n)++;
+    } else if (!strcmp(name, "size-from-free")) {
+        if (parse_double(v, 0.01, 1, &f->size_from_free)) BAD("a fraction in [0.01, 1]");
     } else if (!strcmp(name, "cache")) {
         if (!strcmp(v, "keep")) f->cache = SW_CACHE_KEEP;
         else if (!strcmp(v, "release")) f->cache = SW_CACHE_RELEASE;
@@ -285,12 +291,15 @@ int sw_flags_parse(int argc, char **argv, sw_flags_t *f, char *err, size_t errle
         }
         memcpy(name, a + 2, nl);
         name[nl] = 0;
-        if (!strcmp(name, "lock")) {
+        if (!strcmp(name, "lock") || !strcmp(name, "cuda-proc-address")) {
             if (eq) {
-                set_err(err, errlen, "--lock takes no value");
+                set_err(err, errlen, "--%s takes no value", name);
                 return -1;
             }
-            f->lock = true;
+            if (name[0] == 'l')
+                f->lock = true;
+            else
+                f->cuda_proc_address = true;
             continue;
         }
         if (eq) {

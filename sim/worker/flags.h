@@ -71,6 +71,8 @@ typedef struct sw_flags {
     uint64_t corrupt_every; /* 0 = never */
 
     bool lock;
+    bool cuda_proc_address;  /* driver entry points through cuGetProcAddress_v2 */
+    double size_from_free;   /* 0 = off; else the share of cuMemGetInfo's total taken at start */
     char global_lock[SW_PATH_MAX];
     unsigned concurrency; /* requests run at once without --lock (others wait) */
     unsigned queue_max;   /* requests waiting inside the worker; beyond -> 503 */

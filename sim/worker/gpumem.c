@@ -57,11 +57,12 @@ static void format_oom(sw_gpumem_t *m, uint64_t tried, char *oom, size_t cap)
 }
 
 /* Allocates bytes on the GPU or writes the OOM text. */
-static int raw_alloc(sw_gpumem_t *m, uint64_t bytes, char *oom, size_t cap)
+static int raw_alloc_as(sw_gpumem_t *m, uint64_t bytes, bool context, char *oom, size_t cap)
 {
     if (bytes == 0)
         return 0;
-    if (simgpu_alloc(m->gpu, m->index, bytes) == 0)
+    int rc = m->cuda && !context ? sw_cuda_alloc(m->cuda, bytes) : simgpu_alloc(m->gpu, m->index, bytes);
+    if (rc == 0)
         return 0;
     int e = errno;
     if (e == ENOMEM)
@@ -72,10 +73,51 @@ static int raw_alloc(sw_gpumem_t *m, uint64_t bytes, char *oom, size_t cap)
     return -1;
 }
 
+static int raw_alloc(sw_gpumem_t *m, uint64_t bytes, char *oom, size_t cap)
+{
+    return raw_alloc_as(m, bytes, false, oom, cap);
+}
+
 static void raw_free(sw_gpumem_t *m, uint64_t bytes)
 {
-    if (bytes)
+    if (!bytes)
+        return;
+    if (m->cuda)
+        sw_cuda_free(m->cuda, bytes);
+    else
         simgpu_free(m->gpu, m->index, bytes);
+}
+
+bool sw_gpumem_use_driver(sw_gpumem_t *m, bool via_proc_address, char *why, size_t whylen)
+{
+    const char *set = getenv("SIMGPU");
+    if (!set || strcmp(set, m->set_name) != 0) { /* the driver answers from $SIMGPU only */
+        snprintf(why, whylen, "--simgpu %s is not $SIMGPU: the driver would allocate elsewhere", m->set_name);
+        return false;
+    }
+    m->cuda = sw_cuda_open(via_proc_address, why, whylen);
+    return m->cuda != NULL;
+}
+
+int sw_gpumem_driver_info(sw_gpumem_t *m, uint64_t *free_bytes, uint64_t *total)
+{
+    if (m->cuda)
+        return sw_cuda_mem_info(m->cuda, free_bytes, total);
+    simgpu_info_t info;
+    if (simgpu_info(m->gpu, m->index, &info) != 0)
+        return -1;
+    *free_bytes = info.free;
+    *total = info.total;
+    return 0;
+}
+
+int sw_gpumem_grow_pool(sw_gpumem_t *m, uint64_t bytes, char *oom, size_t cap)
+{
+    if (raw_alloc(m, bytes, oom, cap) != 0)
+        return -1;
+    m->pool += bytes;
+    note_peak(m);
+    return 0;
 }
 
 /* The device this process sees as device 0: the first CUDA_VISIBLE_DEVICES entry. */
@@ -138,7 +180,7 @@ int sw_gpumem_open(sw_gpumem_t *m, const char *set_name, char *err, size_t errle
 
 int sw_gpumem_grow_context(sw_gpumem_t *m, uint64_t bytes, char *oom, size_t cap)
 {
-    if (raw_alloc(m, bytes, oom, cap) != 0)
+    if (raw_alloc_as(m, bytes, true, oom, cap) != 0)
         return -1;
     m->context += bytes;
     note_peak(m);

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cudadrv.h"
 #include "simgpu.h"
 
 #define SW_OOM_TEXT_MAX 512
@@ -45,9 +46,20 @@ typedef struct sw_gpumem {
     uint64_t pool;
     uint64_t leaked;
     uint64_t peak; /* highest context+resident+active+pool+leaked seen */
+    sw_cuda_t *cuda; /* NULL: simgpu directly; else every holding but the context goes
+                      * through the CUDA driver API (cudadrv.h), as a framework's do */
 } sw_gpumem_t;
 
 int sw_gpumem_open(sw_gpumem_t *m, const char *set_name, char *err, size_t errlen);
+/* From now on allocate through the CUDA driver API (cudadrv.h) when a driver library is
+ * there (the context stays the driver's own, outside the allocation calls, as a real CUDA
+ * context is); false (why filled) when simgpu stays in use. Call before any grow. */
+bool sw_gpumem_use_driver(sw_gpumem_t *m, bool via_proc_address, char *why, size_t whylen);
+/* What cuMemGetInfo tells this process (free, total): through the driver (and a shim in
+ * LD_PRELOAD) when in use, else simgpu's figures. */
+int sw_gpumem_driver_info(sw_gpumem_t *m, uint64_t *free_bytes, uint64_t *total);
+/* Grow the allocator's pool by bytes (a cache sized at start, as vLLM's KV cache). */
+int sw_gpumem_grow_pool(sw_gpumem_t *m, uint64_t bytes, char *oom, size_t cap);
 
 /* Raw grows of one kind of holding (context, resident, leaked): all or nothing. */
 int sw_gpumem_grow_context(sw_gpumem_t *m, uint64_t bytes, char *oom, size_t cap);

@@ -50,6 +50,12 @@ int main(int argc, char **argv)
         log_event(LOG_ERROR, "no_gpu", "model=%s error=%s", w.f.name, err);
         return 1;
     }
+    char why[512] = "";
+    if (sw_gpumem_use_driver(&w.mem, w.f.cuda_proc_address, why, sizeof why))
+        log_event(LOG_INFO, "cuda_driver", "model=%s library=%s entry_points=%s", w.f.name, sw_cuda_library(w.mem.cuda),
+                  w.f.cuda_proc_address ? "cuGetProcAddress" : "dlsym");
+    else
+        log_event(LOG_INFO, "cuda_driver", "model=%s library=none reason=\"%s\" allocations=simgpu", w.f.name, why);
     w.loop = uv_default_loop();
     sw_model_init(&w);
     sw_jobs_init(&w);

@@ -82,6 +82,29 @@ static void load_failed(sw_worker_t *w, const char *oom)
 
 static void on_model_timer(uv_timer_t *t);
 
+/* --size-from-free F, once after the first load: a cache of F x what cuMemGetInfo calls the
+ * total, less what the process holds, as vLLM sizes its KV cache from
+ * --gpu-memory-utilization (through a CUDA shim the total is the grant). -1: it did not fit
+ * (the load failed). */
+static int size_from_free(sw_worker_t *w)
+{
+    uint64_t free_b = 0, total = 0;
+    w->sized = true;
+    if (sw_gpumem_driver_info(&w->mem, &free_b, &total) != 0)
+        return 0;
+    uint64_t want = (uint64_t)((double)total * w->f.size_from_free);
+    uint64_t held = sw_gpumem_held(&w->mem);
+    uint64_t take = want > held ? want - held : 0;
+    char oom[SW_OOM_TEXT_MAX];
+    log_event(LOG_INFO, "cache_sized", "model=%s total=%llu free=%llu fraction=%.2f cache=%llu", w->f.name,
+              (unsigned long long)total, (unsigned long long)free_b, w->f.size_from_free, (unsigned long long)take);
+    if (sw_gpumem_grow_pool(&w->mem, take, oom, sizeof(oom)) != 0) {
+        load_failed(w, oom);
+        return -1;
+    }
+    return 0;
+}
+
 /* One step of the load: allocate its share, schedule the next step or become ready. */
 static void load_advance(sw_worker_t *w)
 {
@@ -99,6 +122,8 @@ static void load_advance(sw_worker_t *w)
         uv_timer_start(&w->model_timer, on_model_timer, real_ms(w, (double)w->op_ms / SW_LOAD_STEPS), 0);
         return;
     }
+    if (w->f.size_from_free > 0 && !w->sized && size_from_free(w) != 0)
+        return;
     set_state(w, SW_READY);
     bool woke = w->asleep;
     if (woke)

@@ -58,6 +58,7 @@ typedef struct sw_worker {
     sw_http_req_t *admin_req; /* the reload/unload request to answer; NULL at start-up */
     uint64_t loads, unloads;
     bool asleep;            /* unloaded by /sleep (vLLM sleep mode): /wake_up loads in wake_ms */
+    bool sized;             /* --size-from-free: the cache was taken (once, after the first load) */
     uint64_t op_ms;         /* simulated length of the load or unload under way */
     uint64_t sleeps, wakes;
 

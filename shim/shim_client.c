@@ -1,0 +1,345 @@
+/*
+ * shim_client: grant page and grant socket, the shim's side (shim_client.h).
+ */
+#include "shim_client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu/shim_abi.h"
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static shim_page_t *g_page;          /* NULL: inert */
+static uint8_t g_token[SHIM_TOKEN_LEN];
+static char g_sock_path[4096];
+static uint64_t g_wait_ms = 5000;
+
+static pthread_mutex_t g_sock_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_fd = -1;                /* this process's connection */
+static pid_t g_pid;                  /* the process that owns g_slot and g_fd */
+static int g_slot = -1;
+static bool g_detached;
+static uint64_t g_last_try_ms;
+static uint32_t g_seq;
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static void after_fork_child(void)
+{
+    if (g_fd >= 0)
+        close(g_fd); /* the parent's connection stays the parent's */
+    g_fd = -1;
+    g_slot = -1;
+    g_detached = false;
+    g_last_try_ms = 0;
+    pthread_mutex_init(&g_sock_lock, NULL);
+}
+
+static void setup(void)
+{
+    const char *page = getenv(SHIM_ENV_PAGE), *sock = getenv(SHIM_ENV_SOCKET), *tok = getenv(SHIM_ENV_TOKEN);
+    const char *wait = getenv(SHIM_ENV_WAIT_MS);
+    if (!page || !sock || !tok || strlen(tok) != 2 * SHIM_TOKEN_LEN || strlen(sock) >= sizeof g_sock_path)
+        return;
+    for (unsigned i = 0; i < SHIM_TOKEN_LEN; i++) {
+        int hi = hexval(tok[2 * i]), lo = hexval(tok[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return;
+        g_token[i] = (uint8_t)(hi << 4 | lo);
+    }
+    if (wait && *wait)
+        g_wait_ms = strtoull(wait, NULL, 10);
+    snprintf(g_sock_path, sizeof g_sock_path, "%s", sock);
+    int fd = open(page, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return;
+    void *m = mmap(NULL, SHIM_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return;
+    shim_page_t *p = m;
+    if (p->magic != SHIM_ABI_MAGIC || p->version != SHIM_ABI_VERSION) {
+        munmap(m, SHIM_PAGE_SIZE);
+        return;
+    }
+    g_page = p;
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+bool shim_client_active(void)
+{
+    pthread_once(&g_once, setup);
+    return g_page != NULL;
+}
+
+/* This process's slot (claimed at first use), or NULL when the page is full. */
+static shim_proc_slot_t *my_slot(void)
+{
+    pid_t pid = getpid();
+    if (g_slot >= 0 && g_pid == pid)
+        return &g_page->procs[g_slot];
+    for (unsigned i = 0; i < SHIM_PAGE_PROCS; i++) {
+        uint32_t expect = 0;
+        if (atomic_compare_exchange_strong(&g_page->procs[i].pid, &expect, (uint32_t)pid)) {
+            atomic_store(&g_page->procs[i].state, SHIM_PROC_ATTACHED);
+            g_slot = (int)i;
+            g_pid = pid;
+            return &g_page->procs[i];
+        }
+    }
+    return NULL;
+}
+
+static void slot_add(shim_proc_slot_t *s, uint64_t n)
+{
+    if (!s)
+        return;
+    uint64_t live = atomic_fetch_add(&s->live, n) + n;
+    uint64_t peak = atomic_load(&s->peak);
+    while (live > peak && !atomic_compare_exchange_weak(&s->peak, &peak, live)) {
+    }
+    atomic_store(&s->updated_ns, mono_ns());
+}
+
+static void sub_floor(_Atomic uint64_t *v, uint64_t n)
+{
+    uint64_t cur = atomic_load(v);
+    while (!atomic_compare_exchange_weak(v, &cur, cur > n ? cur - n : 0)) {
+    }
+}
+
+static void detach(shim_proc_slot_t *s)
+{
+    if (g_fd >= 0)
+        close(g_fd);
+    g_fd = -1;
+    g_detached = true;
+    g_last_try_ms = mono_ms();
+    if (s)
+        atomic_store(&s->state, SHIM_PROC_DETACHED);
+}
+
+static int send_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* One whole message within timeout_ms; -1 on a timeout, an error or EOF. */
+static int recv_msg(int fd, shim_msg_t *m, uint64_t timeout_ms)
+{
+    char *p = (char *)m;
+    size_t have = 0;
+    uint64_t end = mono_ms() + timeout_ms;
+    while (have < sizeof *m) {
+        uint64_t now = mono_ms();
+        if (now >= end)
+            return -1;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int r = poll(&pfd, 1, (int)(end - now));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        ssize_t n = recv(fd, p + have, sizeof *m - have, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        have += (size_t)n;
+    }
+    return shim_msg_valid(m);
+}
+
+/* Connect and say HELLO; 0 when vramd answered HELLO_OK. Called with g_sock_lock held. */
+static int connect_hello(void)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int dirfd = -1;
+    if (strlen(g_sock_path) < sizeof sa.sun_path) {
+        memcpy(sa.sun_path, g_sock_path, strlen(g_sock_path) + 1);
+    } else { /* too long for sun_path: through the directory's descriptor */
+        char dir[4096], base[4096];
+        snprintf(dir, sizeof dir, "%s", g_sock_path);
+        snprintf(base, sizeof base, "%s", g_sock_path);
+        dirfd = open(dirname(dir), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dirfd < 0 ||
+            (size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/%s", dirfd, basename(base)) >=
+                sizeof sa.sun_path) {
+            close(fd);
+            if (dirfd >= 0)
+                close(dirfd);
+            return -1;
+        }
+    }
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    if (dirfd >= 0)
+        close(dirfd);
+    shim_msg_t m;
+    shim_msg_init(&m, SHIM_MSG_HELLO);
+    m.aux = (uint64_t)g_slot;
+    memcpy(m.token, g_token, SHIM_TOKEN_LEN);
+    if (rc != 0 || send_all(fd, &m, sizeof m) != 0 || recv_msg(fd, &m, g_wait_ms + SHIM_ANSWER_SLACK_MS) != 0 ||
+        m.type != SHIM_MSG_HELLO_OK) {
+        close(fd);
+        return -1;
+    }
+    g_fd = fd;
+    return 0;
+}
+
+/* Past the grant: ask vramd. 0 granted (already added to live), -1 refused, 1 detached
+ * (the caller adds it unchecked). */
+static int ask(shim_proc_slot_t *s, uint64_t n)
+{
+    pthread_mutex_lock(&g_sock_lock);
+    if (g_pid != getpid()) { /* a forked child before its first own slot */
+        pthread_mutex_unlock(&g_sock_lock);
+        return 1;
+    }
+    if (g_detached && mono_ms() - g_last_try_ms < SHIM_RECONNECT_MS) {
+        pthread_mutex_unlock(&g_sock_lock);
+        return 1;
+    }
+    if (g_fd < 0) {
+        if (connect_hello() != 0) {
+            detach(s);
+            pthread_mutex_unlock(&g_sock_lock);
+            return 1;
+        }
+        g_detached = false;
+        atomic_store(&s->state, SHIM_PROC_ATTACHED);
+    }
+    shim_msg_t m;
+    shim_msg_init(&m, SHIM_MSG_ASK);
+    m.seq = ++g_seq;
+    m.bytes = n;
+    m.aux = atomic_load(&g_page->live_total);
+    atomic_fetch_add(&s->asks, 1);
+    uint64_t t0 = mono_ns();
+    shim_msg_t r;
+    if (send_all(g_fd, &m, sizeof m) != 0 || recv_msg(g_fd, &r, g_wait_ms + SHIM_ANSWER_SLACK_MS) != 0 ||
+        r.seq != m.seq || (r.type != SHIM_MSG_GRANT && r.type != SHIM_MSG_REFUSE)) {
+        detach(s);
+        pthread_mutex_unlock(&g_sock_lock);
+        return 1;
+    }
+    if (mono_ns() - t0 > 1000000)
+        atomic_fetch_add(&s->waits, 1);
+    int rc;
+    if (r.type == SHIM_MSG_GRANT) {
+        atomic_fetch_add(&g_page->live_total, n);
+        slot_add(s, n);
+        rc = 0;
+    } else {
+        atomic_fetch_add(&s->refusals, 1);
+        rc = -1;
+    }
+    pthread_mutex_unlock(&g_sock_lock);
+    return rc;
+}
+
+int shim_client_charge(uint64_t n)
+{
+    if (!shim_client_active())
+        return 0;
+    shim_proc_slot_t *s = my_slot();
+    if (!s) /* the page's slots are all taken: unchecked, uncounted */
+        return 0;
+    for (;;) {
+        uint64_t cur = atomic_load(&g_page->live_total);
+        uint64_t grant = atomic_load(&g_page->grant);
+        if (cur + n <= grant) {
+            if (atomic_compare_exchange_weak(&g_page->live_total, &cur, cur + n)) {
+                slot_add(s, n);
+                return 0;
+            }
+            continue;
+        }
+        if (!atomic_load(&g_page->vramd_alive))
+            break;
+        int rc = ask(s, n);
+        if (rc <= 0)
+            return rc;
+        break;
+    }
+    atomic_fetch_add(&g_page->live_total, n); /* detached: counted, unchecked */
+    slot_add(s, n);
+    return 0;
+}
+
+void shim_client_uncharge(uint64_t n)
+{
+    if (!shim_client_active())
+        return;
+    shim_proc_slot_t *s = my_slot();
+    if (!s)
+        return;
+    sub_floor(&g_page->live_total, n);
+    sub_floor(&s->live, n);
+    atomic_store(&s->updated_ns, mono_ns());
+}
+
+void shim_client_note_alloc(void)
+{
+    if (!shim_client_active())
+        return;
+    shim_proc_slot_t *s = my_slot();
+    if (s)
+        atomic_fetch_add(&s->allocs, 1);
+}
+
+bool shim_client_view(uint64_t *grant, uint64_t *live)
+{
+    if (!shim_client_active() || g_detached)
+        return false;
+    *grant = atomic_load(&g_page->grant);
+    *live = atomic_load(&g_page->live_total);
+    return *grant > 0;
+}
