@@ -365,10 +365,20 @@ static bool is_ours(const void *f)
     return false;
 }
 
+/* dlsym(RTLD_NEXT, name) means "after the caller's object", and glibc takes the caller from
+ * its return address: so it is handed on as a tail call (a jump: the return address stays
+ * the caller's), never as a call from here, which would mean "after the shim" (an ASan
+ * runtime asking for the next malloc would get its own back). Only names of the driver are
+ * wrapped, and a caller asking by RTLD_NEXT never gets a wrapper. */
 EXPORT void *dlsym(void *handle, const char *name)
 {
+    if (handle == RTLD_NEXT) {
+        if (!real_dlsym_fn)
+            (void)real_dlsym(NULL, "dlsym");
+        return real_dlsym_fn(handle, name); /* a sibling call: see above */
+    }
     void *got = real_dlsym(handle, name);
-    if (!got || name[0] != 'c' || name[1] != 'u' || handle == RTLD_NEXT)
+    if (!got || name[0] != 'c' || name[1] != 'u')
         return got;
     for (int id = 0; id < F_COUNT; id++) {
         if (strcmp(name, g_names[id]) != 0)
