@@ -9,6 +9,8 @@
 #   $(PKGLIBDIR)         the GPU simulator: simgpu, simworker, simcuda-checkpoint,
 #                        libnvidia-ml-sim.so, libcuda-sim.so (private: not on PATH, not in
 #                        the linker's path; point gpu.nvml_library at it to use it)
+#   $(PKGLIBDIR)         libvramd-cuda.so, the CUDA shim vramd puts into its workers'
+#                        LD_PRELOAD (docs/shim.md; vramd finds it at ../lib/vramd/ from its binary)
 #   $(MANDIR)/manN       man/*.1 man/*.5 man/*.8, those that exist
 #   $(BASHCOMPDIR)       contrib/completions/vramctl.bash as vramctl, when it exists
 #   $(ZSHCOMPDIR)        contrib/completions/_vramctl, when it exists
@@ -35,17 +37,20 @@ INSTALL ?= install
 INSTALL_BINS := vramd vramctl
 INSTALL_SIM_BINS := simgpu simworker simcuda-checkpoint
 INSTALL_SIM_LIBS := libnvidia-ml-sim.so libcuda-sim.so
+INSTALL_LIBS := libvramd-cuda.so
 INSTALL_MANS := $(wildcard man/*.1 man/*.5 man/*.8)
 INSTALL_DOCS := README.md $(wildcard docs/*.md)
 
 install:
-	@for f in $(INSTALL_BINS:%=$(BUILD)/bin/%) $(INSTALL_SIM_BINS:%=$(BUILD)/bin/%) $(INSTALL_SIM_LIBS:%=$(BUILD)/lib/%); do \
+	@for f in $(INSTALL_BINS:%=$(BUILD)/bin/%) $(INSTALL_SIM_BINS:%=$(BUILD)/bin/%) $(INSTALL_SIM_LIBS:%=$(BUILD)/lib/%) \
+	  $(INSTALL_LIBS:%=$(BUILD)/lib/%); do \
 	  [ -f "$$f" ] || { echo "install: $$f is missing: run make first" >&2; exit 1; }; done
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGLIBDIR) $(DESTDIR)$(UNITDIR) \
 	  $(DESTDIR)$(EXAMPLEDIR) $(DESTDIR)$(DOCDIR)
 	$(INSTALL) -m 0755 $(INSTALL_BINS:%=$(BUILD)/bin/%) $(DESTDIR)$(BINDIR)/
 	$(INSTALL) -m 0755 $(INSTALL_SIM_BINS:%=$(BUILD)/bin/%) $(DESTDIR)$(PKGLIBDIR)/
 	$(INSTALL) -m 0644 $(INSTALL_SIM_LIBS:%=$(BUILD)/lib/%) $(DESTDIR)$(PKGLIBDIR)/
+	$(INSTALL) -m 0644 $(INSTALL_LIBS:%=$(BUILD)/lib/%) $(DESTDIR)$(PKGLIBDIR)/
 	sed -e 's|/usr/local/bin/vramd|$(BINDIR)/vramd|g' \
 	    -e 's|file:///usr/local/share/doc/vramd/|file://$(DOCDIR)/|g' \
 	    contrib/vramd.service > $(DESTDIR)$(UNITDIR)/vramd.service
@@ -70,7 +75,8 @@ install:
 # completions), then the directories of ours that are left empty.
 uninstall:
 	rm -f $(INSTALL_BINS:%=$(DESTDIR)$(BINDIR)/%)
-	rm -f $(INSTALL_SIM_BINS:%=$(DESTDIR)$(PKGLIBDIR)/%) $(INSTALL_SIM_LIBS:%=$(DESTDIR)$(PKGLIBDIR)/%)
+	rm -f $(INSTALL_SIM_BINS:%=$(DESTDIR)$(PKGLIBDIR)/%) $(INSTALL_SIM_LIBS:%=$(DESTDIR)$(PKGLIBDIR)/%) \
+	  $(INSTALL_LIBS:%=$(DESTDIR)$(PKGLIBDIR)/%)
 	rm -f $(DESTDIR)$(UNITDIR)/vramd.service
 	rm -f $(DESTDIR)$(MANDIR)/man8/vramd.8 $(DESTDIR)$(MANDIR)/man1/vramctl.1 $(DESTDIR)$(MANDIR)/man5/vramd.yaml.5
 	rm -f $(INSTALL_MANS:man/%=$(DESTDIR)$(MANDIR)/man*/%)

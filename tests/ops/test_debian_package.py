@@ -167,6 +167,7 @@ def test_make_install_uninstall(tmp_path):
         "usr/local/bin/vramd", "usr/local/bin/vramctl",
         "usr/local/lib/vramd/simgpu", "usr/local/lib/vramd/simworker", "usr/local/lib/vramd/simcuda-checkpoint",
         "usr/local/lib/vramd/libnvidia-ml-sim.so", "usr/local/lib/vramd/libcuda-sim.so",
+        "usr/local/lib/vramd/libvramd-cuda.so",
         "usr/local/lib/systemd/system/vramd.service",
         "usr/local/share/doc/vramd/README.md",
         "usr/local/share/doc/vramd/examples/vramd.yaml", "usr/local/share/doc/vramd/examples/vramd-minimal.yaml",
