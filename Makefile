@@ -288,9 +288,9 @@ $(foreach n,$(FUZZ_NAMES),$(eval $(call FUZZ_RULE,$(n))))
 fuzz: $(FUZZ_NAMES:%=$(FUZZ_BUILD)/%)
 
 lint:
-	@echo "  LINT src sim (cppcheck)"
+	@echo "  LINT src sim shim (cppcheck)"
 	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim
+	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim shim
 	@echo "  LINT src sim (function and file length, layers; universal-ctags), docs/design.md Modules"
 	$(Q)rc=0; /usr/bin/python3 mk/lint_funclen.py || rc=1; \
 	  /usr/bin/python3 mk/lint_layers.py || rc=1; \
