@@ -456,7 +456,9 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_STOPPING);
         return;
     }
-    if (in->gpu_pos >= 0 && m->bytes > ledger_capacity(sched_ledger(), (size_t)in->gpu_pos)) {
+    /* what it would hold then can never fit its GPU: refused at once, nothing evicted for it */
+    if (in->gpu_pos >= 0 &&
+        booked(in) + deficit(si, m->bytes) > ledger_capacity(sched_ledger(), (size_t)in->gpu_pos)) {
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_TOO_BIG);
         return;
     }

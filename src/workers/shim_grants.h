@@ -15,7 +15,8 @@
  *     room is made (idle instances evicted or parked: sched_make_room_on; caches cleared),
  *     retried every SHIM_GRANTS_TICK_MS, until grant_wait: then REFUSE (the allocation
  *     fails with CUDA_ERROR_OUT_OF_MEMORY in that worker alone, a usual OOM);
- *   - refused at once when it is larger than its GPU's capacity, when the instance is not
+ *   - refused at once when the instance would then hold more than its GPU's capacity (no
+ *     eviction could ever make room for it: nothing is evicted), when the instance is not
  *     READY/STARTING, when SHIM_GRANTS_ASKS_MAX asks wait, or (deadlock) when every instance
  *     running requests on that GPU waits in an ask and nothing is being reclaimed there: the
  *     ask of the instance whose running began last (the younger request) is refused.
