@@ -15,7 +15,8 @@
  *   cuDeviceTotalMem_v2  the GPU's total.
  *   cuDevicePrimaryCtxRetain / cuCtxSetCurrent  a context per device (no state of its own);
  *              the current context is per thread, as the driver's is.
- *   cuMemGetInfo_v2  free and total of the current context's GPU.
+ *   cuMemGetInfo_v2  free and total of the current context's GPU; under a per-cgroup limit
+ *              (nvmlDeviceSetMemoryLimits_v1), the limit as total and the room under it.
  *   cuMemAlloc_v2  simgpu_alloc on the current context's GPU (CUDA_ERROR_OUT_OF_MEMORY when
  *              it does not fit); cuMemFree_v2 gives the allocation back.
  * Every call before cuInit: CUDA_ERROR_NOT_INITIALIZED; no current context:
@@ -181,15 +182,15 @@ CUresult_t cuCtxSetCurrent(void *ctx)
 CUresult_t cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
     simgpu_t *s = sim_cuda_set();
-    simgpu_info_t info;
+    uint64_t f = 0, t = 0;
     if (!free_bytes || !total)
         return CUDA_ERR_INVALID_VALUE;
     if (!s)
         return CUDA_ERR_NOT_INITIALIZED;
-    if (current_gpu < 0 || simgpu_info(s, current_gpu, &info) != 0)
+    if (current_gpu < 0 || simgpu_mem_view(s, current_gpu, &f, &t) != 0) /* under a cgroup limit: the limit */
         return CUDA_ERR_INVALID_CONTEXT;
-    *free_bytes = (size_t)info.free;
-    *total = (size_t)info.total;
+    *free_bytes = (size_t)f;
+    *total = (size_t)t;
     return 0;
 }
 

@@ -350,6 +350,7 @@ simgpu_t *simgpu_open(const char *name, char *err, size_t errlen)
     s->n_gpus = (int)hdr->n_gpus;
     s->park_index = -1;
     sg_pidns_init(s);
+    sg_cgroup_init(s);
     return s;
 }
 
@@ -447,7 +448,8 @@ int simgpu_alloc(simgpu_t *s, int gpu, uint64_t bytes)
     }
     struct gpu_record *rec = &s->hdr->gpus[gpu];
     uint64_t used = sg_used_locked(rec);
-    if (bytes > rec->total || used > rec->total - bytes) {
+    if (bytes > rec->total || used > rec->total - bytes ||
+        bytes > sg_limit_room_locked(s, rec, s->self_cgroup, NULL)) { /* the card, or its cgroup's limit */
         sg_unlock(s);
         errno = ENOMEM;
         return -1;
@@ -455,6 +457,8 @@ int simgpu_alloc(simgpu_t *s, int gpu, uint64_t bytes)
     struct proc_slot *slot = sg_own_slot_locked(rec, &me);
     if (slot) {
         slot->bytes += bytes;
+        if (!slot->cgroup[0]) /* taken for it by a restore: its cgroup is known now */
+            snprintf(slot->cgroup, sizeof slot->cgroup, "%s", s->self_cgroup);
         sg_unlock(s);
         return 0;
     }
@@ -464,6 +468,8 @@ int simgpu_alloc(simgpu_t *s, int gpu, uint64_t bytes)
     }
     sg_ident_learn_locked(s, &me); /* a process of another namespace: its host pid if known */
     slot = sg_take_slot_locked(rec, &me, bytes);
+    if (slot)
+        snprintf(slot->cgroup, sizeof slot->cgroup, "%s", s->self_cgroup);
     sg_unlock(s);
     if (slot)
         return 0;

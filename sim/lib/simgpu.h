@@ -46,6 +46,8 @@
 #define SIMGPU_MAX_PROCS 256 /* allocation entries (processes) per GPU */
 #define SIMGPU_NAME_MAX 96
 #define SIMGPU_UUID_LEN 96
+#define SIMGPU_MAX_LIMITS 64   /* per-cgroup limits per GPU */
+#define SIMGPU_CGROUP_MAX 256  /* a cgroup directory's path, NUL included */
 
 typedef struct simgpu simgpu_t;
 
@@ -159,6 +161,29 @@ uint64_t simgpu_pcie_bandwidth(simgpu_t *s);
 uint64_t simgpu_copy_ms(simgpu_t *s, uint64_t bytes);
 /* Parse "20GB/s", "16GiB/s", "2e9" (bytes per second). 0 ok, -1 bad. */
 int simgpu_parse_bandwidth(const char *text, uint64_t *out);
+
+/* Per-cgroup limits, as NVIDIA's driver r615 has them (nvmlDeviceSetMemoryLimits_v1): a
+ * hard limit on what the processes of a cgroup v2 directory (and of the cgroups under it)
+ * hold on gpu together. cgroup is the directory's full path ("/sys/fs/cgroup/a/b"; a
+ * trailing '/' is ignored); it must exist (ENOENT) and fit SIMGPU_CGROUP_MAX (ENAMETOOLONG).
+ * soft 0 and hard SIMGPU_LIMIT_NONE clear it. An allocation past it fails with ENOMEM in the
+ * process that makes it; a limit may be set below what its cgroup holds already (nothing
+ * is taken back). simgpu_mem_view is what the calling process sees (cuMemGetInfo): under a
+ * limit, total = the limit and free = min(the card's free, the room under it). A process's
+ * cgroup is read once, when it opens the set (/proc/self/cgroup's "0::" line, under the
+ * cgroup2 mount): one that moves afterwards keeps its first. A limit whose directory is
+ * removed is dropped (NVIDIA: removing the cgroup clears its limits) and counted:
+ * simgpu_limits_dropped. simgpu_limit_get: ENOENT when no limit is set there. */
+#define SIMGPU_LIMIT_NONE UINT64_MAX
+typedef struct simgpu_limit {
+    char cgroup[SIMGPU_CGROUP_MAX];
+    uint64_t soft, hard, used;
+} simgpu_limit_t;
+int simgpu_limit_set(simgpu_t *s, int gpu, const char *cgroup, uint64_t soft, uint64_t hard);
+int simgpu_limit_get(simgpu_t *s, int gpu, const char *cgroup, simgpu_limit_t *out);
+int simgpu_limit_list(simgpu_t *s, int gpu, simgpu_limit_t *out, size_t cap, size_t *n);
+uint64_t simgpu_limits_dropped(simgpu_t *s);
+int simgpu_mem_view(simgpu_t *s, int gpu, uint64_t *free_bytes, uint64_t *total);
 
 /* The parked process's side. */
 int simgpu_gate_register(simgpu_t *s);

@@ -29,7 +29,7 @@
 #include "simgpu.h"
 
 #define SET_MAGIC 0x31555047304d4953ULL /* "SIM0GPU1" */
-#define SET_VERSION 3u                  /* 2: PCIe bandwidth and the park table; 3: pid namespaces */
+#define SET_VERSION 4u /* 2: PCIe bandwidth and the park table; 3: pid namespaces; 4: cgroup limits */
 #define SET_NAME_LEN_MAX 200
 
 #define SG_HOST_PID_GONE (-1) /* sg_ident.host_pid: a host-side scan found no such process */
@@ -51,6 +51,14 @@ struct proc_slot {
     uint32_t dead;
     uint32_t utilization; /* 0..100, set by the process itself */
     uint64_t dead_since_ms;
+    char cgroup[SIMGPU_CGROUP_MAX]; /* its cgroup v2 directory ("" unknown: no limit applies) */
+};
+
+/* A per-cgroup limit (nvmlDeviceSetMemoryLimits_v1; simgpu_limits.c). */
+struct limit_rec {
+    uint32_t in_use;
+    char cgroup[SIMGPU_CGROUP_MAX]; /* the cgroup v2 directory, no trailing '/' */
+    uint64_t soft, hard;
 };
 
 struct gpu_record {
@@ -58,6 +66,7 @@ struct gpu_record {
     char name[SIMGPU_NAME_MAX];
     char uuid[SIMGPU_UUID_LEN];
     struct proc_slot slots[SIMGPU_MAX_PROCS];
+    struct limit_rec limits[SIMGPU_MAX_LIMITS];
 };
 
 /* One process's CUDA checkpoint state (simgpu_park.c). A process without a park slot is
@@ -87,6 +96,7 @@ struct set_header {
     uint64_t pcie_bw;   /* bytes per simulated second for checkpoint/restore copies */
     uint32_t park_seq;  /* the last lock request number handed out */
     uint64_t creator_ns_ino; /* the creator's pid namespace: "host side" (immutable) */
+    uint64_t limits_dropped; /* limits whose cgroup was removed while they were set */
     struct park_slot parks[SIMGPU_MAX_PROCS];
     struct gpu_record gpus[];
 };
@@ -102,6 +112,8 @@ struct simgpu {
     uint64_t self_ns_ino;
     bool host_side; /* self_ns_ino is the creator's namespace */
     bool proc_ok;   /* /proc is this namespace's (it names this process getpid()) */
+    /* this process's cgroup v2 directory, read at open ("" when it cannot be told) */
+    char self_cgroup[SIMGPU_CGROUP_MAX];
 };
 
 enum proc_state { PROC_ALIVE, PROC_GONE, PROC_UNKNOWN };
@@ -144,6 +156,14 @@ uint64_t sg_used_locked(const struct gpu_record *gpu);
 struct proc_slot *sg_own_slot_locked(struct gpu_record *gpu, const struct sg_ident *id);
 struct proc_slot *sg_take_slot_locked(struct gpu_record *gpu, const struct sg_ident *id,
                                       uint64_t bytes);
+
+/* simgpu_limits.c */
+/* Fills s->self_cgroup (at open). */
+void sg_cgroup_init(simgpu_t *s);
+/* What a process in cgroup may still allocate on gpu under the limits that apply to it
+ * (UINT64_MAX: none applies); *total_out (may be NULL) gets the tightest hard limit. Limits
+ * whose cgroup is gone are dropped first (counted in limits_dropped). */
+uint64_t sg_limit_room_locked(simgpu_t *s, struct gpu_record *gpu, const char *cgroup, uint64_t *total_out);
 
 /* simgpu_park.c */
 /* Translates host pids (host side), marks dead processes (GPU slots, then park slots: their

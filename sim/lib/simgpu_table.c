@@ -113,6 +113,7 @@ struct proc_slot *sg_take_slot_locked(struct gpu_record *gpu, const struct sg_id
         slot->dead = 0;
         slot->dead_since_ms = 0;
         slot->utilization = 0;
+        slot->cgroup[0] = '\0'; /* the caller fills it (a restore does not know it) */
         __atomic_store_n(&slot->in_use, 1, __ATOMIC_RELEASE); /* visible last */
         return slot;
     }

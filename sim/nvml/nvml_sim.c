@@ -29,8 +29,11 @@
  * exclusive, so a shutdown cannot unmap the set under a running query. Device handles point
  * into a static table and stay valid for the life of the process.
  */
+#include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -90,6 +93,21 @@ typedef struct nvmlProcessInfo_st {
     unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
 
+/* nvmlDeviceSetMemoryLimits_v1 / GetMemoryLimits_v1 (driver r615, NVML API reference) */
+typedef struct nvmlSetMemoryLimits_v1_st {
+    const char *nameSpace; /* full path of the cgroup v2 directory */
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+} nvmlSetMemoryLimits_v1_t;
+
+typedef struct nvmlGetMemoryLimits_v1_st {
+    const char *nameSpace;
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+    unsigned long long currentUsed;
+} nvmlGetMemoryLimits_v1_t;
+
+#define NVML_DEVICE_MEMORY_LIMIT_MAX 0xFFFFFFFFFFFFFFFFULL
 #define NVML_NO_INSTANCE_ID 0xFFFFFFFFu
 #define SIM_DRIVER_VERSION "0.1.0-simgpu"
 #define SIM_NVML_VERSION "12.0.0-simgpu"
@@ -113,6 +131,8 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int len
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization);
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits);
+nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_t *infos);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
@@ -460,4 +480,67 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned 
         }
     }
     return query_end(ret);
+}
+
+/* ---- per-cgroup limits (driver r615) ----
+ * The drivers lent to this project (580) lack these calls; the simulated driver stands for
+ * one of them unless SIMGPU_DRIVER_LIMITS=1 is set in the calling process: then both work
+ * over simgpu's limit table (simgpu.h), else they answer NOT_SUPPORTED, as a driver without
+ * the feature would. */
+
+static bool limits_enabled(void)
+{
+    const char *v = getenv("SIMGPU_DRIVER_LIMITS");
+    return v && strcmp(v, "1") == 0;
+}
+
+static nvmlReturn_t errno_to_nvml(int e)
+{
+    switch (e) {
+    case ENOENT: return NVML_ERROR_NOT_FOUND;
+    case EINVAL:
+    case ENAMETOOLONG: return NVML_ERROR_INVALID_ARGUMENT;
+    case ENOSPC: return NVML_ERROR_INSUFFICIENT_SIZE;
+    default: return NVML_ERROR_UNKNOWN;
+    }
+}
+
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits)
+{
+    nvmlReturn_t ret = query_begin();
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!limits_enabled())
+        return query_end(NVML_ERROR_NOT_SUPPORTED);
+    int g = device_index(device);
+    if (g < 0 || !limits || !limits->nameSpace)
+        return query_end(NVML_ERROR_INVALID_ARGUMENT);
+    if (simgpu_limit_set(current_set, g, limits->nameSpace, limits->softLimit, limits->hardLimit) != 0)
+        return query_end(errno_to_nvml(errno));
+    return query_end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits)
+{
+    nvmlReturn_t ret = query_begin();
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!limits_enabled())
+        return query_end(NVML_ERROR_NOT_SUPPORTED);
+    int g = device_index(device);
+    if (g < 0 || !limits || !limits->nameSpace)
+        return query_end(NVML_ERROR_INVALID_ARGUMENT);
+    simgpu_limit_t l;
+    if (simgpu_limit_get(current_set, g, limits->nameSpace, &l) != 0) {
+        if (errno != ENOENT)
+            return query_end(errno_to_nvml(errno));
+        limits->softLimit = 0; /* no limit set there */
+        limits->hardLimit = NVML_DEVICE_MEMORY_LIMIT_MAX;
+        limits->currentUsed = 0;
+        return query_end(NVML_SUCCESS);
+    }
+    limits->softLimit = l.soft;
+    limits->hardLimit = l.hard;
+    limits->currentUsed = l.used;
+    return query_end(NVML_SUCCESS);
 }

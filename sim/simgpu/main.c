@@ -283,6 +283,30 @@ static bool add_gpu_parked_json(cJSON *gpu, int g, const simgpu_park_info_t *par
     return true;
 }
 
+/* The GPU's per-cgroup limits (nvmlDeviceSetMemoryLimits_v1) as "limits": [...]. */
+static bool add_gpu_limits_json(simgpu_t *s, cJSON *gpu, int g)
+{
+    static simgpu_limit_t limits[SIMGPU_MAX_LIMITS];
+    size_t n = 0;
+    cJSON *list = cJSON_CreateArray();
+    if (!list || simgpu_limit_list(s, g, limits, SIMGPU_MAX_LIMITS, &n) < 0) {
+        cJSON_Delete(list);
+        return false;
+    }
+    cJSON_AddItemToObject(gpu, "limits", list);
+    for (size_t i = 0; i < n && i < SIMGPU_MAX_LIMITS; i++) {
+        cJSON *l = cJSON_CreateObject();
+        if (!l)
+            return false;
+        cJSON_AddItemToArray(list, l);
+        cJSON_AddStringToObject(l, "cgroup", limits[i].cgroup);
+        cJSON_AddNumberToObject(l, "soft", (double)limits[i].soft);
+        cJSON_AddNumberToObject(l, "hard", (double)limits[i].hard);
+        cJSON_AddNumberToObject(l, "used", (double)limits[i].used);
+    }
+    return true;
+}
+
 static cJSON *set_to_json(simgpu_t *s, const char *name)
 {
     cJSON *root = cJSON_CreateObject();
@@ -298,6 +322,7 @@ static cJSON *set_to_json(simgpu_t *s, const char *name)
     cJSON_AddNumberToObject(root, "release_delay_ms", (double)delay_sim);
     cJSON_AddNumberToObject(root, "release_delay_real_ms", (double)delay_real);
     cJSON_AddNumberToObject(root, "pcie_bandwidth", (double)simgpu_pcie_bandwidth(s));
+    cJSON_AddNumberToObject(root, "limits_dropped", (double)simgpu_limits_dropped(s));
     cJSON_AddItemToObject(root, "gpus", gpus);
     static simgpu_proc_t procs[SIMGPU_MAX_PROCS];
     static simgpu_park_info_t parks[SIMGPU_MAX_PROCS];
@@ -341,7 +366,7 @@ static cJSON *set_to_json(simgpu_t *s, const char *name)
                 cJSON_AddNumberToObject(p, "pid_ns", (double)procs[i].pid_ns);
             }
         }
-        if (!add_gpu_parked_json(gpu, g, parks, n_parks))
+        if (!add_gpu_parked_json(gpu, g, parks, n_parks) || !add_gpu_limits_json(s, gpu, g))
             goto fail;
     }
     return root;
