@@ -82,6 +82,25 @@ unsigned gpu_live_count(void);
 bool gpu_read_in_flight(const gpu_t *g);
 /* The library path actually loaded. */
 const char *gpu_library(const gpu_t *g);
+
+/* The driver's per-cgroup memory limits (NVML nvmlDeviceSetMemoryLimits_v1, driver r615+):
+ * a hard limit on what the processes of a cgroup v2 directory hold on one device; past it an
+ * allocation fails with CUDA_ERROR_OUT_OF_MEMORY and cuMemGetInfo reports the limit as the
+ * total. gpu_limits_unavailable: NULL when the driver has them, else why not (the symbols
+ * are missing, the driver answered NOT_SUPPORTED, or a set was refused: NO_PERMISSION, say).
+ * gpu_limit_set: set the hard limit of cgroup_dir (the directory's full path, at most
+ * GPU_LIMIT_PATH_MAX - 1 bytes) on the device with NVML index `index`; GPU_LIMIT_NONE clears
+ * it (soft 0, hard NVML_DEVICE_MEMORY_LIMIT_MAX). It runs on a driver thread of its own
+ * (never the loop: NVML may hang); cb runs on the loop thread with rc 0, or -1 and NVML's
+ * text. A call abandoned by gpu_close never calls cb. -1 (cb never runs): not started (no
+ * limits, not polling yet, closing, GPU_LIMIT_CALLS_MAX in flight, out of memory). A call
+ * answered NOT_SUPPORTED or NO_PERMISSION makes limits unavailable from then on. */
+#define GPU_LIMIT_NONE UINT64_MAX
+#define GPU_LIMIT_PATH_MAX 512
+#define GPU_LIMIT_CALLS_MAX 16
+typedef void (*gpu_limit_cb)(void *ctx, int rc, const char *err);
+const char *gpu_limits_unavailable(const gpu_t *g);
+int gpu_limit_set(gpu_t *g, int index, const char *cgroup_dir, uint64_t hard, gpu_limit_cb cb, void *ctx);
 /* Synchronous read into *out (for start-up and tests; it waits for a poll read in flight,
  * so never call it on the loop while polling). */
 int gpu_probe_once(gpu_t *g, gpu_snapshot_t *out);

@@ -1,7 +1,7 @@
 /*
- * nvml.c: the GPU probe (gpu.h) over NVML, loaded at run time with dlopen. It is the only
- * place in vramd that talks to NVML; a real driver and build/lib/libnvidia-ml-sim.so go
- * through the same code.
+ * nvml.c: the GPU probe (gpu.h) over NVML, loaded at run time with dlopen. It and
+ * nvml_limits.c (the driver's per-cgroup limits) are the only places in vramd that talk to
+ * NVML; a real driver and build/lib/libnvidia-ml-sim.so go through the same code.
  *
  * Life of a gpu_t:
  *   gpu_open     dlopen (RTLD_NOW|RTLD_LOCAL) -> dlsym every entry point -> nvmlInit_v2 ->
@@ -26,13 +26,14 @@
  *   - The timer is armed only while polling and no read is in flight: the next read starts
  *     interval_ms after the previous one ended (or at once after gpu_poll_now).
  *   - The snapshot callback never runs after gpu_poll_stop or gpu_close.
- *   - gpu_close never waits for NVML: a read still in the driver (a hung driver) is
- *     abandoned, and the gpu_t then belongs to that read: it is destroyed on the read's
- *     thread when (if ever) NVML returns, never while the thread may use it. Without a read
- *     in flight it is destroyed in gpu_close, or after the snapshot callback when gpu_close
- *     ran inside it. The timer and the read thread's async handle are separate allocations
- *     freed by their close callbacks, so the loop must run after gpu_close (it never waits
- *     on a read).
+ *   - gpu_close never waits for NVML: a call still in the driver (a hung driver) is
+ *     abandoned. The gpu_t is reference-counted (nvml_int.h): the owner holds one reference,
+ *     each poll read or limit call in flight one more; the last to drop its reference
+ *     destroys it, on its own thread when an abandoned call returns (if ever), never while a
+ *     thread may use it. gpu_close inside the snapshot callback is safe: the read's reference
+ *     is dropped after the callback. The timer and the calls' async handles are separate
+ *     allocations freed by their close callbacks, so the loop must run after gpu_close (it
+ *     never waits on a call).
  *   - Every buffer is bounded: GPU_MAX_DEVICES devices, GPU_MAX_PROCS processes per device
  *     in a snapshot, PROCS_READ_MAX entries in the NVML process buffer.
  *
@@ -42,6 +43,7 @@
 #include "gpu/gpu.h"
 
 #include "gpu/driver_thread.h"
+#include "gpu/nvml_int.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -54,70 +56,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- NVML ABI: only what vramd uses, as documented in NVIDIA's NVML API Reference ---- */
-
-typedef int nvmlReturn_t; /* enum nvmlReturn_enum, int-sized */
-#define NVML_SUCCESS 0
-#define NVML_ERROR_NOT_SUPPORTED 3
-#define NVML_ERROR_NOT_FOUND 6
-#define NVML_ERROR_INSUFFICIENT_SIZE 7
-#define NVML_VALUE_NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFULL
-#define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
-#define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
-
-typedef struct nvmlDevice_st *nvmlDevice_t;
-
-typedef struct nvmlMemory_st {
-    unsigned long long total;
-    unsigned long long free;
-    unsigned long long used;
-} nvmlMemory_t;
-
-typedef struct nvmlUtilization_st {
-    unsigned int gpu;
-    unsigned int memory;
-} nvmlUtilization_t;
-
-/* The record of nvmlDeviceGetComputeRunningProcesses_v3 (nvmlProcessInfo_v2_t layout). */
-typedef struct nvmlProcessInfo_st {
-    unsigned int pid;
-    unsigned long long usedGpuMemory;
-    unsigned int gpuInstanceId;
-    unsigned int computeInstanceId;
-} nvmlProcessInfo_t;
-
-typedef nvmlReturn_t (*nvml_init_v2_fn)(void);
-typedef nvmlReturn_t (*nvml_shutdown_fn)(void);
-typedef const char *(*nvml_error_string_fn)(nvmlReturn_t result);
-typedef nvmlReturn_t (*nvml_device_get_count_v2_fn)(unsigned int *count);
-typedef nvmlReturn_t (*nvml_device_get_handle_by_index_v2_fn)(unsigned int index,
-                                                               nvmlDevice_t *device);
-typedef nvmlReturn_t (*nvml_device_get_handle_by_uuid_fn)(const char *uuid, nvmlDevice_t *device);
-typedef nvmlReturn_t (*nvml_device_get_name_fn)(nvmlDevice_t device, char *name,
-                                                 unsigned int length);
-typedef nvmlReturn_t (*nvml_device_get_uuid_fn)(nvmlDevice_t device, char *uuid,
-                                                 unsigned int length);
-typedef nvmlReturn_t (*nvml_device_get_memory_info_fn)(nvmlDevice_t device, nvmlMemory_t *memory);
-typedef nvmlReturn_t (*nvml_device_get_compute_running_processes_v3_fn)(nvmlDevice_t device,
-                                                                         unsigned int *infoCount,
-                                                                         nvmlProcessInfo_t *infos);
-typedef nvmlReturn_t (*nvml_device_get_utilization_rates_fn)(nvmlDevice_t device,
-                                                              nvmlUtilization_t *utilization);
-
-struct nvml_api {
-    nvml_init_v2_fn init_v2;
-    nvml_shutdown_fn shutdown;
-    nvml_error_string_fn error_string;
-    nvml_device_get_count_v2_fn device_get_count_v2;
-    nvml_device_get_handle_by_index_v2_fn device_get_handle_by_index_v2;
-    nvml_device_get_handle_by_uuid_fn device_get_handle_by_uuid;
-    nvml_device_get_name_fn device_get_name;
-    nvml_device_get_uuid_fn device_get_uuid;
-    nvml_device_get_memory_info_fn device_get_memory_info;
-    nvml_device_get_compute_running_processes_v3_fn device_get_compute_running_processes_v3;
-    nvml_device_get_utilization_rates_fn device_get_utilization_rates; /* optional: NULL */
-};
-
 /* ---- the probe ---- */
 
 #define DEFAULT_NVML_LIBRARY "libnvidia-ml.so.1"
@@ -125,45 +63,8 @@ struct nvml_api {
 #define PROCS_READ_MAX 4096  /* hard cap of the process buffer (entries) */
 #define STABLE_READ_TRIES 3 /* memory/process-list pairs read until `used` holds still */
 #define PROCS_READ_TRIES 5   /* INSUFFICIENT_SIZE retries: the count can change between calls */
-#define LIBRARY_PATH_MAX 4096
 
 _Static_assert(GPU_MAX_PROCS <= PROCS_READ_MAX, "the NVML buffer must hold a full snapshot list");
-
-typedef struct managed_device {
-    int index; /* NVML's */
-    nvmlDevice_t handle;
-    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
-    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
-} managed_device_t;
-
-struct gpu {
-    void *lib;
-    char library[LIBRARY_PATH_MAX];
-    struct nvml_api nvml;
-    bool nvml_initialised;
-
-    pthread_mutex_t nvml_lock; /* held around every NVML call after gpu_open */
-    size_t n_devices;
-    managed_device_t devices[GPU_MAX_DEVICES]; /* ascending NVML index, no duplicates */
-    nvmlProcessInfo_t *proc_buf;               /* under nvml_lock */
-    unsigned proc_cap;                         /* entries in proc_buf, <= PROCS_READ_MAX */
-
-    /* Polling: touched on the loop thread only (the read thread touches poll_snap while
-     * read_in_flight, and nothing else). */
-    uv_loop_t *loop;
-    uv_timer_t *timer;     /* heap: freed by its close callback; NULL before polling, after close */
-    drv_calls_t *calls;    /* the read thread's owner; NULL before polling, after close */
-    drv_call_t read_call;  /* the one read (at most one in flight) */
-    gpu_snapshot_t *poll_snap;
-    gpu_snapshot_cb cb;
-    void *cb_ctx;
-    uint64_t interval_ms;
-    bool polling;
-    bool read_in_flight;
-    bool read_requested; /* a read was asked for while one could not start */
-    bool in_callback;
-    bool closing;
-};
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -177,8 +78,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* NVML's text for a return code, safe when the library could not give one. */
-static const char *nvml_text(const gpu_t *g, nvmlReturn_t rc)
+const char *nvml_text(const gpu_t *g, nvmlReturn_t rc)
 {
     const char *text = g->nvml.error_string ? g->nvml.error_string(rc) : NULL;
     return text ? text : "unknown NVML error";
@@ -205,6 +105,8 @@ static int resolve_symbols(gpu_t *g, char *err, size_t errlen)
         {"nvmlDeviceGetComputeRunningProcesses_v3",
          (void **)&g->nvml.device_get_compute_running_processes_v3, true},
         {"nvmlDeviceGetUtilizationRates", (void **)&g->nvml.device_get_utilization_rates, false},
+        {"nvmlDeviceSetMemoryLimits_v1", (void **)&g->nvml.device_set_memory_limits_v1, false},
+        {"nvmlDeviceGetMemoryLimits_v1", (void **)&g->nvml.device_get_memory_limits_v1, false},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         dlerror();
@@ -349,6 +251,24 @@ static void gpu_destroy(gpu_t *g)
     atomic_fetch_sub(&g_live, 1);
 }
 
+/* Per-cgroup limits (nvml_limits.c): the driver has them when both calls resolve and a read
+ * of the cgroup root's limits is not answered NOT_SUPPORTED or FUNCTION_NOT_FOUND. */
+static void probe_limits(gpu_t *g)
+{
+    if (!g->nvml.device_set_memory_limits_v1 || !g->nvml.device_get_memory_limits_v1) {
+        snprintf(g->limits_unavailable, sizeof g->limits_unavailable,
+                 "the driver has no per-cgroup limits (nvmlDeviceSetMemoryLimits_v1: driver r615+)");
+        return;
+    }
+    if (g->n_devices == 0)
+        return;
+    nvmlGetMemoryLimits_v1_t q = {.nameSpace = "/sys/fs/cgroup"};
+    nvmlReturn_t rc = g->nvml.device_get_memory_limits_v1(g->devices[0].handle, &q);
+    if (rc == NVML_ERROR_NOT_SUPPORTED || rc == NVML_ERROR_FUNCTION_NOT_FOUND)
+        snprintf(g->limits_unavailable, sizeof g->limits_unavailable, "the driver does not support per-cgroup limits (%s)",
+                 nvml_text(g, rc));
+}
+
 gpu_t *gpu_open(const gpu_options_t *opt, char *err, size_t errlen)
 {
     set_err(err, errlen, "%s", "");
@@ -363,6 +283,7 @@ gpu_t *gpu_open(const gpu_options_t *opt, char *err, size_t errlen)
         return NULL;
     }
     atomic_fetch_add(&g_live, 1);
+    atomic_init(&g->refs, 1);
     pthread_mutex_init(&g->nvml_lock, NULL);
     snprintf(g->library, sizeof g->library, "%s", requested);
 
@@ -387,6 +308,7 @@ gpu_t *gpu_open(const gpu_options_t *opt, char *err, size_t errlen)
 
     if (select_devices(g, opt, err, errlen) < 0)
         goto fail;
+    probe_limits(g);
     g->proc_cap = PROCS_FIRST_GUESS;
     g->proc_buf = calloc(g->proc_cap, sizeof *g->proc_buf);
     if (!g->proc_buf) {
@@ -580,9 +502,14 @@ int gpu_probe_once(gpu_t *g, gpu_snapshot_t *out)
 
 /* ---- polling (loop thread, except on_read_work and an abandoned read's end) ---- */
 
-static void maybe_destroy(gpu_t *g)
+void gpu_ref(gpu_t *g)
 {
-    if (g->closing && !g->read_in_flight && !g->in_callback)
+    atomic_fetch_add(&g->refs, 1);
+}
+
+void gpu_unref(gpu_t *g)
+{
+    if (atomic_fetch_sub(&g->refs, 1) == 1)
         gpu_destroy(g);
 }
 
@@ -599,11 +526,11 @@ static void on_read_work(drv_call_t *call)
     pthread_mutex_unlock(&g->nvml_lock);
 }
 
-/* gpu_close gave the read up: the gpu_t is this read's now (its thread, or the loop thread
- * when it had finished undelivered). */
+/* gpu_close gave the read up: its reference is dropped here (its thread, or the loop thread
+ * when it had finished undelivered); the last reference destroys the probe. */
 static void on_read_orphaned(drv_call_t *call)
 {
-    gpu_destroy(of_read(call));
+    gpu_unref(of_read(call));
 }
 
 static void on_poll_timer(uv_timer_t *timer);
@@ -619,10 +546,12 @@ static void request_read(gpu_t *g)
     }
     uv_timer_stop(g->timer);
     g->read_requested = false;
+    gpu_ref(g); /* the read's */
     if (drv_calls_start(g->calls, &g->read_call) == 0) {
         g->read_in_flight = true;
         return;
     }
+    atomic_fetch_sub(&g->refs, 1); /* not started; the owner's reference is still held */
     /* No thread could be made: try again after an interval. */
     uv_timer_start(g->timer, on_poll_timer, g->interval_ms ? g->interval_ms : 1, 0);
 }
@@ -641,16 +570,13 @@ static void on_read_done(drv_call_t *call)
         g->cb(g->cb_ctx, g->poll_snap);
         g->in_callback = false;
     }
-    if (g->closing) {
-        maybe_destroy(g); /* g may be gone */
-        return;
+    if (!g->closing && g->polling) {
+        if (g->read_requested)
+            request_read(g);
+        else
+            uv_timer_start(g->timer, on_poll_timer, g->interval_ms, 0);
     }
-    if (!g->polling)
-        return;
-    if (g->read_requested)
-        request_read(g);
-    else
-        uv_timer_start(g->timer, on_poll_timer, g->interval_ms, 0);
+    gpu_unref(g); /* the read's: the last one (gpu_close ran) destroys g */
 }
 
 static void free_handle(uv_handle_t *h)
@@ -734,15 +660,18 @@ void gpu_close(gpu_t *g)
         uv_close((uv_handle_t *)g->timer, free_handle);
         g->timer = NULL;
     }
-    /* With a read in flight g becomes the read's (on_read_orphaned destroys it, maybe
-     * inside drv_calls_close): g must not be touched after. */
-    bool abandoned = g->read_in_flight;
+    /* Calls still in the driver are abandoned: each drops its reference when (if) it
+     * returns, maybe inside drv_calls_close. The owner's reference goes last: g must not be
+     * touched after. */
     drv_calls_t *calls = g->calls;
     g->calls = NULL;
     if (calls)
         drv_calls_close(calls);
-    if (!abandoned)
-        maybe_destroy(g);
+    calls = g->limit_calls; /* nvml_limits.c's, made at its first set */
+    g->limit_calls = NULL;
+    if (calls)
+        drv_calls_close(calls);
+    gpu_unref(g);
 }
 
 uint64_t gpu_proc_used(const gpu_device_t *dev, pid_t pid)
