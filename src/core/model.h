@@ -164,6 +164,8 @@ struct instance {
      * the shim's own state (NULL = no shim) */
     ledger_entry_t grant_extra;
     struct shim_inst *shim;
+    /* the driver's per-cgroup limit on its leaf (workers/driver_limit.c); NULL = none */
+    struct driver_limit *dlimit;
     uint64_t unverified;     /* bytes assumed cached at request ends, not yet measured */
     bool reclaiming;         /* stopped/unloaded: waiting for NVML to show memory back */
     uint64_t reclaim_since_ms;

@@ -34,6 +34,8 @@
 #include "sched/scheduler.h"
 #include "proc/cgroup.h"
 #include "proc/process.h"
+#include "path/proxy.h"
+#include "workers/driver_limit.h"
 #include "workers/shim_grants.h"
 #include "workers/supervisor.h"
 
@@ -386,6 +388,13 @@ void vramd_drain(vramd_t *d, const char *why)
 static void admin_drain(void *ctx, const char *why) { vramd_drain(ctx, why); }
 static int admin_reload(void *ctx, char *err, size_t errlen) { return vramd_reload(ctx, err, errlen); }
 
+/* A worker's driver limit changed: what was held for it goes on (path/proxy.h, the shim). */
+static void on_limit_applied(instance_t *inst)
+{
+    proxy_limit_applied(inst, false);
+    shim_grants_limit_applied(inst);
+}
+
 /* Everything that flows upward, set once: handlers, hooks, actions and listeners. */
 static void wire(vramd_t *d)
 {
@@ -393,6 +402,7 @@ static void wire(vramd_t *d)
     api_admin_ops_t admin = {.drain = admin_drain, .reload = admin_reload, .ctx = d};
     wiring_connect(core, &admin);
     shim_grants_init(core); /* the CUDA shims' grant socket (workers/shim_grants.h) */
+    driver_limit_init(core, on_limit_applied); /* the driver's per-cgroup limits (workers/driver_limit.h) */
     core_listen(core, CORE_EV_REQUEST_ENDED, on_progress, d);
     core_listen(core, CORE_EV_INSTANCE_GONE, on_progress, d);
 }
@@ -519,6 +529,7 @@ int vramd_run(vramd_t *d)
     fleet_agent_stop();
     shim_grants_shutdown();
     sched_shutdown(core);
+    driver_limit_shutdown(); /* after the NVML probe closed: no call's end comes any more */
     metrics_forget();
     cuda_close(core->cuda); /* calls still in the driver are abandoned, never waited for (gpu/driver_thread.h) */
     core->cuda = NULL;

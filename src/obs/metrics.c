@@ -14,6 +14,7 @@
 #include "path/proxy_upgrade.h"
 #include "common/histogram.h"
 #include "sched/scheduler.h"
+#include "workers/driver_limit.h"
 #include "workers/shim_grants.h"
 #include "workers/host_book.h"
 #include "workers/supervisor.h"
@@ -388,6 +389,35 @@ static void shim_families(buf_t *b, const core_t *d)
     }
 }
 
+/* The driver's per-cgroup limits (workers/driver_limit.h). */
+static void driver_limit_families(buf_t *b, const core_t *d)
+{
+    family(b, "vramd_driver_limit_bytes", "gauge",
+           "The driver's hard limit on the worker's cgroup now (nvmlDeviceSetMemoryLimits_v1; 0: none set yet).");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        list_foreach(ii, &m->instances) {
+            const instance_t *in = list_entry(ii, instance_t, link);
+            driver_limit_figures_t fig;
+            if (!driver_limit_figures(in, &fig))
+                continue;
+            char id[16];
+            snprintf(id, sizeof id, "%u", in->id);
+            sample_u64(b, "vramd_driver_limit_bytes", "model", m->name, "instance", id, fig.limit);
+        }
+    }
+    driver_limit_totals_t t;
+    driver_limit_totals(&t);
+    family(b, "vramd_driver_limit_calls_total", "counter",
+           "Driver limit calls by result: set (raised or lowered), reset (cleared at the worker's exit), failed.");
+    sample_u64(b, "vramd_driver_limit_calls_total", "result", "set", NULL, NULL, t.sets - t.resets);
+    sample_u64(b, "vramd_driver_limit_calls_total", "result", "reset", NULL, NULL, t.resets);
+    sample_u64(b, "vramd_driver_limit_calls_total", "result", "failed", NULL, NULL, t.failures);
+    family(b, "vramd_driver_limit_held_requests_total", "counter",
+           "Requests held before reaching their worker until its driver limit was raised for them.");
+    sample_u64(b, "vramd_driver_limit_held_requests_total", NULL, NULL, NULL, NULL, t.held_requests);
+}
+
 static void model_metrics(buf_t *b, core_t *d)
 {
     model_family(b, d, "vramd_queue_depth", "gauge", "Requests waiting in the model's queue.", v_queue_depth);
@@ -439,6 +469,7 @@ static void model_metrics(buf_t *b, core_t *d)
         }
     }
     shim_families(b, d);
+    driver_limit_families(b, d);
     family(b, "vramd_worker_restarts_total", "counter",
            "Worker restarts, by reason: failures (crash, start_failed, startup_timeout, hang, unhealthy, "
            "reload_failed, park_failed) and planned recycles (recycle).");

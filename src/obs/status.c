@@ -14,6 +14,7 @@
 #include "path/proxy_upgrade.h"
 #include "proc/cgroup.h"
 #include "sched/scheduler.h"
+#include "workers/driver_limit.h"
 #include "workers/shim_grants.h"
 #include "workers/host_book.h"
 #include "workers/park_tier.h"
@@ -140,6 +141,26 @@ static void shim_json(cJSON *j, const instance_t *in)
     cJSON_AddNumberToObject(s, "wait_ms_total", (double)f.wait_ms_total);
 }
 
+/* The driver's per-cgroup limit of an instance (workers/driver_limit.h): null when none. */
+static void driver_limit_json(cJSON *j, const instance_t *in)
+{
+    driver_limit_figures_t f;
+    if (!driver_limit_figures(in, &f)) {
+        cJSON_AddNullToObject(j, "driver_limit");
+        return;
+    }
+    cJSON *o = cJSON_AddObjectToObject(j, "driver_limit");
+    if (!o)
+        return;
+    cJSON_AddStringToObject(o, "state", f.state);
+    cJSON_AddNumberToObject(o, "limit_bytes", (double)f.limit);
+    cJSON_AddNumberToObject(o, "target_bytes", (double)f.target);
+    cJSON_AddNumberToObject(o, "sets", (double)f.sets);
+    cJSON_AddNumberToObject(o, "failures", (double)f.failures);
+    cJSON_AddStringToObject(o, "error", f.error);
+    cJSON_AddStringToObject(o, "cgroup", f.cgroup);
+}
+
 /* One instance: state, tier, process, GPU, memory, requests, outlier state. */
 static cJSON *instance_json(instance_t *in, uint64_t now)
 {
@@ -173,6 +194,7 @@ static cJSON *instance_json(instance_t *in, uint64_t now)
     }
     cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->baseline);
     shim_json(j, in);
+    driver_limit_json(j, in);
     cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);
     cJSON_AddNumberToObject(j, "failed_in_row", in->failed_in_row);
     outlier_json(j, in, now);
@@ -391,6 +413,19 @@ char *status_render(core_t *d)
         cJSON_AddStringToObject(cg, "path", d->cgroups->rel);
     else
         cJSON_AddNullToObject(cg, "path");
+    driver_limit_totals_t dl;
+    driver_limit_totals(&dl);
+    cJSON *dlo = cJSON_AddObjectToObject(gpu, "driver_limits");
+    cJSON_AddBoolToObject(dlo, "available", dl.unavailable[0] == '\0');
+    if (dl.unavailable[0])
+        cJSON_AddStringToObject(dlo, "reason", dl.unavailable);
+    else
+        cJSON_AddNullToObject(dlo, "reason");
+    cJSON_AddNumberToObject(dlo, "active", dl.active);
+    cJSON_AddNumberToObject(dlo, "sets", (double)dl.sets);
+    cJSON_AddNumberToObject(dlo, "resets", (double)dl.resets);
+    cJSON_AddNumberToObject(dlo, "failures", (double)dl.failures);
+    cJSON_AddNumberToObject(dlo, "held_requests", (double)dl.held_requests);
     sched_status_json(cJSON_AddArrayToObject(o, "gpus"));
     cJSON *ms = cJSON_AddArrayToObject(o, "models");
     list_foreach(it, &d->models) {

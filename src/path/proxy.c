@@ -104,7 +104,7 @@ static void up_close(upstream_t *up)
 }
 
 /* CORE_EV_INSTANCE_DOWN: the instance takes no more requests; its pooled connections go. */
-static void proxy_pool_close(void *ctx, enum core_event ev, void *subject)
+void proxy_pool_close(void *ctx, enum core_event ev, void *subject)
 {
     instance_t *inst = subject;
     (void)ctx;
@@ -191,7 +191,6 @@ static void finish_ok(upstream_t *up)
     conn_request_done(c);
 }
 
-static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_pooled);
 
 /* The answer failed before anything reached the client: 502 worker_failed (or 504
  * worker_hang), or, for a model marked `retry: safe`, one more try from the queue. */
@@ -396,7 +395,7 @@ static void on_worker_silent(uv_timer_t *t)
 
 /* The client left (request ops): the upstream is closed, never pooled, and the slot
  * released; no callback touches the request afterwards. */
-static void proxy_cancel(request_t *r)
+void proxy_cancel(request_t *r)
 {
     upstream_t *up = r->up;
     if (up) {
@@ -730,7 +729,7 @@ static void on_connected(uv_connect_t *cr, int status)
     send_request(up);
 }
 
-static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_pooled)
+void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_pooled)
 {
     upstream_t *up = NULL;
     if (allow_pooled) {
@@ -787,14 +786,4 @@ static void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_poo
         return;
     }
     uv_timer_start(&up->timer, on_connect_timeout, PROXY_CONNECT_TIMEOUT_MS, 0);
-}
-
-void proxy_start(request_t *req, instance_t *inst)
-{
-    proxy_start_attempt(req, inst, true);
-}
-
-void proxy_init(core_t *core)
-{
-    core_listen(core, CORE_EV_INSTANCE_DOWN, proxy_pool_close, NULL);
 }

@@ -1,5 +1,7 @@
 /*
- * proxy_int: what proxy.c and proxy_forward.c share; nothing outside them may include it.
+ * proxy_int: what proxy.c, proxy_forward.c and proxy_gate.c share; nothing outside them may
+ * include it. proxy_gate.c (the entry: requests held for a driver limit) calls proxy.c's
+ * proxy_start_attempt, proxy_cancel and proxy_pool_close, never the other way.
  * The upstream connection object and its states are described in proxy.c. Calls go one
  * way: proxy.c (connections, outcomes, reading) -> proxy_forward.c (bytes across: the request
  * head for the worker, the response head and body for the client); proxy_forward.c never
@@ -69,5 +71,12 @@ int proxy_forward_body(upstream_t *up, const char *data, size_t len, size_t *use
 /* Stop reading the upstream while the client's backlog is over CONN_BACKLOG_MAX (the
  * worker-silence timer stops with it: a slow client is not a silent worker). */
 void proxy_throttle(upstream_t *up);
+
+/* proxy.c, for proxy_gate.c: start forwarding (allow_pooled: an idle pooled connection may
+ * be taken); let go of a request whose client left; close an instance's pooled connections
+ * (CORE_EV_INSTANCE_DOWN). */
+void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_pooled);
+void proxy_cancel(request_t *r);
+void proxy_pool_close(void *ctx, enum core_event ev, void *subject);
 
 #endif

@@ -333,6 +333,25 @@ void cgroup_leaf_path(const cgroup_tree_t *t, const char *leaf, char *out, size_
         out[0] = '\0';
 }
 
+int cgroup_leaf_dir(const cgroup_tree_t *t, const char *leaf, char *out, size_t outlen)
+{
+    if (!t || t->mode != CGROUP_V2 || t->n_join < 1) {
+        errno = ENOTSUP;
+        return -1;
+    }
+    if (!leaf[0] || strchr(leaf, '/') || strcmp(leaf, ".") == 0 || strcmp(leaf, "..") == 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (!join_path(out, outlen, t->join[0], leaf)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (mkdir(out, 0755) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
 int cgroup_leaf_open(const cgroup_tree_t *t, const char *leaf, int fds[CGROUP_JOIN_MAX], size_t *n, char *err,
                      size_t errlen)
 {

@@ -97,6 +97,10 @@ void cgroup_leaf_path(const cgroup_tree_t *t, const char *leaf, char *out, size_
  * (*n set; the caller closes them after fork). An existing leaf is reused. */
 int cgroup_leaf_open(const cgroup_tree_t *t, const char *leaf, int fds[CGROUP_JOIN_MAX], size_t *n, char *err,
                      size_t errlen);
+/* v2 only: make the leaf's directory (an existing one is reused) and put its full path
+ * ("/sys/fs/cgroup/.../vramd-1a2b3c4d/trellis-3") into out, for what names a cgroup by its
+ * directory (the driver's per-cgroup limits). 0, or -1 with errno (ENOTSUP: not v2). */
+int cgroup_leaf_dir(const cgroup_tree_t *t, const char *leaf, char *out, size_t outlen);
 /* In the child, between fork and exec: join every fd's cgroup. 0, or -1 with errno. */
 int cgroup_child_join(const int *fds, size_t n);
 /* Signal every process in the leaf's subtree, in every hierarchy, but (for signals other

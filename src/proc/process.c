@@ -208,7 +208,8 @@ void process_handle_closed(uv_handle_t *h)
     sigchld_watch_t *w = p->watch;
     if (p->cb)
         p->cb(p, p->exit_status, p->term_signal, p->ctx);
-    process_leaf_finished(p->loop, p->cg, p->cg_leaf);
+    if (!p->cg_kept)
+        process_leaf_finished(p->loop, p->cg, p->cg_leaf);
     buf_free(&p->captured);
     free(p->log_name);
     free(p->pidfile);

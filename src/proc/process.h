@@ -65,6 +65,14 @@ typedef struct process_spec {
 int process_spawn(uv_loop_t *loop, const process_spec_t *spec, process_exit_cb cb, void *ctx,
                   process_t **out, char *err, size_t errlen);
 pid_t process_pid(const process_t *p);
+/* From p's exit callback only: its cgroup leaf is not removed after the callback; the
+ * caller removes it later with process_leaf_release (after the driver's limit on it is
+ * reset, say). The leaf's members were killed when p was reaped. */
+void process_leaf_keep(process_t *p);
+/* Remove a kept leaf (of tree, named leaf): now, or retried while members are leaving, as
+ * a finished process's leaf is. tree NULL or not active: nothing. */
+void process_leaf_release(uv_loop_t *loop, const cgroup_tree_t *tree, const char *leaf);
+
 /* Send sig to the whole process group (and every member of its cgroup leaf). */
 void process_signal(process_t *p, int sig);
 /* SIGTERM to the group (and its cgroup leaf) now, SIGKILL to both after timeout_ms if it has

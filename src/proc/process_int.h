@@ -79,6 +79,7 @@ struct process {
 
     const cgroup_tree_t *cg; /* NULL: no cgroup leaf */
     char *cg_leaf;
+    bool cg_kept; /* process_leaf_keep: the exit callback's owner removes the leaf */
 };
 
 /* ------------------------------------------------------------------ process.c */

@@ -88,3 +88,15 @@ void process_leaf_finished(uv_loop_t *loop, const cgroup_tree_t *tree, const cha
         uv_timer_start(&g_cg_timer, on_cg_retry, CG_RETRY_MS, CG_RETRY_MS);
 }
 
+
+void process_leaf_keep(process_t *p)
+{
+    if (p)
+        p->cg_kept = true;
+}
+
+void process_leaf_release(uv_loop_t *loop, const cgroup_tree_t *tree, const char *leaf)
+{
+    if (cgroup_tree_active(tree))
+        process_leaf_finished(loop, tree, leaf);
+}

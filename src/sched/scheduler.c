@@ -249,6 +249,20 @@ void sched_pump_all(core_t *d)
 
 size_t sched_gpu_count(void) { return sched_state.ledger.n_gpus; }
 
+uint64_t sched_instance_booked(const instance_t *in)
+{
+    if (in->gpu_pos < 0)
+        return 0;
+    uint64_t b = in->running_reserved;
+    if (in->mem.gpu >= 0)
+        b += in->mem.bytes;
+    if (in->grant_extra.gpu >= 0)
+        b += in->grant_extra.bytes;
+    return b;
+}
+
+struct gpu *sched_gpu_handle(void) { return sched_state.gpu; }
+
 double sched_model_reserved_ratio(const model_t *m)
 {
     unsigned slots = m->cfg->instances * m->cfg->concurrency;

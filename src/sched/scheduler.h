@@ -198,6 +198,12 @@ double sched_model_reserved_ratio(const model_t *m);
 uint64_t sched_room_with_evictions(size_t pos);
 /* GPUs in the ledger (0 before NVML answered). */
 size_t sched_gpu_count(void);
+/* What is booked for an instance on its GPU: its resident entry, its running requests'
+ * reservations and what its CUDA shim was granted past them (0 when not on a GPU). */
+uint64_t sched_instance_booked(const instance_t *in);
+/* The NVML probe (gpu/gpu.h), NULL without NVML: for driver calls beside the scheduler's
+ * reads (the driver's per-cgroup limits). */
+struct gpu *sched_gpu_handle(void);
 /* The figures of the GPU at ledger position pos; false when pos is out of range. */
 bool sched_gpu_figures(size_t pos, sched_gpu_figures_t *out);
 /* An instance just became READY: take its post-load baseline from a snapshot read now

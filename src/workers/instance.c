@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "sched/scheduler.h"
+#include "workers/driver_limit.h"
 #include "workers/host_book.h"
 #include "net/http_call.h"
 #include "proc/attrib.h"
@@ -61,11 +62,12 @@ static void on_instance_handle_closed(uv_handle_t *h)
 void instance_maybe_free(instance_t *inst)
 {
     if (inst->proc || inst->in_flight > 0 || inst->closing_handles > 0 || inst->health_call || inst->hook_call ||
-        inst->cuda_ops > 0 || inst->cmd_proc || sched_instance_holds_memory(inst))
+        inst->cuda_ops > 0 || inst->cmd_proc || sched_instance_holds_memory(inst) || driver_limit_starting(inst))
         return;
     model_t *m = inst->model;
     host_book_release(inst); /* released at its last state change already; never outlives it */
     shim_grants_free(inst);
+    driver_limit_free(inst);
     list_remove(&inst->link);
     m->n_instances--;
     m->instances_closing++;
@@ -97,7 +99,7 @@ static int pick_free_port(void)
     return port;
 }
 
-static instance_t *instance_new(model_t *m)
+instance_t *instance_new(model_t *m)
 {
     instance_t *inst = calloc(1, sizeof *inst);
     if (!inst)
@@ -370,10 +372,10 @@ void instance_report_poll(instance_t *inst)
 
 static void on_process_exit(process_t *p, int exit_status, int term_signal, void *ctx)
 {
-    (void)p;
     instance_t *inst = ctx;
     model_t *m = inst->model;
     inst->proc = NULL;
+    driver_limit_exited(inst, p); /* its leaf stays until the driver's limit on it is reset */
     bool expected = inst->stop_requested;
     log_event(expected ? LOG_INFO : LOG_WARN, "worker_exit",
               "model=%s instance=%u pid=%d exit_status=%d signal=%d expected=%B state=%s", m->name, inst->id,
@@ -423,9 +425,24 @@ static void on_process_exit(process_t *p, int exit_status, int term_signal, void
     model_schedule_pump(m);
 }
 
+static void spawn_worker(instance_t *inst);
+
+/* The driver's limit on the leaf was set (or could not be, or took too long): the worker
+ * starts, unless it was stopped meanwhile. */
+static void limit_ready(instance_t *inst)
+{
+    if (inst->state == INST_STOPPING || inst->stop_requested || inst->model->removed || inst->model->core->stopping) {
+        driver_limit_exited(inst, NULL); /* reset; the leaf, made for a child that never ran, is swept */
+        instance_set_state(inst, INST_STOPPING, "stopped before it started");
+        ledger_release(sched_ledger(), &inst->mem);
+        instance_maybe_free(inst);
+        return;
+    }
+    spawn_worker(inst);
+}
+
 void instance_start(model_t *m, size_t gpu_pos)
 {
-    const model_config_t *mc = m->cfg;
     instance_t *inst = instance_new(m);
     if (!inst)
         return;
@@ -433,6 +450,17 @@ void instance_start(model_t *m, size_t gpu_pos)
     snprintf(inst->host, sizeof inst->host, "127.0.0.1");
     inst->port = pick_free_port();
     inst->started_ms = core_now(); /* STARTING since instance_new */
+    char leaf[200];
+    worker_cmds_leaf(inst, leaf, sizeof leaf);
+    if (driver_limit_before_start(inst, leaf, limit_ready) == 1)
+        return; /* limit_ready spawns it once the driver took the limit */
+    spawn_worker(inst);
+}
+
+static void spawn_worker(instance_t *inst)
+{
+    model_t *m = inst->model;
+    const model_config_t *mc = m->cfg;
     char **argv = worker_cmds_argv(inst, mc->cmd, mc->n_cmd);
     worker_cmds_check_fraction(inst);
     size_t n_env = mc->n_env + 3 + 5; /* PORT, VRAMD_MODEL, CUDA_VISIBLE_DEVICES; the shim's five */
@@ -497,6 +525,7 @@ spawn_failed:
         snprintf(why, sizeof why, "start failed: %s", err);
         inst->proc = NULL;
         model_record_failure(m, RESTART_START_FAILED, why);
+        driver_limit_exited(inst, NULL); /* reset what was set on the leaf */
         instance_set_state(inst, INST_STOPPING, why);
         ledger_release(sched_ledger(), &inst->mem);
         instance_maybe_free(inst);
@@ -510,41 +539,6 @@ spawn_failed:
               (int)inst->pid, inst->port, inst->gpu);
     instance_set_state(inst, INST_STARTING, "started");
     uv_timer_start(&inst->timer, instance_health_tick, STARTUP_POLL_MS, 0);
-}
-
-void model_ensure_external(model_t *m)
-{
-    /* a removed model, or one stopping with vramd, gets no new instance: its old one may
-     * be off the list and still closing, and a new one would be stopped again at once */
-    if (!list_empty(&m->instances) || m->removed || m->core->stopping)
-        return;
-    instance_t *inst = instance_new(m);
-    if (!inst)
-        return;
-    inst->external = true;
-    snprintf(inst->host, sizeof inst->host, "%s", m->cfg->url_host);
-    inst->port = m->cfg->url_port;
-    attrib_set_external(&inst->ident, inst->port); /* its listener: found by instance_refresh_identity */
-    inst->started_ms = inst->ready_ms = core_now();
-    instance_set_state(inst, INST_READY, "external server (until health checks say otherwise)");
-    if (sched_model_uses_gpu(m->cfg) && sched_gpu_ok()) {
-        /* an external server is already loaded somewhere: book it on its allowed GPU with
-         * the most room (its measured usage replaces the guess at the next snapshot) */
-        size_t pos = 0;
-        uint64_t best = 0;
-        ledger_t *l = sched_ledger();
-        for (size_t g = 0; g < l->n_gpus; g++) {
-            bool ok = !m->cfg->gpus;
-            for (size_t k = 0; k < m->cfg->n_gpus; k++)
-                ok = ok || m->cfg->gpus[k] == l->gpus[g].index;
-            if (ok && ledger_free(l, g) >= best) {
-                best = ledger_free(l, g);
-                pos = g;
-            }
-        }
-        sched_place_instance(inst, pos);
-    }
-    uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
 }
 
 void instance_refresh_identity(instance_t *inst)

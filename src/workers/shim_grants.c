@@ -29,6 +29,8 @@
 #include "proc/attrib.h"
 #include "proc/process.h"
 #include "sched/scheduler.h"
+#include "workers/driver_limit.h"
+#include "workers/shim_library.h"
 
 typedef struct shim_inst {
     instance_t *inst;         /* NULL once the instance is freed */
@@ -63,8 +65,18 @@ typedef struct ask {
     bool room_asked;
 } ask_t;
 
+/* A grant decided and booked, its answer held until the worker's driver limit covers it
+ * (workers/driver_limit.h): the allocation must not fail on a limit that lags. */
+typedef struct held_grant {
+    list_t link;              /* G.held */
+    shim_inst_t *si;
+    grant_conn_t *conn;
+    uint32_t seq;
+} held_grant_t;
+
 static struct {
     core_t *core;
+    list_t held;
     grant_socket_t *sock;
     char library[4096];
     char dir[4096];
@@ -80,44 +92,7 @@ static struct {
 
 static const char *const refuse_names[] = {"", "no_room", "deadlock", "too_big", "stopping", "busy"};
 
-/* ---- the library and the socket ----------------------------------------------------- */
-
-static bool file_ok(const char *path)
-{
-    struct stat st;
-    return path && path[0] && stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static void find_library(void)
-{
-    const char *env = getenv("VRAMD_CUDA_SHIM_LIBRARY");
-    if (env && env[0]) {
-        if (file_ok(env))
-            snprintf(G.library, sizeof G.library, "%s", env);
-        return;
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            const char *rel[] = {"../lib/libvramd-cuda.so", "../lib/vramd/libvramd-cuda.so"};
-            for (size_t i = 0; i < 2; i++) {
-                char p[PATH_MAX + 64];
-                snprintf(p, sizeof p, "%s/%s", exe, rel[i]);
-                char real[PATH_MAX];
-                if (file_ok(p) && realpath(p, real)) {
-                    snprintf(G.library, sizeof G.library, "%s", real);
-                    return;
-                }
-            }
-        }
-    }
-    if (file_ok("/usr/lib/vramd/libvramd-cuda.so"))
-        snprintf(G.library, sizeof G.library, "%s", "/usr/lib/vramd/libvramd-cuda.so");
-}
+/* ---- the socket ----------------------------------------------------------------------- */
 
 static void *on_hello(void *ctx, grant_conn_t *c, const shim_msg_t *m, pid_t peer_pid);
 static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m);
@@ -130,11 +105,12 @@ void shim_grants_init(core_t *core)
     memset(&G, 0, sizeof G);
     G.core = core;
     list_init(&G.asks);
+    list_init(&G.held);
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
         rnd = (uint64_t)getpid() << 32 ^ core_now();
     G.epoch = rnd;
-    find_library();
+    shim_library_find(G.library, sizeof G.library);
     G.totals.library = G.library;
     snprintf(G.dir, sizeof G.dir, "%s/shim", core->cfg->state_dir);
     snprintf(G.sock_path, sizeof G.sock_path, "%s/grant.sock", G.dir);
@@ -178,21 +154,11 @@ void shim_grants_shutdown(void)
 
 /* ---- an instance's grant ---------------------------------------------------------------- */
 
-static uint64_t booked(const instance_t *in)
-{
-    uint64_t b = in->running_reserved;
-    if (in->mem.gpu >= 0)
-        b += in->mem.bytes;
-    if (in->grant_extra.gpu >= 0)
-        b += in->grant_extra.bytes;
-    return b;
-}
-
 static void refresh_grant(shim_inst_t *si)
 {
     if (!si->inst || !si->page)
         return;
-    uint64_t b = booked(si->inst);
+    uint64_t b = sched_instance_booked(si->inst);
     shim_page_set_grant(si->page, b > si->context ? b - si->context : 0);
 }
 
@@ -341,7 +307,41 @@ static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes
     log_event(LOG_DEBUG, "shim_granted", "model=%s instance=%u pid=%d bytes=%llu waited_ms=%llu grant=%llu",
               in->model->name, in->id, (int)grant_conn_pid(c), (unsigned long long)bytes, (unsigned long long)waited_ms,
               (unsigned long long)shim_page_grant(si->page));
+    if (!driver_limit_covers(in)) {
+        held_grant_t *h = calloc(1, sizeof *h);
+        if (h) { /* answered by shim_grants_limit_applied (out of memory: at once, as without a limit) */
+            *h = (held_grant_t){.si = si, .conn = c, .seq = seq};
+            list_insert_tail(&G.held, &h->link);
+            return;
+        }
+    }
     answer(c, seq, true, shim_page_grant(si->page));
+}
+
+void shim_grants_limit_applied(instance_t *inst)
+{
+    list_foreach_safe(it, tmp, &G.held) {
+        held_grant_t *h = list_entry(it, held_grant_t, link);
+        if (h->si->inst != inst || !driver_limit_covers(inst))
+            continue;
+        list_remove(&h->link);
+        answer(h->conn, h->seq, true, h->si->page ? shim_page_grant(h->si->page) : 0);
+        free(h);
+    }
+}
+
+/* The held grants of a connection (closed) or of an instance (exited: refused). */
+static void drop_held(const grant_conn_t *c, const shim_inst_t *si)
+{
+    list_foreach_safe(it, tmp, &G.held) {
+        held_grant_t *h = list_entry(it, held_grant_t, link);
+        if (h->conn != c && h->si != si)
+            continue;
+        list_remove(&h->link);
+        if (si)
+            answer(h->conn, h->seq, false, SHIM_REFUSE_STOPPING);
+        free(h);
+    }
 }
 
 /* Does the GPU have a's bytes now, the asks before it served first? */
@@ -458,7 +458,7 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
     }
     /* what it would hold then can never fit its GPU: refused at once, nothing evicted for it */
     if (in->gpu_pos >= 0 &&
-        booked(in) + deficit(si, m->bytes) > ledger_capacity(sched_ledger(), (size_t)in->gpu_pos)) {
+        sched_instance_booked(in) + deficit(si, m->bytes) > ledger_capacity(sched_ledger(), (size_t)in->gpu_pos)) {
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_TOO_BIG);
         return;
     }
@@ -567,6 +567,7 @@ static shim_inst_t *by_pid(pid_t pid)
 static void on_closed(void *ctx, grant_conn_t *c, void *owner, bool malformed)
 {
     (void)ctx;
+    drop_held(c, NULL);
     list_foreach_safe(it, tmp, &G.asks) {
         ask_t *a = list_entry(it, ask_t, link);
         if (a->conn == c)
@@ -602,6 +603,12 @@ static void on_request_event(void *ctx, enum core_event ev, void *subject)
     if (ev != CORE_EV_REQUEST_DISPATCHED)
         return; /* an end is seen at the next refresh (the slot is released before it) */
     if (in->in_flight <= 1) {
+        /* it was idle until now: NVML's last reading and the page agree on a still worker, so
+         * the context is known before the request's first allocation (the first request
+         * after a load may come before the refresh tick learned it) */
+        uint64_t live = si->page ? shim_page_live(si->page) : 0;
+        if (in->measured > 0 && in->state == INST_READY)
+            si->context = in->measured > live ? in->measured - live : 0;
         si->run_since_ms = core_now();
         si->ran_alone = true;
         si->run_level = r->level;
@@ -636,7 +643,7 @@ static const char *unavailable_for(const instance_t *inst)
         return G.unavailable;
     if (!G.sock)
         return "the grant socket is not listening";
-    if (m->cfg->cuda_shim == CUDA_SHIM_AUTO && !file_ok(m->core->cfg->gpu.cuda_library) &&
+    if (m->cfg->cuda_shim == CUDA_SHIM_AUTO && !shim_library_file_ok(m->core->cfg->gpu.cuda_library) &&
         strchr(m->core->cfg->gpu.cuda_library, '/'))
         return "no CUDA driver library";
     return NULL;
@@ -716,6 +723,7 @@ void shim_grants_exited(instance_t *inst)
             refuse(copy.si, copy.conn, copy.seq, copy.bytes, SHIM_REFUSE_STOPPING);
         }
     }
+    drop_held(NULL, si);
     ledger_release(sched_ledger(), &inst->grant_extra);
     si->extra_run = 0;
     shim_page_orphan(si->page);

@@ -77,6 +77,9 @@ void shim_grants_shutdown(void);
  * entries; the strings live in the instance's shim state). -1: it must not start
  * (cuda_shim: required and the shim is unavailable; why says so). */
 int shim_grants_prepare(instance_t *inst, config_kv_t *env, size_t cap, size_t *n, char *why, size_t whylen);
+/* The driver's limit of inst changed (workers/driver_limit.h): grants held for it are
+ * answered once it covers them. */
+void shim_grants_limit_applied(instance_t *inst);
 /* The worker's process exited: asks refused, grant_extra released, the page orphaned. */
 void shim_grants_exited(instance_t *inst);
 /* The instance is being freed: its shim state is dropped (freed once its connections closed). */

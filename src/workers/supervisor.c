@@ -85,6 +85,44 @@ void model_load(model_t *m)
     model_schedule_pump(m); /* loads_total counts when an instance becomes ready, not here */
 }
 
+/* A model with a url: one instance for the external server, READY until its health checks
+ * say otherwise, booked on its allowed GPU with the most room. */
+static void model_ensure_external(model_t *m)
+{
+    /* a removed model, or one stopping with vramd, gets no new instance: its old one may
+     * be off the list and still closing, and a new one would be stopped again at once */
+    if (!list_empty(&m->instances) || m->removed || m->core->stopping)
+        return;
+    instance_t *inst = instance_new(m);
+    if (!inst)
+        return;
+    inst->external = true;
+    snprintf(inst->host, sizeof inst->host, "%s", m->cfg->url_host);
+    inst->port = m->cfg->url_port;
+    attrib_set_external(&inst->ident, inst->port); /* its listener: found by instance_refresh_identity */
+    inst->started_ms = inst->ready_ms = core_now();
+    instance_set_state(inst, INST_READY, "external server (until health checks say otherwise)");
+    if (sched_model_uses_gpu(m->cfg) && sched_gpu_ok()) {
+        /* an external server is already loaded somewhere: book it on its allowed GPU with
+         * the most room (its measured usage replaces the guess at the next snapshot) */
+        size_t pos = 0;
+        uint64_t best = 0;
+        ledger_t *l = sched_ledger();
+        for (size_t g = 0; g < l->n_gpus; g++) {
+            bool ok = !m->cfg->gpus;
+            for (size_t k = 0; k < m->cfg->n_gpus; k++)
+                ok = ok || m->cfg->gpus[k] == l->gpus[g].index;
+            if (ok && ledger_free(l, g) >= best) {
+                best = ledger_free(l, g);
+                pos = g;
+            }
+        }
+        sched_place_instance(inst, pos);
+    }
+    uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+}
+
+
 void supervisor_prepare(model_t *m)
 {
     if (!m->cfg->url)

@@ -15,6 +15,8 @@
  *        each reports to park.c through inst->park_report, never by a call)
  *     -> hooks.c (every hook call; unload/reload hooks, eviction without parking, reclaim)
  *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
+ *     -> shim_grants.c (the CUDA shims' grants: shim_grants.h)
+ *     -> driver_limit.c (the driver's per-cgroup limit on each worker: driver_limit.h)
  *     -> worker_cmds.c (placeholders in cmd and stop_cmd; stop_cmd and a container's removal)
  *     -> server_report.c (the server's own figure for the served model: /api/ps, /models)
  *     -> model_state.c (names, derived model state, state changes, failure counting)
@@ -80,8 +82,8 @@ bool worker_cmds_running(const instance_t *inst);
 /* ---- instance.c ---- */
 /* Start a supervised worker on ledger position gpu_pos (placed already). */
 void instance_start(model_t *m, size_t gpu_pos);
-/* An external model (url:) has its one instance. */
-void model_ensure_external(model_t *m);
+/* A new instance of m, STARTING, on its list (NULL when out of memory). */
+instance_t *instance_new(model_t *m);
 /* The health check timer callback: one GET of the health path. */
 void instance_health_tick(uv_timer_t *t);
 /* An external Ollama unloading: its /api/ps read every gpu.poll_ms until it leaves UNLOADING. */

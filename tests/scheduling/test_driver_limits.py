@@ -1,0 +1,194 @@
+"""The driver's per-cgroup limits (nvmlDeviceSetMemoryLimits_v1, driver r615+) on vramd's
+workers, on the simulated NVML (which has them when SIMGPU_DRIVER_LIMITS=1 is in vramd's
+environment, and enforces them in simgpu: an allocation past its cgroup's hard limit fails
+with CUDA_ERROR_OUT_OF_MEMORY). docs/shim.md, "The driver's limits".
+
+What each case expects (workers in cgroup v2 leaves; skipped where this machine cannot make
+one):
+  - the limit is set on the worker's leaf before the worker runs (driver_limit_set is logged
+    before worker_started), follows the booking: raised before a request reaches the worker
+    (to resident + the request's reservation), lowered once it ended; reset before the leaf
+    is removed (the simulated driver counts a limit whose cgroup vanished while set: 0);
+  - a worker that allocates past what vramd booked for it fails in that worker alone (its
+    OOM, with its card half empty), while its neighbour's request is answered;
+  - with the CUDA shim as well, both agree: the under-declared worker's ask is granted and
+    the limit raised before the answer, so the allocation passes; limit = booking = the
+    shim's grant + its context;
+  - a driver without the calls (the variable unset: driver 580): no limit, status says why,
+    the worker serves.
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+from vramdkit import sim_s, wait_for
+from vramdkit.paths import build_dir
+
+GiB = 1024 ** 3
+MiB = 1024 ** 2
+LIMITS = {"SIMGPU_DRIVER_LIMITS": "1"}
+
+
+def v2_usable():
+    for d in ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]:
+        try:
+            with open("/proc/self/mountinfo") as f:
+                fs = [line.split(" - ")[1].split()[0] for line in f if line.split()[4] == d]
+        except OSError:
+            return False
+        if fs and fs[0] == "cgroup2":
+            probe = Path(d) / f"vramd-probe-{os.getpid()}"
+            try:
+                probe.mkdir()
+                probe.rmdir()
+                return True
+            except OSError:
+                return False
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _needs_v2():
+    if not v2_usable():
+        pytest.skip("no writable cgroup v2 hierarchy here: the driver's limits go on a worker's v2 leaf")
+
+
+def model(sched, name, resident, per_request, flags, declared_resident, declared_per_request, **overrides):
+    worker = ["--resident", resident, "--per-request", per_request, "--cache", "release", *flags]
+    return sched.model(name, worker, declared_resident, declared_per_request, **overrides)
+
+
+def start(sched, gpu, models, env=LIMITS):
+    return sched.start_vramd(gpu, models, extra_env=dict(env), cgroup={"mode": "v2"})
+
+
+def load(vd, name):
+    r = vd.post(f"/v1/models/{name}/load", timeout=60)
+    assert r.status == 200, r
+    vd.wait_ready(name)
+
+
+def limit_of(vd, name):
+    insts = vd.instances(name)
+    return insts[0].get("driver_limit") if insts else None
+
+
+def sim_limits(sched, gpu):
+    st = sched.show(gpu)
+    return st["gpus"][0]["limits"], st["limits_dropped"]
+
+
+def test_limit_set_before_start_follows_requests_and_is_reset_before_the_leaf_goes(sched):
+    gpu = sched.gpu_set("16GiB")
+    models = {"w": model(sched, "w", "2GiB", "4GiB", ["--run-time", sim_s(40)], "2560MiB", "4GiB")}
+    vd = start(sched, gpu, models)
+    load(vd, "w")
+    set_ev = vd.events("driver_limit_set", model="w")
+    started = vd.events("worker_started", model="w")
+    assert set_ev and started, (set_ev, started)
+    assert set_ev[0]["_i"] < started[0]["_i"], "the worker ran before its limit was set"
+    # while it loaded: its booking plus the card's free room; ready and idle: the booking
+    # (resident entry), on the worker's leaf
+    assert set_ev[0]["bytes"] > 12 * GiB, set_ev[0]
+    dl = wait_for(lambda: (lambda d: d if d and d["state"] == "set" and d["limit_bytes"] == d["target_bytes"]
+                           and d["limit_bytes"] < 6 * GiB else None)(limit_of(vd, "w")),
+                  timeout=10, what="the limit settled on the booking")
+    inst = vd.instances("w")[0]
+    assert dl["cgroup"].endswith(inst["cgroup"]), (dl, inst["cgroup"])
+    limits, dropped = sim_limits(sched, gpu)
+    assert len(limits) == 1 and limits[0]["cgroup"] == dl["cgroup"], limits
+    rest = limits[0]["hard"]
+    assert 2 * GiB <= rest < 6 * GiB, rest
+    # a request: raised to resident + its 4 GiB before it reached the worker
+    h = vd.later("w", {"n": 1})
+    vd.wait_in_flight("w")
+    wait_for(lambda: vd.instances("w")[0]["measured_bytes"] > 5 * GiB, timeout=30, what="the request's 4 GiB")
+    limits, _ = sim_limits(sched, gpu)
+    assert limits[0]["hard"] >= rest + 4 * GiB, (limits, rest)
+    assert limits[0]["used"] <= limits[0]["hard"], limits
+    assert h.result().status == 200
+    # ended: lowered again (lazily, DRIVER_LIMIT_LOWER_MS)
+    wait_for(lambda: sim_limits(sched, gpu)[0][0]["hard"] < rest + 4 * GiB, timeout=10,
+             what="the limit lowered after the request")
+    # unloaded: reset, then the leaf removed (a limit whose leaf went first would be counted)
+    r = vd.post("/v1/models/w/unload", timeout=60)
+    assert r.status in (200, 202), r
+    wait_for(lambda: not vd.instances("w"), timeout=30, what="the instance gone")
+    wait_for(lambda: vd.events("driver_limit_reset", model="w"), timeout=10, what="the reset")
+    limits, dropped = sim_limits(sched, gpu)
+    assert limits == [] and dropped == 0, (limits, dropped)
+    st = vd.status()["nvml"]["driver_limits"]
+    assert st["available"] and st["sets"] >= 3 and st["resets"] == 1 and st["failures"] == 0, st
+    sched.finish()
+
+
+def test_allocation_past_the_limit_fails_in_that_worker_alone(sched):
+    """under: 2 GiB + 6 GiB per request, declared 1 GiB per request. honest: 2 GiB + 4 GiB,
+    declared so. The 24 GiB card has room for both at their real sizes, so without the limit
+    nobody would fail: under's request is refused by its own limit (resident + 1 GiB), and
+    honest's request, running at the same time, is answered with no OOM."""
+    gpu = sched.gpu_set("24GiB")
+    models = {
+        "honest": model(sched, "honest", "2GiB", "4GiB", ["--run-time", sim_s(60)], "2560MiB", "4GiB"),
+        "under": model(sched, "under", "2GiB", "6GiB", ["--run-time", sim_s(4)], "2560MiB", "1GiB"),
+    }
+    vd = start(sched, gpu, models)
+    vd.allow_oom.add("under")
+    load(vd, "honest")
+    load(vd, "under")
+    h = vd.later("honest", {"n": 1})
+    vd.wait_in_flight("honest")
+    ru = vd.generate("under", {"n": 2})
+    assert ru.status in (500, 503), ru
+    assert b"out of memory" in ru.body.lower(), ru.body[:500]
+    st = sched.show(gpu)["gpus"][0]
+    assert st["free"] > 8 * GiB, f"the card was full ({st['free']} free): the OOM proves nothing"
+    assert h.result().status == 200
+    vd.assert_no_oom("honest")
+    sched.finish()
+
+
+def test_limit_and_shim_agree(sched):
+    """The under-declared worker with the shim: its allocations past the grant ask, are
+    granted (the card has room), and the driver's limit is raised before the GRANT is sent:
+    the request is 200 with no OOM; during it the limit equals the booking, which is the
+    shim's grant plus its context."""
+    lib = str(build_dir() / "lib" / "libvramd-cuda.so")
+    if not os.path.exists(lib):
+        pytest.fail(f"{lib} not built")
+    gpu = sched.gpu_set("24GiB")
+    models = {"under": model(sched, "under", "2GiB", "6GiB", ["--run-time", sim_s(40)], "2560MiB", "1GiB",
+                             cuda_shim="auto", grant_wait="30s")}
+    vd = start(sched, gpu, models, env={**LIMITS, "VRAMD_CUDA_SHIM_LIBRARY": lib})
+    load(vd, "under")
+    wait_for(lambda: (vd.instances("under")[0].get("shim") or {}).get("state") == "attached", timeout=30,
+             what="the shim attached")
+    h = vd.later("under", {"n": 1})
+    vd.wait_in_flight("under")
+    wait_for(lambda: vd.instances("under")[0]["shim"]["live_bytes"] >= 8 * GiB, timeout=30,
+             what="the request's 6 GiB through the shim")
+
+    def agreed():
+        inst = vd.instances("under")[0]
+        s, d = inst["shim"], inst["driver_limit"]
+        return d["limit_bytes"] == d["target_bytes"] and d["limit_bytes"] == s["grant_bytes"] + s["context_bytes"] \
+            and (s, d)
+    s, d = wait_for(agreed, timeout=10, what="limit == booking == grant + context")
+    assert d["limit_bytes"] >= 8 * GiB, d
+    assert s["granted"] >= 1 and s["refused"] == 0, s
+    assert h.result().status == 200
+    sched.finish()
+
+
+def test_driver_without_limits(sched):
+    gpu = sched.gpu_set("16GiB")
+    models = {"w": model(sched, "w", "2GiB", "2GiB", ["--run-time", sim_s(1)], "2560MiB", "2GiB")}
+    vd = start(sched, gpu, models, env={})
+    load(vd, "w")
+    st = vd.status()["nvml"]["driver_limits"]
+    assert not st["available"] and "support" in st["reason"], st
+    assert limit_of(vd, "w") is None
+    assert vd.generate("w", {"n": 1}).status == 200
+    assert sim_limits(sched, gpu)[0] == []
+    sched.finish()
