@@ -200,23 +200,11 @@ static int connect_hello(void)
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct sockaddr_un sa;
     int dirfd = -1;
-    if (strlen(g_sock_path) < sizeof sa.sun_path) {
-        memcpy(sa.sun_path, g_sock_path, strlen(g_sock_path) + 1);
-    } else { /* too long for sun_path: through the directory's descriptor */
-        char dir[4096], base[4096];
-        snprintf(dir, sizeof dir, "%s", g_sock_path);
-        snprintf(base, sizeof base, "%s", g_sock_path);
-        dirfd = open(dirname(dir), O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (dirfd < 0 ||
-            (size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/%s", dirfd, basename(base)) >=
-                sizeof sa.sun_path) {
-            close(fd);
-            if (dirfd >= 0)
-                close(dirfd);
-            return -1;
-        }
+    if (shim_socket_address(g_sock_path, &sa, &dirfd) != 0) { /* too long even through its directory */
+        close(fd);
+        return -1;
     }
     int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
     if (dirfd >= 0)

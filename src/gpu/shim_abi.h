@@ -37,8 +37,16 @@
 #ifndef VRAMD_GPU_SHIM_ABI_H
 #define VRAMD_GPU_SHIM_ABI_H
 
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #define SHIM_ABI_MAGIC 0x48534d56u /* "VMSH" little-endian */
 #define SHIM_ABI_VERSION 1u
@@ -135,6 +143,41 @@ static inline int shim_msg_valid(const shim_msg_t *m)
 static inline void shim_msg_init(shim_msg_t *m, enum shim_msg_type type)
 {
     *m = (shim_msg_t){.magic = SHIM_ABI_MAGIC, .version = SHIM_ABI_VERSION, .type = (uint16_t)type};
+}
+
+/* The socket's address for path (both sides: vramd binds, the shim connects): path itself,
+ * or /proc/self/fd/N/NAME through its directory (opened O_PATH into *dirfd; the caller closes
+ * it after bind or connect) when path is longer than sun_path holds, as a deep state_dir
+ * makes it. 0, or -1 with errno (ENAMETOOLONG: not even that fits). Inline: the shim links
+ * nothing of vramd. */
+static inline int shim_socket_address(const char *path, struct sockaddr_un *sa, int *dirfd)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    *dirfd = -1;
+    size_t len = strlen(path);
+    if (len < sizeof sa->sun_path) {
+        memcpy(sa->sun_path, path, len + 1);
+        return 0;
+    }
+    char dir[4096], base[4096];
+    if (len >= sizeof dir) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(dir, path, len + 1);
+    memcpy(base, path, len + 1);
+    *dirfd = open(dirname(dir), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (*dirfd < 0)
+        return -1;
+    int n = snprintf(sa->sun_path, sizeof sa->sun_path, "/proc/self/fd/%d/%s", *dirfd, basename(base));
+    if (n < 0 || (size_t)n >= sizeof sa->sun_path) {
+        close(*dirfd);
+        *dirfd = -1;
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return 0;
 }
 
 #endif

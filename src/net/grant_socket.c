@@ -226,23 +226,11 @@ static void on_connection(uv_stream_t *server, int status)
  * sun_path holds. */
 static int bind_path(int fd, const char *path, char *err, size_t errlen)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct sockaddr_un sa;
     int dirfd = -1;
-    if (strlen(path) < sizeof sa.sun_path) {
-        memcpy(sa.sun_path, path, strlen(path) + 1);
-    } else {
-        char dir[4096], base[4096];
-        snprintf(dir, sizeof dir, "%s", path);
-        snprintf(base, sizeof base, "%s", path);
-        dirfd = open(dirname(dir), O_PATH | O_DIRECTORY | O_CLOEXEC);
-        const char *name = basename(base);
-        if (dirfd < 0 || (size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/%s", dirfd, name) >=
-                             sizeof sa.sun_path) {
-            snprintf(err, errlen, "%s: path too long for a Unix socket", path);
-            if (dirfd >= 0)
-                close(dirfd);
-            return -1;
-        }
+    if (shim_socket_address(path, &sa, &dirfd) != 0) {
+        snprintf(err, errlen, "%s: %s", path, errno == ENAMETOOLONG ? "path too long for a Unix socket" : strerror(errno));
+        return -1;
     }
     unlink(sa.sun_path); /* a socket file a vramd before this one left */
     int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);

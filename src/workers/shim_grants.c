@@ -10,7 +10,6 @@
 #include "workers/shim_grants.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +46,7 @@ typedef struct shim_inst {
     uint64_t context;
     uint64_t extra_run;       /* granted past the grant since it last went idle */
     uint64_t run_since_ms;    /* its running began (in_flight 0 -> 1), for the deadlock rule */
+    uint64_t idle_since_ms;   /* seen idle since then (0: running); NVML and the page agree only after it */
     bool ran_alone;           /* one request ran since then: what was granted was its need */
     unsigned run_level, run_class; /* that request's ladder level and size class */
     uint64_t run_booked;      /* what it booked (its entry and the cache it reused) */
@@ -91,8 +91,6 @@ static struct {
 } G;
 
 static const char *const refuse_names[] = {"", "no_room", "deadlock", "too_big", "stopping", "busy"};
-
-/* ---- the socket ----------------------------------------------------------------------- */
 
 static void *on_hello(void *ctx, grant_conn_t *c, const shim_msg_t *m, pid_t peer_pid);
 static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m);
@@ -162,12 +160,17 @@ static void refresh_grant(shim_inst_t *si)
     shim_page_set_grant(si->page, b > si->context ? b - si->context : 0);
 }
 
-static bool pid_gone(pid_t pid, void *ctx)
+static bool pid_gone(pid_t pid)
 {
-    (void)ctx;
-    if (kill(pid, 0) == 0 || errno == EPERM)
-        return false;
-    return errno == ESRCH;
+    return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Did NVML's last good reading begin after the instance was seen idle? Only then do its
+ * figure and the page describe the same still worker. */
+static bool snapshot_since_idle(const shim_inst_t *si)
+{
+    uint64_t now = core_now(), age = sched_snapshot_age_ms();
+    return si->idle_since_ms && now - age > si->idle_since_ms;
 }
 
 /* Idle: the extra granted while it ran is folded into its resident entry, and the context
@@ -186,8 +189,8 @@ static void settle_idle(shim_inst_t *si)
     si->extra_run = 0;
     si->ran_alone = false;
     uint64_t live = shim_page_live(si->page);
-    if (in->measured == 0 || in->state != INST_READY)
-        return;
+    if (in->measured == 0 || in->state != INST_READY || !snapshot_since_idle(si))
+        return; /* NVML's last reading may be of a moment its last request still allocated */
     si->context = in->measured > live ? in->measured - live : 0;
     if (live > in->measured + SHIM_GRANTS_MISMATCH_SLACK) {
         si->mismatches++;
@@ -210,11 +213,16 @@ static void refresh_all(void)
                 continue;
             for (unsigned s = 0; s < SHIM_PAGE_PROCS; s++) { /* slots without a connection: pid gone? */
                 pid_t pid = shim_page_slot_pid(si->page, s);
-                if (pid > 0 && !si->slot_conn[s] && pid_gone(pid, NULL))
+                if (pid > 0 && !si->slot_conn[s] && pid_gone(pid))
                     shim_page_clear_slot(si->page, s);
             }
-            if (in->in_flight == 0)
+            if (in->in_flight == 0) {
+                if (!si->idle_since_ms)
+                    si->idle_since_ms = core_now();
                 settle_idle(si);
+            } else {
+                si->idle_since_ms = 0;
+            }
             refresh_grant(si);
         }
     }
@@ -583,7 +591,7 @@ static void on_closed(void *ctx, grant_conn_t *c, void *owner, bool malformed)
         si->slot_conn[slot] = false;
         si->conns--;
         pid_t pid = si->page ? shim_page_slot_pid(si->page, slot) : 0;
-        if (pid > 0 && pid_gone(pid, NULL))
+        if (pid > 0 && pid_gone(pid))
             shim_page_clear_slot(si->page, slot);
     }
     if (!si->inst && si->conns == 0)
@@ -607,8 +615,9 @@ static void on_request_event(void *ctx, enum core_event ev, void *subject)
          * the context is known before the request's first allocation (the first request
          * after a load may come before the refresh tick learned it) */
         uint64_t live = si->page ? shim_page_live(si->page) : 0;
-        if (in->measured > 0 && in->state == INST_READY)
+        if (in->measured > 0 && in->state == INST_READY && snapshot_since_idle(si))
             si->context = in->measured > live ? in->measured - live : 0;
+        si->idle_since_ms = 0;
         si->run_since_ms = core_now();
         si->ran_alone = true;
         si->run_level = r->level;

@@ -251,10 +251,10 @@ def quiet(vd):
     return st["queues"]["queued"] == 0 and st["queues"]["in_flight"] == 0
 
 
-def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off"):
+def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off", card="24GiB"):
     """The whole chaos run on Harness h; returns a summary dict. Fails (AssertionError)
-    on any broken promise. wrong, shim: as models()."""
-    gpu = h.gpu_set("24GiB")
+    on any broken promise. wrong, shim: as models(); card: the simulated GPU's size."""
+    gpu = h.gpu_set(card)
     env = {"VRAMD_CUDA_SHIM_LIBRARY": str(Path(h_build()) / "lib" / "libvramd-cuda.so")} if shim != "off" else None
     vd = h.start_vramd(gpu, models(h, wrong, shim), extra_env=env)
     vd.allow_oom.add("mesh")
@@ -267,7 +267,7 @@ def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off"):
     # neighbour admitted beside that first request could run out of memory with it. So the
     # first one runs alone, here, and the chaos checks that no later one hurts a neighbour.
     r = vd.generate("mesh", {"prompt": "teach", "resolution": 1024}, timeout=REQUEST_TIMEOUT)
-    assert r.status == 200 and r.headers.get("x-vramd-degrade-level") == "1", r
+    assert r.status == 200 and r.headers.get("x-vramd-degrade-level") in ("1", "2"), r  # "2": a card under 22 GiB
     assert vd.model("mesh")["memory"]["per_request_estimate"] >= 19 * 2**30, vd.model("mesh")["memory"]
     base = own_fds(vd)
     ch = Chaos(vd, n, seed)
@@ -352,12 +352,13 @@ def compare_shim(args):
         with tempfile.TemporaryDirectory(prefix="vramd-chaos-") as tmp:
             h = Harness(Path(tmp))
             try:
-                runs[shim] = run(h, args.requests, args.seed, args.clients, wrong=True, shim=shim)
+                runs[shim] = run(h, args.requests, args.seed, args.clients, wrong=True, shim=shim, card=args.card)
             except AssertionError as e:
                 runs[shim] = {"failed": str(e)[:2000]}
             finally:
                 h.close()
-    result = {"requests": args.requests, "seed": args.seed, "declared": "a quarter of the real memory",
+    result = {"requests": args.requests, "seed": args.seed, "card": args.card,
+              "declared": "a quarter of the real memory",
               "without_shim": runs["off"], "with_shim": runs["auto"]}
     with_ooms = runs["auto"].get("neighbour_ooms")
     result["passed"] = with_ooms is not None and not any(with_ooms.values())
@@ -374,6 +375,7 @@ def main():
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None, help="the JSON result (default bench/results/chaos-<n>-<time>.json)")
+    ap.add_argument("--card", default="24GiB", help="the simulated GPU's memory (default 24GiB)")
     ap.add_argument("--wrong-memory", action="store_true",
                     help="every model declares a quarter of its real memory")
     ap.add_argument("--compare-shim", action="store_true",
@@ -390,7 +392,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="vramd-chaos-") as tmp:
         h = Harness(Path(tmp))
         try:
-            summary = run(h, args.requests, args.seed, args.clients, wrong=args.wrong_memory)
+            summary = run(h, args.requests, args.seed, args.clients, wrong=args.wrong_memory, card=args.card)
         finally:
             h.close()
     summary["seconds"] = round(time.monotonic() - t0, 1)

@@ -1,10 +1,30 @@
 """gpukit: what tests/gpu's files share: the real NVML (libnvidia-ml.so.1) read through
-ctypes, and the python3 that has PyTorch with CUDA. Every reader answers "nothing" (0, None)
+ctypes, the python3 that has PyTorch with CUDA, and GET/POST to vramd. Every reader answers "nothing" (0, None)
 where there is no usable NVIDIA GPU, so that the tests can skip themselves."""
 import ctypes
+import json
 import os
 import shutil
 import subprocess
+import urllib.error
+import urllib.request
+
+
+def get(url, timeout=60):
+    """GET url; its JSON answer."""
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def post(url, body, timeout=300):
+    """POST body (JSON) to url; (status, answer text), also for an error status."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 class NvmlMemory(ctypes.Structure):

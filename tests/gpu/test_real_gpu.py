@@ -4,7 +4,6 @@ driver's NVML (the same code path the simulated library serves elsewhere).
 Skips itself unless libnvidia-ml.so.1 loads, NVML reports a device, and a python3 with torch
 and CUDA is found ($VRAMD_TORCH_PYTHON, else python3 on PATH).
 """
-import json
 import os
 import signal
 import subprocess
@@ -12,7 +11,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 import pytest
 
@@ -21,7 +19,7 @@ if os.path.join(ROOT, "tests", "lib") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))  # the vramdkit package
 
 from vramdkit import free_port, vramd_binary  # noqa: E402
-from gpukit import gpu0_total, torch_python  # noqa: E402  (tests/gpu/gpukit.py)
+from gpukit import get, gpu0_total, post, torch_python  # noqa: E402  (tests/gpu/gpukit.py)
 
 
 def gpu_present():
@@ -30,21 +28,6 @@ def gpu_present():
 
 PY = torch_python() if gpu_present() else None
 pytestmark = pytest.mark.skipif(PY is None, reason="no NVIDIA GPU with NVML and PyTorch+CUDA on this machine")
-
-
-def get(url):
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return json.loads(r.read())
-
-
-def post(url, body, timeout=300):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read()), dict(r.headers)
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
 
 
 @pytest.fixture

@@ -13,14 +13,12 @@ driver's stream-ordered pools), with `cuda_shim: required`:
     worker's torch raises torch.cuda.OutOfMemoryError (answered 500 "CUDA out of memory"),
     vramd counts the refusal, and the worker serves the next request.
 """
-import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 import pytest
 
@@ -30,27 +28,12 @@ if os.path.join(ROOT, "tests", "lib") not in sys.path:
 
 from vramdkit import free_port, vramd_binary  # noqa: E402
 from vramdkit.paths import build_dir  # noqa: E402
-from gpukit import gpu0_total, gpu_bytes_of, torch_python  # noqa: E402
+from gpukit import get, gpu0_total, gpu_bytes_of, post, torch_python  # noqa: E402
 
 PY = torch_python() if gpu0_total() > 0 else None
 pytestmark = pytest.mark.skipif(PY is None, reason="no NVIDIA GPU with NVML and PyTorch+CUDA on this machine")
 
 GiB = 2**30
-
-
-def get(url):
-    with urllib.request.urlopen(url, timeout=60) as r:
-        return json.loads(r.read())
-
-
-def post(url, body, timeout=300):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def wait(pred, timeout=300, what="condition"):

@@ -7,12 +7,14 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpu/shim_abi.h"
 #include "gpu/shim_page.h"
 
 static char g_dir[256];
@@ -178,6 +180,54 @@ static void test_message_check(void **state)
     assert_int_equal(shim_msg_valid(&bad), -1);
 }
 
+/* A socket path longer than sun_path (a deep state_dir) is bound and reached through
+ * /proc/self/fd/N/NAME of its directory; a short one is itself. */
+static void test_socket_address_long_path(void **state)
+{
+    (void)state;
+    struct sockaddr_un sa;
+    int dirfd = -2;
+    assert_int_equal(shim_socket_address("/tmp/x.sock", &sa, &dirfd), 0);
+    assert_string_equal(sa.sun_path, "/tmp/x.sock");
+    assert_int_equal(dirfd, -1);
+
+    char dir[400];
+    snprintf(dir, sizeof dir, "/tmp/shim-ut-%d-", (int)getpid());
+    size_t n = strlen(dir);
+    memset(dir + n, 'd', 150);
+    dir[n + 150] = '\0';
+    assert_int_equal(mkdir(dir, 0700), 0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/grant.sock", dir);
+    assert_true(strlen(path) >= sizeof sa.sun_path);
+    int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_int_equal(shim_socket_address(path, &sa, &dirfd), 0);
+    assert_true(dirfd >= 0);
+    assert_int_equal(strncmp(sa.sun_path, "/proc/self/fd/", 14), 0);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    close(dirfd);
+    assert_int_equal(listen(lfd, 1), 0);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0); /* the socket file is where the long path says */
+    assert_true(S_ISSOCK(st.st_mode));
+    int cfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_int_equal(shim_socket_address(path, &sa, &dirfd), 0);
+    assert_int_equal(connect(cfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    close(dirfd);
+    close(cfd);
+    close(lfd);
+    unlink(path);
+    rmdir(dir);
+
+    char huge[5000]; /* longer than any directory path it copies: refused */
+    memset(huge, 'a', sizeof huge - 1);
+    huge[0] = '/';
+    huge[sizeof huge - 1] = '\0';
+    errno = 0;
+    assert_int_equal(shim_socket_address(huge, &sa, &dirfd), -1);
+    assert_int_equal(errno, ENAMETOOLONG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -185,6 +235,7 @@ int main(void)
         cmocka_unit_test(test_refuses_a_link_and_replaces_a_stale_page),
         cmocka_unit_test(test_figures_clear_and_reap),
         cmocka_unit_test(test_message_check),
+        cmocka_unit_test(test_socket_address_long_path),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
