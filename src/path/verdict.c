@@ -442,6 +442,12 @@ void verdict_judge(request_t *r, bool oom)
     if (oom) {
         sched_note_oom(m, r, oom_message_need(r->resp_body.data, r->resp_body.len));
         unsigned next = r->level + 1;
+        /* a level that can never fit this host's GPUs (its declared per_request) would wait
+         * in the queue until the deadline: the retry goes past it, as an arrival does */
+        while (next <= mc->degrade.n_ladder && !sched_level_possible(m, next)) {
+            log_event(LOG_INFO, "degrade_never_fits", "request_id=%s model=%s level=%u", r->id, m->name, next);
+            next++;
+        }
         log_event(LOG_WARN, "oom", "request_id=%s model=%s level=%u status=%d next_level=%u of=%zu", r->id, m->name,
                   r->level, r->resp_status, next, mc->degrade.n_ladder);
         core_note_event(m->core, "OOM in %s at level %u", m->name, r->level);

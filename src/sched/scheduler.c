@@ -134,6 +134,13 @@ uint64_t sched_largest_room(const model_t *m)
     return biggest;
 }
 
+bool sched_level_possible(const model_t *m, unsigned level)
+{
+    if (!sched_uses_gpu(m) || !sched_state.ok || sched_state.ledger.n_gpus == 0)
+        return true;
+    return m->cfg->memory.resident + sched_level_estimate(m, level) <= sched_largest_room(m);
+}
+
 int sched_first_possible_level(const model_t *m)
 {
     if (!sched_uses_gpu(m) || !sched_state.ok || sched_state.ledger.n_gpus == 0)

@@ -107,6 +107,9 @@ uint64_t sched_smallest_estimate(const model_t *m);
 /* The first ladder level (0 = as sent) whose resident + reservation can ever fit on an
  * allowed GPU (total - headroom); -1 when none can (422). Levels above it would OOM for sure. */
 int sched_first_possible_level(const model_t *m);
+/* Can a request at this ladder level ever fit an allowed GPU (resident + the level's
+ * estimate <= total - headroom)? True without NVML figures. */
+bool sched_level_possible(const model_t *m, unsigned level);
 /* 422: can this model's request never fit on any allowed GPU? */
 bool sched_never_fits(const model_t *m, char *why, size_t whylen);
 /* degrade.when: to_fit: the first ladder level (>= 1) whose reservation fits right now on

@@ -72,6 +72,30 @@ def test_oom_at_levels_0_and_1_succeeds_at_level_2(faults):
     faults.finish()
 
 
+def test_retry_skips_a_level_that_can_never_fit(faults):
+    """The ladder declares level 1 at 20 GiB per request, more than the 8 GiB card can ever
+    give: after the OOM at level 0 the retry goes straight to level 2 (`degrade_never_fits`
+    for level 1), not into the queue until its deadline. Expected 200 at level 2 after 2
+    attempts, one `oom` (level 0)."""
+    ladder = [{"set": {"resolution": 720, "quality": "medium"}, "per_request": "20GiB"},
+              {"set": {"resolution": 512}, "per_request": "4GiB"}]
+    gpu = faults.gpu_set("8GiB")
+    m = oom_model(faults, "deg", degrade={"detect": {"status": [500], "body_matches": "out of memory"},
+                                          "ladder": ladder})
+    vd = faults.start_vramd(gpu, {"deg": m})
+    vd.allow_oom.add("deg")
+    assert vd.generate("deg", {"resolution": 256}).status == 200
+    r = vd.generate("deg", {"resolution": 1024, "prompt": "a lamp"}, timeout=30)
+    assert r.status == 200, r
+    assert r.headers.get("x-vramd-degrade-level") == "2", r.headers
+    assert r.headers.get("x-vramd-attempts") == "2", r.headers
+    assert r.json()["params"]["resolution"] == "512", r.json()
+    assert [e["level"] for e in vd.events("oom", model="deg")] == [0]
+    skipped = vd.events("degrade_never_fits", model="deg")
+    assert skipped and skipped[0]["level"] == 1, skipped
+    faults.finish()
+
+
 def test_oom_at_every_level_is_503_out_of_memory_with_the_attempts(faults):
     """The real peak is 64 GiB at resolution 1024, so even level 2 (16 GiB) OOMs on the
     8 GiB card: expected 503 out_of_memory whose message names the 3 attempts, three `oom`
