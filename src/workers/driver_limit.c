@@ -298,8 +298,11 @@ bool driver_limit_covers(instance_t *inst)
         return true;
     uint64_t b = target_of(inst);
     /* covered: unless the limit is still the loose one of its start (then it is brought down
-     * to the booking before the first request, so that request is held to its booking) */
-    if (d->applied != GPU_LIMIT_NONE && d->applied >= b && !(d->loose && inst->state != INST_STARTING))
+     * to the booking before the first request, so that request is held to its booking), or
+     * a lowering is in the driver that would take it below this booking (the request waits
+     * for it and the raise after it: on_call_done sets the target next) */
+    if (d->applied != GPU_LIMIT_NONE && d->applied >= b && !(d->loose && inst->state != INST_STARTING) &&
+        !(d->in_flight && d->calling < b))
         return true;
     d->target = b;
     issue(d);
