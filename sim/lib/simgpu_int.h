@@ -58,6 +58,7 @@ struct proc_slot {
 struct limit_rec {
     uint32_t in_use;
     char cgroup[SIMGPU_CGROUP_MAX]; /* the cgroup v2 directory, no trailing '/' */
+    uint64_t ino;                   /* its inode: a directory made again at that path is another cgroup */
     uint64_t soft, hard;
 };
 

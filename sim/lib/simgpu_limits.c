@@ -10,8 +10,9 @@
  * before allocations may fail due to memory pressure" has no pressure to model here).
  *
  * Invariants: every table access holds the set's mutex; paths are stored without a trailing
- * '/', NUL-terminated within SIMGPU_CGROUP_MAX; a limit whose directory is gone is dropped at
- * the next look (counted in the header's limits_dropped).
+ * '/', NUL-terminated within SIMGPU_CGROUP_MAX, with the directory's inode; a limit whose
+ * directory is gone, or was made again (another inode: another cgroup), is dropped at the
+ * next look (counted in the header's limits_dropped).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -94,10 +95,11 @@ static bool within(const char *path, const char *dir)
     return path[n] == '\0' || path[n] == '/' || (n == 1 && dir[0] == '/');
 }
 
-static bool dir_exists(const char *path)
+/* The directory's inode, 0 when path is no directory. */
+static uint64_t dir_ino(const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? (uint64_t)st.st_ino : 0;
 }
 
 static uint64_t held_within(const struct gpu_record *gpu, const char *dir)
@@ -109,12 +111,13 @@ static uint64_t held_within(const struct gpu_record *gpu, const char *dir)
     return used;
 }
 
-/* Drop the limits whose directory is gone. */
+/* Drop the limits whose directory is gone (or was made again: another cgroup, as the
+ * driver clears a limit when its cgroup is removed). */
 static void drop_stale_locked(simgpu_t *s, struct gpu_record *gpu)
 {
     for (int i = 0; i < SIMGPU_MAX_LIMITS; i++) {
         struct limit_rec *l = &gpu->limits[i];
-        if (l->in_use && !dir_exists(l->cgroup)) {
+        if (l->in_use && dir_ino(l->cgroup) != l->ino) {
             l->in_use = 0;
             s->hdr->limits_dropped++;
         }
@@ -185,7 +188,8 @@ int simgpu_limit_set(simgpu_t *s, int gpu, const char *cgroup, uint64_t soft, ui
         errno = EINVAL;
         return -1;
     }
-    if (!clear && !dir_exists(dir)) {
+    uint64_t ino = clear ? 0 : dir_ino(dir);
+    if (!clear && !ino) {
         errno = ENOENT;
         return -1;
     }
@@ -201,6 +205,7 @@ int simgpu_limit_set(simgpu_t *s, int gpu, const char *cgroup, uint64_t soft, ui
             } else {
                 l->soft = soft;
                 l->hard = hard;
+                l->ino = ino;
             }
             sg_unlock(s);
             return 0;
@@ -218,6 +223,7 @@ int simgpu_limit_set(simgpu_t *s, int gpu, const char *cgroup, uint64_t soft, ui
         return -1;
     }
     snprintf(free_rec->cgroup, sizeof free_rec->cgroup, "%s", dir);
+    free_rec->ino = ino;
     free_rec->soft = soft;
     free_rec->hard = hard;
     free_rec->in_use = 1;

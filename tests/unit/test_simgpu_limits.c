@@ -168,7 +168,15 @@ static void test_removed_cgroup_drops_its_limit(void **state)
     assert_int_equal(simgpu_limit_list(s, 0, list, 4, &n), 0);
     assert_int_equal(n, 0);
     assert_int_equal(simgpu_limits_dropped(s), 1);
-    cg_dir[0] = '\0';
+    /* removed and made again before anyone looked: another cgroup, the old limit is not its */
+    assert_int_equal(simgpu_limit_set(s, 0, cg_dir, 0, GiB), -1); /* gone: ENOENT */
+    assert_int_equal(mkdir(cg_dir, 0755), 0);
+    assert_int_equal(simgpu_limit_set(s, 0, cg_dir, 0, GiB), 0);
+    assert_int_equal(rmdir(cg_dir), 0);
+    assert_int_equal(mkdir(cg_dir, 0755), 0);
+    assert_int_equal(simgpu_limit_list(s, 0, list, 4, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(simgpu_limits_dropped(s), 2);
     simgpu_close(s);
 }
 
