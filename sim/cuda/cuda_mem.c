@@ -33,21 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_int.h"
 #include "simgpu.h"
-
-#define CUDA_MEM_ALLOCS_MAX 4096
-#define CUDA_ERR_INVALID_VALUE 1
-#define CUDA_ERR_OUT_OF_MEMORY 2
-#define CUDA_ERR_NOT_INITIALIZED 3
-#define CUDA_ERR_NO_DEVICE 100
-#define CUDA_ERR_INVALID_DEVICE 101
-#define CUDA_ERR_INVALID_CONTEXT 201
-
-typedef int CUresult_t;
-typedef int CUdevice_t;
-typedef uint64_t CUdeviceptr_t;
-
-simgpu_t *sim_cuda_set(void);
 
 CUresult_t cuDeviceGetCount(int *count);
 CUresult_t cuDeviceGet(CUdevice_t *device, int ordinal);
@@ -60,12 +47,6 @@ CUresult_t cuMemAlloc_v2(CUdeviceptr_t *dptr, size_t bytes);
 CUresult_t cuMemFree_v2(CUdeviceptr_t dptr);
 
 static __thread int current_gpu = -1; /* the set's GPU index of this thread's context */
-
-typedef struct alloc_entry {
-    CUdeviceptr_t ptr; /* 0: free slot */
-    int gpu;
-    uint64_t bytes;
-} alloc_entry_t;
 
 static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 static alloc_entry_t allocs[CUDA_MEM_ALLOCS_MAX];
@@ -209,7 +190,7 @@ CUresult_t cuMemAlloc_v2(CUdeviceptr_t *dptr, size_t bytes)
         slot++;
     CUresult_t rc = CUDA_ERR_OUT_OF_MEMORY;
     if (slot < CUDA_MEM_ALLOCS_MAX && simgpu_alloc(s, current_gpu, bytes) == 0) {
-        allocs[slot] = (alloc_entry_t){next_ptr, current_gpu, bytes};
+        allocs[slot] = (alloc_entry_t){next_ptr, current_gpu, bytes, NULL};
         *dptr = next_ptr;
         next_ptr += (bytes + 0xfffff) & ~(uint64_t)0xfffff; /* 1 MiB aligned, never reused */
         rc = 0;
@@ -228,6 +209,8 @@ CUresult_t cuMemFree_v2(CUdeviceptr_t dptr)
     for (size_t i = 0; i < CUDA_MEM_ALLOCS_MAX; i++) {
         if (allocs[i].ptr == dptr && dptr != 0) {
             rc = simgpu_free(s, allocs[i].gpu, allocs[i].bytes) == 0 ? 0 : CUDA_ERR_INVALID_VALUE;
+            free(allocs[i].data);
+            allocs[i].data = NULL;
             allocs[i].ptr = 0;
             break;
         }
@@ -236,11 +219,25 @@ CUresult_t cuMemFree_v2(CUdeviceptr_t dptr)
     return rc;
 }
 
+void sim_alloc_lock(void) { pthread_mutex_lock(&alloc_lock); }
+
+void sim_alloc_unlock(void) { pthread_mutex_unlock(&alloc_lock); }
+
+alloc_entry_t *sim_alloc_find_locked(CUdeviceptr_t p, uint64_t *off)
+{
+    for (size_t i = 0; i < CUDA_MEM_ALLOCS_MAX; i++) {
+        if (allocs[i].ptr && p >= allocs[i].ptr && p - allocs[i].ptr < allocs[i].bytes) {
+            *off = p - allocs[i].ptr;
+            return &allocs[i];
+        }
+    }
+    return NULL;
+}
+
 /* ---- the rest of the allocation family, answered by the same table (each a plain
  * allocation on the current context's GPU; streams, pools and managed memory are not
  * simulated beyond that: a stream-ordered free takes effect at once) ---- */
 
-typedef void *CUstream_t;
 typedef void *CUmemoryPool_t;
 typedef uint64_t CUmemHandle_t;
 
@@ -324,7 +321,6 @@ CUresult_t cuMemRelease(CUmemHandle_t handle) { return cuMemFree_v2(handle); }
  * cudaVersion >= 3020 is cuMemAlloc_v2 (before: the 32-bit one, not simulated: not found),
  * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (2) picks a _ptsz variant where one exists.
  * Unknown names: CUDA_ERROR_NOT_FOUND, *status CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (1). */
-#define CUDA_ERR_NOT_FOUND 500
 
 CUresult_t cuInit(unsigned flags);
 CUresult_t cuDriverGetVersion(int *version);
@@ -356,6 +352,20 @@ static void *proc_lookup(const char *sym, int version, uint64_t flags)
         {"cuMemFreeAsync", 0, (void *)cuMemFreeAsync, (void *)cuMemFreeAsync_ptsz},
         {"cuMemCreate", 0, (void *)cuMemCreate, NULL},
         {"cuMemRelease", 0, (void *)cuMemRelease, NULL},
+        {"cuMemGetAllocationGranularity", 0, (void *)cuMemGetAllocationGranularity, NULL},
+        {"cuMemAddressReserve", 0, (void *)cuMemAddressReserve, NULL},
+        {"cuMemAddressFree", 0, (void *)cuMemAddressFree, NULL},
+        {"cuMemMap", 0, (void *)cuMemMap, NULL},
+        {"cuMemUnmap", 0, (void *)cuMemUnmap, NULL},
+        {"cuMemSetAccess", 0, (void *)cuMemSetAccess, NULL},
+        {"cuMemHostAlloc", 0, (void *)cuMemHostAlloc, NULL},
+        {"cuMemAllocHost", 3020, (void *)cuMemAllocHost_v2, NULL},
+        {"cuMemFreeHost", 0, (void *)cuMemFreeHost, NULL},
+        {"cuMemcpyHtoD", 3020, (void *)cuMemcpyHtoD_v2, NULL},
+        {"cuMemcpyDtoH", 3020, (void *)cuMemcpyDtoH_v2, NULL},
+        {"cuMemcpyHtoDAsync", 3020, (void *)cuMemcpyHtoDAsync_v2, (void *)cuMemcpyHtoDAsync_v2_ptsz},
+        {"cuMemcpyDtoHAsync", 3020, (void *)cuMemcpyDtoHAsync_v2, (void *)cuMemcpyDtoHAsync_v2_ptsz},
+        {"cuStreamSynchronize", 0, (void *)cuStreamSynchronize, NULL},
         {"cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2, NULL},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
