@@ -167,6 +167,8 @@ struct instance {
     /* the driver's per-cgroup limit on its leaf (workers/driver_limit.c); NULL = none */
     struct driver_limit *dlimit;
     uint64_t unverified;     /* bytes assumed cached at request ends, not yet measured */
+    uint64_t unverified_ms;  /* loop clock of the last such request end: a reading that began
+                              * before it may show that request still running */
     bool reclaiming;         /* stopped/unloaded: waiting for NVML to show memory back */
     uint64_t reclaim_since_ms;
     uint64_t reclaim_last;   /* unload hooks: last measurement, to see the usage settle */

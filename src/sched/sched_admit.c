@@ -194,6 +194,7 @@ void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, boo
     if (held && released && inst->mem.gpu >= 0 && inst->state == INST_READY && !inst->stop_requested) {
         ledger_resize(&sched_state.ledger, &inst->mem, inst->mem.bytes + released);
         inst->unverified += released;
+        inst->unverified_ms = core_now();
     }
     inst->credit_used = inst->credit_used > r->credit ? inst->credit_used - r->credit : 0;
     r->credit = 0;

@@ -240,6 +240,12 @@ static bool recycle_on_growth(core_t *d, model_t *m, instance_t *in, uint64_t no
  * check while idle, its peak while running (learning), and its RESIDENT entry. */
 static void book_ready(core_t *d, model_t *m, instance_t *in, uint64_t now)
 {
+    /* A reading that began before its last request ended may show that request's memory
+     * still allocated: taken as the idle instance's, it would be lent as verified cache to
+     * the next request (a framework that freed it has none) and look like growth. The next
+     * reading, begun after the end, verifies what was assumed. */
+    if (in->in_flight == 0 && in->unverified > 0 && sched_state.fresh_ms <= in->unverified_ms)
+        return;
     if (in->in_flight == 0) {
         /* the post-load baseline: taken from the first snapshot after READY (its
          * first request waited for it), and it only ever falls afterwards */
