@@ -34,6 +34,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -486,7 +488,9 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned 
  * The drivers lent to this project (580) lack these calls; the simulated driver stands for
  * one of them unless SIMGPU_DRIVER_LIMITS=1 is set in the calling process: then both work
  * over simgpu's limit table (simgpu.h), else they answer NOT_SUPPORTED, as a driver without
- * the feature would. */
+ * the feature would. SIMGPU_NVML_LIMIT_DELAY_MS=N makes each set take N ms first (a driver
+ * slow to answer, for the tests of what vramd does meanwhile), or only the first
+ * SIMGPU_NVML_LIMIT_DELAY_CALLS of them. */
 
 static bool limits_enabled(void)
 {
@@ -507,6 +511,13 @@ static nvmlReturn_t errno_to_nvml(int e)
 
 nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits)
 {
+    static atomic_int delayed; /* SIMGPU_NVML_LIMIT_DELAY_CALLS: how many calls are slow (unset: all) */
+    const char *delay = getenv("SIMGPU_NVML_LIMIT_DELAY_MS"); /* a driver slow to answer (tests) */
+    const char *calls = getenv("SIMGPU_NVML_LIMIT_DELAY_CALLS");
+    if (delay && atoi(delay) > 0 && (!calls || atomic_fetch_add(&delayed, 1) < atoi(calls))) {
+        struct timespec ts = {atoi(delay) / 1000, (long)(atoi(delay) % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     nvmlReturn_t ret = query_begin();
     if (ret != NVML_SUCCESS)
         return ret;

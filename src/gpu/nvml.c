@@ -15,9 +15,10 @@
  *   gpu_close    stops polling; the object is destroyed at the first safe point (below).
  *
  * Invariants:
- *   - Only one thread calls NVML at a time for a gpu_t: every call after gpu_open happens
- *     with nvml_lock held (the read thread during a poll read, the caller of
- *     gpu_probe_once). proc_buf belongs to whoever holds nvml_lock.
+ *   - Reads are serialised: every read after gpu_open happens with nvml_lock held (the read
+ *     thread during a poll read, the caller of gpu_probe_once). proc_buf belongs to whoever
+ *     holds nvml_lock. Limit calls (nvml_limits.c) run beside them, without it: NVML is
+ *     thread-safe, and they touch nothing of the probe's but its handles.
  *   - At most one read is in flight (read_in_flight). The next read is queued only from
  *     the loop thread and only at a safe point: never while a read is in flight and never
  *     while the snapshot callback runs (it reads poll_snap, which the next read would

@@ -1,8 +1,9 @@
 /*
  * nvml_limits: the driver's per-cgroup memory limits (gpu.h: gpu_limit_set), NVML
  * nvmlDeviceSetMemoryLimits_v1 of driver r615+. Each set runs on a driver thread of its own
- * (driver_thread.h), at most GPU_LIMIT_CALLS_MAX at once, under nvml_lock like every NVML
- * call of the probe.
+ * (driver_thread.h), at most GPU_LIMIT_CALLS_MAX at once. Not under nvml_lock: that lock
+ * serialises the reads, which share the process buffer; NVML itself is thread-safe (NVIDIA's
+ * reference), and a set that hangs in the driver must not make the GPU figures stale.
  *
  * Whether the driver has them is decided at open (nvml.c: both symbols resolve and a read of
  * the limits of the cgroup root, nvmlDeviceGetMemoryLimits_v1, is not answered NOT_SUPPORTED
@@ -54,9 +55,7 @@ static void on_limit_work(drv_call_t *call)
     nvmlSetMemoryLimits_v1_t l = {.nameSpace = c->dir, .softLimit = 0, .hardLimit = c->hard};
     if (c->hard == GPU_LIMIT_NONE)
         l.hardLimit = NVML_DEVICE_MEMORY_LIMIT_MAX;
-    pthread_mutex_lock(&c->g->nvml_lock);
-    c->rc = c->g->nvml.device_set_memory_limits_v1(c->handle, &l);
-    pthread_mutex_unlock(&c->g->nvml_lock);
+    c->rc = c->g->nvml.device_set_memory_limits_v1(c->handle, &l); /* beside the reads: below */
 }
 
 static void on_limit_done(drv_call_t *call)

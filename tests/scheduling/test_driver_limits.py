@@ -14,6 +14,8 @@ one):
   - with the CUDA shim as well, both agree: the under-declared worker's ask is granted and
     the limit raised before the answer, so the allocation passes; limit = booking = the
     shim's grant + its context;
+  - a driver slow to answer: after 2 s nothing waits for it (the worker starts, requests
+    run), and the limit follows again once it answered;
   - a driver without the calls (the variable unset: driver 580): no limit, status says why,
     the worker serves.
 """
@@ -178,6 +180,29 @@ def test_limit_and_shim_agree(sched):
     assert d["limit_bytes"] >= 8 * GiB, d
     assert s["granted"] >= 1 and s["refused"] == 0, s
     assert h.result().status == 200
+    sched.finish()
+
+
+def test_a_driver_slow_to_answer_holds_nothing_for_long(sched):
+    """The driver takes 6 s to answer the first limit (the one set before the worker starts).
+    After 2 s (DRIVER_LIMIT_WAIT_MS) vramd logs driver_limit_stuck and starts the worker
+    without waiting longer; a request meanwhile is answered, not held; once the driver
+    answers, the limit follows the booking again. The GPU figures stay fresh all along (the
+    limit call does not hold the reads' lock)."""
+    gpu = sched.gpu_set("16GiB")
+    models = {"w": model(sched, "w", "2GiB", "2GiB", ["--run-time", sim_s(1)], "2560MiB", "2GiB")}
+    vd = start(sched, gpu, models, env={**LIMITS, "SIMGPU_NVML_LIMIT_DELAY_MS": "6000",
+                                        "SIMGPU_NVML_LIMIT_DELAY_CALLS": "1"})
+    load(vd, "w")
+    stuck = vd.events("driver_limit_stuck", model="w")
+    started = vd.events("worker_started", model="w")
+    assert stuck and started and stuck[0]["_i"] < started[0]["_i"], (stuck, started)
+    assert limit_of(vd, "w")["state"] == "stuck", limit_of(vd, "w")
+    assert not vd.status()["nvml"]["stale"], "a limit call in the driver made the GPU figures stale"
+    assert vd.generate("w", {"n": 1}).status == 200
+    wait_for(lambda: limit_of(vd, "w")["state"] == "set" and limit_of(vd, "w")["limit_bytes"] < 6 * GiB,
+             timeout=20, what="the limit following the booking once the driver answered")
+    assert vd.generate("w", {"n": 2}).status == 200
     sched.finish()
 
 
