@@ -322,7 +322,6 @@ static cJSON *set_to_json(simgpu_t *s, const char *name)
     cJSON_AddNumberToObject(root, "release_delay_ms", (double)delay_sim);
     cJSON_AddNumberToObject(root, "release_delay_real_ms", (double)delay_real);
     cJSON_AddNumberToObject(root, "pcie_bandwidth", (double)simgpu_pcie_bandwidth(s));
-    cJSON_AddNumberToObject(root, "limits_dropped", (double)simgpu_limits_dropped(s));
     cJSON_AddItemToObject(root, "gpus", gpus);
     static simgpu_proc_t procs[SIMGPU_MAX_PROCS];
     static simgpu_park_info_t parks[SIMGPU_MAX_PROCS];
@@ -369,6 +368,8 @@ static cJSON *set_to_json(simgpu_t *s, const char *name)
         if (!add_gpu_parked_json(gpu, g, parks, n_parks) || !add_gpu_limits_json(s, gpu, g))
             goto fail;
     }
+    /* after the GPUs' limit lists: listing drops the limits whose cgroup is gone */
+    cJSON_AddNumberToObject(root, "limits_dropped", (double)simgpu_limits_dropped(s));
     return root;
 fail:
     cJSON_Delete(root);

@@ -16,10 +16,13 @@ one):
     shim's grant + its context;
   - a driver slow to answer: after 2 s nothing waits for it (the worker starts, requests
     run), and the limit follows again once it answered;
+  - vramd SIGKILLed with a limit set and started again: the guard sweeps the leaf (its limit
+    goes with it), the new vramd's worker gets its own limit on the leaf made anew;
   - a driver without the calls (the variable unset: driver 580): no limit, status says why,
     the worker serves.
 """
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -203,6 +206,41 @@ def test_a_driver_slow_to_answer_holds_nothing_for_long(sched):
     wait_for(lambda: limit_of(vd, "w")["state"] == "set" and limit_of(vd, "w")["limit_bytes"] < 6 * GiB,
              timeout=20, what="the limit following the booking once the driver answered")
     assert vd.generate("w", {"n": 2}).status == 200
+    sched.finish()
+
+
+def test_vramd_killed_with_limits_set_and_started_again(sched):
+    """vramd is SIGKILLed while its worker's leaf has a limit: its guard kills the worker and
+    sweeps the leaf, and removing the cgroup clears the limit (NVIDIA's documented rule; the
+    simulated driver counts it dropped). A vramd started again on the same state_dir makes the
+    same leaf name anew: it gets a new limit (the old one is not inherited), and serves."""
+    gpu = sched.gpu_set("16GiB")
+    models = {"w": model(sched, "w", "2GiB", "2GiB", ["--run-time", sim_s(20)], "2560MiB", "2GiB")}
+    state = str(sched.tmp / "var-shared")
+    vd = sched.start_vramd(gpu, models, extra_env=dict(LIMITS), cgroup={"mode": "v2"}, state_dir=state)
+    load(vd, "w")
+    first = wait_for(lambda: (lambda d: d if d and d["state"] == "set" else None)(limit_of(vd, "w")), timeout=10,
+                     what="the first vramd's limit")
+    pending = vd.later("w", {"n": 1})
+    vd.wait_in_flight("w")
+    old_pids = vd.worker_pids("w")
+    vd.signal(signal.SIGKILL)
+    vd.wait_exit(10)
+    vd.stopped = True
+    pending.result()
+    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in old_pids), timeout=20,
+             what="the old worker gone with its vramd")
+    wait_for(lambda: not os.path.isdir(first["cgroup"]), timeout=20, what="the old leaf swept")
+    limits, dropped = sim_limits(sched, gpu)
+    assert limits == [] and dropped == 1, (limits, dropped)
+    vd2 = sched.start_vramd(gpu, models, extra_env=dict(LIMITS), cgroup={"mode": "v2"}, state_dir=state)
+    load(vd2, "w")
+    second = wait_for(lambda: (lambda d: d if d and d["state"] == "set" and d["limit_bytes"] < 6 * GiB else None)(
+        limit_of(vd2, "w")), timeout=10, what="the second vramd's limit")
+    assert second["cgroup"] == first["cgroup"], (first, second)  # the same leaf name, made anew
+    limits, _ = sim_limits(sched, gpu)
+    assert len(limits) == 1 and limits[0]["hard"] == second["limit_bytes"], limits
+    assert vd2.generate("w", {"n": 2}).status == 200
     sched.finish()
 
 
