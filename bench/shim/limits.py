@@ -41,7 +41,8 @@ def one(h, gpu, limits, mode, n):
     model = h.model("a", ["--resident", "2GiB", "--per-request", "1GiB", "--cache", "release",
                           "--run-time", sim_s(0.01)], "2560MiB", "1GiB")
     env = {"SIMGPU_DRIVER_LIMITS": "1"} if limits == "on" else {}
-    vd = h.start_vramd(gpu, {"a": model}, extra_env=env, level="warn", cgroup={"mode": "v2"})
+    vd = h.start_vramd(gpu, {"a": model}, extra_env=env, level="warn", gpu={"driver_limits": "auto"},
+                       cgroup={"mode": "v2"})
     try:
         r = vd.post("/v1/models/a/load", timeout=120)
         assert r.status == 200, r

@@ -257,8 +257,8 @@ typedef struct config {
          * checks, so never 0 in a loaded config. */
         uint64_t stale_after_ms;
         bool foreign_measure; /* foreign_usage: measure (default) | ignore */
-        /* driver_limits: auto (default: the driver's per-cgroup limit on each supervised
-         * worker with a cgroup v2 leaf, where the driver has them) | off */
+        /* driver_limits: auto (the driver's per-cgroup limit on each supervised worker with
+         * a cgroup v2 leaf, where the driver has them) | off (default) */
         bool driver_limits;
     } gpu;
     struct {

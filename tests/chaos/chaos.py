@@ -251,12 +251,19 @@ def quiet(vd):
     return st["queues"]["queued"] == 0 and st["queues"]["in_flight"] == 0
 
 
-def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off", card="24GiB"):
+def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off", card="24GiB", limits=False):
     """The whole chaos run on Harness h; returns a summary dict. Fails (AssertionError)
-    on any broken promise. wrong, shim: as models(); card: the simulated GPU's size."""
+    on any broken promise. wrong, shim: as models(); card: the simulated GPU's size; limits:
+    workers in cgroup v2 leaves held to their bookings by the driver's per-cgroup limits (the
+    simulated NVML's, SIMGPU_DRIVER_LIMITS=1)."""
     gpu = h.gpu_set(card)
-    env = {"VRAMD_CUDA_SHIM_LIBRARY": str(Path(h_build()) / "lib" / "libvramd-cuda.so")} if shim != "off" else None
-    vd = h.start_vramd(gpu, models(h, wrong, shim), extra_env=env)
+    env = {"VRAMD_CUDA_SHIM_LIBRARY": str(Path(h_build()) / "lib" / "libvramd-cuda.so")} if shim != "off" else {}
+    top = {}
+    if limits:
+        env["SIMGPU_DRIVER_LIMITS"] = "1"
+        top["cgroup"] = {"mode": "v2"}
+        top["gpu"] = {"driver_limits": "auto"}
+    vd = h.start_vramd(gpu, models(h, wrong, shim), extra_env=env or None, **top)
     vd.allow_oom.add("mesh")
     for m in ("chat", "mesh", "slow"):
         r = vd.generate(m, {"prompt": "warm", "resolution": 256}, timeout=REQUEST_TIMEOUT)
@@ -326,6 +333,7 @@ def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off", card="24GiB
     summary["shim"] = {f"{m['name']}-{i['id']}": i["shim"] for m in st["models"]
                        for i in m.get("instances", []) if i.get("shim")}
     summary["shim_refused"] = len(vd.events("shim_refused"))
+    summary["driver_limits"] = st["nvml"].get("driver_limits") if limits else None
     # a worker whose own shim refused allocations printed OOM lines for its own over-use,
     # refused in it alone (one refusal prints two: PyTorch's text and simworker's log line);
     # its lines are counted as neighbour OOMs only when its shim refused nothing (so a
@@ -376,6 +384,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None, help="the JSON result (default bench/results/chaos-<n>-<time>.json)")
     ap.add_argument("--card", default="24GiB", help="the simulated GPU's memory (default 24GiB)")
+    ap.add_argument("--driver-limits", action="store_true",
+                    help="workers held to their bookings by the driver's per-cgroup limits (cgroup v2, "
+                         "the simulated NVML's); the run must still end with no OOM in any worker")
     ap.add_argument("--wrong-memory", action="store_true",
                     help="every model declares a quarter of its real memory")
     ap.add_argument("--compare-shim", action="store_true",
@@ -392,7 +403,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="vramd-chaos-") as tmp:
         h = Harness(Path(tmp))
         try:
-            summary = run(h, args.requests, args.seed, args.clients, wrong=args.wrong_memory, card=args.card)
+            summary = run(h, args.requests, args.seed, args.clients, wrong=args.wrong_memory, card=args.card,
+                          limits=args.driver_limits)
         finally:
             h.close()
     summary["seconds"] = round(time.monotonic() - t0, 1)

@@ -65,7 +65,7 @@ def model(sched, name, resident, per_request, flags, declared_resident, declared
 
 
 def start(sched, gpu, models, env=LIMITS):
-    return sched.start_vramd(gpu, models, extra_env=dict(env), cgroup={"mode": "v2"})
+    return sched.start_vramd(gpu, models, extra_env=dict(env), gpu={"driver_limits": "auto"}, cgroup={"mode": "v2"})
 
 
 def load(vd, name):
@@ -217,7 +217,8 @@ def test_vramd_killed_with_limits_set_and_started_again(sched):
     gpu = sched.gpu_set("16GiB")
     models = {"w": model(sched, "w", "2GiB", "2GiB", ["--run-time", sim_s(20)], "2560MiB", "2GiB")}
     state = str(sched.tmp / "var-shared")
-    vd = sched.start_vramd(gpu, models, extra_env=dict(LIMITS), cgroup={"mode": "v2"}, state_dir=state)
+    vd = sched.start_vramd(gpu, models, extra_env=dict(LIMITS), gpu={"driver_limits": "auto"}, cgroup={"mode": "v2"},
+                           state_dir=state)
     load(vd, "w")
     first = wait_for(lambda: (lambda d: d if d and d["state"] == "set" else None)(limit_of(vd, "w")), timeout=10,
                      what="the first vramd's limit")
@@ -233,7 +234,8 @@ def test_vramd_killed_with_limits_set_and_started_again(sched):
     wait_for(lambda: not os.path.isdir(first["cgroup"]), timeout=20, what="the old leaf swept")
     limits, dropped = sim_limits(sched, gpu)
     assert limits == [] and dropped == 1, (limits, dropped)
-    vd2 = sched.start_vramd(gpu, models, extra_env=dict(LIMITS), cgroup={"mode": "v2"}, state_dir=state)
+    vd2 = sched.start_vramd(gpu, models, extra_env=dict(LIMITS), gpu={"driver_limits": "auto"}, cgroup={"mode": "v2"},
+                            state_dir=state)
     load(vd2, "w")
     second = wait_for(lambda: (lambda d: d if d and d["state"] == "set" and d["limit_bytes"] < 6 * GiB else None)(
         limit_of(vd2, "w")), timeout=10, what="the second vramd's limit")
