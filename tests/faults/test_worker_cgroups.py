@@ -15,37 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from vramdkit import binary, pid_alive, pids_with_cmdline, proc_cmdline, request, sim_s, wait_for
+from vramdkit import binary, cgroup_usable, pid_alive, pids_with_cmdline, proc_cmdline, request, sim_s, wait_for
 
 from .faultkit import instance_pid, wait_gone
 
 WORKER = ["--resident", "512MiB", "--per-request", "256MiB", "--run-time", sim_s(0.2)]
 GiB = 1 << 30
 HELPER = GiB
-
-
-def mode_usable(mode):
-    """Can this machine (as this user) make a cgroup in the hierarchy mode asks for?"""
-    where = {"v2": ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"], "v1": ["/sys/fs/cgroup/pids"]}[mode]
-    for d in where:
-        fs = None
-        try:
-            with open("/proc/self/mountinfo") as f:
-                for line in f:
-                    parts = line.split()
-                    if parts[4] == d:
-                        fs = line.split(" - ")[1].split()[0]
-        except OSError:
-            return False
-        if (mode == "v2" and fs == "cgroup2") or (mode == "v1" and fs == "cgroup"):
-            probe = Path(d) / f"vramd-probe-{os.getpid()}"
-            try:
-                probe.mkdir()
-                probe.rmdir()
-                return True
-            except OSError:
-                return False
-    return False
 
 
 def helper_cmd(faults, gpu, mode):
@@ -119,7 +95,7 @@ def test_detached_helper_is_the_instances_and_dies_with_it(faults, mode, cg_mode
     shows every byte back. Loaded again, then vramd is SIGKILLed: the guard takes the
     helper (a cgroup member) within seconds. The next start finds nothing left and the
     model serves again."""
-    if not mode_usable(cg_mode):
+    if not cgroup_usable(cg_mode):
         pytest.skip(f"cgroup {cg_mode} cannot be written on this machine")
     gpu = faults.gpu_set("16GiB")
     state_dir = faults.tmp / "state"
@@ -167,7 +143,7 @@ def test_next_start_kills_what_a_dead_run_left_in_its_cgroups(faults, cg_mode):
     leader dies (PR_SET_PDEATHSIG), the setsid helper does not. The next vramd on the same
     state_dir finds it in its cgroup subtree at start (cgroup_swept), kills it and removes
     the leaf, before it serves."""
-    if not mode_usable(cg_mode):
+    if not cgroup_usable(cg_mode):
         pytest.skip(f"cgroup {cg_mode} cannot be written on this machine")
     gpu = faults.gpu_set("16GiB")
     state_dir = faults.tmp / "state"
@@ -202,7 +178,7 @@ def test_a_late_guard_leaves_the_next_vramd_alone(faults, cg_mode):
     subtree's owner lock, so the guard skips its cgroup sweep. Before the lock, it killed the
     new vramd's worker and removed the subtree under it, and every later start failed with
     "cgroup .../w-N: No such file or directory" (test_jobs_survive_kill9 in CI)."""
-    if not mode_usable(cg_mode):
+    if not cgroup_usable(cg_mode):
         pytest.skip(f"cgroup {cg_mode} cannot be written on this machine")
     gpu = faults.gpu_set("16GiB")
     state_dir = faults.tmp / "state"
@@ -234,7 +210,7 @@ def test_100_start_stop_cycles_leave_no_process_and_no_cgroup(faults):
     """100 loads and unloads of a worker that detaches a helper each time: after each
     unload the helper is gone; at the end no process of the test and no leaf is left, and
     NVML shows nothing held."""
-    mode = "v2" if mode_usable("v2") else "v1" if mode_usable("v1") else None
+    mode = "v2" if cgroup_usable("v2") else "v1" if cgroup_usable("v1") else None
     if not mode:
         pytest.skip("no cgroup hierarchy can be written on this machine")
     gpu = faults.gpu_set("16GiB")

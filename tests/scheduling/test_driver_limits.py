@@ -23,11 +23,10 @@ one):
 """
 import os
 import signal
-from pathlib import Path
 
 import pytest
 
-from vramdkit import sim_s, wait_for
+from vramdkit import cgroup_usable, sim_s, wait_for
 from vramdkit.paths import build_dir
 
 GiB = 1024 ** 3
@@ -35,27 +34,9 @@ MiB = 1024 ** 2
 LIMITS = {"SIMGPU_DRIVER_LIMITS": "1"}
 
 
-def v2_usable():
-    for d in ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]:
-        try:
-            with open("/proc/self/mountinfo") as f:
-                fs = [line.split(" - ")[1].split()[0] for line in f if line.split()[4] == d]
-        except OSError:
-            return False
-        if fs and fs[0] == "cgroup2":
-            probe = Path(d) / f"vramd-probe-{os.getpid()}"
-            try:
-                probe.mkdir()
-                probe.rmdir()
-                return True
-            except OSError:
-                return False
-    return False
-
-
 @pytest.fixture(autouse=True)
 def _needs_v2():
-    if not v2_usable():
+    if not cgroup_usable("v2"):
         pytest.skip("no writable cgroup v2 hierarchy here: the driver's limits go on a worker's v2 leaf")
 
 

@@ -5,7 +5,8 @@ A suite's conftest.py puts tests/lib on sys.path and imports from here:
   net      free_port(), Reply, PeerClosed, RawConn (raw HTTP/1.1), build_request(),
            http_request(), open_stream(), request() (http.client), readable()
   waits    wait_for(), run_threads(), Background
-  proc     /proc readers: pid_alive(), children_of(), pids_with_cmdline(), wait_for_gone(), ...
+  proc     /proc readers: pid_alive(), children_of(), pids_with_cmdline(), wait_for_gone(), ...;
+           cgroup_usable("v2"|"v1"): can a cgroup be made in that hierarchy here
   descriptors  fill_descriptors(), release_descriptors(): vramd's descriptor table filled
   sim      sim_env(), Holder (`simgpu alloc`), sim_s(), size(), TIMESCALE
   daemon   Vramd (one daemon, GPU simulation optional), ExternalWorker, yaml_dump(),
@@ -35,7 +36,7 @@ _EXPORTS = {
             "open_stream", "readable", "request"],
     "paths": ["PYTHON", "REPO_ROOT", "binary", "build_dir", "check_binaries", "nvml_lib",
               "probe_bin", "vramd_binary"],
-    "proc": ["children_of", "descends_from", "fd_count", "pid_alive", "pids_with_cmdline",
+    "proc": ["cgroup_usable", "children_of", "descends_from", "fd_count", "pid_alive", "pids_with_cmdline",
              "proc_cmdline", "proc_stat", "proc_state", "wait_for_gone", "zombie_children"],
     "sim": ["TIMESCALE", "Holder", "sim_env", "sim_s", "size"],
     "waits": ["Background", "run_threads", "wait_for"],

@@ -3,6 +3,7 @@ processes whose command line holds a marker (each test's unique tag appears in e
 command line it starts)."""
 import os
 import time
+from pathlib import Path
 
 
 def proc_stat(pid):
@@ -98,3 +99,27 @@ def wait_for_gone(marker, exclude=(), timeout=10.0, program=None):
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
+
+
+def cgroup_usable(mode):
+    """Can this machine (as this user) make a cgroup in the hierarchy mode asks for?"""
+    where = {"v2": ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"], "v1": ["/sys/fs/cgroup/pids"]}[mode]
+    for d in where:
+        fs = None
+        try:
+            with open("/proc/self/mountinfo") as f:
+                for line in f:
+                    parts = line.split()
+                    if parts[4] == d:
+                        fs = line.split(" - ")[1].split()[0]
+        except OSError:
+            return False
+        if (mode == "v2" and fs == "cgroup2") or (mode == "v1" and fs == "cgroup"):
+            probe = Path(d) / f"vramd-probe-{os.getpid()}"
+            try:
+                probe.mkdir()
+                probe.rmdir()
+                return True
+            except OSError:
+                return False
+    return False
