@@ -4,10 +4,11 @@
  * host memory and copies). Internal to sim/cuda.
  *
  * The allocation table: one entry per device allocation of this process (cuMemAlloc and its
- * family, cuMemCreate's physical memory), under the table lock. An entry of at most
- * CUDA_REAL_BYTES_MAX bytes keeps real bytes once something is copied into it (data, made at
- * the first write: reads before it see zeros), so a test can check that data survives a
- * park; a larger one is bytes on the simulated GPU only (reads: zeros, writes: dropped).
+ * family, cuMemCreate's physical memory), under the table lock. An entry keeps the real bytes
+ * written into its first CUDA_REAL_BYTES_MAX bytes (data, grown to the furthest byte written),
+ * so a test can check that data survives a park; bytes never written (or past that) are on
+ * the simulated GPU only: a read leaves them in the destination as they were (unspecified, as
+ * uninitialised device memory is on a GPU), a write past the kept range is dropped.
  */
 #ifndef VRAMD_SIM_CUDA_INT_H
 #define VRAMD_SIM_CUDA_INT_H
@@ -36,7 +37,8 @@ typedef struct alloc_entry {
     CUdeviceptr_t ptr; /* 0: free slot */
     int gpu;
     uint64_t bytes;
-    unsigned char *data; /* real bytes (CUDA_REAL_BYTES_MAX at most), made at the first write */
+    unsigned char *data; /* real bytes [0, data_len), made at the first write */
+    uint64_t data_len;   /* at most CUDA_REAL_BYTES_MAX */
 } alloc_entry_t;
 
 simgpu_t *sim_cuda_set(void);

@@ -14,7 +14,8 @@
  *              i is its i-th entry, as the driver does.
  *   cuDeviceTotalMem_v2  the GPU's total.
  *   cuDevicePrimaryCtxRetain / cuCtxSetCurrent  a context per device (no state of its own);
- *              the current context is per thread, as the driver's is.
+ *              the current context is per thread, as the driver's is. cuCtxGetCurrent /
+ *              cuCtxGetDevice read it back; cuCtxSynchronize has nothing to wait for.
  *   cuMemGetInfo_v2  free and total of the current context's GPU; under a per-cgroup limit
  *              (nvmlDeviceSetMemoryLimits_v1), the limit as total and the room under it.
  *   cuMemAlloc_v2  simgpu_alloc on the current context's GPU (CUDA_ERROR_OUT_OF_MEMORY when
@@ -42,6 +43,9 @@ CUresult_t cuDeviceTotalMem_v2(size_t *bytes, CUdevice_t dev);
 CUresult_t cuDevicePrimaryCtxRetain(void **pctx, CUdevice_t dev);
 CUresult_t cuDevicePrimaryCtxRelease_v2(CUdevice_t dev);
 CUresult_t cuCtxSetCurrent(void *ctx);
+CUresult_t cuCtxGetCurrent(void **pctx);
+CUresult_t cuCtxGetDevice(CUdevice_t *device);
+CUresult_t cuCtxSynchronize(void);
 CUresult_t cuMemGetInfo_v2(size_t *free_bytes, size_t *total);
 CUresult_t cuMemAlloc_v2(CUdeviceptr_t *dptr, size_t bytes);
 CUresult_t cuMemFree_v2(CUdeviceptr_t dptr);
@@ -160,6 +164,49 @@ CUresult_t cuCtxSetCurrent(void *ctx)
     return 0;
 }
 
+/* The calling thread's context (NULL when none is current), as cuCtxSetCurrent set it. */
+CUresult_t cuCtxGetCurrent(void **pctx)
+{
+    simgpu_t *s = sim_cuda_set();
+    if (!pctx)
+        return CUDA_ERR_INVALID_VALUE;
+    if (!s)
+        return CUDA_ERR_NOT_INITIALIZED;
+    if (current_gpu < 0) {
+        *pctx = NULL;
+        return 0;
+    }
+    int n = simgpu_count(s);
+    for (int ordinal = 0; ordinal < n; ordinal++) /* the handle names the visible ordinal */
+        if (visible_gpu(s, ordinal) == current_gpu) {
+            *pctx = (void *)(uintptr_t)(ordinal + 1);
+            return 0;
+        }
+    return CUDA_ERR_INVALID_CONTEXT;
+}
+
+CUresult_t cuCtxGetDevice(CUdevice_t *device)
+{
+    void *ctx = NULL;
+    if (!device)
+        return CUDA_ERR_INVALID_VALUE;
+    CUresult_t rc = cuCtxGetCurrent(&ctx);
+    if (rc != 0)
+        return rc;
+    if (!ctx)
+        return CUDA_ERR_INVALID_CONTEXT;
+    *device = (CUdevice_t)((uintptr_t)ctx - 1);
+    return 0;
+}
+
+/* Every copy completes before it returns (cuda_vmm.c): nothing to wait for. */
+CUresult_t cuCtxSynchronize(void)
+{
+    if (!sim_cuda_set())
+        return CUDA_ERR_NOT_INITIALIZED;
+    return current_gpu < 0 ? CUDA_ERR_INVALID_CONTEXT : 0;
+}
+
 CUresult_t cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
     simgpu_t *s = sim_cuda_set();
@@ -190,7 +237,7 @@ CUresult_t cuMemAlloc_v2(CUdeviceptr_t *dptr, size_t bytes)
         slot++;
     CUresult_t rc = CUDA_ERR_OUT_OF_MEMORY;
     if (slot < CUDA_MEM_ALLOCS_MAX && simgpu_alloc(s, current_gpu, bytes) == 0) {
-        allocs[slot] = (alloc_entry_t){next_ptr, current_gpu, bytes, NULL};
+        allocs[slot] = (alloc_entry_t){next_ptr, current_gpu, bytes, NULL, 0};
         *dptr = next_ptr;
         next_ptr += (bytes + 0xfffff) & ~(uint64_t)0xfffff; /* 1 MiB aligned, never reused */
         rc = 0;
@@ -211,6 +258,7 @@ CUresult_t cuMemFree_v2(CUdeviceptr_t dptr)
             rc = simgpu_free(s, allocs[i].gpu, allocs[i].bytes) == 0 ? 0 : CUDA_ERR_INVALID_VALUE;
             free(allocs[i].data);
             allocs[i].data = NULL;
+            allocs[i].data_len = 0;
             allocs[i].ptr = 0;
             break;
         }
@@ -341,6 +389,9 @@ static void *proc_lookup(const char *sym, int version, uint64_t flags)
         {"cuDevicePrimaryCtxRetain", 0, (void *)cuDevicePrimaryCtxRetain, NULL},
         {"cuDevicePrimaryCtxRelease", 11000, (void *)cuDevicePrimaryCtxRelease_v2, NULL},
         {"cuCtxSetCurrent", 0, (void *)cuCtxSetCurrent, NULL},
+        {"cuCtxGetCurrent", 0, (void *)cuCtxGetCurrent, NULL},
+        {"cuCtxGetDevice", 0, (void *)cuCtxGetDevice, NULL},
+        {"cuCtxSynchronize", 0, (void *)cuCtxSynchronize, NULL},
         {"cuMemGetInfo", 3020, (void *)cuMemGetInfo_v2, NULL},
         {"cuMemAlloc", 3020, (void *)cuMemAlloc_v2, NULL},
         {"cuMemAllocPitch", 3020, (void *)cuMemAllocPitch_v2, NULL},

@@ -12,11 +12,13 @@
  *   cuMemMap / cuMemUnmap  a whole cuMemCreate handle (offset 0, size = its size) at an
  *              address inside a reservation, not overlapping another mapping; unmapping
  *              needs the exact mapping. cuMemSetAccess: the range must be mapped.
- *   cuMemHostAlloc / cuMemAllocHost_v2 / cuMemFreeHost  host memory from malloc (pinning is
- *              not simulated; the bytes are real).
+ *   cuMemHostAlloc / cuMemAllocHost_v2 / cuMemFreeHost  anonymous mappings (pinning is not
+ *              simulated; the bytes are real); a copy from one moves real bytes only up to the
+ *              last page of it ever touched (mincore), the rest being zeros.
  *   cuMemcpyHtoD_v2 / cuMemcpyDtoH_v2 (+ Async_v2, _ptsz)  through an allocation's address
- *              (cuMemAlloc's pointer, or a mapped range): real bytes for an allocation of at
- *              most CUDA_REAL_BYTES_MAX (cuda_int.h), and the time the copy takes over the
+ *              (cuMemAlloc's pointer, or a mapped range): real bytes for the first
+ *              CUDA_REAL_BYTES_MAX of an allocation (cuda_int.h: never-written bytes read
+ *              back unspecified, as on a GPU), and the time the copy takes over the
  *              set's PCIe bandwidth (simgpu_pcie_bandwidth, scaled by SIMGPU_TIMESCALE),
  *              slept in the caller; async copies complete before they return (stream order
  *              holds trivially). cuStreamSynchronize: nothing to wait for.
@@ -31,6 +33,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "cuda_int.h"
@@ -165,19 +168,82 @@ CUresult_t cuMemSetAccess(CUdeviceptr_t ptr, size_t size, const void *desc, size
 
 /* ---- host memory ---- */
 
+/* Host memory of this driver: anonymous mappings, so a copy from one moves only up to its
+ * last page ever touched (mincore): pages never touched are zeros, and the simulation need
+ * not read them (a 4 GiB park holds the test's few real bytes, not 4 GiB). */
+typedef struct host_block {
+    unsigned char *p; /* NULL: free slot */
+    uint64_t size;
+} host_block_t;
+
+static host_block_t hosts[CUDA_VMM_MAX];
+
+static host_block_t *host_find_locked(const void *p)
+{
+    for (size_t i = 0; i < CUDA_VMM_MAX; i++)
+        if (hosts[i].p && (const unsigned char *)p >= hosts[i].p && (const unsigned char *)p < hosts[i].p + hosts[i].size)
+            return &hosts[i];
+    return NULL;
+}
+
+/* How many of the n bytes at p (inside a host block) matter: up to the end of the last page
+ * of them that was ever touched (clamped to n). */
+static uint64_t touched_extent(const unsigned char *p, uint64_t n)
+{
+    const uint64_t page = 4096;
+    uintptr_t first = (uintptr_t)p & ~(uintptr_t)(page - 1);
+    uint64_t pages = ((uintptr_t)p + n - first + page - 1) / page;
+    unsigned char vec[1024];
+    uint64_t last_end = 0;
+    for (uint64_t done = 0; done < pages; done += sizeof vec) {
+        uint64_t k = pages - done < sizeof vec ? pages - done : sizeof vec;
+        if (mincore((void *)(first + done * page), k * page, vec) != 0)
+            return n; /* cannot tell: every byte */
+        for (uint64_t i = 0; i < k; i++)
+            if (vec[i] & 1)
+                last_end = (done + i + 1) * page;
+    }
+    uint64_t lead = (uintptr_t)p - first;
+    uint64_t ext = last_end > lead ? last_end - lead : 0;
+    return ext < n ? ext : n;
+}
+
 CUresult_t cuMemHostAlloc(void **pp, size_t bytes, unsigned flags)
 {
     if (!pp || bytes == 0 || flags > 0xf)
         return CUDA_ERR_INVALID_VALUE;
-    *pp = malloc(bytes);
-    return *pp ? 0 : CUDA_ERR_OUT_OF_MEMORY;
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return CUDA_ERR_OUT_OF_MEMORY;
+    CUresult_t rc = CUDA_ERR_OUT_OF_MEMORY;
+    sim_alloc_lock();
+    for (size_t i = 0; i < CUDA_VMM_MAX; i++)
+        if (!hosts[i].p) {
+            hosts[i] = (host_block_t){m, bytes};
+            rc = 0;
+            break;
+        }
+    sim_alloc_unlock();
+    if (rc != 0)
+        munmap(m, bytes);
+    else
+        *pp = m;
+    return rc;
 }
 
 CUresult_t cuMemAllocHost_v2(void **pp, size_t bytes) { return cuMemHostAlloc(pp, bytes, 0); }
 
 CUresult_t cuMemFreeHost(void *p)
 {
-    free(p);
+    sim_alloc_lock();
+    host_block_t *h = host_find_locked(p);
+    host_block_t gone = h && h->p == p ? *h : (host_block_t){0};
+    if (gone.p)
+        h->p = NULL;
+    sim_alloc_unlock();
+    if (!gone.p)
+        return CUDA_ERR_INVALID_VALUE;
+    munmap(gone.p, gone.size);
     return 0;
 }
 
@@ -226,19 +292,27 @@ static CUresult_t copy(CUdeviceptr_t dev, void *host, size_t n, bool to_device)
     alloc_entry_t *e = resolve_locked(dev, &off);
     if (!e || n > e->bytes - off) {
         rc = CUDA_ERR_INVALID_VALUE;
-    } else if (e->bytes <= CUDA_REAL_BYTES_MAX) {
-        if (to_device && !e->data)
-            e->data = calloc(1, e->bytes);
-        if (to_device && !e->data)
-            rc = CUDA_ERR_OUT_OF_MEMORY;
-        else if (to_device)
-            memcpy(e->data + off, host, n);
-        else if (e->data)
-            memcpy(host, e->data + off, n);
-        else
-            memset(host, 0, n);
-    } else if (!to_device) {
-        memset(host, 0, n);
+    } else if (to_device && off < CUDA_REAL_BYTES_MAX) { /* kept: [off, end) of the first MAX bytes */
+        uint64_t real = host_find_locked(host) ? touched_extent(host, n) : n;
+        uint64_t end = off + real < CUDA_REAL_BYTES_MAX ? off + real : CUDA_REAL_BYTES_MAX;
+        if (end > e->data_len) {
+            unsigned char *grown = realloc(e->data, end);
+            if (!grown) {
+                rc = CUDA_ERR_OUT_OF_MEMORY;
+            } else {
+                memset(grown + e->data_len, 0, end - e->data_len);
+                e->data = grown;
+                e->data_len = end;
+            }
+        }
+        if (rc == 0 && end > off)
+            memcpy(e->data + off, host, end - off);
+        uint64_t zero_to = off + n < e->data_len ? off + n : e->data_len; /* untouched host pages are zeros */
+        if (rc == 0 && zero_to > end)
+            memset(e->data + end, 0, zero_to - end);
+    } else if (!to_device && off < e->data_len) { /* the rest of the destination is left as it is */
+        uint64_t end = off + n < e->data_len ? off + n : e->data_len;
+        memcpy(host, e->data + off, end - off);
     }
     sim_alloc_unlock();
     if (rc == 0)
