@@ -20,9 +20,12 @@ typedef int (*cu_alloc_t)(uint64_t *, size_t);
 typedef int (*cu_free_t)(uint64_t);
 typedef int (*cu_info_t)(size_t *, size_t *);
 typedef int (*cu_proc_t)(const char *, void **, int, uint64_t, int *);
+typedef int (*cu_htod_t)(uint64_t, const void *, size_t);
+typedef int (*cu_dtoh_t)(void *, uint64_t, size_t);
 
 #define CUDA_OOM 2
 #define STACK_MAX 65536
+#define DATA_BYTES 65536 /* written at the start of each allocation with --data-chunk */
 
 typedef struct alloc_rec {
     uint64_t ptr, bytes;
@@ -34,6 +37,10 @@ struct sw_cuda {
     cu_alloc_t alloc;
     cu_free_t release;
     cu_info_t info;
+    cu_htod_t htod;
+    cu_dtoh_t dtoh;
+    uint64_t chunk;     /* --data-chunk: allocations at most this large, each with data */
+    uint64_t seed;
     alloc_rec_t *stack;
     size_t n;
     uint64_t held;
@@ -91,6 +98,9 @@ sw_cuda_t *sw_cuda_open(bool via_proc_address, char *why, size_t whylen)
         d->alloc = (cu_alloc_t)resolve(lib, proc, "cuMemAlloc", "cuMemAlloc_v2");
         d->release = (cu_free_t)resolve(lib, proc, "cuMemFree", "cuMemFree_v2");
         d->info = (cu_info_t)resolve(lib, proc, "cuMemGetInfo", "cuMemGetInfo_v2");
+        d->htod = (cu_htod_t)resolve(lib, proc, "cuMemcpyHtoD", "cuMemcpyHtoD_v2");
+        d->dtoh = (cu_dtoh_t)resolve(lib, proc, "cuMemcpyDtoH", "cuMemcpyDtoH_v2");
+        d->seed = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)d;
     }
     if (!d || !stack || (via_proc_address && !proc) || !init || !dev_get || !retain || !set || !d->alloc ||
         !d->release || !d->info || init(0) != 0 || dev_get(&dev, 0) != 0 || retain(&ctx, dev) != 0 ||
@@ -107,10 +117,18 @@ sw_cuda_t *sw_cuda_open(bool via_proc_address, char *why, size_t whylen)
     return d;
 }
 
-int sw_cuda_alloc(sw_cuda_t *d, uint64_t bytes)
+/* The bytes written at the start of the allocation at ptr (a function of the seed and ptr). */
+static void fill(const sw_cuda_t *d, uint64_t ptr, unsigned char *buf, size_t n)
 {
-    if (bytes == 0)
-        return 0;
+    uint64_t x = d->seed ^ ptr;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (unsigned char)x;
+    }
+}
+
+static int alloc_one(sw_cuda_t *d, uint64_t bytes)
+{
     if (d->n >= STACK_MAX) {
         errno = EIO;
         return -1;
@@ -121,8 +139,52 @@ int sw_cuda_alloc(sw_cuda_t *d, uint64_t bytes)
         errno = rc == CUDA_OOM ? ENOMEM : EIO;
         return -1;
     }
+    if (d->chunk && d->htod) {
+        static unsigned char buf[DATA_BYTES];
+        size_t n = bytes < DATA_BYTES ? (size_t)bytes : DATA_BYTES;
+        fill(d, ptr, buf, n);
+        if (d->htod(ptr, buf, n) != 0) {
+            d->release(ptr);
+            errno = EIO;
+            return -1;
+        }
+    }
     d->stack[d->n++] = (alloc_rec_t){ptr, bytes};
     d->held += bytes;
+    return 0;
+}
+
+int sw_cuda_alloc(sw_cuda_t *d, uint64_t bytes)
+{
+    while (bytes > 0) {
+        uint64_t n = d->chunk && bytes > d->chunk ? d->chunk : bytes;
+        if (alloc_one(d, n) != 0)
+            return -1; /* what was allocated stays held: the caller frees by bytes */
+        bytes -= n;
+    }
+    return 0;
+}
+
+void sw_cuda_set_data_chunk(sw_cuda_t *d, uint64_t chunk) { d->chunk = chunk; }
+
+int sw_cuda_data_check(sw_cuda_t *d, uint64_t *checksum, unsigned *bad)
+{
+    static unsigned char got[DATA_BYTES], want[DATA_BYTES];
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over every allocation's data, in order */
+    *bad = 0;
+    if (!d->chunk || !d->dtoh)
+        return -1;
+    for (size_t i = 0; i < d->n; i++) {
+        size_t n = d->stack[i].bytes < DATA_BYTES ? (size_t)d->stack[i].bytes : DATA_BYTES;
+        if (d->dtoh(got, d->stack[i].ptr, n) != 0)
+            return -1;
+        fill(d, d->stack[i].ptr, want, n);
+        if (memcmp(got, want, n) != 0)
+            (*bad)++;
+        for (size_t k = 0; k < n; k++)
+            h = (h ^ got[k]) * 1099511628211ull;
+    }
+    *checksum = h;
     return 0;
 }
 
@@ -134,7 +196,7 @@ void sw_cuda_free(sw_cuda_t *d, uint64_t bytes)
         d->held -= top.bytes;
         if (top.bytes > bytes) { /* keep the rest: allocated again, smaller */
             uint64_t rest = top.bytes - bytes;
-            if (sw_cuda_alloc(d, rest) != 0)
+            if (alloc_one(d, rest) != 0)
                 fprintf(stderr, "simworker: re-allocating %llu bytes after a partial free failed\n",
                         (unsigned long long)rest);
             return;

@@ -23,7 +23,14 @@ typedef struct sw_cuda sw_cuda_t;
 
 /* NULL with why filled when no driver library could be used (then simgpu directly). */
 sw_cuda_t *sw_cuda_open(bool via_proc_address, char *why, size_t whylen);
+/* Allocate bytes (in allocations of at most the data chunk, when one is set). */
 int sw_cuda_alloc(sw_cuda_t *d, uint64_t bytes);
+/* --data-chunk: allocations of at most chunk bytes, the first 64 KiB of each written with
+ * bytes of this process's own (a test's way to see data survive a park). */
+void sw_cuda_set_data_chunk(sw_cuda_t *d, uint64_t chunk);
+/* Read every allocation's data back: its FNV-1a checksum, and how many allocations differ
+ * from what was written; -1 without a data chunk or when a copy failed. */
+int sw_cuda_data_check(sw_cuda_t *d, uint64_t *checksum, unsigned *bad);
 /* Free bytes from the most recent allocations (at most what is held). */
 void sw_cuda_free(sw_cuda_t *d, uint64_t bytes);
 uint64_t sw_cuda_held(const sw_cuda_t *d);

@@ -53,6 +53,8 @@ void sw_flags_usage(FILE *out)
         "  --lock                   one request at a time; others wait (the hand-written fix)\n"
         "  --cuda-proc-address      resolve the CUDA driver's entry points with cuGetProcAddress_v2\n"
         "                           (as the CUDA runtime does) instead of dlsym\n"
+        "  --data-chunk SIZE        through the driver: allocations of at most SIZE (64MiB at most),\n"
+        "                           each with 64KiB of data of its own; /gpu_status/ checks it\n"
         "  --size-from-free F       after the load, keep a cache of F x cuMemGetInfo's total less\n"
         "                           what it holds (vLLM's --gpu-memory-utilization)\n"
         "  --global-lock FILE       one request at a time across all simworkers sharing FILE (flock)\n"
@@ -179,6 +181,9 @@ static int apply_flag(sw_flags_t *f, const char *name, const char *v, char *err,
         if (copy_str(f->simgpu, sizeof(f->simgpu), v)) BAD("a simulated GPU name");
     } else if (!strcmp(name, "context")) {
         if (units_parse_size(v, &f->context)) BAD("a size like 300MiB");
+    } else if (!strcmp(name, "data-chunk")) {
+        if (units_parse_size(v, &f->data_chunk) || f->data_chunk == 0 || f->data_chunk > 64 * MIB)
+            BAD("a size up to 64MiB");
     } else if (!strcmp(name, "resident")) {
         if (units_parse_size(v, &f->resident)) BAD("a size like 6GiB");
     } else if (!strcmp(name, "per-request")) {

@@ -42,6 +42,7 @@ typedef struct sw_flags {
     char simgpu[128]; /* "" = $SIMGPU */
 
     uint64_t context;     /* CUDA-context-like overhead, allocated at start */
+    uint64_t data_chunk;  /* --data-chunk: driver allocations at most this large, with data (0: off) */
     uint64_t resident;    /* model weights, allocated during load */
     uint64_t load_ms;     /* simulated */
     uint64_t unload_ms;   /* simulated time /unload_models/ takes */

@@ -51,10 +51,11 @@ int main(int argc, char **argv)
         return 1;
     }
     char why[512] = "";
-    if (sw_gpumem_use_driver(&w.mem, w.f.cuda_proc_address, why, sizeof why))
+    if (sw_gpumem_use_driver(&w.mem, w.f.cuda_proc_address, why, sizeof why)) {
+        sw_cuda_set_data_chunk(w.mem.cuda, w.f.data_chunk);
         log_event(LOG_INFO, "cuda_driver", "model=%s library=%s entry_points=%s", w.f.name, sw_cuda_library(w.mem.cuda),
                   w.f.cuda_proc_address ? "cuGetProcAddress" : "dlsym");
-    else
+    } else
         log_event(LOG_INFO, "cuda_driver", "model=%s library=none reason=\"%s\" allocations=simgpu", w.f.name, why);
     w.loop = uv_default_loop();
     sw_model_init(&w);

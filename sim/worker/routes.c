@@ -87,8 +87,13 @@ static void gpu_status(sw_worker_t *w, sw_http_req_t *r)
     uint64_t held = sw_gpumem_held_measured(&w->mem);
     uint64_t allocated = m->resident + m->active;
     uint64_t reserved = allocated + m->pool + m->leaked;
+    char data[128] = "null"; /* --data-chunk: the allocations' data read back now */
+    uint64_t sum = 0;
+    unsigned bad = 0;
+    if (m->cuda && sw_cuda_data_check(m->cuda, &sum, &bad) == 0)
+        snprintf(data, sizeof data, "{\"checksum\": \"%016llx\", \"bad\": %u}", (unsigned long long)sum, bad);
     sw_respond_json(r, 200, NULL,
-        "{\"model\": \"%s\", \"state\": \"%s\", \"pid\": %d, "
+        "{\"model\": \"%s\", \"state\": \"%s\", \"pid\": %d, \"data\": %s, "
         "\"gpu\": {\"index\": %d, \"name\": \"%s\", \"uuid\": \"%s\", \"total_bytes\": %llu, "
         "\"used_bytes\": %llu, \"free_bytes\": %llu, \"utilization\": %u}, "
         "\"process\": {\"held_bytes\": %llu, \"context_bytes\": %llu, \"resident_bytes\": %llu, "
@@ -96,7 +101,7 @@ static void gpu_status(sw_worker_t *w, sw_http_req_t *r)
         "\"requests\": {\"running\": %u, \"waiting\": %u, \"started\": %llu, \"completed\": %llu, "
         "\"oom\": %llu, \"failed\": %llu}, \"gpu_held\": %s, \"holds\": %llu, "
         "\"allocated_gb\": %.3f, \"reserved_gb\": %.3f, \"total_gb\": %.3f, \"free_gb\": %.3f}",
-        name, sw_model_state_name(w->state), (int)getpid(), w->mem.index, gname, info.uuid,
+        name, sw_model_state_name(w->state), (int)getpid(), data, w->mem.index, gname, info.uuid,
         (unsigned long long)info.total, (unsigned long long)info.used, (unsigned long long)info.free,
         info.utilization_gpu, (unsigned long long)held, (unsigned long long)m->context,
         (unsigned long long)m->resident, (unsigned long long)m->active, (unsigned long long)m->pool,
