@@ -265,7 +265,7 @@ FUZZ_DEPS_fuzz_validate = src/quality/validate.c src/quality/validate_json.c src
 	src/quality/validate_ply.c src/quality/validate_png.c src/quality/validate.h src/quality/validate_int.h
 FUZZ_LIBS_fuzz_validate = -lcjson
 FUZZ_DEPS_fuzz_journal_cursor = src/jobstore/journal_cursor.c src/jobstore/journal.h
-FUZZ_DEPS_fuzz_job_request = src/jobstore/job_request.c src/common/units.c src/jobstore/job_request.h src/common/units.h
+FUZZ_DEPS_fuzz_job_request = src/jobstore/job_request.c src/common/units.c src/http/http_path.c src/jobstore/job_request.h src/common/units.h
 FUZZ_LIBS_fuzz_job_request = -lcjson
 FUZZ_DEPS_fuzz_agent_line = src/fleet/agent_line.c src/fleet/agent_line.h
 FUZZ_DEPS_fuzz_grant_socket = src/net/grant_socket.c src/net/grant_socket.h src/gpu/shim_abi.h

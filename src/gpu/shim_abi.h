@@ -29,6 +29,15 @@
  * names no instance makes vramd close that connection and count it (a worker whose shim
  * sends garbage is failed, never vramd). vramd learns the sender's pid from SO_PEERCRED (the
  * host pid, also for a process in a container), not from the message.
+ * The control connection (the shim's park tier, docs/shim.md "Parking through the shim"): a
+ * process whose allocations are parkable ($VRAMD_SHIM_PARK=1) opens a second connection at its
+ * first allocation, from a thread of its own, with HELLO_CONTROL (token, slot in aux) and then
+ * only listens: vramd sends PARK or RESTORE (seq; one command at a time per connection), the
+ * shim answers PARK_DONE (bytes = bytes copied to host memory, aux = copy time in us),
+ * PARK_FAILED (aux = enum shim_park_refusal; the process runs on as before) or RESTORE_DONE /
+ * RESTORE_FAILED (aux = the same enum; the process cannot run on: vramd stops it). An answer
+ * that names no command of that connection is malformed. While parked, the slot's live is 0
+ * and its parked bytes are what waits in pinned host memory.
  * Timeouts: vramd answers every ASK within the instance's grant_wait (+ its own reaction);
  * a shim that gets no answer within grant_wait + SHIM_ANSWER_SLACK_MS, or loses the
  * connection, detaches (state SHIM_PROC_DETACHED: allocations go straight to the driver) and
@@ -49,18 +58,21 @@
 #include <unistd.h>
 
 #define SHIM_ABI_MAGIC 0x48534d56u /* "VMSH" little-endian */
-#define SHIM_ABI_VERSION 1u
+#define SHIM_ABI_VERSION 2u
 #define SHIM_PAGE_SIZE 8192u
 #define SHIM_PAGE_PROCS 64u        /* processes of one instance that can use the shim at once */
 #define SHIM_TOKEN_LEN 16u         /* bytes; 32 hex characters in $VRAMD_SHIM_TOKEN */
 #define SHIM_ANSWER_SLACK_MS 2000u
 #define SHIM_RECONNECT_MS 1000u
+#define SHIM_PARK_GATE_MS 2000u               /* a park waits this long for allocation calls to stop */
+#define SHIM_PARK_UNMOVABLE_MAX (64ull << 20) /* live bytes it cannot move that stay on the GPU, at most */
 
 /* Environment a supervised worker gets (workers/ sets them; the shim reads them). */
 #define SHIM_ENV_PAGE "VRAMD_SHIM_PAGE"
 #define SHIM_ENV_SOCKET "VRAMD_SHIM_SOCKET"
 #define SHIM_ENV_TOKEN "VRAMD_SHIM_TOKEN"
 #define SHIM_ENV_WAIT_MS "VRAMD_SHIM_GRANT_WAIT_MS" /* the instance's grant_wait, in ms */
+#define SHIM_ENV_PARK "VRAMD_SHIM_PARK"            /* "1": back allocations so they can be parked */
 
 enum shim_proc_state {
     SHIM_PROC_FREE = 0,     /* slot unused */
@@ -78,6 +90,7 @@ typedef struct shim_proc_slot {
     _Atomic uint64_t waits;      /* asks that vramd held before granting */
     _Atomic uint64_t refusals;   /* asks refused (CUDA_ERROR_OUT_OF_MEMORY returned) */
     _Atomic uint64_t updated_ns; /* CLOCK_MONOTONIC of the last change of live */
+    _Atomic uint64_t parked;     /* device bytes this process holds in host memory (parked) now */
 } shim_proc_slot_t;
 
 typedef struct shim_page {
@@ -102,7 +115,26 @@ enum shim_msg_type {
     SHIM_MSG_ASK = 3,      /* shim -> vramd: bytes = the allocation; aux = live_total when asking; seq */
     SHIM_MSG_GRANT = 4,    /* vramd -> shim: seq; bytes = the grant now (already in the page) */
     SHIM_MSG_REFUSE = 5,   /* vramd -> shim: seq; aux = enum shim_refuse_reason */
-    SHIM_MSG_TYPE_MAX = 5
+    SHIM_MSG_HELLO_CONTROL = 6,  /* shim -> vramd: token; aux = slot index: a control connection */
+    SHIM_MSG_PARK = 7,           /* vramd -> shim: seq */
+    SHIM_MSG_RESTORE = 8,        /* vramd -> shim: seq */
+    SHIM_MSG_PARK_DONE = 9,      /* shim -> vramd: seq; bytes moved to host; aux = copy time (us) */
+    SHIM_MSG_PARK_FAILED = 10,   /* shim -> vramd: seq; aux = enum shim_park_refusal (still resident) */
+    SHIM_MSG_RESTORE_DONE = 11,  /* shim -> vramd: seq; bytes moved back; aux = copy time (us) */
+    SHIM_MSG_RESTORE_FAILED = 12, /* shim -> vramd: seq; aux = enum shim_park_refusal */
+    SHIM_MSG_TYPE_MAX = 12
+};
+
+/* Why the shim did not park (or restore) a process. */
+enum shim_park_refusal {
+    SHIM_PARK_UNMOVABLE = 1, /* it holds memory the shim did not map itself (async pools, managed,
+                                pitched, its own cuMemCreate mappings) */
+    SHIM_PARK_HOST_MEMORY = 2, /* no pinned host memory for the copies */
+    SHIM_PARK_DRIVER = 3,      /* a driver call failed (the process is as it was, for a park) */
+    SHIM_PARK_STATE = 4,       /* parked already (PARK) or not parked (RESTORE) */
+    SHIM_PARK_GPU_MEMORY = 5,  /* RESTORE: the device memory could not be created again */
+    SHIM_PARK_BUSY = 6,        /* allocation calls did not stop within SHIM_PARK_GATE_MS */
+    SHIM_PARK_REFUSAL_MAX = 6
 };
 
 enum shim_refuse_reason {

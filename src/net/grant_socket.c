@@ -24,6 +24,9 @@ struct grant_conn {
     pid_t pid;
     unsigned slot;
     bool hello_done;
+    bool control;           /* HELLO_CONTROL: vramd commands, the shim answers */
+    bool command_waiting;   /* a PARK or RESTORE sent, its answer not yet read */
+    uint32_t command_seq;
     bool ask_waiting;
     uint32_t ask_seq;
     bool closing;
@@ -118,6 +121,17 @@ int grant_conn_answer(grant_conn_t *c, const shim_msg_t *m)
     return conn_write(c, m);
 }
 
+int grant_conn_command(grant_conn_t *c, const shim_msg_t *m)
+{
+    if (c->closing || !c->control || c->command_waiting)
+        return -1;
+    c->command_waiting = true;
+    c->command_seq = m->seq;
+    return conn_write(c, m);
+}
+
+bool grant_conn_is_control(const grant_conn_t *c) { return c->control; }
+
 /* One whole message read: the rules of grant_socket.h. */
 static void conn_message(grant_conn_t *c, const shim_msg_t *m)
 {
@@ -127,11 +141,12 @@ static void conn_message(grant_conn_t *c, const shim_msg_t *m)
         return;
     }
     if (!c->hello_done) {
-        if (m->type != SHIM_MSG_HELLO || m->aux >= SHIM_PAGE_PROCS) {
+        if ((m->type != SHIM_MSG_HELLO && m->type != SHIM_MSG_HELLO_CONTROL) || m->aux >= SHIM_PAGE_PROCS) {
             conn_close(c, true);
             return;
         }
         c->hello_done = true;
+        c->control = m->type == SHIM_MSG_HELLO_CONTROL;
         c->slot = (unsigned)m->aux;
         c->owner = s->h.hello ? s->h.hello(s->ctx, c, m, c->pid) : NULL;
         if (!c->owner) {
@@ -141,6 +156,17 @@ static void conn_message(grant_conn_t *c, const shim_msg_t *m)
         shim_msg_t ok;
         shim_msg_init(&ok, SHIM_MSG_HELLO_OK);
         conn_write(c, &ok);
+        return;
+    }
+    if (c->control) {
+        bool answer = m->type >= SHIM_MSG_PARK_DONE && m->type <= SHIM_MSG_RESTORE_FAILED;
+        if (!answer || !c->command_waiting || m->seq != c->command_seq) {
+            conn_close(c, true);
+            return;
+        }
+        c->command_waiting = false;
+        if (s->h.control)
+            s->h.control(s->ctx, c, c->owner, m);
         return;
     }
     if (m->type != SHIM_MSG_ASK || c->ask_waiting) {

@@ -5,7 +5,10 @@
  * root set; the answers come back through grant_conn_answer. It knows nothing of instances.
  *
  * Rules: the first message of a connection must be HELLO, every later one ASK, and at most
- * one ASK waits for its answer per connection (a shim asks from one thread at a time); a
+ * one ASK waits for its answer per connection (a shim asks from one thread at a time). A
+ * connection that began with HELLO_CONTROL is a control connection instead: vramd sends a
+ * command (grant_conn_command, one at a time) and the only message the shim may send is that
+ * command's answer (PARK_DONE .. RESTORE_FAILED, the same seq), handed up by `control`; a
  * message that breaks a rule, or is not valid (shim_msg_valid), closes the connection with
  * `malformed` set. The peer's pid comes from SO_PEERCRED (a host pid). At most max_conns
  * connections are open (more are accepted and closed at once, counted).
@@ -34,6 +37,8 @@ typedef struct grant_socket_handlers {
     void *(*hello)(void *ctx, grant_conn_t *c, const shim_msg_t *m, pid_t peer_pid);
     /* An ASK on a connection whose hello returned owner; answer with grant_conn_answer. */
     void (*ask)(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m);
+    /* The answer to a command on a control connection. */
+    void (*control)(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m);
     /* The connection is gone (the peer closed it, a malformed message, or close_conn/close).
      * owner: what hello returned (NULL before a HELLO). */
     void (*closed)(void *ctx, grant_conn_t *c, void *owner, bool malformed);
@@ -53,6 +58,11 @@ void grant_socket_stats(const grant_socket_t *s, grant_socket_stats_t *out);
 /* Answer the ASK that waits (GRANT or REFUSE, its seq); -1 when none waits or the
  * connection is closing. */
 int grant_conn_answer(grant_conn_t *c, const shim_msg_t *m);
+/* Send a command (PARK, RESTORE; m->seq is echoed by its answer) on a control connection;
+ * -1 when it is not one, is closing, or a command waits there already. */
+int grant_conn_command(grant_conn_t *c, const shim_msg_t *m);
+/* Did the connection begin with HELLO_CONTROL? */
+bool grant_conn_is_control(const grant_conn_t *c);
 /* Close one connection (its closed handler follows, malformed false). */
 void grant_conn_close(grant_conn_t *c);
 pid_t grant_conn_pid(const grant_conn_t *c);

@@ -3,15 +3,17 @@
  * real Unix socket and a libuv loop: up to three clients write the input's bytes, split into
  * pieces a few loop turns apart, some closing early; the handlers accept a HELLO whose token
  * starts with 0x5a, and answer each ASK with GRANT or REFUSE (its seq), at once or on a later
- * turn.
+ * turn; a control connection (HELLO_CONTROL) is sent a PARK or RESTORE each turn no command
+ * waits on it.
  *
  * Input: byte 0 flags: bits 0-1 clients - 1 (0..2 -> 1..3, 3 -> 3); bit 2 answer asks one
  * turn later; bit 3 the last client closes before its last piece; byte 1 the piece size
  * (1..256, 0 = 64). The rest is dealt round-robin to the clients, piece by piece.
  *
  * Checks: every byte a client reads forms whole 64-byte messages, each valid
- * (shim_msg_valid) and of a type vramd sends (HELLO_OK, GRANT, REFUSE), GRANT/REFUSE with a
- * seq the server was asked on that connection; every connection closed ends with exactly
+ * (shim_msg_valid) and of a type vramd sends (HELLO_OK, GRANT, REFUSE, PARK, RESTORE),
+ * GRANT/REFUSE with a seq the server was asked on that connection; a command's answer reaches
+ * control() only on a control connection, once per command, with its seq; every connection closed ends with exactly
  * one closed() call (malformed or not); grant_socket_close frees everything (ASan sees a
  * leak); the loop ends (bounded turns).
  */
@@ -42,6 +44,9 @@ typedef struct pending {
 
 static struct {
     unsigned accepted_hello, asks, closed;
+    grant_conn_t *ctl[8]; /* control connections open */
+    uint32_t ctl_seq[8];  /* the command waiting on each (0: none) */
+    uint32_t next_seq;
     pending_t pend[PENDING_MAX];
     unsigned n_pend;
     int later;
@@ -64,6 +69,14 @@ static void *on_hello(void *ctx, grant_conn_t *c, const shim_msg_t *m, pid_t pid
     if (m->token[0] != 0x5a)
         return NULL;
     S.accepted_hello++;
+    if (grant_conn_is_control(c) != (m->type == SHIM_MSG_HELLO_CONTROL))
+        fail("a control connection not told apart");
+    for (unsigned i = 0; grant_conn_is_control(c) && i < 8; i++)
+        if (!S.ctl[i]) {
+            S.ctl[i] = c;
+            S.ctl_seq[i] = 0;
+            break;
+        }
     return &owner_token;
 }
 
@@ -93,12 +106,49 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
     answer(c, m->seq, grant);
 }
 
+static void on_control(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
+{
+    (void)ctx;
+    if (owner != &owner_token || !grant_conn_is_control(c))
+        fail("a command's answer on a connection that is not a control one");
+    if (m->type < SHIM_MSG_PARK_DONE || m->type > SHIM_MSG_RESTORE_FAILED)
+        fail("control() got a message that is no answer");
+    for (unsigned i = 0; i < 8; i++)
+        if (S.ctl[i] == c) {
+            if (S.ctl_seq[i] == 0 || S.ctl_seq[i] != m->seq)
+                fail("an answer to no command, or to another one");
+            S.ctl_seq[i] = 0;
+            return;
+        }
+    fail("an answer on an unknown control connection");
+}
+
+/* A command to every control connection that has none waiting. */
+static void send_commands(void)
+{
+    for (unsigned i = 0; i < 8; i++) {
+        if (!S.ctl[i] || S.ctl_seq[i])
+            continue;
+        shim_msg_t m;
+        shim_msg_init(&m, (S.next_seq & 1) ? SHIM_MSG_RESTORE : SHIM_MSG_PARK);
+        m.seq = ++S.next_seq;
+        if (grant_conn_command(S.ctl[i], &m) == 0) {
+            S.ctl_seq[i] = m.seq;
+            if (grant_conn_command(S.ctl[i], &m) == 0)
+                fail("a second command went out while one waits");
+        }
+    }
+}
+
 static void on_closed(void *ctx, grant_conn_t *c, void *owner, bool malformed)
 {
     (void)ctx;
     (void)owner;
     (void)malformed;
     S.closed++;
+    for (unsigned i = 0; i < 8; i++)
+        if (S.ctl[i] == c)
+            S.ctl[i] = NULL;
     for (unsigned i = 0; i < S.n_pend; i++)
         if (S.pend[i].c == c) {
             S.pend[i] = S.pend[--S.n_pend];
@@ -132,9 +182,10 @@ static void client_read(client_t *cl)
             cl->rx_len -= sizeof m;
             if (shim_msg_valid(&m) != 0)
                 fail("the server sent an invalid message");
-            if (m.type != SHIM_MSG_HELLO_OK && m.type != SHIM_MSG_GRANT && m.type != SHIM_MSG_REFUSE)
+            if (m.type != SHIM_MSG_HELLO_OK && m.type != SHIM_MSG_GRANT && m.type != SHIM_MSG_REFUSE &&
+                m.type != SHIM_MSG_PARK && m.type != SHIM_MSG_RESTORE)
                 fail("the server sent a type it never sends");
-            if (m.type != SHIM_MSG_HELLO_OK) {
+            if (m.type == SHIM_MSG_GRANT || m.type == SHIM_MSG_REFUSE) {
                 bool known = false;
                 for (unsigned i = 0; i < cl->n_asked; i++)
                     known = known || cl->asked[i] == m.seq;
@@ -178,7 +229,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t piece = data[1] ? data[1] : 64;
     const uint8_t *body = data + 2;
     size_t blen = size - 2;
-    static const grant_socket_handlers_t h = {.hello = on_hello, .ask = on_ask, .closed = on_closed};
+    static const grant_socket_handlers_t h = {
+        .hello = on_hello, .ask = on_ask, .control = on_control, .closed = on_closed};
     char err[256] = "";
     grant_socket_t *s = grant_socket_listen(&g_loop, g_path, 8, &h, NULL, err, sizeof err);
     if (!s)
@@ -220,6 +272,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         }
         uv_run(&g_loop, UV_RUN_NOWAIT);
+        send_commands();
         for (unsigned k = 0; S.later && k < S.n_pend; k++)
             answer(S.pend[k].c, S.pend[k].seq, S.pend[k].grant);
         S.n_pend = 0;

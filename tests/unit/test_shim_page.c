@@ -165,7 +165,9 @@ static void test_message_check(void **state)
     bad.magic ^= 1;
     assert_int_equal(shim_msg_valid(&bad), -1);
     bad = m;
-    bad.version = 2;
+    bad.version = SHIM_ABI_VERSION + 1;
+    assert_int_equal(shim_msg_valid(&bad), -1);
+    bad.version = SHIM_ABI_VERSION - 1; /* a shim of the version before (no control messages) */
     assert_int_equal(shim_msg_valid(&bad), -1);
     bad = m;
     bad.type = 0;
