@@ -168,18 +168,20 @@ static int send_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-/* One whole message within timeout_ms; -1 on a timeout, an error or EOF. */
+/* One whole message within timeout_ms (forever when it is UINT64_MAX); -1 on a timeout, an
+ * error or EOF. */
 static int recv_msg(int fd, shim_msg_t *m, uint64_t timeout_ms)
 {
     char *p = (char *)m;
     size_t have = 0;
-    uint64_t end = mono_ms() + timeout_ms;
+    bool forever = timeout_ms == UINT64_MAX;
+    uint64_t end = forever ? 0 : mono_ms() + timeout_ms;
     while (have < sizeof *m) {
         uint64_t now = mono_ms();
-        if (now >= end)
+        if (!forever && now >= end)
             return -1;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int r = poll(&pfd, 1, (int)(end - now));
+        int r = poll(&pfd, 1, forever ? -1 : (int)(end - now));
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
@@ -194,8 +196,9 @@ static int recv_msg(int fd, shim_msg_t *m, uint64_t timeout_ms)
     return shim_msg_valid(m);
 }
 
-/* Connect and say HELLO; 0 when vramd answered HELLO_OK. Called with g_sock_lock held. */
-static int connect_hello(void)
+/* Connect and say hello (HELLO, or HELLO_CONTROL); the connection when vramd answered
+ * HELLO_OK, else -1. */
+static int connect_as(enum shim_msg_type hello, int slot)
 {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -210,16 +213,22 @@ static int connect_hello(void)
     if (dirfd >= 0)
         close(dirfd);
     shim_msg_t m;
-    shim_msg_init(&m, SHIM_MSG_HELLO);
-    m.aux = (uint64_t)g_slot;
+    shim_msg_init(&m, hello);
+    m.aux = (uint64_t)slot;
     memcpy(m.token, g_token, SHIM_TOKEN_LEN);
     if (rc != 0 || send_all(fd, &m, sizeof m) != 0 || recv_msg(fd, &m, g_wait_ms + SHIM_ANSWER_SLACK_MS) != 0 ||
         m.type != SHIM_MSG_HELLO_OK) {
         close(fd);
         return -1;
     }
-    g_fd = fd;
-    return 0;
+    return fd;
+}
+
+/* Called with g_sock_lock held. */
+static int connect_hello(void)
+{
+    g_fd = connect_as(SHIM_MSG_HELLO, g_slot);
+    return g_fd >= 0 ? 0 : -1;
 }
 
 /* Past the grant: ask vramd. 0 granted (already added to live), -1 refused, 1 detached
@@ -330,4 +339,50 @@ bool shim_client_view(uint64_t *grant, uint64_t *live)
     *grant = atomic_load(&g_page->grant);
     *live = atomic_load(&g_page->live_total);
     return *grant > 0;
+}
+
+bool shim_client_park_wanted(void)
+{
+    if (!shim_client_active())
+        return false;
+    const char *v = getenv(SHIM_ENV_PARK);
+    return v && strcmp(v, "1") == 0;
+}
+
+int shim_client_control_open(void)
+{
+    if (!shim_client_active() || !my_slot())
+        return -1;
+    return connect_as(SHIM_MSG_HELLO_CONTROL, g_slot);
+}
+
+int shim_client_control_recv(int fd, shim_msg_t *m) { return recv_msg(fd, m, UINT64_MAX); }
+
+int shim_client_control_send(int fd, const shim_msg_t *m) { return send_all(fd, m, sizeof *m); }
+
+uint64_t shim_client_live(void)
+{
+    if (!shim_client_active())
+        return 0;
+    shim_proc_slot_t *s = my_slot();
+    return s ? atomic_load(&s->live) : 0;
+}
+
+void shim_client_move(uint64_t n, bool to_host)
+{
+    if (!shim_client_active())
+        return;
+    shim_proc_slot_t *s = my_slot();
+    if (!s)
+        return;
+    if (to_host) {
+        sub_floor(&g_page->live_total, n);
+        sub_floor(&s->live, n);
+        atomic_fetch_add(&s->parked, n);
+    } else { /* vramd booked it before it asked for the restore */
+        sub_floor(&s->parked, n);
+        atomic_fetch_add(&g_page->live_total, n);
+        slot_add(s, n);
+    }
+    atomic_store(&s->updated_ns, mono_ns());
 }

@@ -30,4 +30,19 @@ bool shim_client_view(uint64_t *grant, uint64_t *live);
 /* Is the page in use (counting)? */
 bool shim_client_active(void);
 
+/* ---- the park tier's side (shim_park.h) ---- */
+struct shim_msg;
+/* The page is in use and $VRAMD_SHIM_PARK is "1": allocations are backed so they can be parked. */
+bool shim_client_park_wanted(void);
+/* A control connection (HELLO_CONTROL for this process's slot, answered HELLO_OK), or -1. */
+int shim_client_control_open(void);
+/* The next whole, valid message on it, waiting as long as it takes; -1 on EOF or garbage. */
+int shim_client_control_recv(int fd, struct shim_msg *m);
+int shim_client_control_send(int fd, const struct shim_msg *m);
+/* This process's live bytes through the shim. */
+uint64_t shim_client_live(void);
+/* n bytes of this process went to host memory (to_host: live -> parked) or came back
+ * (parked -> live, unconditionally: vramd booked them before it asked for the restore). */
+void shim_client_move(uint64_t n, bool to_host);
+
 #endif

@@ -18,6 +18,8 @@
  * each pointer or handle took, so its free gives back exactly that.
  * cuMemGetInfo_v2, with the page in use: total = min(total, grant), free = min(free, total
  * - live) (0 when live is above it).
+ * With $VRAMD_SHIM_PARK=1 (shim_park.h) a cuMemAlloc_v2 of at least the granularity is made
+ * at a fixed address by the shim itself, and every wrapped call passes the park gate.
  * Invariant: the book and the page's live bytes change together, under g_book_lock.
  */
 #include <dlfcn.h>
@@ -28,6 +30,7 @@
 
 #include "shim_book.h"
 #include "shim_client.h"
+#include "shim_park.h"
 
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
@@ -67,6 +70,9 @@ enum fn_id {
 
 static void *g_real[F_COUNT];
 
+typedef CUresult (*proc_fn_t)(const char *, void **, int, uint64_t);
+typedef CUresult (*proc_v2_fn_t)(const char *, void **, int, uint64_t, int *);
+
 static const char *const g_names[F_COUNT] = {
     "cuMemAlloc_v2", "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
     "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", "cuMemFree_v2", "cuMemFreeAsync",
@@ -96,6 +102,24 @@ static void remember(enum fn_id id, void *f)
         __atomic_store_n(&g_real[id], f, __ATOMIC_RELEASE);
 }
 
+static void *g_driver_handle; /* the handle a program dlsym'ed a driver name from */
+
+void *shim_driver_symbol(const char *base, const char *full)
+{
+    void *f = NULL;
+    proc_v2_fn_t p2 = (proc_v2_fn_t)__atomic_load_n(&g_real[F_PROC_V2], __ATOMIC_ACQUIRE);
+    proc_fn_t p1 = (proc_fn_t)__atomic_load_n(&g_real[F_PROC], __ATOMIC_ACQUIRE);
+    if (p2 && p2(base, &f, 12000, 0, NULL) == CUDA_SUCCESS && f)
+        return f;
+    if (p1 && p1(base, &f, 12000, 0) == CUDA_SUCCESS && f)
+        return f;
+    void *h = __atomic_load_n(&g_driver_handle, __ATOMIC_ACQUIRE);
+    if (h && (f = real_dlsym(h, full)) != NULL)
+        return f;
+    f = real_dlsym(RTLD_NEXT, full);
+    return f && !is_ours(f) ? f : NULL;
+}
+
 /* ---- charging ----------------------------------------------------------------------------- */
 
 static int charge(uint64_t n) { return shim_client_charge(n); }
@@ -111,6 +135,7 @@ static void booked(enum shim_book_kind kind, uint64_t key, uint64_t n)
     if (!ok)
         shim_client_uncharge(n);
     shim_client_note_alloc();
+    shim_park_note_alloc();
 }
 
 static void unbook(enum shim_book_kind kind, uint64_t key)
@@ -132,13 +157,16 @@ static void unbook(enum shim_book_kind kind, uint64_t key)
         type f = (type)real(id);                                                                        \
         if (!f)                                                                                         \
             return CUDA_ERROR_NOT_INITIALIZED;                                                          \
-        if (charge(n) != 0)                                                                             \
-            return CUDA_ERROR_OUT_OF_MEMORY;                                                            \
-        CUresult rc = call;                                                                             \
-        if (rc != CUDA_SUCCESS)                                                                         \
-            shim_client_uncharge(n);                                                                    \
-        else                                                                                            \
-            booked(SHIM_KIND_PTR, (uint64_t)(key_expr), n);                                             \
+        shim_park_enter();                                                                              \
+        CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;                                                         \
+        if (charge(n) == 0) {                                                                           \
+            rc = call;                                                                                  \
+            if (rc != CUDA_SUCCESS)                                                                     \
+                shim_client_uncharge(n);                                                                \
+            else                                                                                        \
+                booked(SHIM_KIND_PTR, (uint64_t)(key_expr), n);                                         \
+        }                                                                                               \
+        shim_park_leave();                                                                              \
         return rc;                                                                                      \
     } while (0)
 
@@ -152,11 +180,42 @@ typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
 typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const void *, unsigned long long);
 typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
 typedef CUresult (*getinfo_fn)(size_t *, size_t *);
-typedef CUresult (*proc_fn)(const char *, void **, int, uint64_t);
-typedef CUresult (*proc_v2_fn)(const char *, void **, int, uint64_t, int *);
+
+/* A parkable allocation (shim_park.h): charged at the bytes the device holds for it. */
+static CUresult park_alloc(CUdeviceptr *dptr, uint64_t size)
+{
+    if (!dptr)
+        return 1; /* CUDA_ERROR_INVALID_VALUE */
+    shim_park_enter();
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (charge(size) == 0) {
+        rc = shim_park_alloc(dptr, size);
+        if (rc != CUDA_SUCCESS)
+            shim_client_uncharge(size);
+        else
+            booked(SHIM_KIND_PTR, *dptr, size);
+    }
+    shim_park_leave();
+    return rc;
+}
+
+/* p was one of the shim's parkable allocations: freed here (true, *rc set). */
+static bool park_free(CUdeviceptr p, CUresult *rc)
+{
+    uint64_t size = 0;
+    shim_park_enter();
+    bool ours = shim_park_free(p, rc, &size);
+    if (ours && *rc == CUDA_SUCCESS)
+        unbook(SHIM_KIND_PTR, p);
+    shim_park_leave();
+    return ours;
+}
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t n)
 {
+    uint64_t size = real(F_ALLOC) ? shim_park_size(n) : 0;
+    if (size)
+        return park_alloc(dptr, size);
     ALLOC_BODY(F_ALLOC, alloc_fn, f(dptr, n), *dptr, n);
 }
 
@@ -166,11 +225,15 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t widt
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
     uint64_t n = (uint64_t)((width + 511) & ~(size_t)511) * height; /* the driver's pitch, as it usually rounds */
-    if (charge(n) != 0)
+    shim_park_enter();
+    if (charge(n) != 0) {
+        shim_park_leave();
         return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     CUresult rc = f(dptr, pitch, width, height, elem);
     if (rc != CUDA_SUCCESS) {
         shim_client_uncharge(n);
+        shim_park_leave();
         return rc;
     }
     uint64_t actual = pitch ? (uint64_t)*pitch * height : n;
@@ -179,6 +242,7 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t widt
     else if (actual < n)
         shim_client_uncharge(n - actual);
     booked(SHIM_KIND_PTR, *dptr, actual);
+    shim_park_leave();
     return rc;
 }
 
@@ -212,13 +276,16 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const voi
     create_fn f = (create_fn)real(F_CREATE);
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (charge(n) != 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = f(h, n, prop, flags);
-    if (rc != CUDA_SUCCESS)
-        shim_client_uncharge(n);
-    else
-        booked(SHIM_KIND_HANDLE, *h, n);
+    shim_park_enter();
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (charge(n) == 0) {
+        rc = f(h, n, prop, flags);
+        if (rc != CUDA_SUCCESS)
+            shim_client_uncharge(n);
+        else
+            booked(SHIM_KIND_HANDLE, *h, n);
+    }
+    shim_park_leave();
     return rc;
 }
 
@@ -227,9 +294,11 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
     release_fn f = (release_fn)real(F_RELEASE);
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
+    shim_park_enter();
     CUresult rc = f(h);
     if (rc == CUDA_SUCCESS)
         unbook(SHIM_KIND_HANDLE, h);
+    shim_park_leave();
     return rc;
 }
 
@@ -238,9 +307,14 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
     free_fn f = (free_fn)real(F_FREE);
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = f(p);
+    CUresult rc;
+    if (park_free(p, &rc))
+        return rc;
+    shim_park_enter();
+    rc = f(p);
     if (rc == CUDA_SUCCESS)
         unbook(SHIM_KIND_PTR, p);
+    shim_park_leave();
     return rc;
 }
 
@@ -249,9 +323,14 @@ static CUresult free_async(enum fn_id id, CUdeviceptr p, CUstream s)
     free_async_fn f = (free_async_fn)real(id);
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult rc = f(p, s);
+    CUresult rc;
+    if (park_free(p, &rc)) /* not stream-ordered: the caller's stream must be done with it */
+        return rc;
+    shim_park_enter();
+    rc = f(p, s);
     if (rc == CUDA_SUCCESS)
         unbook(SHIM_KIND_PTR, p); /* stream-ordered: given back when the free is queued */
+    shim_park_leave();
     return rc;
 }
 
@@ -329,7 +408,7 @@ static void *wrap_or_self(const char *sym, void *got, int version, uint64_t flag
 
 EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int version, uint64_t flags)
 {
-    proc_fn f = (proc_fn)real(F_PROC);
+    proc_fn_t f = (proc_fn_t)real(F_PROC);
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult rc = f(sym, pfn, version, flags);
@@ -340,7 +419,7 @@ EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int version, uint6
 
 EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, uint64_t flags, int *status)
 {
-    proc_v2_fn f = (proc_v2_fn)real(F_PROC_V2);
+    proc_v2_fn_t f = (proc_v2_fn_t)real(F_PROC_V2);
     if (!f)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult rc = f(sym, pfn, version, flags, status);
@@ -380,6 +459,7 @@ EXPORT void *dlsym(void *handle, const char *name)
     void *got = real_dlsym(handle, name);
     if (!got || name[0] != 'c' || name[1] != 'u')
         return got;
+    __atomic_store_n(&g_driver_handle, handle, __ATOMIC_RELEASE);
     for (int id = 0; id < F_COUNT; id++) {
         if (strcmp(name, g_names[id]) != 0)
             continue;
