@@ -221,6 +221,7 @@ typedef struct model_config {
      * into the worker; auto: where the shim library and a CUDA driver library are found */
     enum config_cuda_shim { CUDA_SHIM_OFF = 0, CUDA_SHIM_AUTO, CUDA_SHIM_REQUIRED } cuda_shim; /* default off */
     uint64_t grant_wait_ms; /* an allocation past the grant waits at most this long for room; default 5s */
+    bool shim_park; /* park tier through the shim (workers/park_shim.c), tried before checkpoint; needs cuda_shim */
 } model_config_t;
 
 /* A warning of the warnings pass (config/warnings.c): legal, but likely a mistake.

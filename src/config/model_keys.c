@@ -617,6 +617,7 @@ static const field_spec_t model_fields[] = {
     {"prompt_hold_timeout", cfg_fp_duration, offsetof(model_config_t, prompt_hold_timeout_ms), 0, 0, NULL},
     {"cuda_shim", fp_cuda_shim, offsetof(model_config_t, cuda_shim), 0, 0, NULL},
     {"grant_wait", fp_grant_wait, offsetof(model_config_t, grant_wait_ms), 0, 0, NULL},
+    {"shim_park", cfg_fp_bool, offsetof(model_config_t, shim_park), 0, 0, NULL},
 };
 static const section_t model_section = SECTION(model_fields);
 

@@ -269,6 +269,12 @@ static int warn_model(ctx_t *c, config_t *cfg, const model_config_t *m, yaml_nod
         if (add_warning(c, cfg, m->name, n, "%s", problems[i].message) != 0)
             return -1;
     }
+    if (m->shim_park && m->cuda_shim == CUDA_SHIM_OFF) {
+        yaml_node_t *n = cfg_model_key_node(c, m->name, where, "shim_park");
+        if (add_warning(c, cfg, m->name, n, "shim_park needs the CUDA shim in the worker: with cuda_shim: off "
+                        "the tier is never used; set cuda_shim: auto") != 0)
+            return -1;
+    }
     if (m->keep_alive_ms == CONFIG_FOREVER && (m->unload.set || m->sleep.set)) {
         yaml_node_t *n = cfg_model_key_node(c, m->name, where, "keep_alive");
         if (add_warning(c, cfg, m->name, n, "keep_alive: forever pins the model (never evicted), so its %s "

@@ -57,7 +57,7 @@ enum instance_state {
  * (workers/park_tier.h: one ops row per tier, walked in this order, cheapest first) and into
  * model_t.park_stats. A new tier is one value here (before PARK_TIER_COUNT), one file and one
  * row of that table. PARK_NONE: not parked. */
-enum park_tier { PARK_SLEEP = 0, PARK_CHECKPOINT, PARK_TIER_COUNT, PARK_NONE = PARK_TIER_COUNT };
+enum park_tier { PARK_SLEEP = 0, PARK_SHIM, PARK_CHECKPOINT, PARK_TIER_COUNT, PARK_NONE = PARK_TIER_COUNT };
 
 /* What a model learned of one park tier (workers/park.c, park_cost.c): both halves of its
  * round trip (EWMA 0.7/0.3) and how often each was taken. */
@@ -220,6 +220,8 @@ struct instance {
     pid_t park_pids[INSTANCE_PARK_PIDS_MAX];
     unsigned n_park_pids;
     unsigned cuda_ops;
+    unsigned shim_park_ops;  /* shim tier (workers/park_shim.c): commands on control connections in flight */
+    uint64_t shim_round_ns, shim_round_bytes; /* its current round: began (uv_hrtime), bytes moved */
     bool park_pid_done[INSTANCE_PARK_PIDS_MAX]; /* parked (PARKING) / restored (RESUMING) */
     bool cuda_failed, cuda_no_memory, cuda_undoing;
     char cuda_error[160];

@@ -87,6 +87,7 @@ void shim_page_read(const shim_page_t *cp, shim_page_figures_t *out)
         if (peak > out->peak)
             out->peak = peak;
         out->allocs += atomic_load(&s->allocs);
+        out->parked += atomic_load(&s->parked);
         out->asks += atomic_load(&s->asks);
         out->waits += atomic_load(&s->waits);
         out->refusals += atomic_load(&s->refusals);

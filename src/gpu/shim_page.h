@@ -25,6 +25,7 @@
 typedef struct shim_page_figures {
     uint64_t grant;
     uint64_t live;        /* live_total as the shims keep it */
+    uint64_t parked;      /* the slots' parked bytes (in host memory: the shim park tier) */
     uint64_t peak;        /* the largest process peak */
     uint64_t allocs, asks, waits, refusals;
     unsigned attached, detached; /* processes by state */

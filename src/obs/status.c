@@ -130,6 +130,7 @@ static void shim_json(cJSON *j, const instance_t *in)
         cJSON_AddStringToObject(s, "reason", f.why);
     cJSON_AddNumberToObject(s, "grant_bytes", (double)f.grant);
     cJSON_AddNumberToObject(s, "live_bytes", (double)f.live);
+    cJSON_AddNumberToObject(s, "parked_bytes", (double)f.parked);
     cJSON_AddNumberToObject(s, "context_bytes", (double)f.context);
     cJSON_AddNumberToObject(s, "extra_bytes", (double)f.extra);
     cJSON_AddNumberToObject(s, "processes", f.processes);

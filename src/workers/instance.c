@@ -463,7 +463,7 @@ static void spawn_worker(instance_t *inst)
     const model_config_t *mc = m->cfg;
     char **argv = worker_cmds_argv(inst, mc->cmd, mc->n_cmd);
     worker_cmds_check_fraction(inst);
-    size_t n_env = mc->n_env + 3 + 5; /* PORT, VRAMD_MODEL, CUDA_VISIBLE_DEVICES; the shim's five */
+    size_t n_env = mc->n_env + 3 + 6; /* PORT, VRAMD_MODEL, CUDA_VISIBLE_DEVICES; the shim's six */
     char leaf[200];
     worker_cmds_leaf(inst, leaf, sizeof leaf);
     config_kv_t *env = calloc(n_env, sizeof *env);

@@ -1,7 +1,8 @@
 /*
  * park_tier: the park tiers (SPEC 4.1) as a table. A tier is one way of taking an idle
  * instance's GPU memory to host memory and back while its process lives: sleep/wake by the
- * worker's own hooks (park_sleep.c), a checkpoint by the CUDA driver (park_checkpoint.c).
+ * worker's own hooks (park_sleep.c), pinned copies by the CUDA shim in the worker
+ * (park_shim.c), a checkpoint by the CUDA driver (park_checkpoint.c).
  * park_tiers.c holds the ONE ordered array of them (cheapest first, indexed by enum
  * park_tier); every walk of the tiers goes through it: park.c's park_instance (which tier
  * parks now), its fallback after a failed tier and park_wake_found, park_cost.c's
@@ -78,6 +79,7 @@ typedef struct park_tier_ops {
 
 /* The tiers (each in its own file). */
 extern const park_tier_ops_t park_tier_sleep;      /* park_sleep.c */
+extern const park_tier_ops_t park_tier_shim;       /* park_shim.c */
 extern const park_tier_ops_t park_tier_checkpoint; /* park_checkpoint.c */
 
 /* ---- park_tiers.c: the table ---- */

@@ -4,9 +4,10 @@
  * fallback, park_cost.c's cost of an eviction, the names status shows.
  *
  * Invariant: row t is the tier whose enum park_tier value is t (its ops' `tier` says so), in
- * walk order: cheapest first (a wake keeps the process's own allocator, a checkpoint copies
- * every byte through the driver). Reads only the table and what each tier's can() reads.
- * Calls the tiers' files (park_sleep.c, park_checkpoint.c); called by park_cost.c, park_host.c,
+ * walk order: cheapest first (a wake keeps the process's own allocator, the shim copies what
+ * it allocated through pinned buffers at the link's speed, a checkpoint copies every byte
+ * through the driver's slower path). Reads only the table and what each tier's can() reads.
+ * Calls the tiers' files (park_sleep.c, park_shim.c, park_checkpoint.c); called by park_cost.c, park_host.c,
  * park.c and status.
  */
 #include "workers/park_tier.h"
@@ -14,6 +15,7 @@
 
 static const park_tier_ops_t *const park_tiers[PARK_TIER_COUNT] = {
     [PARK_SLEEP] = &park_tier_sleep,
+    [PARK_SHIM] = &park_tier_shim,
     [PARK_CHECKPOINT] = &park_tier_checkpoint,
 };
 

@@ -8,6 +8,7 @@
  * (the page), proc (killing a worker whose shim sent garbage).
  */
 #include "workers/shim_grants.h"
+#include "workers/shim_grants_int.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -30,29 +31,6 @@
 #include "sched/scheduler.h"
 #include "workers/driver_limit.h"
 #include "workers/shim_library.h"
-
-typedef struct shim_inst {
-    instance_t *inst;         /* NULL once the instance is freed */
-    shim_page_t *page;
-    char page_path[4096];
-    uint8_t token[SHIM_TOKEN_LEN];
-    char token_hex[2 * SHIM_TOKEN_LEN + 1];
-    char wait_ms[24];
-    char preload[8192];
-    unsigned conns;
-    bool slot_conn[SHIM_PAGE_PROCS]; /* a connection speaks for the slot */
-    bool failed;
-    char why[160];
-    uint64_t context;
-    uint64_t extra_run;       /* granted past the grant since it last went idle */
-    uint64_t run_since_ms;    /* its running began (in_flight 0 -> 1), for the deadlock rule */
-    uint64_t idle_since_ms;   /* seen idle since then (0: running); NVML and the page agree only after it */
-    bool ran_alone;           /* one request ran since then: what was granted was its need */
-    unsigned run_level, run_class; /* that request's ladder level and size class */
-    uint64_t run_booked;      /* what it booked (its entry and the cache it reused) */
-    uint64_t asks, granted, waited, refused, mismatches, wait_ms_total;
-    bool mismatch_logged;
-} shim_inst_t;
 
 typedef struct ask {
     list_t link;              /* G.asks, oldest first */
@@ -124,7 +102,8 @@ void shim_grants_init(core_t *core)
         log_event(LOG_WARN, "shim_unavailable", "reason=\"%s\"", G.unavailable);
         return;
     }
-    static const grant_socket_handlers_t h = {.hello = on_hello, .ask = on_ask, .closed = on_closed};
+    static const grant_socket_handlers_t h = {
+        .hello = on_hello, .ask = on_ask, .control = shim_control_answer, .closed = on_closed};
     char err[256] = "";
     G.sock = grant_socket_listen(core->loop, G.sock_path, SHIM_GRANTS_CONNS_MAX, &h, NULL, err, sizeof err);
     if (!G.sock) {
@@ -522,17 +501,17 @@ static void *on_hello(void *ctx, grant_conn_t *c, const shim_msg_t *m, pid_t pee
     (void)ctx;
     shim_inst_t *si = by_token(m->token);
     unsigned slot = (unsigned)m->aux;
-    if (!si || !si->page || si->failed)
-        return NULL;
-    pid_t in_slot = shim_page_slot_pid(si->page, slot);
-    if (in_slot != peer_pid || si->slot_conn[slot])
+    if (!si || !si->page || si->failed || shim_page_slot_pid(si->page, slot) != peer_pid)
         return NULL; /* not its slot (a process of another pid namespace is not offered the shim) */
+    if (grant_conn_is_control(c))
+        return shim_control_hello(si, c, slot) ? si : NULL;
+    if (si->slot_conn[slot])
+        return NULL;
     for (unsigned s = 0; s < SHIM_PAGE_PROCS; s++) /* the same pid in another slot without a connection: it exec'd */
         if (s != slot && !si->slot_conn[s] && shim_page_slot_pid(si->page, s) == peer_pid)
             shim_page_clear_slot(si->page, s);
     si->slot_conn[slot] = true;
     si->conns++;
-    (void)c;
     return si;
 }
 
@@ -587,7 +566,9 @@ static void on_closed(void *ctx, grant_conn_t *c, void *owner, bool malformed)
     if (!si)
         return;
     unsigned slot = grant_conn_slot(c);
-    if (slot < SHIM_PAGE_PROCS && si->slot_conn[slot]) {
+    if (grant_conn_is_control(c))
+        shim_control_closed(si, c);
+    else if (slot < SHIM_PAGE_PROCS && si->slot_conn[slot]) {
         si->slot_conn[slot] = false;
         si->conns--;
         pid_t pid = si->page ? shim_page_slot_pid(si->page, slot) : 0;
@@ -716,6 +697,9 @@ int shim_grants_prepare(instance_t *inst, config_kv_t *env, size_t cap, size_t *
     add_env(env, cap, n, SHIM_ENV_SOCKET, G.sock_path);
     add_env(env, cap, n, SHIM_ENV_TOKEN, si->token_hex);
     add_env(env, cap, n, SHIM_ENV_WAIT_MS, si->wait_ms);
+    static char park_on[] = "1";
+    if (m->cfg->shim_park)
+        add_env(env, cap, n, SHIM_ENV_PARK, park_on);
     return 0;
 }
 
@@ -767,6 +751,7 @@ bool shim_grants_figures(const instance_t *inst, shim_figures_t *out)
         shim_page_read(si->page, &f);
     out->grant = f.grant;
     out->live = f.live;
+    out->parked = f.parked;
     out->context = si->context;
     out->extra = inst->grant_extra.gpu >= 0 ? inst->grant_extra.bytes : 0;
     out->processes = f.attached + f.detached;

@@ -56,6 +56,7 @@ typedef struct shim_figures {
     const char *state;   /* off, unavailable, waiting, attached, detached, failed */
     const char *why;     /* unavailable/failed: the reason; else "" */
     uint64_t grant, live, context, extra;
+    uint64_t parked;     /* in host memory, by the shim park tier */
     unsigned processes;  /* slots in use */
     uint64_t asks, granted, waited, refused, mismatches;
     uint64_t wait_ms_total; /* time asks spent held */

@@ -37,14 +37,14 @@ static fixture_t *fixture_new(void)
     return f;
 }
 
-/* Row t is the tier of enum value t, in walk order: sleep, then checkpoint; every row has
- * its names and the ops every walk calls. */
+/* Row t is the tier of enum value t, in walk order: sleep, shim, then checkpoint; every row
+ * has its names and the ops every walk calls. */
 static void test_order_and_names(void **state)
 {
     (void)state;
-    static const char *names[] = {"sleep", "checkpoint"}, *backs[] = {"wake", "restore"},
-                      *parked[] = {"sleeping", "checkpointed"};
-    assert_int_equal(PARK_TIER_COUNT, 2);
+    static const char *names[] = {"sleep", "shim", "checkpoint"}, *backs[] = {"wake", "shim_restore", "restore"},
+                      *parked[] = {"sleeping", "shim_parked", "checkpointed"};
+    assert_int_equal(PARK_TIER_COUNT, 3);
     for (unsigned t = 0; t < PARK_TIER_COUNT; t++) {
         const park_tier_ops_t *ops = park_tier_ops((enum park_tier)t);
         assert_non_null(ops);
@@ -64,8 +64,9 @@ static void test_order_and_names(void **state)
     }
     assert_null(park_tier_ops(PARK_NONE));
     assert_string_equal(park_tier_name(PARK_NONE), "none");
-    /* the guesses before a way back was measured: a wake 1 s, a restore at 10 GB/s */
+    /* the guesses before a way back was measured: a wake 1 s, the shim at 20 GB/s, a restore at 10 GB/s */
     assert_int_equal(park_tier_ops(PARK_SLEEP)->back_guess_ms(20000000000ULL), 1000);
+    assert_int_equal(park_tier_ops(PARK_SHIM)->back_guess_ms(20000000000ULL), 1001);
     assert_int_equal(park_tier_ops(PARK_CHECKPOINT)->back_guess_ms(20000000000ULL), 2001);
 }
 
@@ -78,6 +79,9 @@ static void test_walk_skips_unmet(void **state)
     assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
     /* checkpoint configured but no CUDA driver: skipped */
     f->mc.checkpoint = true;
+    assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
+    /* shim_park configured but no shim in the worker (no control connection): skipped */
+    f->mc.shim_park = true;
     assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
     /* sleep and wake hooks: the sleep tier, first in order; after it nothing is met */
     f->mc.sleep.set = f->mc.wake.set = true;
@@ -108,6 +112,8 @@ static void test_instance_tier_name(void **state)
     f->in.state = INST_PARKED;
     f->in.park_tier = PARK_CHECKPOINT;
     assert_string_equal(instance_tier_name(&f->in), "checkpointed");
+    f->in.park_tier = PARK_SHIM;
+    assert_string_equal(instance_tier_name(&f->in), "shim_parked");
     f->in.state = INST_RESUMING;
     f->in.park_tier = PARK_SLEEP;
     assert_string_equal(instance_tier_name(&f->in), "sleeping");
