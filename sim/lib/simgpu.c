@@ -233,6 +233,8 @@ int simgpu_create(const char *name, int n_gpus, uint64_t memory_per_gpu, const c
     hdr->release_delay_sim_ms = release_delay_ms;
     hdr->release_delay_real_ms = simgpu_scaled_ms(release_delay_ms);
     hdr->pcie_bw = sg_default_pcie_bw();
+    hdr->checkpoint_bw = sg_default_bw("SIMGPU_CHECKPOINT_BW", SIMGPU_DEFAULT_CHECKPOINT_BW);
+    hdr->restore_bw = sg_default_bw("SIMGPU_RESTORE_BW", SIMGPU_DEFAULT_RESTORE_BW);
     hdr->creator_ns_ino = sg_pidns_self(); /* the set's host side (simgpu_proc.c) */
     snprintf(hdr->set_name, sizeof hdr->set_name, "%s", name);
     for (int g = 0; g < n_gpus; g++) {

@@ -132,7 +132,11 @@ bool simgpu_name_valid(const char *name);
  * registered), EBUSY the process is not in the state the call needs or another call is at
  * work on it, ETIMEDOUT, ENOMEM, ENOSPC (the park table is full), EINVAL.
  */
-#define SIMGPU_DEFAULT_PCIE_BW 20000000000ULL /* 20 GB/s */
+#define SIMGPU_DEFAULT_PCIE_BW 20000000000ULL /* 20 GB/s: the link with pinned host memory (cuMemcpy) */
+/* The driver's checkpoint does not run at the link's rate: measured on an H100 (driver 580),
+ * 1.5-2.4 GB/s device to host and 3.5-6.6 GB/s back (shared/FIELD.md). */
+#define SIMGPU_DEFAULT_CHECKPOINT_BW 2000000000ULL /* 2 GB/s */
+#define SIMGPU_DEFAULT_RESTORE_BW 5000000000ULL    /* 5 GB/s */
 
 enum simgpu_cuda_state {
     SIMGPU_CUDA_RUNNING = 0,
@@ -159,6 +163,11 @@ const char *simgpu_park_op_name(int op);       /* "", "checkpointing", "restorin
 uint64_t simgpu_pcie_bandwidth(simgpu_t *s);
 /* Real milliseconds that copying bytes takes in this process (bandwidth, SIMGPU_TIMESCALE). */
 uint64_t simgpu_copy_ms(simgpu_t *s, uint64_t bytes);
+/* The driver checkpoint's rates (out: device to host; else back), bytes per simulated second
+ * (simgpu create --checkpoint-bandwidth / --restore-bandwidth, $SIMGPU_CHECKPOINT_BW /
+ * $SIMGPU_RESTORE_BW, else the defaults above), and the real milliseconds bytes take. */
+uint64_t simgpu_checkpoint_bandwidth(simgpu_t *s, bool out);
+uint64_t simgpu_checkpoint_ms(simgpu_t *s, uint64_t bytes, bool out);
 /* Parse "20GB/s", "16GiB/s", "2e9" (bytes per second). 0 ok, -1 bad. */
 int simgpu_parse_bandwidth(const char *text, uint64_t *out);
 

@@ -94,7 +94,8 @@ struct set_header {
     uint64_t release_delay_sim_ms;  /* as given to simgpu_create */
     uint64_t release_delay_real_ms; /* scaled by the creator's SIMGPU_TIMESCALE */
     char set_name[SET_NAME_LEN_MAX + 1];
-    uint64_t pcie_bw;   /* bytes per simulated second for checkpoint/restore copies */
+    uint64_t pcie_bw;   /* bytes per simulated second for cuMemcpy between host and device */
+    uint64_t checkpoint_bw, restore_bw; /* the driver checkpoint's rates (simulated bytes/s) */
     uint32_t park_seq;  /* the last lock request number handed out */
     uint64_t creator_ns_ino; /* the creator's pid namespace: "host side" (immutable) */
     uint64_t limits_dropped; /* limits whose cgroup was removed while they were set */
@@ -175,5 +176,7 @@ void sg_reap_locked(simgpu_t *s);
 bool sg_park_blocks_locked(simgpu_t *s, const struct sg_ident *id);
 /* The default bandwidth of a new set: $SIMGPU_PCIE_BW, else SIMGPU_DEFAULT_PCIE_BW. */
 uint64_t sg_default_pcie_bw(void);
+/* A rate from $env (simgpu_parse_bandwidth), else dflt. */
+uint64_t sg_default_bw(const char *env, uint64_t dflt);
 
 #endif

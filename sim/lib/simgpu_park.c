@@ -97,13 +97,29 @@ int simgpu_parse_bandwidth(const char *text, uint64_t *out)
     return 0;
 }
 
-uint64_t sg_default_pcie_bw(void)
+uint64_t sg_default_bw(const char *env, uint64_t dflt)
 {
     uint64_t bw = 0;
-    const char *env = getenv("SIMGPU_PCIE_BW");
-    if (env && simgpu_parse_bandwidth(env, &bw) == 0)
+    const char *v = getenv(env);
+    if (v && simgpu_parse_bandwidth(v, &bw) == 0 && bw > 0)
         return bw;
-    return SIMGPU_DEFAULT_PCIE_BW;
+    return dflt;
+}
+
+uint64_t sg_default_pcie_bw(void) { return sg_default_bw("SIMGPU_PCIE_BW", SIMGPU_DEFAULT_PCIE_BW); }
+
+uint64_t simgpu_checkpoint_bandwidth(simgpu_t *s, bool out)
+{
+    if (!s)
+        return 0;
+    uint64_t bw = out ? s->hdr->checkpoint_bw : s->hdr->restore_bw; /* immutable after creation */
+    return bw ? bw : out ? SIMGPU_DEFAULT_CHECKPOINT_BW : SIMGPU_DEFAULT_RESTORE_BW;
+}
+
+uint64_t simgpu_checkpoint_ms(simgpu_t *s, uint64_t bytes, bool out)
+{
+    double real = (double)bytes / (double)simgpu_checkpoint_bandwidth(s, out) * 1000.0 * simgpu_timescale();
+    return real >= 1.8e19 ? UINT64_MAX : (uint64_t)(real + 0.5);
 }
 
 uint64_t simgpu_pcie_bandwidth(simgpu_t *s)
@@ -465,7 +481,7 @@ int simgpu_cuda_checkpoint(simgpu_t *s, pid_t pid)
     }
     sg_unlock(s);
 
-    sleep_ms(simgpu_copy_ms(s, bytes)); /* the memory is on the GPU until the copy is done */
+    sleep_ms(simgpu_checkpoint_ms(s, bytes, true)); /* the memory is on the GPU until the copy is done */
 
     if (sg_lock(s) < 0)
         return -1;
@@ -543,7 +559,7 @@ int simgpu_cuda_restore(simgpu_t *s, pid_t pid)
     uint64_t bytes = parked_total(p);
     sg_unlock(s);
 
-    sleep_ms(simgpu_copy_ms(s, bytes)); /* on the GPU already; the host copy is freed at the end */
+    sleep_ms(simgpu_checkpoint_ms(s, bytes, false)); /* on the GPU already; the host copy is freed at the end */
 
     if (sg_lock(s) < 0)
         return -1;

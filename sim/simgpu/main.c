@@ -2,7 +2,7 @@
  * simgpu: the command-line tool for simulated GPU sets (sim/lib/simgpu.h).
  *
  *   simgpu create NAME --memory SIZE [--gpus N] [--model-name TEXT] [--release-delay DUR]
- *                 [--pcie-bandwidth RATE]
+ *                 [--pcie-bandwidth RATE] [--checkpoint-bandwidth RATE] [--restore-bandwidth RATE]
  *   simgpu show NAME [--json]
  *   simgpu rm NAME
  *   simgpu alloc NAME --bytes SIZE [--gpu I] [--hold DUR]
@@ -14,8 +14,10 @@
  * namespace) when it holds the memory, then holds it for --hold (simulated time, scaled by
  * SIMGPU_TIMESCALE; default: until SIGTERM/SIGINT), frees it (as cudaFree would) and exits 0. A SIGKILLed holder leaves its memory to the
  * set's release delay, like a crashed CUDA process.
- * `--pcie-bandwidth` is the simulated host<->GPU copy rate of checkpoint/restore
- * (libcuda-sim.so): "20GB/s" (the default, or $SIMGPU_PCIE_BW), "16GiB/s", "2e9".
+ * `--pcie-bandwidth` is the simulated host<->GPU copy rate of cuMemcpy (libcuda-sim.so):
+ * "20GB/s" (the default, or $SIMGPU_PCIE_BW), "16GiB/s", "2e9". The driver's checkpoint runs
+ * slower, as measured (shared/FIELD.md): `--checkpoint-bandwidth` (device to host, default
+ * 2GB/s or $SIMGPU_CHECKPOINT_BW) and `--restore-bandwidth` (back, 5GB/s or $SIMGPU_RESTORE_BW).
  * `show` lists each process's CUDA checkpoint state and its parked (host) bytes, per GPU.
  * Pids are host pids (see simgpu.h); a process of another pid namespace (a container) also
  * shows its pid there ("ns_pid", "pid_ns" in JSON) and pid 0 until the host side found its
@@ -47,7 +49,8 @@
 
 static const char usage_text[] =
     "usage: simgpu create NAME --memory SIZE [--gpus N] [--model-name TEXT] [--release-delay DUR]\n"
-    "                     [--pcie-bandwidth RATE]\n"
+    "                     [--pcie-bandwidth RATE] [--checkpoint-bandwidth RATE]\n"
+    "                     [--restore-bandwidth RATE]\n"
     "       simgpu show NAME [--json]\n"
     "       simgpu rm NAME\n"
     "       simgpu alloc NAME --bytes SIZE [--gpu I] [--hold DUR]\n"
@@ -159,13 +162,15 @@ static simgpu_t *open_set(const char *name)
 static int cmd_create(int argc, char **argv)
 {
     const char *name = NULL, *gpus_text = NULL, *memory_text = NULL, *model = NULL,
-               *delay_text = NULL, *bw_text = NULL;
+               *delay_text = NULL, *bw_text = NULL, *ckpt_text = NULL, *restore_text = NULL;
     struct option_spec specs[] = {
         {"--gpus", true, &gpus_text},
         {"--memory", true, &memory_text},
         {"--model-name", true, &model},
         {"--release-delay", true, &delay_text},
         {"--pcie-bandwidth", true, &bw_text},
+        {"--checkpoint-bandwidth", true, &ckpt_text},
+        {"--restore-bandwidth", true, &restore_text},
     };
     int rc = parse_options(argc, argv, 2, &name, specs, sizeof specs / sizeof specs[0]);
     if (rc)
@@ -186,14 +191,21 @@ static int cmd_create(int argc, char **argv)
     }
     if (delay_text && parse_duration_arg("--release-delay", delay_text, &delay_ms) < 0)
         return EXIT_USAGE;
-    if (bw_text) {
+    const struct {
+        const char *flag, *text, *env;
+    } rates[] = {{"--pcie-bandwidth", bw_text, "SIMGPU_PCIE_BW"},
+                 {"--checkpoint-bandwidth", ckpt_text, "SIMGPU_CHECKPOINT_BW"},
+                 {"--restore-bandwidth", restore_text, "SIMGPU_RESTORE_BW"}};
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
         uint64_t bw = 0;
-        if (simgpu_parse_bandwidth(bw_text, &bw) < 0) {
-            fprintf(stderr, "simgpu: --pcie-bandwidth: invalid rate '%s' (e.g. 20GB/s, 16GiB/s, 2e9)\n",
-                    bw_text);
+        if (!rates[i].text)
+            continue;
+        if (simgpu_parse_bandwidth(rates[i].text, &bw) < 0 || bw == 0) {
+            fprintf(stderr, "simgpu: %s: invalid rate '%s' (e.g. 20GB/s, 16GiB/s, 2e9)\n", rates[i].flag,
+                    rates[i].text);
             return EXIT_USAGE;
         }
-        setenv("SIMGPU_PCIE_BW", bw_text, 1); /* simgpu_create takes the set's rate from it */
+        setenv(rates[i].env, rates[i].text, 1); /* simgpu_create takes the set's rates from them */
     }
     char err[ERR_LEN] = "";
     if (simgpu_create(name, n_gpus, memory, model, delay_ms, err, sizeof err) < 0) {
@@ -322,6 +334,8 @@ static cJSON *set_to_json(simgpu_t *s, const char *name)
     cJSON_AddNumberToObject(root, "release_delay_ms", (double)delay_sim);
     cJSON_AddNumberToObject(root, "release_delay_real_ms", (double)delay_real);
     cJSON_AddNumberToObject(root, "pcie_bandwidth", (double)simgpu_pcie_bandwidth(s));
+    cJSON_AddNumberToObject(root, "checkpoint_bandwidth", (double)simgpu_checkpoint_bandwidth(s, true));
+    cJSON_AddNumberToObject(root, "restore_bandwidth", (double)simgpu_checkpoint_bandwidth(s, false));
     cJSON_AddItemToObject(root, "gpus", gpus);
     static simgpu_proc_t procs[SIMGPU_MAX_PROCS];
     static simgpu_park_info_t parks[SIMGPU_MAX_PROCS];
@@ -405,8 +419,9 @@ static int show_human(simgpu_t *s, const char *name)
     units_format_duration(delay_sim, a, sizeof a);
     units_format_duration(delay_real, b, sizeof b);
     int n_gpus = simgpu_count(s);
-    printf("%s: %d GPU%s, release delay %s (%s real), PCIe %.1f GB/s\n", name, n_gpus,
-           n_gpus == 1 ? "" : "s", a, b, (double)simgpu_pcie_bandwidth(s) / 1e9);
+    printf("%s: %d GPU%s, release delay %s (%s real), PCIe %.1f GB/s, checkpoint %.1f GB/s out %.1f GB/s back\n",
+           name, n_gpus, n_gpus == 1 ? "" : "s", a, b, (double)simgpu_pcie_bandwidth(s) / 1e9,
+           (double)simgpu_checkpoint_bandwidth(s, true) / 1e9, (double)simgpu_checkpoint_bandwidth(s, false) / 1e9);
     static simgpu_proc_t procs[SIMGPU_MAX_PROCS];
     static simgpu_park_info_t parks[SIMGPU_MAX_PROCS];
     size_t n_parks = 0;

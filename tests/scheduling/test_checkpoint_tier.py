@@ -536,7 +536,7 @@ def test_park_slower_than_a_reload_is_skipped(sched):
     parks it (its way out not yet timed) and learns the way out; the next one skips the park
     (park_skipped reason=slower_than_reload) and stops llm, so big does not wait for a copy
     that a reload beats. The placer sees the same: the learned way out in /v1/status."""
-    gpu = sched.gpu_set("8GiB", pcie_bandwidth="0.5GB/s")
+    gpu = sched.gpu_set("8GiB", checkpoint_bandwidth="0.5GB/s")
     vd = sched.start_vramd(gpu, {"llm": ckpt_model(sched, load_time=1), "big": big_model(sched)},
                            host_memory={"budget": "16GiB", "reserve": 0})
     assert vd.generate("llm").status == 200

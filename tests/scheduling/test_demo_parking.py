@@ -6,11 +6,12 @@ shipped; this test runs it the way `make demo` does (examples/demo.py --acts par
 shortened to the traffic's first two generations (at 10 and 50 s, simulated) at time
 scale 0.1 (as `make demo`: vramd's real-time overheads, e.g. the 2 s between two
 clear_cache calls, stay small against the simulated deadline), with the
-straight-to-the-workers control beside the parked setup, and asserts what the demo claims from the run's own figures: through vramd no OOM, sd35-fast
-checkpointed for each TRELLIS peak and restored (the same process) for the next
-generation, both generations within their 30 s deadline; straight to the workers, the
-same generations OOM. So the demo cannot rot silently: a broken park, restore or example
-fails here. ~14 s.
+straight-to-the-workers control beside the two parked setups (the driver's checkpoint, and
+the CUDA shim's tier), and asserts what the demo claims from the run's own figures: through
+vramd no OOM, sd35-fast parked for each TRELLIS peak and restored (the same process) for
+the next generation, both generations within their 30 s deadline, the shim's park and
+restore faster than the driver's; straight to the workers, the same generations OOM. So the
+demo cannot rot silently: a broken park, restore or example fails here. ~15 s.
 """
 import json
 import os
@@ -26,7 +27,7 @@ def test_demo_act2_parks_sd35_fast_for_trellis_and_meets_the_deadline(tmp_path):
     out = tmp_path / "act2.json"
     env = dict(os.environ, TMPDIR=str(tmp_path))  # the runs' work folders (logs) go here
     p = subprocess.run([PYTHON, str(REPO_ROOT / "examples" / "demo.py"), "--build", str(build_dir()),
-                        "--acts", "parking", "--park-setups", "straight,park", "--park-timescale", "0.1",
+                        "--acts", "parking", "--park-setups", "straight,park,shim", "--park-timescale", "0.1",
                         "--park-generations", "2", "--json", str(out)],
                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -47,10 +48,22 @@ def test_demo_act2_parks_sd35_fast_for_trellis_and_meets_the_deadline(tmp_path):
     assert not sanitizer_reports(log), sanitizer_reports(log)
     assert "clear_cache model=trellis" in log  # the example's hook gave TRELLIS's cache back
 
+    # the shim's tier: the same, by the shim (pinned copies at the link's rate), faster both ways
+    shim = figs["shim"]
+    assert shim["served"] == 2 and shim["within_deadline"] == 2 and shim["oom"] == 0, shim
+    sev = shim["sd35"]
+    assert sev["parks"] == 2 and sev["restores"] == 1 and sev["starts"] == 1 and len(set(sev["pids"])) == 1, sev
+    assert all(b > 9 * 2**30 for b in sev["host_bytes"]), sev
+    slog = open(os.path.join(shim["workdir"], "vramd.log"), errors="replace").read()
+    assert "tier=shim" in slog and "tier=checkpoint" not in slog and not sanitizer_reports(slog)
+    assert max(sev["park_copy_ms"]) < min(ev["park_copy_ms"]), (sev, ev)
+    assert max(sev["restore_ms"]) < min(ev["restore_ms"]), (sev, ev)
+
     # the control: the same generations straight to the same workers OOM
     assert straight["generations"] == 2 and straight["served"] == 0, straight
     assert straight["oom"] >= 2 and straight["worker_ooms"].get("trellis", 0) >= 2, straight
 
     # and the demo printed the parked setup's row with these figures
-    row = next(line for line in p.stdout.splitlines() if line.startswith("offload off, vramd, parked"))
-    assert " 2/2 " in row and "parked 2, restored 1, started 1" in row, row
+    for label in ("offload off, vramd, parked (driver)", "offload off, vramd, parked (shim)"):
+        row = next(line for line in p.stdout.splitlines() if line.startswith(label))
+        assert " 2/2 " in row and "parked 2, restored 1, started 1" in row, row

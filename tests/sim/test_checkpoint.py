@@ -60,12 +60,14 @@ def cuda_entry(show, pid):
 def create(sim, memory, bandwidth=None):
     if bandwidth is None:
         return sim.create(memory=memory, timescale=TIMESCALE)
-    # simkit's create has no --pcie-bandwidth: made here, removed by sim.close() the same way
+    # simkit's create has no rate flags: made here, removed by sim.close() the same way; the
+    # driver checkpoint's rate both ways
     name = sim.unique_name()
     sim.sets.append(name)
     env = dict(sim.env)
     env["SIMGPU_TIMESCALE"] = TIMESCALE
-    sim.run(["create", name, "--memory", memory, "--pcie-bandwidth", bandwidth], env=env, check=0)
+    sim.run(["create", name, "--memory", memory, "--checkpoint-bandwidth", bandwidth,
+             "--restore-bandwidth", bandwidth], env=env, check=0)
     return name
 
 
@@ -184,7 +186,9 @@ def test_lock_times_out_when_the_worker_cannot_answer(sim, workers):
 
 def test_park_time_follows_bytes_over_bandwidth(sim, workers):
     gpu = create(sim, "24GiB", bandwidth="1GB/s")
-    assert sim.show(gpu)["pcie_bandwidth"] == 1e9
+    show = sim.show(gpu)
+    assert show["checkpoint_bandwidth"] == show["restore_bandwidth"] == 1e9
+    assert show["pcie_bandwidth"] == 20e9  # cuMemcpy's link, not the driver's checkpoint
     small = workers.start(gpu, "--resident", "2GiB")
     large = workers.start(gpu, "--resident", "8GiB")
     copy, expected = {}, {}

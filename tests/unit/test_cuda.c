@@ -82,6 +82,8 @@ static int setup(void **state)
     setenv("SIMGPU", set_name, 1);
     setenv("SIMGPU_TIMESCALE", "0.01", 1);
     unsetenv("SIMGPU_PCIE_BW");
+    unsetenv("SIMGPU_CHECKPOINT_BW");
+    unsetenv("SIMGPU_RESTORE_BW");
     unsetenv("VRAMD_CUDA_LIBRARY");
     n_children = 0;
     own_set = NULL;
@@ -401,9 +403,11 @@ static void test_copy_time_follows_bandwidth(void **state)
 {
     (void)state;
     setenv("SIMGPU_TIMESCALE", "1", 1);
-    setenv("SIMGPU_PCIE_BW", "20GiB/s", 1); /* taken by simgpu_create */
+    setenv("SIMGPU_CHECKPOINT_BW", "20GiB/s", 1); /* taken by simgpu_create */
+    setenv("SIMGPU_RESTORE_BW", "20GiB/s", 1);
     create_set(8 * GiB);
-    assert_int_equal(simgpu_pcie_bandwidth(own_set), 20 * GiB);
+    assert_int_equal(simgpu_checkpoint_bandwidth(own_set, true), 20 * GiB);
+    assert_int_equal(simgpu_checkpoint_bandwidth(own_set, false), 20 * GiB);
     pid_t small = spawn(HOLDER, 1 * GiB);
     pid_t large = spawn(HOLDER, 3 * GiB);
     cuda_t *c = open_sim();
@@ -482,11 +486,18 @@ static void test_bandwidth_parsing(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(simgpu_parse_bandwidth(bad[i], &bw), -1);
     setenv("SIMGPU_PCIE_BW", "nonsense", 1); /* ignored: the default applies */
+    setenv("SIMGPU_CHECKPOINT_BW", "0", 1);
+    unsetenv("SIMGPU_RESTORE_BW");
     create_set(1 * GiB);
     assert_int_equal(simgpu_pcie_bandwidth(own_set), SIMGPU_DEFAULT_PCIE_BW);
+    /* the driver's checkpoint at the field's rates, not the link's */
+    assert_int_equal(simgpu_checkpoint_bandwidth(own_set, true), SIMGPU_DEFAULT_CHECKPOINT_BW);
+    assert_int_equal(simgpu_checkpoint_bandwidth(own_set, false), SIMGPU_DEFAULT_RESTORE_BW);
     setenv("SIMGPU_TIMESCALE", "1", 1);
     assert_int_equal(simgpu_copy_ms(own_set, 20000000000ULL), 1000);
     assert_int_equal(simgpu_copy_ms(own_set, 0), 0);
+    assert_int_equal(simgpu_checkpoint_ms(own_set, 20000000000ULL, true), 10000);
+    assert_int_equal(simgpu_checkpoint_ms(own_set, 20000000000ULL, false), 4000);
 }
 
 /* ---- the thread pool ---- */
@@ -540,7 +551,7 @@ static void test_close_with_operation_in_flight(void **state)
 {
     (void)state;
     setenv("SIMGPU_TIMESCALE", "1", 1);
-    setenv("SIMGPU_PCIE_BW", "2GiB/s", 1);
+    setenv("SIMGPU_CHECKPOINT_BW", "2GiB/s", 1);
     create_set(8 * GiB);
     pid_t pid = spawn(HOLDER, 4 * GiB); /* a 2 s copy */
     unsigned live = cuda_live_count();

@@ -47,15 +47,19 @@ class Harness:
     def env(self, gpu_set):
         return sim_env(gpu_set)
 
-    def gpu_set(self, memory, gpus=1, release_delay=None, pcie_bandwidth=None):
+    def gpu_set(self, memory, gpus=1, release_delay=None, pcie_bandwidth=None, checkpoint_bandwidth=None):
         """Create a simulated GPU set (memory: "24GiB"; release_delay: simulated, "10s";
-        pcie_bandwidth: the checkpoint's copy rate, "20GB/s" by default)."""
+        pcie_bandwidth: cuMemcpy's rate between host and device, "20GB/s" by default;
+        checkpoint_bandwidth: the driver checkpoint's rate both ways, by default 2 GB/s out
+        and 5 GB/s back)."""
         name = f"sched.{os.getpid()}.{next(_counter)}.{secrets.token_hex(2)}"
         args = [str(binary("simgpu")), "create", name, "--gpus", str(gpus), "--memory", memory]
         if release_delay:
             args += ["--release-delay", release_delay]
         if pcie_bandwidth:
             args += ["--pcie-bandwidth", pcie_bandwidth]
+        if checkpoint_bandwidth:
+            args += ["--checkpoint-bandwidth", checkpoint_bandwidth, "--restore-bandwidth", checkpoint_bandwidth]
         self.sets.append(name)
         p = subprocess.run(args, capture_output=True, text=True, env=self.env(name), timeout=30)
         if p.returncode != 0:
