@@ -3,15 +3,21 @@
 
 Two simworker models of SIZE each on a simulated GPU that holds only one of them. A request
 for the model that is out forces the one that is in out, and the first back in: one swap =
-one model's way out + the other's way back (a model's round trip). Four setups, the same
+one model's way out + the other's way back (a model's round trip). The setups, the same
 models and GPU, one vramd each, run in turn:
 
-  checkpoint  `checkpoint: true` (CUDA driver checkpoint, build/lib/libcuda-sim.so): park + restore
+  checkpoint  `checkpoint: true` (CUDA driver checkpoint, build/lib/libcuda-sim.so): park + restore,
+              the driver copying at the rates measured on an H100 (--checkpoint-gbps 2 out,
+              --restore-gbps 5 back)
+  custom      the same through the driver's custom storage (CUDA 13.4; SIMGPU_CUSTOM_STORAGE=1):
+              vramd copies through its pinned pool at the link's rate (--pcie-gbps)
+  shim        `cuda_shim: auto`, `shim_park: true`: the CUDA shim in the worker copies its
+              allocations to pinned host memory at the link's rate (the context stays)
   sleep       sleep/wake hooks (simworker's /sleep, /wake_up: vLLM sleep mode)
   unload      unload/reload hooks (/unload_models/, /reload_models/: a full reload)
   stop        no hooks: the worker is stopped and started again (a full load)
 
-Simulated times (FIELD.md): loads at --load-gbps (default 2 GB/s), checkpoint copies at the
+Simulated times (FIELD.md): loads at --load-gbps (default 2 GB/s), pinned copies at the
 simulated PCIe bandwidth --pcie-gbps (default 20 GB/s), sleep and wake at that same speed
 (vLLM level 1 copies the weights to host memory), unload 300 ms (simworker's default).
 Each request runs --run-time (default 0.5 s) simulated.
@@ -22,7 +28,7 @@ to the model already in (no swap) measured in the same vramd; vramd's overhead =
 - expected work - that no-swap latency. From vramd's log: `parked` (wait_ms, copy_ms),
 `resumed` (wake_ms, copy_ms), `park_refused` (the host could not hold it: the next tier ran).
 
-  /usr/bin/python3 bench/parking/run.py [--sizes 1,8,24] [--setups checkpoint,sleep,unload,stop]
+  /usr/bin/python3 bench/parking/run.py [--sizes 1,8,24] [--setups checkpoint,custom,shim,sleep,unload,stop]
       [--swaps 6] [--timescale 0.2] [--json bench/results/parking-STAMP.json]
 
 Run from the repository root after `make`. The host-memory check is real: parking N bytes
@@ -73,8 +79,11 @@ def model_cfg(name, setup, size, a):
         "deadline": "30m",
         "keep_alive": "1h",
     }
-    if setup == "checkpoint":
+    if setup in ("checkpoint", "custom"):
         m["checkpoint"] = True
+    elif setup == "shim":
+        m["cuda_shim"] = "auto"
+        m["shim_park"] = True
     elif setup == "sleep":
         m["sleep"] = {"method": "POST", "path": "/sleep?level=1", "timeout": "10m"}
         m["wake"] = {"method": "POST", "path": "/wake_up", "timeout": "10m"}
@@ -82,7 +91,9 @@ def model_cfg(name, setup, size, a):
         m["unload"] = {"method": "POST", "path": "/unload_models/", "timeout": "10m"}
         m["reload"] = {"method": "POST", "path": "/reload_models/", "timeout": "10m"}
     # expected simulated seconds of one model's way out and way back in this setup
-    out_s, back_s = {"checkpoint": (copy_s, copy_s), "sleep": (copy_s, copy_s),
+    shim_s = size / (a.pcie_gbps * GB)  # the context stays on the GPU
+    out_s, back_s = {"checkpoint": ((size + CONTEXT) / (a.checkpoint_gbps * GB), (size + CONTEXT) / (a.restore_gbps * GB)),
+                     "custom": (copy_s, copy_s), "shim": (shim_s, shim_s), "sleep": (copy_s, copy_s),
                      "unload": (0.3, load_s), "stop": (0.0, load_s)}[setup]
     return m, out_s, back_s
 
@@ -102,7 +113,8 @@ def run_one(setup, size_gib, a, tmp):
     env = sim_env(gpu_set, a.timescale)
     declared = size + CONTEXT + 64 * MiB
     total = int(declared * 1.5) + 512 * MiB  # one model fits (with a request), two never do
-    simgpu(["create", gpu_set, "--memory", str(total), "--pcie-bandwidth", f"{a.pcie_gbps:g}GB/s"], env)
+    simgpu(["create", gpu_set, "--memory", str(total), "--pcie-bandwidth", f"{a.pcie_gbps:g}GB/s",
+            "--checkpoint-bandwidth", f"{a.checkpoint_gbps:g}GB/s", "--restore-bandwidth", f"{a.restore_gbps:g}GB/s"], env)
     vd = None
     try:
         models, expect = {}, {}
@@ -112,11 +124,12 @@ def run_one(setup, size_gib, a, tmp):
         cfg = {"listen": f"127.0.0.1:{free_port()}", "state_dir": str(tmp / f"var-{setup}-{size_gib}"),
                "log": {"format": "json", "level": "info"}, "gpu": {"headroom": str(128 * MiB)},
                "limits": {"queue_max": 100}, "models": models}
-        if setup in ("checkpoint", "sleep"):
+        if setup in ("checkpoint", "custom", "shim", "sleep"):
             cfg["host_memory"] = {"budget": f"{3 * size_gib + 4}GiB", "reserve": "2GiB"}
         vd = Vramd(tmp, f"vramd-{setup}-{size_gib}", cfg, gpu_set=gpu_set, cwd=tmp, config_format="json",
                    stdout_apart=False, http="stdlib", start_timeout=30, stop_timeout=120, request_timeout=1800,
-                   extra_env={"SIMGPU_TIMESCALE": str(a.timescale)})
+                   extra_env={"SIMGPU_TIMESCALE": str(a.timescale),
+                              "SIMGPU_CUSTOM_STORAGE": "1" if setup == "custom" else "0"})
         vd.start()
         wait_for(lambda: vd.status()["nvml"]["ok"] and vd.status()["gpus"], timeout=30, what="NVML")
         timed(vd, "a")  # a cold start, then b's: not measured
@@ -160,6 +173,8 @@ def main():
     ap.add_argument("--timescale", type=float, default=0.2)
     ap.add_argument("--load-gbps", type=float, default=2.0)
     ap.add_argument("--pcie-gbps", type=float, default=20.0)
+    ap.add_argument("--checkpoint-gbps", type=float, default=2.0, help="the driver's checkpoint, device to host")
+    ap.add_argument("--restore-gbps", type=float, default=5.0, help="the driver's restore, host to device")
     ap.add_argument("--run-time", type=float, default=0.5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--keep", default=None, help="keep vramd's logs and configs in this directory")

@@ -78,6 +78,10 @@ SETUPS = [("direct", "lock"), ("global-lock", "global-lock"), ("vramd", "vramd")
 # model may be parked by the CUDA driver's checkpoint, simulated by libcuda-sim.so) and a
 # host-memory budget; chosen with --setups (not run by default).
 PARK_SETUP = ("vramd-park", "vramd")
+# vramd with the CUDA shim's park tier (issue 25) in front of the checkpoint: the vramd-park copy
+# with `cuda_shim: auto` and `shim_park: true` in `defaults:` too (pinned copies at the link's
+# rate, the driver's checkpoint at the rates measured on an H100); chosen with --setups.
+SHIM_SETUP = ("vramd-shim", "vramd")
 PARK_HOST_MEMORY = "{ budget: 20GiB, reserve: 2GiB }"
 CLEAR_CACHE_HOOK = "clear_cache: { method: POST, path: /clear_cache/ }"
 ADD_CLEAR_CACHE = []  # --clear-cache: [True] adds CLEAR_CACHE_HOOK to `defaults:` in every setup's copy
@@ -140,18 +144,20 @@ def burst_traffic(open_traffic, scn, seed, duration_s, n):
     return t
 
 
-def park_copy(copy_dir):
+def park_copy(copy_dir, shim=False):
     """The copy of copy_dir run by the vramd-park setup: same traffic, workers and GPU, the
-    vramd.yaml with `checkpoint: true` in `defaults:` and a `host_memory` budget. Same folder
-    name (scenario_run names its workdirs after it), under a sibling `-park` folder."""
+    vramd.yaml with `checkpoint: true` in `defaults:` and a `host_memory` budget (shim: and
+    `cuda_shim: auto`, `shim_park: true`, for vramd-shim). Same folder name (scenario_run
+    names its workdirs after it), under a sibling `-park` (`-shim`) folder."""
     name = os.path.basename(copy_dir.rstrip("/"))
-    dst = os.path.join(os.path.dirname(copy_dir.rstrip("/")) + "-park", name)
+    dst = os.path.join(os.path.dirname(copy_dir.rstrip("/")) + ("-shim" if shim else "-park"), name)
     shutil.copytree(copy_dir, dst)
     with open(os.path.join(dst, "vramd.yaml")) as f:
         text = f.read()
     if not re.search(r"(?m)^defaults:\s*$", text):
         raise bl.BenchError("%s: vramd.yaml has no block `defaults:` to add `checkpoint: true` to" % name)
-    text = re.sub(r"(?m)^defaults:\s*$", "defaults:\n  checkpoint: true", text, count=1)
+    text = re.sub(r"(?m)^defaults:\s*$", "defaults:\n  checkpoint: true" +
+                  ("\n  cuda_shim: auto\n  shim_park: true" if shim else ""), text, count=1)
     text = re.sub(r"(?m)^models:\s*$", "host_memory: %s\nmodels:" % PARK_HOST_MEMORY, text, count=1)
     with open(os.path.join(dst, "vramd.yaml"), "w") as f:
         f.write(text)
@@ -436,6 +442,8 @@ def ratios(reps):
                             ("thr_vramd_over_direct", "vramd", "direct", "throughput_per_min"),
                             ("makespan_global_lock_over_vramd", "global-lock", "vramd", "makespan_s"),
                             ("makespan_vramd_over_park", "vramd", "vramd-park", "makespan_s"),
+                            ("makespan_park_over_shim", "vramd-park", "vramd-shim", "makespan_s"),
+                            ("hit_rate_shim_over_park", "vramd-shim", "vramd-park", "deadline_hit_rate"),
                             ("hit_rate_park_over_vramd", "vramd-park", "vramd", "deadline_hit_rate")):
         vals = [v for v in (ratio(rep, a, b, key) for rep in reps) if v is not None]
         out[name] = round(bl.median(vals), 4) if vals else None
@@ -495,6 +503,7 @@ def markdown(results):
         r, b = sc["ratios"], sc["bound"]
         ev = sc["setups"].get("vramd", {}).get("vramd_events_median")
         evp = sc["setups"].get("vramd-park", {}).get("vramd_events_median")
+        evs = sc["setups"].get("vramd-shim", {}).get("vramd_events_median")
         lines.append("| %s | %s | %s | %s | %d; %d | %s (%s) | %s | %s |" % (
             key, num(r["thr_vramd_over_global_lock"], "%.2f"), num(r["thr_vramd_over_direct"], "%.2f"),
             num(r["makespan_global_lock_over_vramd"], "%.2f"), b["max_concurrency_memory"],
@@ -503,7 +512,10 @@ def markdown(results):
             ("-" if not ev else "%g / %g / %g" % (ev["evictions"], ev["reloads"], ev["recycles"]))
             + ("" if not evp else "; vramd-park: %g / %g / %g, %g parks, %g restores, makespan vramd/park %s" % (
                 evp["evictions"], evp["reloads"], evp["recycles"], evp["parks"], evp["restores"],
-                num(r.get("makespan_vramd_over_park"), "%.2f")))))
+                num(r.get("makespan_vramd_over_park"), "%.2f")))
+            + ("" if not evs else "; vramd-shim: %g / %g / %g, %g parks, %g restores, makespan park/shim %s" % (
+                evs["evictions"], evs["reloads"], evs["recycles"], evs["parks"], evs["restores"],
+                num(r.get("makespan_park_over_shim"), "%.2f")))))
     return "\n".join(lines) + "\n"
 
 
@@ -528,12 +540,13 @@ def decision_cost(runs):
 # ---- binaries ---------------------------------------------------------------------------------
 
 def snapshot_build():
-    """Copies vramd, simworker, simgpu and the simulated NVML into a private build dir, so a
+    """Copies vramd, simworker, simgpu, the simulated NVML and CUDA, and the CUDA shim into a private build dir, so a
     rebuild by someone else during the benchmark cannot change them between runs."""
     src = os.path.join(REPO, "build")
     dst = tempfile.mkdtemp(prefix="vramd-sched-build-")
     info = {}
-    for rel in ("bin/vramd", "bin/simworker", "bin/simgpu", "lib/libnvidia-ml-sim.so", "lib/libcuda-sim.so"):
+    for rel in ("bin/vramd", "bin/simworker", "bin/simgpu", "lib/libnvidia-ml-sim.so", "lib/libcuda-sim.so",
+                "lib/libvramd-cuda.so"):
         s = os.path.join(src, rel)
         if not os.path.exists(s):
             raise bl.BenchError("missing %s (run make)" % s)
@@ -558,7 +571,7 @@ def main():
     ap.add_argument("--clear-cache", action="store_true",
                     help="add `%s` to `defaults:` (simworker's /clear_cache/: PyTorch's empty_cache)" % CLEAR_CACHE_HOOK)
     ap.add_argument("--setups", default=",".join(s for s, _ in SETUPS),
-                    help="of direct,global-lock,vramd,vramd-park (default: the first three)")
+                    help="of direct,global-lock,vramd,vramd-park,vramd-shim (default: the first three)")
     ap.add_argument("--timescale", type=float, default=0.02, help="open variant (default 0.02)")
     ap.add_argument("--burst-timescale", type=float, default=0.05, help="burst variant (default 0.05)")
     ap.add_argument("--duration", default="10m", help="open variant's traffic, simulated (default 10m)")
@@ -566,7 +579,7 @@ def main():
     ap.add_argument("--no-decision-cost", action="store_true")
     ap.add_argument("--decision-cost-runs", type=int, default=3)
     a = ap.parse_args()
-    known = dict(SETUPS + [PARK_SETUP])
+    known = dict(SETUPS + [PARK_SETUP, SHIM_SETUP])
     chosen = a.setups.split(",")
     if any(s not in known for s in chosen):
         raise bl.BenchError("--setups: unknown setup in %r (known: %s)" % (a.setups, ", ".join(known)))
@@ -611,6 +624,8 @@ def main():
             for variant in a.variants.split(","):
                 copy_dir = make_copy(src, tmp, variant, seed, duration_s)
                 run_dir = {"vramd-park": park_copy(copy_dir)} if "vramd-park" in chosen else {}
+                if "vramd-shim" in chosen:
+                    run_dir["vramd-shim"] = park_copy(copy_dir, shim=True)
                 scn = lb.Scenario(copy_dir)
                 timescale = a.timescale if variant == "open" else a.burst_timescale
                 duration = a.duration if variant == "open" else None

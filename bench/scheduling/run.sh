@@ -8,6 +8,6 @@
 # rebuild meanwhile does not change them. Method: bench/scheduling/README.md; results: bench/results/.
 set -eu
 cd "$(dirname "$0")/../.."
-make -s build/bin/vramd build/bin/simworker build/bin/simgpu build/lib/libnvidia-ml-sim.so build/lib/libcuda-sim.so \
+make -s build/bin/vramd build/bin/simworker build/bin/simgpu build/lib/libnvidia-ml-sim.so build/lib/libcuda-sim.so build/lib/libvramd-cuda.so \
   build/bench/decision_cost >/dev/null 2>&1 || echo "scheduling: make failed; using what is there" >&2
 exec /usr/bin/python3 bench/scheduling/run.py "$@"

@@ -5,10 +5,18 @@
  * ABI: as CUDA 12.8+'s cuda.h declares it (NVIDIA's CUDA Driver API reference, "CUDA
  * Checkpointing"): CUresult is an int-sized enum; CUprocessState RUNNING 0, LOCKED 1,
  * CHECKPOINTED 2, FAILED 3; the argument structs are 64 bytes each (CUcheckpointLockArgs
- * {unsigned timeoutMs; unsigned reserved0; cuuint64_t reserved1[7]}, the others
- * {cuuint64_t reserved[8]}), every argument pointer may be NULL, and reserved fields must be
- * zero (else CUDA_ERROR_INVALID_VALUE, as the driver does; restore's GPU remapping, the
- * first fields of its struct in 12.9+, is not simulated and must be zero too).
+ * {unsigned timeoutMs; unsigned reserved0; cuuint64_t reserved1[7]}, the checkpoint's
+ * {customStorageInfo_out; reserved}, the restore's {gpuPairs; gpuPairsCount; padding0;
+ * customStorageInfo_out; reserved} as CUDA 13.4 declares them, the unlock's {reserved[8]}),
+ * every argument pointer may be NULL, and reserved fields must be zero (else
+ * CUDA_ERROR_INVALID_VALUE, as the driver does; restore's GPU remapping is not simulated and
+ * must be zero too).
+ * Custom storage (CUDA 13.4), only with $SIMGPU_CUSTOM_STORAGE=1 (else customStorageInfo_out
+ * counts as a reserved field and cuGetProcAddress does not know cuCheckpointOperationComplete,
+ * as on driver 580): the checkpoint or restore starts the operation and returns one
+ * per-device mapping per GPU of the set (this process's address space: a copy through it
+ * takes the link's time, cuda_vmm.c); cuCheckpointOperationComplete ends it
+ * (simgpu_cuda_*_end) and frees the info.
  * Only cu* symbols are exported (sim/cuda/exports.map).
  *
  * Behaviour:
@@ -21,7 +29,8 @@
  *              operation at work on it -> CUDA_ERROR_ILLEGAL_STATE; a lock that times out
  *              -> CUDA_ERROR_TIMEOUT (the process stays RUNNING); a restore that does not
  *              fit -> CUDA_ERROR_OUT_OF_MEMORY (it stays CHECKPOINTED). Checkpoint and
- *              restore block the calling thread for bytes / the set's PCIe bandwidth.
+ *              restore block the calling thread for bytes / the set's checkpoint rates
+ *              (2 GB/s out, 5 GB/s back by default: as measured on an H100).
  *              The pid is read in the caller's pid namespace: a host pid on the host (a
  *              worker in a container is named by its host pid), a pid of its own namespace
  *              in a container.
@@ -32,8 +41,10 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "simgpu.h"
@@ -67,13 +78,43 @@ typedef struct CUcheckpointLockArgs_st {
     cuuint64_t reserved1[7];
 } CUcheckpointLockArgs;
 
+/* Custom storage (CUDA 13.4's documented structs): the driver maps the process's GPU memory
+ * into the caller, who copies it with its own buffers and then completes the operation. */
+typedef uint64_t CUdeviceptr;
+typedef struct CUcheckpointOperation_st *CUcheckpointOperationHandle;
+
+typedef struct CUcheckpointCustomStoragePerDeviceData_st {
+    CUdeviceptr devPtr;
+    size_t size;
+    void *stream;
+} CUcheckpointCustomStoragePerDeviceData;
+
+typedef struct CUcheckpointCustomStorageInfo_st {
+    CUcheckpointOperationHandle handle;
+    CUcheckpointCustomStoragePerDeviceData *perDeviceData;
+    unsigned int deviceCount;
+} CUcheckpointCustomStorageInfo;
+
 typedef struct CUcheckpointCheckpointArgs_st {
-    cuuint64_t reserved[8];
+    CUcheckpointCustomStorageInfo **customStorageInfo_out;
+    char reserved[64 - sizeof(CUcheckpointCustomStorageInfo **)];
 } CUcheckpointCheckpointArgs;
 
 typedef struct CUcheckpointRestoreArgs_st {
-    cuuint64_t reserved[8];
+    void *gpuPairs;
+    unsigned int gpuPairsCount;
+    unsigned int padding0;
+    CUcheckpointCustomStorageInfo **customStorageInfo_out;
+    char reserved[64 - sizeof(void *) - 2 * sizeof(unsigned int) - sizeof(CUcheckpointCustomStorageInfo **)];
 } CUcheckpointRestoreArgs;
+
+/* One custom-storage operation in flight: what cuCheckpointOperationComplete finishes. */
+struct CUcheckpointOperation_st {
+    int pid;
+    bool restore;
+    CUcheckpointCustomStorageInfo info;
+    CUcheckpointCustomStoragePerDeviceData dev[SIMGPU_MAX_GPUS];
+};
 
 typedef struct CUcheckpointUnlockArgs_st {
     cuuint64_t reserved[8];
@@ -81,6 +122,7 @@ typedef struct CUcheckpointUnlockArgs_st {
 
 _Static_assert(sizeof(CUcheckpointLockArgs) == 64, "CUcheckpointLockArgs is 64 bytes");
 _Static_assert(sizeof(CUcheckpointRestoreArgs) == 64, "CUcheckpointRestoreArgs is 64 bytes");
+_Static_assert(sizeof(CUcheckpointCheckpointArgs) == 64, "CUcheckpointCheckpointArgs is 64 bytes");
 
 #define SIM_DRIVER_VERSION 12080
 
@@ -95,7 +137,12 @@ CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args);
 CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args);
 CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args);
 CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args);
+CUresult cuCheckpointOperationComplete(CUcheckpointOperationHandle handle);
 
+/* For cuda_mem.c's cuGetProcAddress (not exported). */
+bool sim_custom_storage(void);
+int sim_alloc_foreign(int gpu, uint64_t bytes, CUdeviceptr *ptr); /* cuda_mem.c */
+void sim_alloc_foreign_drop(CUdeviceptr ptr);
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static simgpu_t *current_set; /* set once under init_lock, then only read */
 
@@ -260,14 +307,62 @@ CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
     return result_of(simgpu_cuda_lock(s, pid, args ? args->timeoutMs : 0));
 }
 
+/* $SIMGPU_CUSTOM_STORAGE=1: the driver has custom storage (CUDA 13.4); else it has not (580). */
+bool sim_custom_storage(void)
+{
+    const char *v = getenv("SIMGPU_CUSTOM_STORAGE");
+    return v && strcmp(v, "1") == 0;
+}
+
+/* The caller's mapping of what moves (bytes[g] on GPU g): a custom-storage operation whose
+ * handle is in *out. */
+static CUresult custom_begin(int pid, bool restore, const uint64_t bytes[SIMGPU_MAX_GPUS],
+                             CUcheckpointCustomStorageInfo **out)
+{
+    struct CUcheckpointOperation_st *op = calloc(1, sizeof *op);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->pid = pid;
+    op->restore = restore;
+    op->info.handle = op;
+    op->info.perDeviceData = op->dev;
+    int n = simgpu_count(the_set());
+    for (int g = 0; g < n && g < SIMGPU_MAX_GPUS; g++) { /* one per device, in order; size 0: none there */
+        CUcheckpointCustomStoragePerDeviceData *d = &op->dev[op->info.deviceCount];
+        op->info.deviceCount++;
+        if (!bytes[g])
+            continue;
+        if (sim_alloc_foreign(g, bytes[g], &d->devPtr) != 0) {
+            for (unsigned k = 0; k < op->info.deviceCount; k++)
+                sim_alloc_foreign_drop(op->dev[k].devPtr);
+            free(op);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        d->size = (size_t)bytes[g];
+        d->stream = NULL; /* the caller's copies complete before they return */
+    }
+    *out = &op->info;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
     simgpu_t *s = the_set();
     if (!s)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (pid <= 0 || (args && !all_zero(args, sizeof *args)))
+    if (pid <= 0 || (args && !all_zero(args->reserved, sizeof args->reserved)))
         return CUDA_ERROR_INVALID_VALUE;
-    return result_of(simgpu_cuda_checkpoint(s, pid));
+    if (!args || !args->customStorageInfo_out)
+        return result_of(simgpu_cuda_checkpoint(s, pid));
+    if (!sim_custom_storage())
+        return CUDA_ERROR_INVALID_VALUE; /* a driver without custom storage: a reserved field */
+    uint64_t bytes[SIMGPU_MAX_GPUS];
+    if (simgpu_cuda_checkpoint_begin(s, pid, bytes) < 0)
+        return from_errno(errno);
+    CUresult rc = custom_begin(pid, false, bytes, args->customStorageInfo_out);
+    if (rc != CUDA_SUCCESS)
+        (void)simgpu_cuda_checkpoint_end(s, pid); /* cannot happen but out of memory; nothing copied */
+    return rc;
 }
 
 CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
@@ -275,9 +370,41 @@ CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
     simgpu_t *s = the_set();
     if (!s)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (pid <= 0 || (args && !all_zero(args, sizeof *args)))
+    if (pid <= 0 || (args && (args->gpuPairs || args->gpuPairsCount || args->padding0 ||
+                              !all_zero(args->reserved, sizeof args->reserved))))
         return CUDA_ERROR_INVALID_VALUE;
-    return result_of(simgpu_cuda_restore(s, pid));
+    if (!args || !args->customStorageInfo_out)
+        return result_of(simgpu_cuda_restore(s, pid));
+    if (!sim_custom_storage())
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t bytes[SIMGPU_MAX_GPUS];
+    if (simgpu_cuda_restore_begin(s, pid, bytes) < 0)
+        return from_errno(errno);
+    CUresult rc = custom_begin(pid, true, bytes, args->customStorageInfo_out);
+    if (rc != CUDA_SUCCESS)
+        (void)simgpu_cuda_restore_end(s, pid);
+    return rc;
+}
+
+/* The caller copied (or queued its copies of) every device's bytes: the operation completes,
+ * the mappings go, and the handle and its info are freed. */
+CUresult cuCheckpointOperationComplete(CUcheckpointOperationHandle handle)
+{
+    simgpu_t *s = the_set();
+    if (!s)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!sim_custom_storage())
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (!handle || handle->info.handle != handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned k = 0; k < handle->info.deviceCount; k++)
+        sim_alloc_foreign_drop(handle->dev[k].devPtr);
+    int rc = handle->restore ? simgpu_cuda_restore_end(s, handle->pid) : simgpu_cuda_checkpoint_end(s, handle->pid);
+    int e = errno;
+    handle->info.handle = NULL;
+    free(handle);
+    errno = e;
+    return result_of(rc);
 }
 
 CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)

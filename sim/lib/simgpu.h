@@ -206,6 +206,16 @@ int simgpu_cuda_state(simgpu_t *s, pid_t pid, int *state);
 int simgpu_cuda_lock(simgpu_t *s, pid_t pid, uint64_t timeout_ms);
 int simgpu_cuda_checkpoint(simgpu_t *s, pid_t pid);
 int simgpu_cuda_restore(simgpu_t *s, pid_t pid);
+/* The same in two halves, for a caller that copies the bytes itself (the driver's custom
+ * storage): _begin starts the operation (the process must be LOCKED, resp. CHECKPOINTED; a
+ * restore puts the parked bytes back on the GPUs first, ENOMEM when they do not fit) and
+ * fills bytes[g] with what moves on GPU g; _end, called by the same process, completes it
+ * (CHECKPOINTED, resp. LOCKED). A caller that dies in between leaves the operation to be
+ * ended by the next access, as above. */
+int simgpu_cuda_checkpoint_begin(simgpu_t *s, pid_t pid, uint64_t bytes[SIMGPU_MAX_GPUS]);
+int simgpu_cuda_checkpoint_end(simgpu_t *s, pid_t pid);
+int simgpu_cuda_restore_begin(simgpu_t *s, pid_t pid, uint64_t bytes[SIMGPU_MAX_GPUS]);
+int simgpu_cuda_restore_end(simgpu_t *s, pid_t pid);
 int simgpu_cuda_unlock(simgpu_t *s, pid_t pid);
 /* Every process in the park table (registered, or not RUNNING). *n = how many
  * exist; at most cap are written. */

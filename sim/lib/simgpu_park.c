@@ -458,14 +458,13 @@ static struct park_slot *op_resume(simgpu_t *s, const struct sg_ident *id, int o
     return p;
 }
 
-int simgpu_cuda_checkpoint(simgpu_t *s, pid_t pid)
+int simgpu_cuda_checkpoint_begin(simgpu_t *s, pid_t pid, uint64_t bytes[SIMGPU_MAX_GPUS])
 {
-    if (!s || pid <= 0) {
+    if (!s || pid <= 0 || !bytes) {
         errno = EINVAL;
         return -1;
     }
     struct sg_ident id;
-    uint64_t bytes = 0;
     if (sg_lock(s) < 0)
         return -1;
     sg_reap_locked(s);
@@ -475,24 +474,42 @@ int simgpu_cuda_checkpoint(simgpu_t *s, pid_t pid)
         errno = e;
         return -1;
     }
-    for (int g = 0; g < s->n_gpus; g++) {
-        const struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[g], &id);
-        bytes += slot ? slot->bytes : 0;
+    for (int g = 0; g < SIMGPU_MAX_GPUS; g++) {
+        const struct proc_slot *slot = g < s->n_gpus ? sg_own_slot_locked(&s->hdr->gpus[g], &id) : NULL;
+        bytes[g] = slot ? slot->bytes : 0;
     }
     sg_unlock(s);
+    return 0;
+}
 
-    sleep_ms(simgpu_checkpoint_ms(s, bytes, true)); /* the memory is on the GPU until the copy is done */
+/* The park slot of pid whose operation op this process runs (lock held); NULL, ESRCH. */
+static struct park_slot *own_op(simgpu_t *s, pid_t pid, int op)
+{
+    struct park_slot *p = park_of(s, pid, false);
+    if (!p) {
+        errno = ESRCH;
+        return NULL;
+    }
+    struct sg_ident id = p->id;
+    return op_resume(s, &id, op);
+}
 
+int simgpu_cuda_checkpoint_end(simgpu_t *s, pid_t pid)
+{
+    if (!s || pid <= 0) {
+        errno = EINVAL;
+        return -1;
+    }
     if (sg_lock(s) < 0)
         return -1;
-    struct park_slot *p = op_resume(s, &id, SIMGPU_OP_CHECKPOINTING);
+    struct park_slot *p = own_op(s, pid, SIMGPU_OP_CHECKPOINTING);
     if (!p) {
         sg_unlock(s);
         errno = ESRCH;
         return -1;
     }
     for (int g = 0; g < s->n_gpus; g++) {
-        struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[g], &id);
+        struct proc_slot *slot = sg_own_slot_locked(&s->hdr->gpus[g], &p->id);
         if (!slot)
             continue;
         p->parked[g] += slot->bytes;
@@ -503,6 +520,17 @@ int simgpu_cuda_checkpoint(simgpu_t *s, pid_t pid)
     p->op = SIMGPU_OP_NONE;
     sg_unlock(s);
     return 0;
+}
+
+int simgpu_cuda_checkpoint(simgpu_t *s, pid_t pid)
+{
+    uint64_t bytes[SIMGPU_MAX_GPUS], total = 0;
+    if (simgpu_cuda_checkpoint_begin(s, pid, bytes) < 0)
+        return -1;
+    for (int g = 0; g < SIMGPU_MAX_GPUS; g++)
+        total += bytes[g];
+    sleep_ms(simgpu_checkpoint_ms(s, total, true)); /* the memory is on the GPU until the copy is done */
+    return simgpu_cuda_checkpoint_end(s, pid);
 }
 
 /* Puts the parked bytes of p back on their GPUs, or nothing at all: ENOMEM when one does
@@ -533,9 +561,9 @@ static int restore_allocate(simgpu_t *s, struct park_slot *p)
     return 0;
 }
 
-int simgpu_cuda_restore(simgpu_t *s, pid_t pid)
+int simgpu_cuda_restore_begin(simgpu_t *s, pid_t pid, uint64_t bytes[SIMGPU_MAX_GPUS])
 {
-    if (!s || pid <= 0) {
+    if (!s || pid <= 0 || !bytes) {
         errno = EINVAL;
         return -1;
     }
@@ -556,14 +584,21 @@ int simgpu_cuda_restore(simgpu_t *s, pid_t pid)
         errno = ENOMEM;
         return -1;
     }
-    uint64_t bytes = parked_total(p);
+    for (int g = 0; g < SIMGPU_MAX_GPUS; g++)
+        bytes[g] = g < s->n_gpus ? p->parked[g] : 0;
     sg_unlock(s);
+    return 0;
+}
 
-    sleep_ms(simgpu_checkpoint_ms(s, bytes, false)); /* on the GPU already; the host copy is freed at the end */
-
+int simgpu_cuda_restore_end(simgpu_t *s, pid_t pid)
+{
+    if (!s || pid <= 0) {
+        errno = EINVAL;
+        return -1;
+    }
     if (sg_lock(s) < 0)
         return -1;
-    p = op_resume(s, &id, SIMGPU_OP_RESTORING);
+    struct park_slot *p = own_op(s, pid, SIMGPU_OP_RESTORING);
     if (!p) {
         sg_unlock(s);
         errno = ESRCH;
@@ -574,6 +609,17 @@ int simgpu_cuda_restore(simgpu_t *s, pid_t pid)
     p->op = SIMGPU_OP_NONE;
     sg_unlock(s);
     return 0;
+}
+
+int simgpu_cuda_restore(simgpu_t *s, pid_t pid)
+{
+    uint64_t bytes[SIMGPU_MAX_GPUS], total = 0;
+    if (simgpu_cuda_restore_begin(s, pid, bytes) < 0)
+        return -1;
+    for (int g = 0; g < SIMGPU_MAX_GPUS; g++)
+        total += bytes[g];
+    sleep_ms(simgpu_checkpoint_ms(s, total, false)); /* on the GPU already; the host copy is freed at the end */
+    return simgpu_cuda_restore_end(s, pid);
 }
 
 int simgpu_cuda_unlock(simgpu_t *s, pid_t pid)

@@ -261,6 +261,10 @@ typedef struct config {
         /* driver_limits: auto (the driver's per-cgroup limit on each supervised worker with
          * a cgroup v2 leaf, where the driver has them) | off (default) */
         bool driver_limits;
+        /* checkpoint_storage: auto (the driver's custom storage where it has it: the
+         * checkpoint tier copies through vramd's pinned pool, gpu/cuda_storage.h; default)
+         * | driver (the driver's own copy) */
+        bool custom_storage;
     } gpu;
     struct {
         uint64_t max_body;       /* default 64MiB */

@@ -159,6 +159,7 @@ config_t *cfg_config_new_builtin(void)
     cfg->gpu.cuda_library = strdup("libcuda.so.1");
     cfg->gpu.headroom = 512ULL << 20;
     cfg->gpu.poll_ms = 100;
+    cfg->gpu.custom_storage = true; /* only where the driver has it (CUDA 13.4) */
     cfg->gpu.driver_limits = false; /* off until vramd books what a worker still runs for clients that left (docs/shim.md) */
     cfg->gpu.foreign_measure = true;
     cfg->limits.max_body = 64ULL << 20;

@@ -150,6 +150,18 @@ static int fp_driver_limits(ctx_t *c, yaml_node_t *v, void *field, const field_s
     return 0;
 }
 
+/* gpu.checkpoint_storage: auto | driver */
+static int fp_checkpoint_storage(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    static const char *const names[] = {"driver", "auto", NULL};
+    (void)spec;
+    int choice;
+    if (cfg_parse_choice(c, v, names, &choice) != 0)
+        return -1;
+    *(bool *)field = choice == 1;
+    return 0;
+}
+
 static int fp_defaults(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     if (!ydoc_is_null(v) && ydoc_need_mapping(c, v, "a mapping of model keys") != 0)
@@ -188,6 +200,7 @@ static const field_spec_t gpu_fields[] = {
     {"stale_after", fp_stale_after, offsetof(config_t, gpu.stale_after_ms), 1, 0, NULL},
     {"foreign_usage", fp_foreign_usage, offsetof(config_t, gpu.foreign_measure), 0, 0, NULL},
     {"driver_limits", fp_driver_limits, offsetof(config_t, gpu.driver_limits), 0, 0, NULL},
+    {"checkpoint_storage", fp_checkpoint_storage, offsetof(config_t, gpu.custom_storage), 0, 0, NULL},
 };
 
 /* limits.per_client.key: address | token | header:NAME */

@@ -134,11 +134,14 @@ static void open_cuda(core_t *core, const config_t *cfg)
         log_event(LOG_ERROR, "checkpoint_unavailable", "library=%s reason=%s", cfg->gpu.cuda_library, "out of memory");
         return;
     }
+    cuda_use_custom_storage(core->cuda, cfg->gpu.custom_storage);
     if (cuda_available(core->cuda)) {
         int v = cuda_driver_version(core->cuda);
         char ver[32];
         snprintf(ver, sizeof ver, "%d.%d", v / 1000, (v % 1000) / 10);
-        log_event(LOG_INFO, "checkpoint_available", "library=%s driver=%s", cuda_library(core->cuda), ver);
+        log_event(LOG_INFO, "checkpoint_available", "library=%s driver=%s custom_storage=%s reason=%s",
+                  cuda_library(core->cuda), ver, cuda_custom_storage(core->cuda) ? "yes" : "no",
+                  cuda_custom_storage_reason(core->cuda));
     } else {
         log_event(LOG_WARN, "checkpoint_unavailable", "library=%s reason=%s", cuda_library(core->cuda),
                   cuda_unavailable_reason(core->cuda));
@@ -184,6 +187,8 @@ static int check_start_only(const config_t *old, const config_t *cfg, char *err,
         key = "fleet.agent_listen";
     else if (!same_str(old->gpu.cuda_library, cfg->gpu.cuda_library))
         key = "gpu.cuda_library";
+    else if (old->gpu.custom_storage != cfg->gpu.custom_storage)
+        key = "gpu.checkpoint_storage"; /* parked processes' bytes are where the old setting put them */
     else if (old->gpu.poll_ms != cfg->gpu.poll_ms)
         key = "gpu.poll";
     else if (old->gpu.n_devices != cfg->gpu.n_devices || old->gpu.n_device_uuids != cfg->gpu.n_device_uuids)

@@ -32,6 +32,7 @@
  */
 #include "gpu/cuda.h"
 
+#include "gpu/cuda_storage.h"
 #include "gpu/driver_thread.h"
 
 #include <dlfcn.h>
@@ -65,6 +66,24 @@ typedef struct CUcheckpointArgs_st { /* Checkpoint, Restore and Unlock args: 64 
     uint64_t reserved[8];
 } CUcheckpointArgs;
 
+/* CUDA 13.4's custom storage (gpu/cuda_storage.h): the first field of a checkpoint's args,
+ * the fourth of a restore's (after the GPU remapping pairs). */
+typedef struct CUcheckpointCheckpointArgs_st {
+    void **customStorageInfo_out;
+    char reserved[64 - sizeof(void **)];
+} CUcheckpointCheckpointArgs;
+
+typedef struct CUcheckpointRestoreArgs_st {
+    void *gpuPairs;
+    unsigned int gpuPairsCount;
+    unsigned int padding0;
+    void **customStorageInfo_out;
+    char reserved[64 - 2 * sizeof(void *) - 2 * sizeof(unsigned int)];
+} CUcheckpointRestoreArgs;
+
+_Static_assert(sizeof(CUcheckpointCheckpointArgs) == 64, "CUcheckpointCheckpointArgs is 64 bytes");
+_Static_assert(sizeof(CUcheckpointRestoreArgs) == 64, "CUcheckpointRestoreArgs is 64 bytes");
+
 _Static_assert(sizeof(CUcheckpointLockArgs) == 64, "CUcheckpointLockArgs is 64 bytes");
 
 typedef CUresult (*cu_init_fn)(unsigned int flags);
@@ -72,7 +91,7 @@ typedef CUresult (*cu_driver_get_version_fn)(int *version);
 typedef CUresult (*cu_get_error_text_fn)(CUresult error, const char **text);
 typedef CUresult (*cu_get_state_fn)(int pid, CUprocessState *state);
 typedef CUresult (*cu_lock_fn)(int pid, CUcheckpointLockArgs *args);
-typedef CUresult (*cu_step_fn)(int pid, CUcheckpointArgs *args);
+typedef CUresult (*cu_step_fn)(int pid, void *args); /* 64 bytes of args, see above */
 
 struct cuda_api {
     cu_init_fn init;
@@ -99,6 +118,9 @@ struct cuda {
     bool available;
     char reason[REASON_MAX];
     int driver_version;
+    cuda_storage_t *storage; /* custom storage: the driver has it (probed at open) */
+    bool storage_on;         /* and the owner asked for it (cuda_use_custom_storage) */
+    char storage_why[160];   /* why not, when the driver has none */
     atomic_uint refs; /* the caller's + one per operation not yet ended */
     /* loop thread only */
     drv_calls_t *calls; /* made at the first cuda_start, on its loop */
@@ -172,6 +194,7 @@ static void make_unavailable(cuda_t *c, const char *fmt, ...)
     set_text(c->reason, sizeof c->reason, "checkpoint unavailable: %s", why);
     c->available = false;
     memset(&c->api, 0, sizeof c->api);
+    cuda_storage_close(c->storage);
     if (c->lib)
         dlclose(c->lib);
     c->lib = NULL;
@@ -262,8 +285,34 @@ cuda_t *cuda_open(const char *library)
     int version = 0;
     if (c->api.driver_get_version && c->api.driver_get_version(&version) == CUDA_SUCCESS)
         c->driver_version = version;
+    c->storage = cuda_storage_open(c->lib, c->storage_why, sizeof c->storage_why);
     c->available = true;
     return c;
+}
+
+void cuda_use_custom_storage(cuda_t *c, bool on)
+{
+    if (c)
+        c->storage_on = on;
+}
+
+bool cuda_custom_storage(const cuda_t *c)
+{
+    return c && c->available && c->storage && c->storage_on;
+}
+
+const char *cuda_custom_storage_reason(const cuda_t *c)
+{
+    if (!c || !c->available)
+        return "no CUDA driver";
+    if (!c->storage)
+        return c->storage_why;
+    return c->storage_on ? "" : "turned off";
+}
+
+uint64_t cuda_custom_storage_held(const cuda_t *c)
+{
+    return c ? cuda_storage_held(c->storage) : 0;
 }
 
 bool cuda_available(const cuda_t *c)
@@ -398,14 +447,52 @@ static int call_step(const cuda_t *c, cuda_result_t *res, cu_step_fn fn, const c
     return expect_state(c, res, want, after);
 }
 
+/* A checkpoint or restore through custom storage: the driver maps the memory, vramd copies
+ * it (cuda_storage.c) and completes; copy_us covers both. */
+static int call_custom(const cuda_t *c, cuda_result_t *res, bool restore)
+{
+    void *info = NULL;
+    CUcheckpointCheckpointArgs ca;
+    CUcheckpointRestoreArgs ra;
+    memset(&ca, 0, sizeof ca);
+    memset(&ra, 0, sizeof ra);
+    ca.customStorageInfo_out = &info;
+    ra.customStorageInfo_out = &info;
+    const char *call = restore ? "cuCheckpointProcessRestore" : "cuCheckpointProcessCheckpoint";
+    uint64_t t0 = now_us(), bytes = 0, copy_us = 0;
+    CUresult rc = restore ? c->api.restore((int)res->pid, &ra) : c->api.checkpoint((int)res->pid, &ca);
+    if (rc != CUDA_SUCCESS) {
+        res->copy_us = now_us() - t0;
+        driver_failed(c, res, call, rc);
+        read_state(c, res);
+        return -1;
+    }
+    char err[CUDA_ERROR_MAX] = "";
+    int st = restore ? cuda_storage_load(c->storage, res->pid, info, &bytes, &copy_us, err, sizeof err)
+                     : cuda_storage_save(c->storage, res->pid, info, &bytes, &copy_us, err, sizeof err);
+    res->copy_us = now_us() - t0;
+    res->custom_bytes = bytes;
+    if (st != 0) {
+        res->status = CUDA_FAILED;
+        set_text(res->error, sizeof res->error, "%s (pid %d): %s", call, (int)res->pid, err);
+        read_state(c, res);
+        return -1;
+    }
+    return expect_state(c, res, restore ? CUDA_STATE_LOCKED : CUDA_STATE_CHECKPOINTED, restore ? "restore" : "checkpoint");
+}
+
 static int call_checkpoint(const cuda_t *c, cuda_result_t *res)
 {
+    if (cuda_custom_storage(c))
+        return call_custom(c, res, false);
     return call_step(c, res, c->api.checkpoint, "cuCheckpointProcessCheckpoint", &res->copy_us,
                      CUDA_STATE_CHECKPOINTED, "checkpoint");
 }
 
 static int call_restore(const cuda_t *c, cuda_result_t *res)
 {
+    if (cuda_custom_storage(c))
+        return call_custom(c, res, true);
     return call_step(c, res, c->api.restore, "cuCheckpointProcessRestore", &res->copy_us,
                      CUDA_STATE_LOCKED, "restore");
 }

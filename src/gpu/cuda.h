@@ -18,6 +18,8 @@
  *           only checkpoints; from CHECKPOINTED it does nothing (already parked). When the
  *           checkpoint fails and the process is still LOCKED, park unlocks it again (best
  *           effort), so a failed park leaves a running process where the driver allows.
+ *           With custom storage on (cuda_use_custom_storage), the checkpoint maps the memory
+ *           into this process and cuda_storage.c copies it through a pinned pool (and back).
  *   unpark  CHECKPOINTED -> restore -> LOCKED -> unlock -> RUNNING. From LOCKED it only
  *           unlocks; from RUNNING it does nothing. A restore that does not fit on the GPU
  *           ends with CUDA_NO_MEMORY and leaves the process CHECKPOINTED (try again later,
@@ -96,6 +98,7 @@ typedef struct cuda_result {
     uint64_t copy_us;          /* park: in ...Checkpoint; unpark: in ...Restore */
     uint64_t unlock_us;        /* unpark, unlock: in ...Unlock */
     uint64_t total_us;         /* the whole operation, on the thread that ran it */
+    uint64_t custom_bytes;     /* park/unpark through custom storage: the bytes vramd copied; 0 */
     char error[CUDA_ERROR_MAX]; /* what failed and why; "" when status is CUDA_OK */
 } cuda_result_t;
 
@@ -113,6 +116,13 @@ bool cuda_available(const cuda_t *c);
 const char *cuda_unavailable_reason(const cuda_t *c); /* "" when available */
 const char *cuda_library(const cuda_t *c);            /* the path loaded (or asked for) */
 int cuda_driver_version(const cuda_t *c);             /* cuDriverGetVersion: 12080 = 12.8; 0 unknown */
+/* Custom storage (gpu/cuda_storage.h, CUDA 13.4): off until the owner turns it on (the bytes
+ * live in this process, so only a long-lived owner may: vramd, not a one-shot tool). With it
+ * on and the driver having it, park and unpark copy through vramd's pinned pool. */
+void cuda_use_custom_storage(cuda_t *c, bool on);
+bool cuda_custom_storage(const cuda_t *c);
+const char *cuda_custom_storage_reason(const cuda_t *c); /* "" when in use */
+uint64_t cuda_custom_storage_held(const cuda_t *c);      /* host bytes kept for parked processes */
 
 /* lock_timeout_ms: how long the lock may wait for the process's CUDA calls to stop; 0 is the
  * driver's "no limit", which can hold a pool thread for ever: always give one. */

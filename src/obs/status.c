@@ -10,6 +10,7 @@
 #include "common/units.h"
 #include "core/core.h"
 #include "core/mem_budget.h"
+#include "gpu/cuda.h"
 #include "path/dispatch_clients.h"
 #include "path/proxy_upgrade.h"
 #include "proc/cgroup.h"
@@ -345,6 +346,27 @@ static void mem_budget_json(cJSON *o)
 }
 
 /* host_memory: the budget for parked instances (workers/host_book.c) */
+/* The CUDA driver of the checkpoint tier: null when no model asked for one. */
+static void cuda_json(cJSON *o, const cuda_t *c)
+{
+    if (!c) {
+        cJSON_AddNullToObject(o, "cuda");
+        return;
+    }
+    cJSON *j = cJSON_AddObjectToObject(o, "cuda");
+    if (!j)
+        return;
+    cJSON_AddBoolToObject(j, "available", cuda_available(c));
+    cJSON_AddStringToObject(j, "library", cuda_library(c));
+    cJSON_AddBoolToObject(j, "custom_storage", cuda_custom_storage(c));
+    const char *why = cuda_available(c) ? cuda_custom_storage_reason(c) : cuda_unavailable_reason(c);
+    if (why[0])
+        cJSON_AddStringToObject(j, "reason", why);
+    else
+        cJSON_AddNullToObject(j, "reason");
+    cJSON_AddNumberToObject(j, "custom_storage_held_bytes", (double)cuda_custom_storage_held(c));
+}
+
 static void host_memory_json(cJSON *o, const config_t *cfg)
 {
     const host_ledger_t *h = host_book(cfg);
@@ -427,6 +449,7 @@ char *status_render(core_t *d)
     cJSON_AddNumberToObject(dlo, "resets", (double)dl.resets);
     cJSON_AddNumberToObject(dlo, "failures", (double)dl.failures);
     cJSON_AddNumberToObject(dlo, "held_requests", (double)dl.held_requests);
+    cuda_json(o, d->cuda);
     sched_status_json(cJSON_AddArrayToObject(o, "gpus"));
     cJSON *ms = cJSON_AddArrayToObject(o, "models");
     list_foreach(it, &d->models) {

@@ -179,7 +179,7 @@ static void on_call_done(void *ctx, int rc, const char *err)
         d->failures++;
         G.totals.failures++;
         snprintf(d->error, sizeof d->error, "%s", err);
-        log_event(LOG_WARN, "driver_limit_failed", "model=%s instance=%u cgroup=%s error=\"%s\"", d->model, d->id,
+        log_event(LOG_WARN, "driver_limit_failed", "model=%s instance=%u cgroup=%s error=%s", d->model, d->id,
                   d->dir, err);
     }
     if (d->exited && d->calling == GPU_LIMIT_NONE) { /* the reset returned (or failed): the leaf goes */
@@ -267,7 +267,7 @@ int driver_limit_before_start(instance_t *inst, const char *leaf, void (*ready)(
     if (!d)
         return 0;
     if (cgroup_leaf_dir(G.core->cgroups, leaf, d->dir, sizeof d->dir) != 0) {
-        log_event(LOG_WARN, "driver_limit_failed", "model=%s instance=%u leaf=%s error=\"%s\"", inst->model->name,
+        log_event(LOG_WARN, "driver_limit_failed", "model=%s instance=%u leaf=%s error=%s", inst->model->name,
                   inst->id, leaf, strerror(errno));
         free(d);
         return 0;

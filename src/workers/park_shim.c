@@ -111,7 +111,7 @@ static void shim_failed(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     m->checkpoint_failures++;
-    log_event(LOG_WARN, "shim_restore_failed", "model=%s instance=%u reason=\"%s\" error=\"%s\"", m->name, inst->id,
+    log_event(LOG_WARN, "shim_restore_failed", "model=%s instance=%u reason=%s error=%s", m->name, inst->id,
               why, inst->cuda_error);
     core_note_event(m->core, "%s instance %u: %s (%s)", m->name, inst->id, why, inst->cuda_error);
     model_record_failure(m, RESTART_PARK_FAILED, why);

@@ -99,7 +99,7 @@ void shim_grants_init(core_t *core)
     }
     if (mkdir(G.dir, 0700) != 0 && errno != EEXIST) {
         snprintf(G.unavailable, sizeof G.unavailable, "%s: %s", G.dir, strerror(errno));
-        log_event(LOG_WARN, "shim_unavailable", "reason=\"%s\"", G.unavailable);
+        log_event(LOG_WARN, "shim_unavailable", "reason=%s", G.unavailable);
         return;
     }
     static const grant_socket_handlers_t h = {
@@ -108,7 +108,7 @@ void shim_grants_init(core_t *core)
     G.sock = grant_socket_listen(core->loop, G.sock_path, SHIM_GRANTS_CONNS_MAX, &h, NULL, err, sizeof err);
     if (!G.sock) {
         snprintf(G.unavailable, sizeof G.unavailable, "%s", err);
-        log_event(LOG_WARN, "shim_unavailable", "reason=\"%s\"", err);
+        log_event(LOG_WARN, "shim_unavailable", "reason=%s", err);
         return;
     }
     G.totals.listening = true;
@@ -523,7 +523,7 @@ static void fail_worker(shim_inst_t *si, const char *why)
     instance_t *in = si->inst;
     si->failed = true;
     snprintf(si->why, sizeof si->why, "%s", why);
-    log_event(LOG_ERROR, "shim_malformed", "model=%s instance=%u reason=\"%s\"", in->model->name, in->id, why);
+    log_event(LOG_ERROR, "shim_malformed", "model=%s instance=%u reason=%s", in->model->name, in->id, why);
     if (in->proc)
         process_signal(in->proc, SIGKILL); /* its exit is a crash: restarted with the usual backoff */
 }
@@ -675,7 +675,7 @@ int shim_grants_prepare(instance_t *inst, config_kv_t *env, size_t cap, size_t *
     if (no) {
         snprintf(si->why, sizeof si->why, "%s", no);
         log_event(m->cfg->cuda_shim == CUDA_SHIM_REQUIRED ? LOG_ERROR : LOG_INFO, "shim_unavailable",
-                  "model=%s instance=%u reason=\"%s\"", m->name, inst->id, no);
+                  "model=%s instance=%u reason=%s", m->name, inst->id, no);
         if (m->cfg->cuda_shim == CUDA_SHIM_REQUIRED) {
             snprintf(why, whylen, "cuda_shim: required, but %s", no);
             return -1;

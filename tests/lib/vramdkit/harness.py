@@ -172,6 +172,8 @@ class Harness:
             assert rc == 0, f"{vd.name} did not exit cleanly on SIGTERM (exit {rc}):\n{vd.log_tail()}"
             reports = vd.sanitizer_reports()
             assert not reports, f"{vd.name}: sanitizer report in its log {reports}:\n{vd.log_tail()}"
+            bad = vd.format_errors()
+            assert not bad, f"{vd.name}: log lines with log_format_error: {bad[:3]}"
         leftover = wait_for_gone(self.tag, exclude={w.pid for w in self.externals})
         assert not leftover, f"worker processes left alive after vramd exited: {leftover}"
         for w in self.externals:
