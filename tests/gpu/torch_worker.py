@@ -9,6 +9,9 @@ busy), then frees it (PyTorch keeps it cached, as real servers do); answers JSON
 POST /clear_cache/ -> torch.cuda.empty_cache(). A CUDA OOM answers 500 with PyTorch's text.
 GET /memory -> torch.cuda.memory_reserved() and memory_allocated() of this process, its pid,
 and the allocator backend (PYTORCH_CUDA_ALLOC_CONF), for the CUDA shim's test.
+--random-fill fills the resident tensor with random bytes on the GPU; GET /checksum -> its
+sum and a position-weighted sum of a strided sample (read on the GPU: a park that lost or
+moved bytes changes them).
 """
 import argparse
 import json
@@ -22,6 +25,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
 ap.add_argument("--resident-mib", type=int, default=512)
 ap.add_argument("--load-from-host", action="store_true")
+ap.add_argument("--random-fill", action="store_true")
 args = ap.parse_args()
 device = torch.device("cuda:0")  # CUDA_VISIBLE_DEVICES (set by vramd) picks the card
 t0 = time.monotonic()
@@ -35,6 +39,8 @@ if args.load_from_host:
 else:
     t1 = time.monotonic()
     resident = torch.empty(args.resident_mib * 2**20, dtype=torch.uint8, device=device)
+if args.random_fill:
+    resident.random_(0, 256)
 torch.cuda.synchronize()
 TIMES = {"cuda_init_ms": cuda_init_ms, "load_ms": (time.monotonic() - t1) * 1000}
 
@@ -54,6 +60,11 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        if self.path.startswith("/checksum"):
+            sample = resident[::4093].to(torch.int64)
+            weights = torch.arange(1, sample.numel() + 1, device=device, dtype=torch.int64)
+            return self.reply(200, {"sum": int(torch.sum(resident, dtype=torch.int64)),
+                                    "weighted": int(torch.sum(sample * weights)), "pid": os.getpid()})
         if self.path.startswith("/memory"):
             return self.reply(200, {"reserved": torch.cuda.memory_reserved(device),
                                     "allocated": torch.cuda.memory_allocated(device), "pid": os.getpid(),

@@ -84,6 +84,7 @@ static int setup(void **state)
     unsetenv("SIMGPU_PCIE_BW");
     unsetenv("SIMGPU_CHECKPOINT_BW");
     unsetenv("SIMGPU_RESTORE_BW");
+    unsetenv("SIMGPU_CUSTOM_STORAGE");
     unsetenv("VRAMD_CUDA_LIBRARY");
     n_children = 0;
     own_set = NULL;
@@ -272,6 +273,49 @@ static void test_unavailable_without_gpu_and_env_choice(void **state)
 }
 
 /* ---- park / unpark ---- */
+
+/* Custom storage (CUDA 13.4, gpu/cuda_storage.c): with the driver having it and the owner
+ * turning it on, a park maps the memory into this process, which keeps the bytes (pinned)
+ * and completes; the unpark copies them back and frees them. Without it: the driver's copy. */
+static void test_custom_storage_keeps_the_bytes_here(void **state)
+{
+    (void)state;
+    create_set(8 * GiB);
+    pid_t pid = spawn(HOLDER, 1 * GiB);
+    cuda_t *plain = open_sim();
+    assert_false(cuda_custom_storage(plain)); /* the driver has none (580) */
+    assert_non_null(strstr(cuda_custom_storage_reason(plain), "cuCheckpointOperationComplete"));
+    close_sim(plain);
+
+    setenv("SIMGPU_CUSTOM_STORAGE", "1", 1);
+    cuda_t *c = open_sim();
+    assert_false(cuda_custom_storage(c)); /* not until the owner asks: a one-shot tool must not */
+    assert_string_equal(cuda_custom_storage_reason(c), "turned off");
+    cuda_use_custom_storage(c, true);
+    assert_true(cuda_custom_storage(c));
+    cuda_result_t r = run(c, CUDA_OP_PARK, pid, 1000);
+    assert_int_equal(r.status, CUDA_OK);
+    assert_int_equal(r.state, CUDA_STATE_CHECKPOINTED);
+    assert_int_equal(r.custom_bytes, 1 * GiB);
+    assert_int_equal(cuda_custom_storage_held(c), 1 * GiB);
+    assert_int_equal(parked_bytes_of(pid), 1 * GiB);
+    r = run(c, CUDA_OP_UNPARK, pid, 0);
+    assert_int_equal(r.status, CUDA_OK);
+    assert_int_equal(r.state, CUDA_STATE_RUNNING);
+    assert_int_equal(r.custom_bytes, 1 * GiB);
+    assert_int_equal(cuda_custom_storage_held(c), 0);
+    assert_int_equal(parked_bytes_of(pid), 0);
+    /* a restore with nothing kept for the pid (parked by the driver's own copy): it fails,
+     * completed, and the process stays where the driver left it */
+    cuda_use_custom_storage(c, false);
+    assert_int_equal(run(c, CUDA_OP_PARK, pid, 1000).status, CUDA_OK);
+    cuda_use_custom_storage(c, true);
+    r = run(c, CUDA_OP_UNPARK, pid, 0);
+    assert_int_equal(r.status, CUDA_FAILED);
+    assert_non_null(strstr(r.error, "nothing kept"));
+    unsetenv("SIMGPU_CUSTOM_STORAGE");
+    close_sim(c);
+}
 
 static void test_park_unpark_moves_memory(void **state)
 {
@@ -581,6 +625,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unavailable_library, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unavailable_without_gpu_and_env_choice, setup, teardown),
         cmocka_unit_test_setup_teardown(test_park_unpark_moves_memory, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_custom_storage_keeps_the_bytes_here, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restore_that_does_not_fit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lock_waits_for_the_process, setup, teardown),
         cmocka_unit_test_setup_teardown(test_single_actions_and_bad_states, setup, teardown),
