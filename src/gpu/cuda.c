@@ -195,6 +195,7 @@ static void make_unavailable(cuda_t *c, const char *fmt, ...)
     c->available = false;
     memset(&c->api, 0, sizeof c->api);
     cuda_storage_close(c->storage);
+    c->storage = NULL;
     if (c->lib)
         dlclose(c->lib);
     c->lib = NULL;
@@ -345,6 +346,7 @@ static void cuda_unref(cuda_t *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
+    cuda_storage_close(c->storage); /* the pinned bytes go with the driver that made them */
     if (c->lib)
         dlclose(c->lib);
     free(c);
