@@ -82,6 +82,9 @@ PARK_SETUP = ("vramd-park", "vramd")
 # with `cuda_shim: auto` and `shim_park: true` in `defaults:` too (pinned copies at the link's
 # rate, the driver's checkpoint at the rates measured on an H100); chosen with --setups.
 SHIM_SETUP = ("vramd-shim", "vramd")
+# the same allocation path without the shim's tier (`cuda_shim: auto`, checkpoint only): what
+# vramd-shim gains or loses by its park tier alone, apart from the shim's grants.
+SHIM_CKPT_SETUP = ("vramd-shim-ckpt", "vramd")
 PARK_HOST_MEMORY = "{ budget: 20GiB, reserve: 2GiB }"
 CLEAR_CACHE_HOOK = "clear_cache: { method: POST, path: /clear_cache/ }"
 ADD_CLEAR_CACHE = []  # --clear-cache: [True] adds CLEAR_CACHE_HOOK to `defaults:` in every setup's copy
@@ -144,20 +147,22 @@ def burst_traffic(open_traffic, scn, seed, duration_s, n):
     return t
 
 
-def park_copy(copy_dir, shim=False):
+def park_copy(copy_dir, shim=False, shim_park=True):
     """The copy of copy_dir run by the vramd-park setup: same traffic, workers and GPU, the
     vramd.yaml with `checkpoint: true` in `defaults:` and a `host_memory` budget (shim: and
     `cuda_shim: auto`, `shim_park: true`, for vramd-shim). Same folder name (scenario_run
     names its workdirs after it), under a sibling `-park` (`-shim`) folder."""
     name = os.path.basename(copy_dir.rstrip("/"))
-    dst = os.path.join(os.path.dirname(copy_dir.rstrip("/")) + ("-shim" if shim else "-park"), name)
+    suffix = ("-shim" if shim_park else "-shimckpt") if shim else "-park"
+    dst = os.path.join(os.path.dirname(copy_dir.rstrip("/")) + suffix, name)
     shutil.copytree(copy_dir, dst)
     with open(os.path.join(dst, "vramd.yaml")) as f:
         text = f.read()
     if not re.search(r"(?m)^defaults:\s*$", text):
         raise bl.BenchError("%s: vramd.yaml has no block `defaults:` to add `checkpoint: true` to" % name)
     text = re.sub(r"(?m)^defaults:\s*$", "defaults:\n  checkpoint: true" +
-                  ("\n  cuda_shim: auto\n  shim_park: true" if shim else ""), text, count=1)
+                  ("\n  cuda_shim: auto" if shim else "") + ("\n  shim_park: true" if shim and shim_park else ""),
+                  text, count=1)
     text = re.sub(r"(?m)^models:\s*$", "host_memory: %s\nmodels:" % PARK_HOST_MEMORY, text, count=1)
     with open(os.path.join(dst, "vramd.yaml"), "w") as f:
         f.write(text)
@@ -443,6 +448,7 @@ def ratios(reps):
                             ("makespan_global_lock_over_vramd", "global-lock", "vramd", "makespan_s"),
                             ("makespan_vramd_over_park", "vramd", "vramd-park", "makespan_s"),
                             ("makespan_park_over_shim", "vramd-park", "vramd-shim", "makespan_s"),
+                            ("makespan_shimckpt_over_shim", "vramd-shim-ckpt", "vramd-shim", "makespan_s"),
                             ("hit_rate_shim_over_park", "vramd-shim", "vramd-park", "deadline_hit_rate"),
                             ("hit_rate_park_over_vramd", "vramd-park", "vramd", "deadline_hit_rate")):
         vals = [v for v in (ratio(rep, a, b, key) for rep in reps) if v is not None]
@@ -571,7 +577,7 @@ def main():
     ap.add_argument("--clear-cache", action="store_true",
                     help="add `%s` to `defaults:` (simworker's /clear_cache/: PyTorch's empty_cache)" % CLEAR_CACHE_HOOK)
     ap.add_argument("--setups", default=",".join(s for s, _ in SETUPS),
-                    help="of direct,global-lock,vramd,vramd-park,vramd-shim (default: the first three)")
+                    help="of direct,global-lock,vramd,vramd-park,vramd-shim,vramd-shim-ckpt (default: the first three)")
     ap.add_argument("--timescale", type=float, default=0.02, help="open variant (default 0.02)")
     ap.add_argument("--burst-timescale", type=float, default=0.05, help="burst variant (default 0.05)")
     ap.add_argument("--duration", default="10m", help="open variant's traffic, simulated (default 10m)")
@@ -579,7 +585,7 @@ def main():
     ap.add_argument("--no-decision-cost", action="store_true")
     ap.add_argument("--decision-cost-runs", type=int, default=3)
     a = ap.parse_args()
-    known = dict(SETUPS + [PARK_SETUP, SHIM_SETUP])
+    known = dict(SETUPS + [PARK_SETUP, SHIM_SETUP, SHIM_CKPT_SETUP])
     chosen = a.setups.split(",")
     if any(s not in known for s in chosen):
         raise bl.BenchError("--setups: unknown setup in %r (known: %s)" % (a.setups, ", ".join(known)))
@@ -626,6 +632,8 @@ def main():
                 run_dir = {"vramd-park": park_copy(copy_dir)} if "vramd-park" in chosen else {}
                 if "vramd-shim" in chosen:
                     run_dir["vramd-shim"] = park_copy(copy_dir, shim=True)
+                if "vramd-shim-ckpt" in chosen:
+                    run_dir["vramd-shim-ckpt"] = park_copy(copy_dir, shim=True, shim_park=False)
                 scn = lb.Scenario(copy_dir)
                 timescale = a.timescale if variant == "open" else a.burst_timescale
                 duration = a.duration if variant == "open" else None

@@ -48,6 +48,7 @@ void wiring_connect(core_t *core, const api_admin_ops_t *admin)
         .evict = instance_evict, .recycle = instance_recycle, .reclaimed = instance_reclaimed,
         .clear_cache = instance_clear_cache,
         .return_cost_ms = instance_return_cost_ms, .way_out_ms = instance_way_out_ms,
+        .evict_leaves = instance_evict_leaves,
         .refresh_identity = instance_refresh_identity};
     sched_init(core, &actions);
     api_init(core, admin);

@@ -62,6 +62,14 @@ static bool evictable(const instance_t *in, const model_t *for_m)
     return true;
 }
 
+/* What evicting in (or its park under way) frees on its GPU: its entry less what its tier
+ * leaves there. */
+static uint64_t evict_frees(const instance_t *in)
+{
+    uint64_t leaves = sched_state.actions.evict_leaves ? sched_state.actions.evict_leaves(in) : 0;
+    return in->mem.bytes > leaves ? in->mem.bytes - leaves : 0;
+}
+
 uint64_t sched_room_with_evictions(size_t pos)
 {
     ledger_t *l = &sched_state.ledger;
@@ -75,7 +83,7 @@ uint64_t sched_room_with_evictions(size_t pos)
         list_foreach(ii, &om->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
             if (in->gpu_pos == (int)pos && in->mem.gpu >= 0 && evictable(in, om))
-                room += in->mem.bytes;
+                room += evict_frees(in);
         }
     }
     return room;
@@ -112,9 +120,10 @@ static uint64_t incoming(size_t pos)
             instance_t *in = list_entry(ii, instance_t, link);
             if (in->gpu_pos != (int)pos || in->mem.gpu < 0)
                 continue;
-            if (in->reclaiming || in->park_clearing || in->state == INST_UNLOADING || in->state == INST_PARKING ||
-                in->state == INST_STOPPING ||
-                (in->stop_requested && in->state == INST_READY))
+            if (in->state == INST_PARKING)
+                sum += evict_frees(in); /* a shim park leaves the context */
+            else if (in->reclaiming || in->park_clearing || in->state == INST_UNLOADING ||
+                     in->state == INST_STOPPING || (in->stop_requested && in->state == INST_READY))
                 sum += in->mem.bytes;
             else if (clearing(in))
                 sum += sched_instance_cache(in);
@@ -169,7 +178,7 @@ static size_t gather_candidates(const model_t *m)
                 continue;
             cands[n++] = (placer_candidate_t){.instance = in,
                                               .gpu_pos = (size_t)in->gpu_pos,
-                                              .bytes = in->mem.bytes,
+                                              .bytes = evict_frees(in),
                                               .priority = om->cfg->priority,
                                               .last_used_ms = in->last_used_ms,
                                               .return_cost_ms = sched_state.actions.return_cost_ms

@@ -63,6 +63,9 @@ typedef struct sched_actions {
     /* how long evict would take to free inst's memory (a park's copy out; 0 for a stop);
      * NULL = 0 */
     uint64_t (*way_out_ms)(const instance_t *inst);
+    /* bytes of inst's entry an eviction now (or its park under way) would leave on the GPU
+     * (a shim park keeps the CUDA context); NULL = 0 */
+    uint64_t (*evict_leaves)(const instance_t *inst);
     /* refresh which processes are inst's (its identity, proc/attrib.h: an external server's
      * listener may have changed); asked before a snapshot is attributed, every few seconds
      * at most. Required: the scheduler only reads identities, the supervisor writes them */

@@ -1,6 +1,7 @@
 /*
  * park_cost: what evicting an idle instance costs, tier by tier, for the scheduler's choice
- * of victims (actions.return_cost_ms, actions.way_out_ms) and park.c's choice of tier.
+ * of victims (actions.return_cost_ms, actions.way_out_ms, actions.evict_leaves: what the
+ * tier would leave on the GPU) and park.c's choice of tier.
  *
  * A tier costs twice. Its way out: from the eviction's start until NVML shows the memory
  * gone, paid now by the request that waits for the room (a checkpoint copies everything to
@@ -99,6 +100,13 @@ uint64_t instance_return_cost_ms(const instance_t *inst)
     const model_t *m = inst->model;
     enum park_tier tier = park_tier_now(inst, true);
     return tier == PARK_NONE ? m->load_ms_ewma : park_way_back_ms(m, tier, park_bytes_expected(inst));
+}
+
+uint64_t instance_evict_leaves(const instance_t *inst)
+{
+    enum park_tier tier = inst->state == INST_PARKING ? inst->park_tier : park_tier_now(inst, true);
+    const park_tier_ops_t *ops = park_tier_ops(tier);
+    return ops && ops->leaves ? ops->leaves(inst) : 0;
 }
 
 uint64_t instance_way_out_ms(const instance_t *inst)

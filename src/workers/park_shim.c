@@ -30,6 +30,7 @@
 #include "sched/scheduler.h"
 #include "workers/park_tier.h"
 #include "workers/shim_control.h"
+#include "workers/shim_grants.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
@@ -208,6 +209,12 @@ static void shim_resume(instance_t *inst)
         shim_failed(inst, "shim restore could not start");
 }
 
+/* The CUDA context (NVML's bytes beyond the shim's, learned idle) stays on the GPU. */
+static uint64_t shim_leaves(const instance_t *inst)
+{
+    return shim_grants_context(inst);
+}
+
 static uint64_t shim_back_guess_ms(uint64_t bytes)
 {
     return bytes / PARK_SHIM_GUESS_BPMS + 1;
@@ -228,4 +235,5 @@ const park_tier_ops_t park_tier_shim = {
     .found = NULL,
     .lost = NULL,
     .back_guess_ms = shim_back_guess_ms,
+    .leaves = shim_leaves,
 };

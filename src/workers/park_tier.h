@@ -28,6 +28,8 @@
  *   - lost(inst): NULL when the way back is still there for a PARKED inst; else why not (a
  *     config reload took the wake hook away): park.c stops it instead. NULL: never lost.
  *   - back_guess_ms(bytes): the way back of `bytes` before one was measured (park_cost.c).
+ *   - leaves(inst): what its park keeps on the GPU (park_cost.c's instance_evict_leaves, for
+ *     the scheduler's plan of how much an eviction frees); NULL: nothing.
  *   - After park() returned 0 (and after resume() or a found() that went RESUMING), the
  *     tier reports EXACTLY ONCE through inst->park_report (set by park.c before the call),
  *     later, from the loop: PARK_TIER_OUT_DONE / OUT_FAILED for a way out, BACK_DONE /
@@ -75,6 +77,9 @@ typedef struct park_tier_ops {
     bool (*found)(instance_t *inst);
     const char *(*lost)(const instance_t *inst);
     uint64_t (*back_guess_ms)(uint64_t bytes);
+    /* What a park by this tier leaves of inst on the GPU (the shim's: the CUDA context);
+     * NULL: nothing (the scheduler counts the whole entry as freed). */
+    uint64_t (*leaves)(const instance_t *inst);
 } park_tier_ops_t;
 
 /* The tiers (each in its own file). */

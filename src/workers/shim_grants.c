@@ -737,6 +737,11 @@ void shim_grants_free(instance_t *inst)
     /* else freed by the last connection's close (on_closed); the worker is gone, so they close */
 }
 
+uint64_t shim_grants_context(const instance_t *inst)
+{
+    return inst->shim ? inst->shim->context : 0;
+}
+
 bool shim_grants_figures(const instance_t *inst, shim_figures_t *out)
 {
     const shim_inst_t *si = inst->shim;

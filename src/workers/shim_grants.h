@@ -85,6 +85,9 @@ void shim_grants_limit_applied(instance_t *inst);
 void shim_grants_exited(instance_t *inst);
 /* The instance is being freed: its shim state is dropped (freed once its connections closed). */
 void shim_grants_free(instance_t *inst);
+/* inst's CUDA context as the shim learned it (NVML's bytes beyond the shim's while idle); 0
+ * before it is known or without a shim. */
+uint64_t shim_grants_context(const instance_t *inst);
 /* false when the instance has no shim state (cuda_shim off, external). */
 bool shim_grants_figures(const instance_t *inst, shim_figures_t *out);
 void shim_grants_totals(shim_totals_t *out);

@@ -147,6 +147,9 @@ uint64_t instance_return_cost_ms(const instance_t *inst);
 /* How long instance_evict(inst) would take to free its memory, in ms: a park tier's learned
  * way out (0 until measured), 0 for an unload or a stop. */
 uint64_t instance_way_out_ms(const instance_t *inst);
+/* What an eviction of inst now (or its park under way) would leave on its GPU: the tier's
+ * leaves() (a shim park keeps the CUDA context), 0 for the others and a stop. */
+uint64_t instance_evict_leaves(const instance_t *inst);
 /* The scheduler asks an idle READY instance for its allocator cache (actions.clear_cache):
  * its clear_cache hook, as every hook is called (instance_call_hook: body, timeout, logged,
  * counted), then an NVML reading at once after the answer. Notes last_clear_cache_ms. False

@@ -162,3 +162,38 @@ def test_unmovable_memory_falls_back_to_checkpoint_then_stop(sched):
     assert not vd.events("parked", model="llm")
     assert vd.generate("llm").status == 200
     assert vd.instances("llm")[0]["pid"] != pid
+
+
+def test_an_eviction_counts_the_context_a_shim_park_leaves(sched):
+    """The scheduler plans an eviction by what it frees: a shim park leaves the worker's CUDA
+    context (300 MiB) on the GPU (actions.evict_leaves). 8 GiB card: A (3 GiB + context,
+    shim_park) and C (1 GiB + context) resident; B needs 6.45 GiB: A's whole booking would
+    make room, A parked by the shim does not. So the one plan evicts A and C, both before A's
+    park has answered (without evict_leaves, C's eviction came in a second round after the
+    park had shown the context left, and in mixed-80gb that second round took the parked
+    worker itself); A is parked once and never evicted again for its context (no
+    park_escalated), B is served, nobody OOMs."""
+    gpu = sched.gpu_set("8GiB")
+    a = park_model(sched, resident="3GiB")
+    a["memory"]["resident"] = "3.3GiB"
+    c = sched.model("c", ["--resident", "1GiB", "--per-request", "64MiB", "--run-time", sim_s(0.2),
+                          "--cache", "release"], "1.3GiB", "64MiB")
+    b = sched.model("b", ["--resident", "5.8GiB", "--per-request", "256MiB", "--run-time", sim_s(0.5),
+                          "--cache", "release"], "6.2GiB", "256MiB")
+    vd = sched.start_vramd(gpu, {"llm": a, "c": c, "b": b}, extra_env={"VRAMD_CUDA_SHIM_LIBRARY": shim_lib()},
+                           host_memory={"budget": "16GiB", "reserve": 0})
+    load(vd)
+    assert vd.generate("llm").status == 200
+    assert vd.generate("c").status == 200
+    wait_for(lambda: (vd.instances("llm")[0].get("shim") or {}).get("context_bytes", 0) >= 256 * MiB,
+             timeout=20, what="llm's context learned")
+    r = vd.generate("b")
+    assert r.status == 200, r
+    evictions = [e for e in vd.events("eviction") if e.get("for") == "b"]
+    assert {e["model"] for e in evictions} == {"llm", "c"}, evictions
+    parked = vd.first("parked", model="llm")
+    assert all(e["_i"] < parked["_i"] for e in evictions), (evictions, parked)  # one plan
+    assert not vd.events("park_escalated", model="llm"), vd.events("park_escalated")
+    inst = vd.instances("llm")[0]
+    assert inst["state"] == "parked" and inst["tier"] == "shim_parked", inst
+    vd.assert_no_oom()
