@@ -10,9 +10,9 @@ from vramdkit import sim_s
 from .schedkit import Watch, after, order
 
 
-def six_gib(sched, name, run_s=2, **extra):
+def six_gib(sched, name, run_s=2, load_s=0, **extra):
     return sched.model(name, ["--resident", "5.7GiB", "--per-request", "1GiB", "--cache", "release",
-                              "--run-time", sim_s(run_s)], "6GiB", "1GiB", **extra)
+                              "--run-time", sim_s(run_s), "--load-time", sim_s(load_s)], "6GiB", "1GiB", **extra)
 
 
 def evicted(vd):
@@ -40,9 +40,15 @@ def test_eviction_takes_lowest_priority_first(sched):
 
 def test_eviction_with_equal_priorities_takes_least_recently_used(sched):
     """a, b, c with the same priority, used in the order a, b, c, a: loading c evicts a
-    (least recently used), then loading a again evicts b (used before c)."""
+    (least recently used), then loading a again evicts b (used before c). Recency decides
+    only between equal costs: the reload each eviction would cost is the model's learned
+    load time, so the three load for 2 s (real) each, polled every 20 ms, and their learned
+    times stay within the placer's 10 % of each other (with no load time, a start of 100 ms
+    against one of 200 ms, a health poll apart on a loaded machine, made b the cheaper
+    eviction)."""
     gpu = sched.gpu_set("16GiB")
-    vd = sched.start_vramd(gpu, {n: six_gib(sched, n) for n in ("a", "b", "c")})
+    health = {"path": "/health", "interval": "20ms", "timeout": "2s", "failures": 3}
+    vd = sched.start_vramd(gpu, {n: six_gib(sched, n, load_s=40, health=health) for n in ("a", "b", "c")})
     for name in ("a", "b", "c", "a"):
         r = vd.generate(name)
         assert r.status == 200, f"{name}: {r}"
