@@ -161,7 +161,11 @@ def test_metrics_follow_requests_and_status(metricsd):
     r = vd.post("/v1/models/gen/unload")
     assert r.status == 200, r
     vd.wait_model("gen", lambda m: not m["instances"], what="gen unloaded")
-    e = parse(scrape(vd))
+    # /metrics may serve its last exposition again for 10 x what building it took (at most
+    # limits.metrics_cache, 1 s): on a loaded machine that was the scrape just before the
+    # unload. So the next fresh one is awaited (the unload is in it), not the first one taken.
+    e = wait_for(lambda: (lambda x: x if x.value("vramd_model_state", model="gen", state="stopped") == 1 else None)(
+        parse(scrape(vd))), timeout=5, what="an exposition built after the unload")
     unloads = {lab["reason"]: v for lab, v in e.series("vramd_model_unloads_total", model="gen")}
     assert unloads["admin"] == 1 and sum(unloads.values()) == 1 == vd.model("gen")["unloads_total"], unloads
     assert e.value("vramd_model_state", model="gen", state="stopped") == 1
