@@ -104,7 +104,9 @@ static void remember(enum fn_id id, void *f)
 
 static void *g_driver_handle; /* the handle a program dlsym'ed a driver name from */
 
-void *shim_driver_symbol(const char *base, const char *full)
+/* How the shim finds a driver call of its own (shim_park.h's shim_resolve_fn): through the
+ * program's own cuGetProcAddress, else the handle it dlsym'ed from, else the next object. */
+static void *driver_symbol(const char *base, const char *full)
 {
     void *f = NULL;
     proc_v2_fn_t p2 = (proc_v2_fn_t)__atomic_load_n(&g_real[F_PROC_V2], __ATOMIC_ACQUIRE);
@@ -213,7 +215,7 @@ static bool park_free(CUdeviceptr p, CUresult *rc)
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t n)
 {
-    uint64_t size = real(F_ALLOC) ? shim_park_size(n) : 0;
+    uint64_t size = real(F_ALLOC) ? shim_park_size(n, driver_symbol) : 0;
     if (size)
         return park_alloc(dptr, size);
     ALLOC_BODY(F_ALLOC, alloc_fn, f(dptr, n), *dptr, n);

@@ -148,12 +148,12 @@ bool shim_park_enabled(void)
 
 /* The driver's calls and its granularity, resolved at the first parkable allocation (after
  * the program initialised the driver); false when one is missing. */
-static bool driver_ready(void)
+static bool driver_ready(shim_resolve_fn resolve)
 {
     if (g_gran)
         return true;
     for (int i = 0; i < D_COUNT; i++)
-        if (!g_fn[i] && !(g_fn[i] = shim_driver_symbol(drv_names[i][0], drv_names[i][1])))
+        if (!g_fn[i] && !(g_fn[i] = resolve(drv_names[i][0], drv_names[i][1])))
             return false;
     CUdevice dev = 0;
     if (DRV(D_CTX_DEV, ctx_dev_fn)(&dev) != CUDA_SUCCESS)
@@ -166,14 +166,14 @@ static bool driver_ready(void)
     return true;
 }
 
-uint64_t shim_park_size(uint64_t n)
+uint64_t shim_park_size(uint64_t n, shim_resolve_fn resolve)
 {
     if (!shim_park_enabled() || n == 0)
         return 0;
     uint64_t gran = __atomic_load_n(&g_gran, __ATOMIC_ACQUIRE);
     if (!gran) {
         pthread_mutex_lock(&g_table_lock);
-        bool ok = driver_ready();
+        bool ok = driver_ready(resolve);
         pthread_mutex_unlock(&g_table_lock);
         if (!ok)
             return 0;

@@ -26,15 +26,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Resolves a driver entry point the shim calls itself (shim_hooks.c): base name for
- * cuGetProcAddress, full name for dlsym. */
-void *shim_driver_symbol(const char *base, const char *full);
+/* Resolves a driver entry point the shim calls itself: base name for cuGetProcAddress, full
+ * name for dlsym; NULL when the driver has none. Given by the caller (shim_hooks.c, which
+ * knows how the program reached the driver), so this file calls nothing above it. */
+typedef void *(*shim_resolve_fn)(const char *base, const char *full);
 
 /* Are allocations backed so they can be parked ($VRAMD_SHIM_PARK=1 with the page in use)? */
 bool shim_park_enabled(void);
 /* The bytes a parkable allocation of n takes (n rounded up to the granularity), or 0 when n
- * is not one (too small, park off, or the driver lacks the calls). */
-uint64_t shim_park_size(uint64_t n);
+ * is not one (too small, park off, or the driver lacks the calls: resolve finds them). */
+uint64_t shim_park_size(uint64_t n, shim_resolve_fn resolve);
 /* Allocate `size` (from shim_park_size) at a fixed address: CUDA_SUCCESS with *dptr set, or
  * the driver's error (nothing left behind). */
 int shim_park_alloc(uint64_t *dptr, uint64_t size);

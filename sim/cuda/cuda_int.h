@@ -13,6 +13,7 @@
 #ifndef VRAMD_SIM_CUDA_INT_H
 #define VRAMD_SIM_CUDA_INT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,7 +40,6 @@ typedef struct alloc_entry {
     uint64_t bytes;
     unsigned char *data; /* real bytes [0, data_len), made at the first write */
     uint64_t data_len;   /* at most CUDA_REAL_BYTES_MAX */
-    int foreign;         /* another process's memory mapped here (custom storage): not on simgpu */
 } alloc_entry_t;
 
 simgpu_t *sim_cuda_set(void);
@@ -48,13 +48,11 @@ simgpu_t *sim_cuda_set(void);
 void sim_alloc_lock(void);
 void sim_alloc_unlock(void);
 alloc_entry_t *sim_alloc_find_locked(CUdeviceptr_t p, uint64_t *off);
-/* Another process's memory on gpu mapped into this one (the checkpoint's custom storage):
- * an address copies can use, not counted on the simulated GPU again. 0 or an error code. */
-CUresult_t sim_alloc_foreign(int gpu, uint64_t bytes, CUdeviceptr_t *ptr);
-void sim_alloc_foreign_drop(CUdeviceptr_t ptr);
+/* cuda_sim.c: is [p, p + n) inside a custom-storage mapping of an operation in flight (another
+ * process's memory mapped here: copies through it take the link's time, no bytes move)? */
+bool sim_custom_mapping(CUdeviceptr_t p, uint64_t n);
 
 /* cuda_sim.c: custom storage present ($SIMGPU_CUSTOM_STORAGE=1), its completion call */
-#include <stdbool.h>
 bool sim_custom_storage(void);
 struct CUcheckpointOperation_st;
 int cuCheckpointOperationComplete(struct CUcheckpointOperation_st *handle);

@@ -237,7 +237,7 @@ CUresult_t cuMemAlloc_v2(CUdeviceptr_t *dptr, size_t bytes)
         slot++;
     CUresult_t rc = CUDA_ERR_OUT_OF_MEMORY;
     if (slot < CUDA_MEM_ALLOCS_MAX && simgpu_alloc(s, current_gpu, bytes) == 0) {
-        allocs[slot] = (alloc_entry_t){next_ptr, current_gpu, bytes, NULL, 0, 0};
+        allocs[slot] = (alloc_entry_t){next_ptr, current_gpu, bytes, NULL, 0};
         *dptr = next_ptr;
         next_ptr += (bytes + 0xfffff) & ~(uint64_t)0xfffff; /* 1 MiB aligned, never reused */
         rc = 0;
@@ -254,7 +254,7 @@ CUresult_t cuMemFree_v2(CUdeviceptr_t dptr)
     pthread_mutex_lock(&alloc_lock);
     CUresult_t rc = CUDA_ERR_INVALID_VALUE;
     for (size_t i = 0; i < CUDA_MEM_ALLOCS_MAX; i++) {
-        if (allocs[i].ptr == dptr && dptr != 0 && !allocs[i].foreign) {
+        if (allocs[i].ptr == dptr && dptr != 0) {
             rc = simgpu_free(s, allocs[i].gpu, allocs[i].bytes) == 0 ? 0 : CUDA_ERR_INVALID_VALUE;
             free(allocs[i].data);
             allocs[i].data = NULL;
@@ -265,35 +265,6 @@ CUresult_t cuMemFree_v2(CUdeviceptr_t dptr)
     }
     pthread_mutex_unlock(&alloc_lock);
     return rc;
-}
-
-CUresult_t sim_alloc_foreign(int gpu, uint64_t bytes, CUdeviceptr_t *ptr)
-{
-    CUresult_t rc = CUDA_ERR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&alloc_lock);
-    for (size_t slot = 0; slot < CUDA_MEM_ALLOCS_MAX; slot++) {
-        if (allocs[slot].ptr != 0)
-            continue;
-        allocs[slot] = (alloc_entry_t){next_ptr, gpu, bytes, NULL, 0, 1};
-        *ptr = next_ptr;
-        next_ptr += (bytes + 0xfffff) & ~(uint64_t)0xfffff;
-        rc = 0;
-        break;
-    }
-    pthread_mutex_unlock(&alloc_lock);
-    return rc;
-}
-
-void sim_alloc_foreign_drop(CUdeviceptr_t ptr)
-{
-    pthread_mutex_lock(&alloc_lock);
-    for (size_t i = 0; i < CUDA_MEM_ALLOCS_MAX; i++)
-        if (allocs[i].ptr == ptr && ptr != 0 && allocs[i].foreign) {
-            free(allocs[i].data);
-            allocs[i] = (alloc_entry_t){0, 0, 0, NULL, 0, 0};
-            break;
-        }
-    pthread_mutex_unlock(&alloc_lock);
 }
 
 void sim_alloc_lock(void) { pthread_mutex_lock(&alloc_lock); }

@@ -108,8 +108,11 @@ typedef struct CUcheckpointRestoreArgs_st {
     char reserved[64 - sizeof(void *) - 2 * sizeof(unsigned int) - sizeof(CUcheckpointCustomStorageInfo **)];
 } CUcheckpointRestoreArgs;
 
-/* One custom-storage operation in flight: what cuCheckpointOperationComplete finishes. */
+/* One custom-storage operation in flight: what cuCheckpointOperationComplete finishes. Its
+ * mappings are address ranges of this process that only copies use (no bytes are kept:
+ * the simulated process's data never leaves it); the operations in flight are a list. */
 struct CUcheckpointOperation_st {
+    struct CUcheckpointOperation_st *next;
     int pid;
     bool restore;
     CUcheckpointCustomStorageInfo info;
@@ -141,8 +144,7 @@ CUresult cuCheckpointOperationComplete(CUcheckpointOperationHandle handle);
 
 /* For cuda_mem.c's cuGetProcAddress (not exported). */
 bool sim_custom_storage(void);
-int sim_alloc_foreign(int gpu, uint64_t bytes, CUdeviceptr *ptr); /* cuda_mem.c */
-void sim_alloc_foreign_drop(CUdeviceptr ptr);
+bool sim_custom_mapping(CUdeviceptr p, uint64_t n); /* for cuda_vmm.c's copies */
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static simgpu_t *current_set; /* set once under init_lock, then only read */
 
@@ -314,6 +316,21 @@ bool sim_custom_storage(void)
     return v && strcmp(v, "1") == 0;
 }
 
+static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct CUcheckpointOperation_st *ops;
+static CUdeviceptr next_mapping = 0x7d0000000000ULL;
+
+bool sim_custom_mapping(CUdeviceptr p, uint64_t n)
+{
+    bool in = false;
+    pthread_mutex_lock(&ops_lock);
+    for (const struct CUcheckpointOperation_st *op = ops; op && !in; op = op->next)
+        for (unsigned k = 0; k < op->info.deviceCount && !in; k++)
+            in = op->dev[k].size && p >= op->dev[k].devPtr && n <= op->dev[k].size - (p - op->dev[k].devPtr);
+    pthread_mutex_unlock(&ops_lock);
+    return in;
+}
+
 /* The caller's mapping of what moves (bytes[g] on GPU g): a custom-storage operation whose
  * handle is in *out. */
 static CUresult custom_begin(int pid, bool restore, const uint64_t bytes[SIMGPU_MAX_GPUS],
@@ -327,20 +344,20 @@ static CUresult custom_begin(int pid, bool restore, const uint64_t bytes[SIMGPU_
     op->info.handle = op;
     op->info.perDeviceData = op->dev;
     int n = simgpu_count(the_set());
+    pthread_mutex_lock(&ops_lock);
     for (int g = 0; g < n && g < SIMGPU_MAX_GPUS; g++) { /* one per device, in order; size 0: none there */
         CUcheckpointCustomStoragePerDeviceData *d = &op->dev[op->info.deviceCount];
         op->info.deviceCount++;
         if (!bytes[g])
             continue;
-        if (sim_alloc_foreign(g, bytes[g], &d->devPtr) != 0) {
-            for (unsigned k = 0; k < op->info.deviceCount; k++)
-                sim_alloc_foreign_drop(op->dev[k].devPtr);
-            free(op);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
+        d->devPtr = next_mapping;
         d->size = (size_t)bytes[g];
         d->stream = NULL; /* the caller's copies complete before they return */
+        next_mapping += (bytes[g] + 0xfffff) & ~(uint64_t)0xfffff; /* never reused */
     }
+    op->next = ops;
+    ops = op;
+    pthread_mutex_unlock(&ops_lock);
     *out = &op->info;
     return CUDA_SUCCESS;
 }
@@ -395,10 +412,17 @@ CUresult cuCheckpointOperationComplete(CUcheckpointOperationHandle handle)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!sim_custom_storage())
         return CUDA_ERROR_NOT_SUPPORTED;
-    if (!handle || handle->info.handle != handle)
+    bool known = false;
+    pthread_mutex_lock(&ops_lock);
+    for (struct CUcheckpointOperation_st **pp = &ops; *pp; pp = &(*pp)->next)
+        if (*pp == handle) {
+            *pp = handle->next; /* its mappings go with it */
+            known = true;
+            break;
+        }
+    pthread_mutex_unlock(&ops_lock);
+    if (!known)
         return CUDA_ERROR_INVALID_VALUE;
-    for (unsigned k = 0; k < handle->info.deviceCount; k++)
-        sim_alloc_foreign_drop(handle->dev[k].devPtr);
     int rc = handle->restore ? simgpu_cuda_restore_end(s, handle->pid) : simgpu_cuda_checkpoint_end(s, handle->pid);
     int e = errno;
     handle->info.handle = NULL;

@@ -290,7 +290,9 @@ static CUresult_t copy(CUdeviceptr_t dev, void *host, size_t n, bool to_device)
     sim_alloc_lock();
     uint64_t off = 0;
     alloc_entry_t *e = resolve_locked(dev, &off);
-    if (!e || n > e->bytes - off) {
+    if (!e && sim_custom_mapping(dev, n)) {
+        rc = 0; /* another process's memory (custom storage): only the link's time */
+    } else if (!e || n > e->bytes - off) {
         rc = CUDA_ERR_INVALID_VALUE;
     } else if (to_device && off < CUDA_REAL_BYTES_MAX) { /* kept: [off, end) of the first MAX bytes */
         uint64_t real = host_find_locked(host) ? touched_extent(host, n) : n;
