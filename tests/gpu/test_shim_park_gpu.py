@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -21,8 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if os.path.join(ROOT, "tests", "lib") not in sys.path:
     sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 
-from vramdkit import free_port, vramd_binary  # noqa: E402
-from vramdkit.paths import build_dir  # noqa: E402
+from vramdkit import free_port, vramd_binary, wait_for  # noqa: E402
+from vramdkit.paths import shim_library  # noqa: E402
 from gpukit import get, gpu0_total, gpu_bytes_of, post, torch_python  # noqa: E402
 
 PY = torch_python() if gpu0_total() > 0 else None
@@ -32,16 +31,7 @@ GiB = 2**30
 
 
 def wait(pred, timeout=300, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            v = pred()
-            if v:
-                return v
-        except OSError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}")
+    return wait_for(pred, timeout=timeout, interval=0.2, what=what)  # OSError counts as "not yet"
 
 
 def instance(base):
@@ -76,7 +66,7 @@ models:
     env = dict(os.environ)
     env.pop("VRAMD_NVML_LIBRARY", None)
     env.pop("VRAMD_CUDA_LIBRARY", None)
-    env["VRAMD_CUDA_SHIM_LIBRARY"] = str(build_dir() / "lib" / "libvramd-cuda.so")
+    env["VRAMD_CUDA_SHIM_LIBRARY"] = shim_library()
     log = open(os.path.join(tmp, "vramd.log"), "wb")
     p = subprocess.Popen([str(vramd_binary()), "--config", path], stderr=log, env=env)
     base = f"http://127.0.0.1:{port}"

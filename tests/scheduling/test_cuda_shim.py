@@ -30,15 +30,14 @@ import time
 import pytest
 
 from vramdkit import sim_s, wait_for
-from vramdkit.paths import PYTHON, build_dir
+from vramdkit.paths import PYTHON, shim_library
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2
 BAD_SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bad_shim_worker.py")
 
 
-def shim_lib():
-    return str(build_dir() / "lib" / "libvramd-cuda.so")
+shim_lib = shim_library
 
 
 @pytest.fixture(autouse=True)

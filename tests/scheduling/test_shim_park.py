@@ -23,14 +23,13 @@ import urllib.request
 import pytest
 
 from vramdkit import GiB, MiB, sim_s, wait_for
-from vramdkit.paths import build_dir
+from vramdkit.paths import shim_library
 
 CONTEXT = 300 * MiB
 PCIE = 20e9  # the simulated set's default PCIe bandwidth, bytes/s
 
 
-def shim_lib():
-    return str(build_dir() / "lib" / "libvramd-cuda.so")
+shim_lib = shim_library
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,11 @@ def build_dir():
     return path if path.is_absolute() else REPO_ROOT / path
 
 
+def shim_library():
+    """The CUDA shim of the build under test (libvramd-cuda.so), as a string for env values."""
+    return str(build_dir() / "lib" / "libvramd-cuda.so")
+
+
 def binary(name):
     return build_dir() / "bin" / name
 
