@@ -62,7 +62,9 @@ def test_a_clock_step_forward_does_not_fail_a_queued_job(vramd, tmp_path):
     # the shim is on the path: a log line written after the step is stamped a day ahead
     before = stamps(vd)[-1]
     time.sleep(0.1)  # the shim reads its file again every 20 ms
-    busy.append(submit(vd, work("probe", 10)).json()["id"])  # logs job_submitted
+    # logs job_submitted; slow like the others, so that it cannot finish while the busy ones
+    # are cancelled one by one (a 10 ms probe started and succeeded before its DELETE: 409)
+    busy.append(submit(vd, work("probe", 20000)).json()["id"])
     wait_for(lambda: any(ts[:10] > before[:10] for ts in stamps(vd)),
              what="a log line stamped a day ahead")
     # the runner's overdue sweep runs every tick (1 s): give it several
