@@ -50,6 +50,7 @@ int cfg_model_init_builtin(model_config_t *m)
     m->validate.timeout_ms = 30000;
     m->retry_safe = false;
     m->response_timeout_ms = 10 * 60 * 1000; /* seconds-to-minutes GPU work; docs/config.md */
+    m->memory.cancelled_hold_auto = true;     /* a Python server runs a request whose client left */
     m->prompt_poll_ms = 250; /* path/prompt_hold.c: ComfyUI's /history poll */
     m->cuda_shim = CUDA_SHIM_OFF; /* off until the real-GPU suite passed with PyTorch (docs/shim.md) */
     m->grant_wait_ms = 5000;

@@ -398,6 +398,26 @@ static int fp_grant_wait(ctx_t *c, yaml_node_t *v, void *field, const field_spec
     return 0;
 }
 
+/* memory.cancelled_hold: "auto", or a duration up to 1h (0: off). */
+static int fp_cancelled_hold(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    (void)spec;
+    config_memory_t *mem = field;
+    char d[DESCRIBE_MAX];
+    uint64_t ms;
+    if (v->type == YAML_SCALAR_NODE && strcmp(ydoc_scalar_text(v), "auto") == 0) {
+        mem->cancelled_hold_auto = true;
+        return 0;
+    }
+    if (v->type != YAML_SCALAR_NODE || ydoc_is_null(v) || units_parse_duration_ms(ydoc_scalar_text(v), &ms) != 0)
+        return ydoc_fail(c, v, "expected auto or a duration like 90s, got %s", ydoc_describe(v, d, sizeof d));
+    if (ms > 3600000)
+        return ydoc_fail(c, v, "at most 1h (or auto)");
+    mem->cancelled_hold_ms = ms;
+    mem->cancelled_hold_auto = false;
+    return 0;
+}
+
 /* per_request: a size, or "learn" (learn from NVML, starting from the declared value). */
 static int fp_per_request(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
@@ -547,6 +567,7 @@ static const field_spec_t memory_fields[] = {
     {"per_request", fp_per_request, 0, 0, 0, NULL},
     {"learn", cfg_fp_bool, offsetof(config_memory_t, learn), 0, 0, NULL},
     {"size_field", fp_size_field, 0, 0, 0, NULL},
+    {"cancelled_hold", fp_cancelled_hold, 0, 0, 0, NULL},
 };
 
 static const field_spec_t recycle_fields[] = {

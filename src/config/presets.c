@@ -24,7 +24,10 @@
  *             Several url: entries may share one server: each is then measured by its
  *             /api/ps size_vram (sched_snapshot.c, instance.c)
  * Each sets route /NAME/ (strip: the server sees its own paths) and OOM detection:
- * degrade on, detect.body_matches the server's out-of-memory text.
+ * degrade on, detect.body_matches the server's out-of-memory text. All but comfyui turn
+ * memory.cancelled_hold off: these servers abort a request whose client connection closed
+ * (vLLM's and SGLang's API servers on disconnect, llama-server's is_connection_closed,
+ * Ollama's request context).
  *
  * The server's own flags and environment (cfg_preset_finish, after the model's keys;
  * cfg_preset_problems for the warnings pass):
@@ -214,6 +217,12 @@ int cfg_apply_preset(ctx_t *c, model_config_t *m, enum config_preset p, yaml_nod
          set_hook(&m->reload, &ps->reload);
     for (size_t i = 0; ok && i < sizeof ps->env / sizeof ps->env[0] && ps->env[i][0]; i++)
         ok = preset_env(m, ps->env[i][0], ps->env[i][1]);
+    if (p != PRESET_COMFYUI) {
+        /* vLLM, SGLang, llama-server and Ollama abort a request whose connection closed:
+         * its memory is free again at once (memory.cancelled_hold off) */
+        m->memory.cancelled_hold_auto = false;
+        m->memory.cancelled_hold_ms = 0;
+    }
     if (p == PRESET_COMFYUI) {
         m->prompt_hold = true; /* POST /prompt answers at once; the GPU work runs later (prompt_hold.c) */
         m->upgrade |= CFG_UPGRADE_WEBSOCKET; /* its web UI and scripts follow prompts on /ws */

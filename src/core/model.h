@@ -158,6 +158,10 @@ struct instance {
     uint64_t run_peak;       /* peak measured while requests ran */
     bool run_alone;          /* only one request ran since run_peak was reset */
     uint64_t credit_used;    /* cached memory lent to running requests */
+    /* memory of requests let go of while the worker had them (request.abandoned): not lent
+     * as cache before cancelled_until (loop clock; memory.cancelled_hold, sched_admit.c) */
+    uint64_t cancelled_held;
+    uint64_t cancelled_until;
     uint64_t running_reserved; /* sum of the REQUEST entries of its running requests */
     /* the CUDA shim (workers/shim_grants.c): memory granted to its processes' allocations past
      * their grant while requests ran (a REQUEST entry; folded into mem once it is idle), and

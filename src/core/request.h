@@ -93,6 +93,8 @@ struct request {
                            * Read when the request ends, inside that call: a literal or the caller's string */
     bool head_method;
     bool cancelled;       /* ended because its client left (CORE_EV_REQUEST_ENDED tells) */
+    bool abandoned;       /* let go of after the worker had all of it (the client left, or its
+                           * total deadline passed): the worker may still be running it */
     int gpu;              /* NVML index of the instance it last ran on, -1 = none (X-Vramd-Gpu) */
     /* resilience (path/verdict.c) */
     unsigned level;       /* degradation ladder level in use: 0 = as sent */

@@ -195,6 +195,7 @@ static cJSON *instance_json(instance_t *in, uint64_t now)
         cJSON_AddNullToObject(j, "server_vram_bytes");
     }
     cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->baseline);
+    cJSON_AddNumberToObject(j, "cancelled_held_bytes", (double)sched_instance_cancelled(in, now));
     shim_json(j, in);
     driver_limit_json(j, in);
     cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);

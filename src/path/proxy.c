@@ -399,6 +399,8 @@ void proxy_cancel(request_t *r)
 {
     upstream_t *up = r->up;
     if (up) {
+        /* the worker had the whole request: it may go on running it (memory.cancelled_hold) */
+        r->abandoned = up->state == UP_HEAD || up->state == UP_BODY;
         r->up = NULL;
         up->req = NULL;
         up_close(up);

@@ -7,7 +7,10 @@
  * Invariants: a request holds its entry from sched_admit until sched_request_finished,
  * however it ends; the credit it took from its instance's verified cache is returned with
  * it; memory a finished request leaves behind is booked on its instance (unverified) until
- * the next snapshot measures it; a request younger than the GPU's claim does not lock
+ * the next snapshot measures it, and what a request let go of while the worker ran it used
+ * (its reservation and credit) is not lent as cache until its memory.cancelled_hold is over
+ * (the worker may still be running it: readings cannot tell its memory from cache); a
+ * request younger than the GPU's claim does not lock
  * away, in a busy instance, cache the claimant lacks (sched_yields_to_claim); while the
  * snapshot is stale, only a request whose reservation its instance's verified cache covers
  * (nothing new to book) is admitted, and a blocked one evicts or claims nothing. Calls down
@@ -181,11 +184,38 @@ static void learn_success(model_t *m, unsigned level, unsigned cls)
               cls, (unsigned long long)before, (unsigned long long)after);
 }
 
+/* r was let go of while its worker had it (a client that left, a total deadline): a Python
+ * server goes on running it, with the memory it was booked (its reservation, and the cache
+ * it was lent). That memory stays booked on the instance (assumed cached, then measured),
+ * but readings cannot tell it from idle cache: lent to the next request, the worker would
+ * need it twice. So it is not lent until the request would have ended: its dispatch plus
+ * memory.cancelled_hold (a later cancel extends the hold; an earlier hold that is over
+ * is dropped first). */
+static void hold_cancelled(const request_t *r, instance_t *inst, uint64_t bytes)
+{
+    model_t *m = inst->model;
+    uint64_t hold = sched_cancelled_hold_ms(m);
+    uint64_t now = core_now();
+    uint64_t until = (r->t_dispatched ? r->t_dispatched : now) + hold;
+    if (!bytes || !hold || until <= now || inst->state != INST_READY || inst->stop_requested)
+        return;
+    if (inst->cancelled_until <= now)
+        inst->cancelled_held = 0;
+    inst->cancelled_held += bytes;
+    if (until > inst->cancelled_until)
+        inst->cancelled_until = until;
+    log_event(LOG_INFO, "cancelled_hold", "request_id=%s model=%s instance=%u bytes=%llu held=%llu until_ms=%llu",
+              r->id, m->name, inst->id, (unsigned long long)bytes, (unsigned long long)inst->cancelled_held,
+              (unsigned long long)(inst->cancelled_until - now));
+}
+
 void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, bool ok)
 {
     model_t *m = inst->model;
     bool held = r->mem.gpu >= 0;
     uint64_t released = r->mem.bytes;
+    if (r->abandoned && (held || r->credit))
+        hold_cancelled(r, inst, (held ? released : 0) + r->credit);
     ledger_release(&sched_state.ledger, &r->mem);
     inst->running_reserved = inst->running_reserved > released ? inst->running_reserved - released : 0;
     /* Until NVML says otherwise, assume the framework kept what the request allocated

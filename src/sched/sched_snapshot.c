@@ -10,7 +10,8 @@
  * reads instances' identities: their refresh is the supervisor's (refresh_identity action).
  * Invariants: foreign usage rises at once and falls only on two agreeing readings; an
  * idle READY instance is booked at max(declared, measured beyond running reservations,
- * floor + lent cache), so it never under-counts; a reclaim ends settled or after
+ * floor + lent cache + memory of requests let go of while it ran them, until their
+ * cancelled_hold is over), so it never under-counts; a reclaim ends settled or after
  * stop_timeout (+ RECLAIM_GRACE_MS for an exited process). Every snapshot ends with a
  * pump of all waiting models. A good snapshot's read start is the scheduler's freshness
  * (sched_gpu_stale); a timer only logs the turn to stale (gpu_stale) and the next good
@@ -240,6 +241,13 @@ static bool recycle_on_growth(core_t *d, model_t *m, instance_t *in, uint64_t no
  * check while idle, its peak while running (learning), and its RESIDENT entry. */
 static void book_ready(core_t *d, model_t *m, instance_t *in, uint64_t now)
 {
+    if (in->cancelled_held && in->cancelled_until <= now) {
+        /* the requests let go of would have ended: their memory is cache again (this
+         * snapshot's pump of every waiting model lends it) */
+        log_event(LOG_INFO, "cancelled_hold_end", "model=%s instance=%u bytes=%llu", m->name, in->id,
+                  (unsigned long long)in->cancelled_held);
+        in->cancelled_held = 0;
+    }
     /* A reading that began before its last request ended may show that request's memory
      * still allocated: taken as the idle instance's, it would be lent as verified cache to
      * the next request (a framework that freed it has none) and look like growth. The next
@@ -265,11 +273,14 @@ static void book_ready(core_t *d, model_t *m, instance_t *in, uint64_t now)
             in->run_alone = false;
     }
     /* what it holds beyond its running requests' reservations (cache included),
-     * never less than its floor plus the cache already lent to running requests */
+     * never less than its floor plus the cache already lent to running requests and what
+     * requests let go of while it had them may still take (a stopped or queueing worker
+     * runs them later: a reading without them does not lower the booking, nor the driver's
+     * limit that follows it, before memory.cancelled_hold is over) */
     uint64_t declared = m->cfg->memory.resident;
     uint64_t booked_apart = in->running_reserved + (in->grant_extra.gpu >= 0 ? in->grant_extra.bytes : 0);
     uint64_t held = in->measured > booked_apart ? in->measured - booked_apart : 0;
-    uint64_t lent = sched_instance_floor(in) + in->credit_used;
+    uint64_t lent = sched_instance_floor(in) + in->credit_used + sched_instance_cancelled(in, now);
     uint64_t b = held > lent ? held : lent;
     if (b < declared)
         b = declared;

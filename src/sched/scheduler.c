@@ -233,11 +233,28 @@ uint64_t sched_instance_floor(const instance_t *inst)
     return inst->baseline > floor ? inst->baseline : floor;
 }
 
+uint64_t sched_cancelled_hold_ms(const model_t *m)
+{
+    const config_memory_t *mc = &m->cfg->memory;
+    if (!mc->cancelled_hold_auto)
+        return mc->cancelled_hold_ms;
+    if (!m->run_ms_ewma)
+        return CANCELLED_HOLD_UNLEARNED_MS;
+    uint64_t twice = 2 * m->run_ms_ewma;
+    return twice < CANCELLED_HOLD_MAX_MS ? twice : CANCELLED_HOLD_MAX_MS;
+}
+
+uint64_t sched_instance_cancelled(const instance_t *inst, uint64_t now)
+{
+    return now < inst->cancelled_until ? inst->cancelled_held : 0;
+}
+
 /* Cached memory the instance really holds (measured), excluding what is only assumed
- * cached since the last snapshot: only verified cache can be lent to its next requests. */
+ * cached since the last snapshot and what requests let go of while it ran them may still
+ * use (memory.cancelled_hold): only verified, idle cache can be lent to its next requests. */
 uint64_t sched_instance_cache(const instance_t *inst)
 {
-    uint64_t floor = sched_instance_floor(inst);
+    uint64_t floor = sched_instance_floor(inst) + sched_instance_cancelled(inst, core_now());
     uint64_t verified = inst->mem.bytes > inst->unverified ? inst->mem.bytes - inst->unverified : 0;
     return verified > floor ? verified - floor : 0;
 }

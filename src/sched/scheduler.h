@@ -158,6 +158,11 @@ bool sched_instance_holds_memory(const instance_t *inst);
 /* What an instance holds at least: max(declared resident, post-load baseline); what it
  * holds beyond that is cache (or growth). */
 uint64_t sched_instance_floor(const instance_t *inst);
+/* memory.cancelled_hold of m now (auto: twice its learned run time, at most 10 m; a minute
+ * before one is learned), and what inst's requests let go of while it ran them still hold
+ * from being lent at loop time now (0 once the hold is over). */
+uint64_t sched_cancelled_hold_ms(const model_t *m);
+uint64_t sched_instance_cancelled(const instance_t *inst, uint64_t now);
 /* A request for m arrived (first attempts only): the mean gap between its requests is
  * learned for eviction cost (placer.h, rule 2b). */
 void sched_note_arrival(model_t *m);

@@ -32,6 +32,9 @@
 #define SCHED_CLEAR_CACHE_MIN_INTERVAL_MS 2000
 /* cached memory worth clearing: less is not asked back (sched_clear_caches) nor waited for */
 #define SCHED_YIELD_MIN_BYTES (64ULL * 1024 * 1024)
+/* memory.cancelled_hold auto: before the model's run time is learned, and the most */
+#define CANCELLED_HOLD_UNLEARNED_MS (60ULL * 1000)
+#define CANCELLED_HOLD_MAX_MS (10ULL * 60 * 1000)
 
 /* The scheduler's state (one, defined in scheduler.c, set up by sched_init). */
 typedef struct sched_state {

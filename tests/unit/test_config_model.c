@@ -5,7 +5,9 @@
  * Covers: the SPEC section 2 example with every value it sets; built-in defaults;
  * `defaults:` overlay (per key in nested sections, whole lists); null removing optional
  * settings; url parsing; routes; keep_alive forever/0; per_request learn; degrade/validate
- * forms and their YAML -> JSON typing; quoted and plain scalars; refcounting.
+ * forms and their YAML -> JSON typing; quoted and plain scalars; refcounting;
+ * memory.cancelled_hold (auto by default, a duration, 0, bounded; off in the presets of
+ * servers that abort a request whose connection closed, auto for comfyui).
  * Run: make build/tests/test_config_model && build/tests/test_config_model (and with make SAN=1).
  */
 
@@ -624,6 +626,31 @@ static void test_refcount(void **state)
     config_unref(NULL);
 }
 
+static void test_cancelled_hold(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("models:\n  a:\n    cmd: [x]\n  b:\n    cmd: [x]\n    memory: {cancelled_hold: 90s}\n"
+                           "  c:\n    cmd: [x]\n    memory: {cancelled_hold: 0}\n"
+                           "  d:\n    preset: llamacpp\n    cmd: [x, \"{port}\"]\n    memory: {resident: 1GiB}\n"
+                           "  e:\n    preset: comfyui\n    cmd: [x, \"{port}\"]\n"
+                           "  f:\n    preset: ollama\n    cmd: [x]\n    memory: {cancelled_hold: auto}\n");
+    assert_true(c->models[0].memory.cancelled_hold_auto);
+    assert_false(c->models[1].memory.cancelled_hold_auto);
+    assert_int_equal(c->models[1].memory.cancelled_hold_ms, 90000);
+    assert_false(c->models[2].memory.cancelled_hold_auto);
+    assert_int_equal(c->models[2].memory.cancelled_hold_ms, 0);
+    /* the preset's off survives the model's own memory: section (overlaid key by key) */
+    assert_false(c->models[3].memory.cancelled_hold_auto);
+    assert_int_equal(c->models[3].memory.cancelled_hold_ms, 0);
+    assert_true(c->models[4].memory.cancelled_hold_auto);
+    assert_true(c->models[5].memory.cancelled_hold_auto); /* the model's own key wins */
+    config_unref(c);
+    expect_error("models:\n  a:\n    cmd: [x]\n    memory: {cancelled_hold: 2h}\n",
+                 "test.yaml:4:30: models.a.memory.cancelled_hold: at most 1h (or auto)");
+    expect_error("models:\n  a:\n    cmd: [x]\n    memory: {cancelled_hold: soon}\n",
+                 "test.yaml:4:30: models.a.memory.cancelled_hold: expected auto or a duration like 90s, got \"soon\"");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -641,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_degrade_and_validate_forms),
         cmocka_unit_test(test_quoted_and_plain_scalars),
         cmocka_unit_test(test_refcount),
+        cmocka_unit_test(test_cancelled_hold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

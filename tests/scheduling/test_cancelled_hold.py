@@ -1,0 +1,77 @@
+"""A request whose client leaves while the worker runs it (memory.cancelled_hold).
+
+vramd closes the worker's connection, but a Python model server does not notice: it runs
+the request to its end, with its memory (simworker does the same). That memory stays
+booked on the instance, and NVML readings cannot tell it from the allocator's idle cache.
+Lent as cache to the instance's next request, the worker would need it twice: an OOM
+vramd could have prevented. With cancelled_hold (auto: twice the learned run time from the
+dispatch) the next request books fresh memory, or waits for the hold to end.
+
+`gen` on a 24 GiB card: 6 GiB resident, 11.5 GiB per request (4 s, kept cached), two at
+once allowed: after a warm-up its process holds 6.3 + 11.5 GiB cached, and two requests
+at once (29.3 GiB) do not fit.
+"""
+import json
+import time
+
+from vramdkit import RawConn, build_request, sim_s, wait_for
+
+GiB = 1 << 30
+RUN_S = 40  # simulated: 2 s at the tests' timescale
+
+
+def _start(sched, **memory):
+    gpu = sched.gpu_set("24GiB")
+    vd = sched.start_vramd(gpu, {
+        "gen": sched.model("gen", ["--resident", "5.7GiB", "--per-request", "11.5GiB", "--cache", "keep",
+                                   "--run-time", sim_s(RUN_S)], "6GiB", "11.5GiB", concurrency=2,
+                           memory=memory),
+    })
+    assert vd.generate("gen").status == 200  # warm-up: the run time is learned, 11.5 GiB cached
+    wait_for(lambda: vd.instances("gen")[0]["reserved_bytes"] >= 17 * GiB and
+             vd.instances("gen")[0]["in_flight"] == 0, what="gen booked with its cache")
+    return vd
+
+
+def _leave_while_running(vd):
+    """A request whose client leaves once the worker has taken its memory (30 % of its run
+    is when the last of it arrives); returns when vramd let go of it."""
+    c = RawConn(vd.port)
+    c.send(build_request("POST", "/gen/generate", {"Content-Type": "application/json"}, json.dumps({})))
+    wait_for(lambda: vd.instances("gen")[0]["in_flight"] == 1, what="the request on the worker")
+    time.sleep(0.4 * RUN_S * 0.05)
+    c.close()
+    wait_for(lambda: vd.first("request_cancelled", model="gen"), what="vramd letting go of the request")
+    time.sleep(0.2)  # a few readings (poll 50 ms): the worker's memory is measured, not assumed
+
+
+def test_a_request_left_running_is_not_lent_as_cache(sched):
+    """After the client left, the instance shows the memory held back
+    (cancelled_held_bytes = the request's 11.5 GiB, event cancelled_hold); the next request
+    waits for the hold instead of taking that memory as cache, succeeds, and the worker
+    never runs out of memory; the hold then ends (cancelled_hold_end) and nothing stays
+    held."""
+    vd = _start(sched)
+    _leave_while_running(vd)
+    ev = vd.first("cancelled_hold", model="gen")
+    assert ev and ev["bytes"] >= 11 * GiB, ev
+    assert vd.instances("gen")[0]["cancelled_held_bytes"] >= 11 * GiB
+    r = vd.generate("gen")
+    assert r.status == 200, r
+    vd.assert_no_oom()
+    assert vd.first("cancelled_hold_end", model="gen")
+    assert vd.instances("gen")[0]["cancelled_held_bytes"] == 0
+    sched.finish()
+
+
+def test_without_the_hold_the_worker_runs_out_of_memory(sched):
+    """The control: with memory.cancelled_hold 0 the next request is lent the cached memory
+    the abandoned request still uses, and the worker runs out of memory (what the hold
+    prevents)."""
+    vd = _start(sched, cancelled_hold="0")
+    _leave_while_running(vd)
+    assert not vd.first("cancelled_hold")
+    vd.generate("gen")  # an OOM answer; the worker's output says why
+    assert vd.oom_lines("gen"), "the worker did not run out of memory: the scene did not happen"
+    vd.allow_oom.add("gen")
+    sched.finish()
