@@ -66,6 +66,12 @@ void sw_flags_usage(FILE *out)
         "  --log-format text|json   (default text)\n"
         "Durations are simulated: SIMGPU_TIMESCALE=0.01 runs them 100x faster.\n",
         out);
+    fputs("Routes (sim/worker/README.md, \"Endpoints\"):\n"
+          "  GET  /health /ready /v1/models /gpu_status/ /is_sleeping\n"
+          "  POST /generate (and --path ones) /v1/chat/completions\n"
+          "  POST /unload_models/ /reload_models/ /sleep /wake_up /clear_cache/ (hooks)\n"
+          "A request whose client closed the connection runs to its end, as in a Python server.\n",
+          out);
 }
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
