@@ -71,9 +71,10 @@ typedef struct config_memory {
     size_t n_size_fields;
     /* cancelled_hold: how long a request whose client left after the worker had it keeps
      * its memory from being lent to the instance's next requests (the worker may still be
-     * running it), counted from its dispatch; auto (default): twice the model's learned run
-     * time (CANCELLED_HOLD_UNLEARNED_MS before one is learned); 0: off (servers that abort a
-     * request whose connection closed: the vllm, sglang, llamacpp and ollama presets) */
+     * running it), counted from its dispatch (at least half of it from the let-go); auto
+     * (default): twice the model's learned run time (CANCELLED_HOLD_UNLEARNED_MS before one
+     * is learned); 0: off (servers that abort a request whose connection closed: the vllm,
+     * sglang, llamacpp and ollama presets) */
     bool cancelled_hold_auto;
     uint64_t cancelled_hold_ms;
 } config_memory_t;

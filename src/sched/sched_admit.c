@@ -189,15 +189,17 @@ static void learn_success(model_t *m, unsigned level, unsigned cls)
  * it was lent). That memory stays booked on the instance (assumed cached, then measured),
  * but readings cannot tell it from idle cache: lent to the next request, the worker would
  * need it twice. So it is not lent until the request would have ended: its dispatch plus
- * memory.cancelled_hold (a later cancel extends the hold; an earlier hold that is over
- * is dropped first). */
+ * memory.cancelled_hold, and at least half the hold after the cancel (a request that ran
+ * past its expected time, the kind whose client gives up, still runs; a later cancel
+ * extends the hold; an earlier hold that is over is dropped first). */
 static void hold_cancelled(const request_t *r, instance_t *inst, uint64_t bytes)
 {
     model_t *m = inst->model;
     uint64_t hold = sched_cancelled_hold_ms(m);
     uint64_t now = core_now();
-    uint64_t until = (r->t_dispatched ? r->t_dispatched : now) + hold;
-    if (!bytes || !hold || until <= now || inst->state != INST_READY || inst->stop_requested)
+    uint64_t ran = r->t_dispatched && now > r->t_dispatched ? now - r->t_dispatched : 0;
+    uint64_t until = now + (hold > ran + hold / 2 ? hold - ran : hold / 2);
+    if (!bytes || !hold || inst->state != INST_READY || inst->stop_requested)
         return;
     if (inst->cancelled_until <= now)
         inst->cancelled_held = 0;

@@ -14,7 +14,7 @@ at once (29.3 GiB) do not fit.
 import json
 import time
 
-from vramdkit import RawConn, build_request, sim_s, wait_for
+from vramdkit import TIMESCALE, RawConn, build_request, sim_s, wait_for
 
 GiB = 1 << 30
 RUN_S = 40  # simulated: 2 s at the tests' timescale
@@ -24,8 +24,8 @@ def _start(sched, **memory):
     gpu = sched.gpu_set("24GiB")
     vd = sched.start_vramd(gpu, {
         "gen": sched.model("gen", ["--resident", "5.7GiB", "--per-request", "11.5GiB", "--cache", "keep",
-                                   "--run-time", sim_s(RUN_S)], "6GiB", "11.5GiB", concurrency=2,
-                           memory=memory),
+                                   "--run-time", sim_s(RUN_S), "--time-scale", "steps:1:1"], "6GiB", "11.5GiB",
+                           concurrency=2, memory=memory),
     })
     assert vd.generate("gen").status == 200  # warm-up: the run time is learned, 11.5 GiB cached
     wait_for(lambda: vd.instances("gen")[0]["reserved_bytes"] >= 17 * GiB and
@@ -33,13 +33,15 @@ def _start(sched, **memory):
     return vd
 
 
-def _leave_while_running(vd):
-    """A request whose client leaves once the worker has taken its memory (30 % of its run
-    is when the last of it arrives); returns when vramd let go of it."""
+def _leave_while_running(vd, steps=1, after=0.4):
+    """A request (`steps` x the usual run) whose client leaves at `after` x the usual run
+    (past 30 % of its own run: the worker has taken all its memory); returns when vramd let
+    go of it."""
     c = RawConn(vd.port)
-    c.send(build_request("POST", "/gen/generate", {"Content-Type": "application/json"}, json.dumps({})))
+    c.send(build_request("POST", "/gen/generate", {"Content-Type": "application/json"},
+                         json.dumps({"steps": steps})))
     wait_for(lambda: vd.instances("gen")[0]["in_flight"] == 1, what="the request on the worker")
-    time.sleep(0.4 * RUN_S * 0.05)
+    time.sleep(after * RUN_S * TIMESCALE)
     c.close()
     wait_for(lambda: vd.first("request_cancelled", model="gen"), what="vramd letting go of the request")
     time.sleep(0.2)  # a few readings (poll 50 ms): the worker's memory is measured, not assumed
@@ -61,6 +63,21 @@ def test_a_request_left_running_is_not_lent_as_cache(sched):
     vd.assert_no_oom()
     assert vd.first("cancelled_hold_end", model="gen")
     assert vd.instances("gen")[0]["cancelled_held_bytes"] == 0
+    sched.finish()
+
+
+def test_a_request_that_overran_is_held_from_its_cancel(sched):
+    """A request 2.5 times the usual length (5 s where 2 s was learned) whose client gives
+    up at 4.5 s, past the 4 s the hold gives from its dispatch: it still runs, so it is held
+    for half the hold from the cancel (2 s, past its real end at 5 s), and the next request
+    waits for it instead of running out of memory."""
+    vd = _start(sched)
+    _leave_while_running(vd, steps=2.5, after=2.25)
+    ev = vd.first("cancelled_hold", model="gen")
+    assert ev and ev["bytes"] >= 11 * GiB and ev["until_ms"] >= 1500, ev
+    r = vd.generate("gen")
+    assert r.status == 200, r
+    vd.assert_no_oom()
     sched.finish()
 
 
