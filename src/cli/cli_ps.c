@@ -115,7 +115,8 @@ static cJSON *ps_json_row(const cJSON *model, const cJSON *inst)
     }
     static const char *const keys[] = {"id", "state", "tier", "gpu", "measured_bytes", "reserved_bytes",
                                        "server_vram_bytes", "in_flight", "keep_alive_left_ms",
-                                       "keep_alive_expires", "pid", "shim", "driver_limit"};
+                                       "keep_alive_expires", "pid", "shim", "driver_limit",
+                                       "cancelled_held_bytes"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(inst, keys[k]);
         cJSON_AddItemToObject(r, keys[k], v ? cJSON_Duplicate(v, true) : cJSON_CreateNull());

@@ -51,7 +51,8 @@ def test_ps_json_rows(gpu_vramd):
     ref = vd.model("gen")["instances"][0]
     assert gen["pinned"] is True and gen["pid"] == ref["pid"] and gen["state"] == "ready", gen
     assert gen["reserved_bytes"] == ref["reserved_bytes"] and gen["queue_depth"] == 0, gen
-    assert set(gen) >= {"id", "gpu", "measured_bytes", "in_flight", "keep_alive_left_ms", "keep_alive_expires"}
+    assert set(gen) >= {"id", "gpu", "measured_bytes", "in_flight", "keep_alive_left_ms", "keep_alive_expires",
+                        "cancelled_held_bytes"}
 
 
 def test_ps_usage():
