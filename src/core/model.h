@@ -285,6 +285,7 @@ struct model {
     uint64_t last_arrival_ms;  /* when its last request arrived (0 = none yet) */
     uint64_t arrival_gap_ms;   /* mean gap between its requests (EWMA; 0 = fewer than two) */
     uint64_t oom_total;
+    uint64_t cancelled_holds;  /* requests let go of while a worker ran them, memory held (sched_admit.c) */
     uint64_t deadline_rejections;
     uint64_t deadline_expiries[2]; /* 504 deadline_exceeded: [0] while queued, [1] while running (path/dispatch.c) */
     uint64_t degraded_total;   /* retries at a lower ladder level */

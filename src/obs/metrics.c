@@ -254,6 +254,7 @@ static uint64_t v_in_flight(const model_t *m) { return m->in_flight; }
 static uint64_t v_instances(const model_t *m) { return m->n_instances; }
 static uint64_t v_loads(const model_t *m) { return m->loads_total; }
 static uint64_t v_oom(const model_t *m) { return m->oom_total; }
+static uint64_t v_cancelled_holds(const model_t *m) { return m->cancelled_holds; }
 static uint64_t v_deadline_rejections(const model_t *m) { return m->deadline_rejections; }
 static uint64_t v_invalid(const model_t *m) { return m->invalid_total; }
 static uint64_t v_retry_budget(const model_t *m) { return m->retry_budget_refusals; }
@@ -453,6 +454,9 @@ static void model_metrics(buf_t *b, core_t *d)
     hook_calls_family(b, d);
     model_family(b, d, "vramd_oom_total", "counter", "Worker answers recognised as out of memory (degrade.detect).",
                  v_oom);
+    model_family(b, d, "vramd_cancelled_holds_total", "counter",
+                 "Requests let go of while the worker ran them whose memory was held back (memory.cancelled_hold).",
+                 v_cancelled_holds);
     family(b, "vramd_degraded_total", "counter", "Requests run at a degradation ladder level, by the level (1 = first ladder entry).");
     list_foreach(it, &d->models) {
         const model_t *m = list_entry(it, model_t, link);

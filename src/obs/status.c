@@ -50,6 +50,8 @@ static void memory_json(cJSON *mem, const model_t *m)
     cJSON_AddNumberToObject(mem, "per_request_base", (double)sched_request_estimate(m));
     cJSON_AddNumberToObject(mem, "samples", m->n_peaks);
     cJSON_AddNumberToObject(mem, "oom_total", (double)m->oom_total);
+    cJSON_AddNumberToObject(mem, "cancelled_hold_ms", (double)sched_cancelled_hold_ms(m));
+    cJSON_AddNumberToObject(mem, "cancelled_holds_total", (double)m->cancelled_holds);
     cJSON *classes = cJSON_AddArrayToObject(mem, "classes");
     for (size_t i = 0; classes && i < EST_CELLS; i++) {
         const est_cell_t *c = &m->est.cells[i];

@@ -204,6 +204,7 @@ static void hold_cancelled(const request_t *r, instance_t *inst, uint64_t bytes)
     if (inst->cancelled_until <= now)
         inst->cancelled_held = 0;
     inst->cancelled_held += bytes;
+    m->cancelled_holds++;
     if (until > inst->cancelled_until)
         inst->cancelled_until = until;
     log_event(LOG_INFO, "cancelled_hold", "request_id=%s model=%s instance=%u bytes=%llu held=%llu until_ms=%llu",

@@ -52,7 +52,7 @@ def test_a_request_left_running_is_not_lent_as_cache(sched):
     (cancelled_held_bytes = the request's 11.5 GiB, event cancelled_hold); the next request
     waits for the hold instead of taking that memory as cache, succeeds, and the worker
     never runs out of memory; the hold then ends (cancelled_hold_end) and nothing stays
-    held."""
+    held; the model's status and /metrics count one hold, of twice the learned run time."""
     vd = _start(sched)
     _leave_while_running(vd)
     ev = vd.first("cancelled_hold", model="gen")
@@ -63,6 +63,9 @@ def test_a_request_left_running_is_not_lent_as_cache(sched):
     vd.assert_no_oom()
     assert vd.first("cancelled_hold_end", model="gen")
     assert vd.instances("gen")[0]["cancelled_held_bytes"] == 0
+    mem = vd.model("gen")["memory"]
+    assert mem["cancelled_holds_total"] == 1 and mem["cancelled_hold_ms"] >= 2 * RUN_S * TIMESCALE * 1000, mem
+    assert 'vramd_cancelled_holds_total{model="gen"} 1' in vd.get("/metrics").body.decode()
     sched.finish()
 
 
