@@ -309,6 +309,16 @@ simgpu_t *simgpu_open(const char *name, char *err, size_t errlen)
             why_errno = errno;
             break;
         }
+        if ((size_t)st.st_size >= 16 && (size_t)st.st_size < sizeof(struct set_header)) {
+            /* too small for this layout: a set of an older simgpu once its magic is there
+             * (published last, so a set still being made shows none yet) */
+            uint64_t head[2];
+            if (pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && head[0] == SET_MAGIC) {
+                why = "has an incompatible layout (made by another simgpu version)";
+                why_errno = EPROTO;
+                break;
+            }
+        }
         if ((size_t)st.st_size >= sizeof(struct set_header)) {
             len = (size_t)st.st_size;
             hdr = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -10,9 +10,12 @@
  *
  * Claims: SELECT ... FOR UPDATE SKIP LOCKED in run order (aged priority desc, then seq),
  * then owner/lease/lease_until set in the same statement: two hosts never get the same job.
- * A job of a model this host serves that has waited longer than aging_ms and does not fit
- * here now holds back jobs of no higher (aged) priority that came after it, so memory drains
- * until it fits (large jobs are not starved by a stream of small ones).
+ * A job of a model this host serves that has waited longer than aging_ms holds back jobs of
+ * no higher (aged) priority that came after it whose claim would leave it too little room
+ * here (its estimate and theirs together over the room), so memory drains until it fits
+ * (large jobs are not starved by a stream of small ones); so does such a job this host
+ * claimed that has not reached a worker yet (its memory is not booked until then: a younger
+ * job claimed beside it, or in the next pass, could take the memory while its worker starts).
  *
  * Fencing: every write tied to an attempt is `WHERE id = $1 AND lease = $2` (the claim's
  * token, a fresh UUID); a lease that expired was cleared by whoever requeued it, so a late
@@ -290,8 +293,9 @@ static void pg_cancel(jstore_t *s, const char *id, int64_t now_ms, jstore_cancel
 static const char SQL_CLAIM[] =
     "WITH c AS (SELECT j.id AS cid FROM vramd_jobs j "
     "WHERE j.state = 'queued' AND j.lease IS NULL AND j.model = $1 AND j.est_bytes <= $2::int8 "
-    "AND NOT EXISTS (SELECT 1 FROM vramd_jobs s WHERE s.state = 'queued' AND s.lease IS NULL "
-    "AND s.model = ANY($7::text[]) AND s.est_bytes > $2::int8 AND s.est_bytes <= $8::int8 AND s.seq < j.seq "
+    "AND NOT EXISTS (SELECT 1 FROM vramd_jobs s WHERE s.state = 'queued' "
+    "AND ((s.lease IS NULL AND s.model = ANY($7::text[])) OR (s.lease IS NOT NULL AND s.owner = $4)) "
+    "AND s.est_bytes + j.est_bytes > $2::int8 AND s.est_bytes <= $8::int8 AND s.seq < j.seq "
     "AND s.created_at < clock_timestamp() - make_interval(secs => $6::float8 / 1000) "
     "AND " AGED("s") " >= " AGED("j") ") "
     "ORDER BY " AGED("j") " DESC, j.seq LIMIT $3::int8 FOR UPDATE SKIP LOCKED) "
