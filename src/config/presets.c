@@ -75,6 +75,8 @@ typedef struct preset {
     preset_server_t server;
     preset_hook_t reload;
     const char *env[3][2]; /* variables set for the worker (the model's env: overrides them) */
+    bool aborts_on_close;  /* the server aborts a request whose connection closed:
+                            * memory.cancelled_hold off */
 } preset_t;
 
 static const preset_t presets[PRESET_COUNT] = {
@@ -82,22 +84,25 @@ static const preset_t presets[PRESET_COUNT] = {
     [PRESET_VLLM] = {"vllm", "/health", {"/sleep?level=1", NULL}, {"/wake_up", NULL}, {NULL, NULL},
                      "out of memory",
                      {"VLLM_SERVER_DEV_MODE", "1", "--gpu-memory-utilization", "--enable-sleep-mode",
-                      "vLLM cannot sleep without it (the sleep hook fails"}},
+                      "vLLM cannot sleep without it (the sleep hook fails"},
+                     .aborts_on_close = true},
     [PRESET_SGLANG] = {"sglang", "/health", {"/release_memory_occupation", "{}"},
                        {"/resume_memory_occupation", "{}"}, {NULL, NULL}, "out of memory",
                        {NULL, NULL, "--mem-fraction-static", "--enable-memory-saver",
-                        "SGLang refuses to release memory without it (the sleep hook fails"}},
+                        "SGLang refuses to release memory without it (the sleep hook fails"},
+                       .aborts_on_close = true},
     [PRESET_COMFYUI] = {"comfyui", "/system_stats", {NULL, NULL}, {NULL, NULL},
                         {"/free", "{\"unload_models\":true,\"free_memory\":true}"}, "out of memory"},
     [PRESET_LLAMACPP] = {"llamacpp", "/health", {NULL, NULL}, {NULL, NULL}, {NULL, NULL},
-                         "out of memory|failed to allocate"},
+                         "out of memory|failed to allocate", .aborts_on_close = true},
     [PRESET_OLLAMA] = {"ollama", "/api/ps", {NULL, NULL}, {NULL, NULL},
                        {"/api/generate", "{\"model\":\"{served_model}\",\"keep_alive\":0}"},
                        "out of memory|requires more system memory",
                        {NULL, NULL, NULL, NULL, NULL},
                        {"/api/generate", "{\"model\":\"{served_model}\",\"keep_alive\":-1}"},
                        {{"OLLAMA_HOST", "127.0.0.1:{port}"}, {"OLLAMA_KEEP_ALIVE", "-1"},
-                        {"OLLAMA_MAX_LOADED_MODELS", "1"}}},
+                        {"OLLAMA_MAX_LOADED_MODELS", "1"}},
+                       .aborts_on_close = true},
 };
 
 /* llama-server's router mode (tools/server/README.md, "Router mode"): one model per call of
@@ -217,9 +222,7 @@ int cfg_apply_preset(ctx_t *c, model_config_t *m, enum config_preset p, yaml_nod
          set_hook(&m->reload, &ps->reload);
     for (size_t i = 0; ok && i < sizeof ps->env / sizeof ps->env[0] && ps->env[i][0]; i++)
         ok = preset_env(m, ps->env[i][0], ps->env[i][1]);
-    if (p != PRESET_COMFYUI) {
-        /* vLLM, SGLang, llama-server and Ollama abort a request whose connection closed:
-         * its memory is free again at once (memory.cancelled_hold off) */
+    if (ps->aborts_on_close) { /* its memory is free again at once */
         m->memory.cancelled_hold_auto = false;
         m->memory.cancelled_hold_ms = 0;
     }

@@ -196,11 +196,11 @@ static void hold_cancelled(const request_t *r, instance_t *inst, uint64_t bytes)
 {
     model_t *m = inst->model;
     uint64_t hold = sched_cancelled_hold_ms(m);
+    if (!bytes || !hold || inst->state != INST_READY || inst->stop_requested)
+        return;
     uint64_t now = core_now();
     uint64_t ran = r->t_dispatched && now > r->t_dispatched ? now - r->t_dispatched : 0;
     uint64_t until = now + (hold > ran + hold / 2 ? hold - ran : hold / 2);
-    if (!bytes || !hold || inst->state != INST_READY || inst->stop_requested)
-        return;
     if (inst->cancelled_until <= now)
         inst->cancelled_held = 0;
     inst->cancelled_held += bytes;
