@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/pause_point.h"
 #include "daemon/notify.h"
 #include "daemon/wiring.h"
 #include "fleet/agent.h"
@@ -455,12 +456,19 @@ static int open_cgroups(vramd_t *d, const config_t *cfg, char *err, size_t errle
         return -1;
     }
     d->core.cgroups = &d->cgroups;
+    pause_point("cgroup_opened");
     if (cgroup_tree_active(&d->cgroups)) {
         /* after a dead vramd's guard, if one is still sweeping; before our own sweep */
         char lock[4096];
         snprintf(lock, sizeof lock, "%s/pids/cgroup.lock", cfg->state_dir);
         if (cgroup_tree_lock(&d->cgroups, lock, CGROUP_LOCK_WAIT_MS) != 0)
             log_event(LOG_WARN, "cgroup_lock_unavailable", "path=%s error=%s", lock, strerror(errno));
+        /* the subtree cgroup_tree_open found may have been the dead run's, removed since by
+         * its guard's sweep: made again now that no guard can sweep any more */
+        if (cgroup_tree_ensure(&d->cgroups) != 0) {
+            snprintf(err, errlen, "%s: cgroup %s: %s", cfg->path, d->cgroups.join[0], strerror(errno));
+            return -1;
+        }
     }
     size_t killed = 0, removed = 0;
     int left = cgroup_sweep(&d->cgroups, &killed, &removed);

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "gpu/procfs.h"
 
 #define PROCS_READ_MAX (64 * 1024) /* bytes of one cgroup.procs read */
@@ -333,6 +334,31 @@ void cgroup_leaf_path(const cgroup_tree_t *t, const char *leaf, char *out, size_
         out[0] = '\0';
 }
 
+int cgroup_tree_ensure(const cgroup_tree_t *t)
+{
+    if (!cgroup_tree_active(t))
+        return 0;
+    int rc = 0;
+    for (size_t i = 0; i < t->n_join; i++)
+        if (mkdir(t->join[i], 0755) != 0 && errno != EEXIST)
+            rc = -1;
+    return rc;
+}
+
+/* mkdir of a leaf under the subtree directory dir; when the subtree itself is gone (a dead
+ * vramd's guard removed it, or an operator did), it is made again first. */
+static int mkdir_leaf(const char *dir, const char *path)
+{
+    if (mkdir(path, 0755) == 0 || errno == EEXIST)
+        return 0;
+    if (errno != ENOENT)
+        return -1;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return -1;
+    log_event(LOG_WARN, "cgroup_subtree_remade", "path=%s", dir);
+    return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
 int cgroup_leaf_dir(const cgroup_tree_t *t, const char *leaf, char *out, size_t outlen)
 {
     if (!t || t->mode != CGROUP_V2 || t->n_join < 1) {
@@ -347,9 +373,7 @@ int cgroup_leaf_dir(const cgroup_tree_t *t, const char *leaf, char *out, size_t 
         errno = ENAMETOOLONG;
         return -1;
     }
-    if (mkdir(out, 0755) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
+    return mkdir_leaf(t->join[0], out);
 }
 
 int cgroup_leaf_open(const cgroup_tree_t *t, const char *leaf, int fds[CGROUP_JOIN_MAX], size_t *n, char *err,
@@ -364,7 +388,7 @@ int cgroup_leaf_open(const cgroup_tree_t *t, const char *leaf, int fds[CGROUP_JO
     }
     for (size_t i = 0; i < t->n_join; i++) {
         char dir[CGROUP_PATH_MAX], procs[CGROUP_PATH_MAX + 16];
-        if (!join_path(dir, sizeof dir, t->join[i], leaf) || (mkdir(dir, 0755) != 0 && errno != EEXIST)) {
+        if (!join_path(dir, sizeof dir, t->join[i], leaf) || mkdir_leaf(t->join[i], dir) != 0) {
             snprintf(err, errlen, "cgroup %s/%s: %s", t->join[i], leaf, strerror(errno));
             goto fail;
         }
@@ -655,10 +679,15 @@ int cgroup_tree_lock(cgroup_tree_t *t, const char *path, unsigned wait_ms)
         return -1;
     struct timespec step = {0, 20 * 1000 * 1000};
     for (unsigned waited = 0;; waited += 20) {
-        if (flock(t->lock_fd, LOCK_EX | LOCK_NB) == 0)
+        if (flock(t->lock_fd, LOCK_EX | LOCK_NB) == 0) {
+            if (waited > 0)
+                log_event(LOG_INFO, "cgroup_lock_taken", "path=%s waited_ms=%u", path, waited);
             return 0;
+        }
         if ((errno != EWOULDBLOCK && errno != EINTR) || waited >= wait_ms)
             return -1;
+        if (waited == 0) /* a dead vramd's guard is sweeping the subtree */
+            log_event(LOG_INFO, "cgroup_lock_waiting", "path=%s wait_ms=%u", path, wait_ms);
         nanosleep(&step, NULL);
     }
 }

@@ -29,6 +29,11 @@
  * memory, cpu, ...), and they are the instance's too. Attribution (cgroup_path_of) reads
  * /proc/PID/cgroup and answers with the path in whichever line names the daemon's subtree.
  *
+ * The subtree a running vramd believes it has is there: cgroup_tree_ensure makes it again
+ * once vramd holds the owner lock (after any sweep of an earlier run's guard), and a leaf
+ * made (cgroup_leaf_open, cgroup_leaf_dir) under a subtree that is gone makes the subtree
+ * first (event cgroup_subtree_remade), so a worker's start never fails for it.
+ *
  * Invariants: walks are iterative and bounded (CGROUP_WALK_MAX directories a leaf, no
  * recursion); a leaf is removed bottom-up and only when empty (EBUSY otherwise: the caller
  * retries); nothing here blocks longer than CGROUP_FREEZE_WAIT_MS (the freezer wait). Every
@@ -87,6 +92,11 @@ int cgroup_subreaper_start(const cgroup_tree_t *t);
 /* "vramd-" + 8 hex digits of a hash of state_dir's real path (or of the text when it does
  * not resolve), into out. */
 void cgroup_tree_name(const char *state_dir, char *out, size_t outlen);
+/* Make the subtree's directories again where they are gone (each joined hierarchy; an
+ * existing one is kept). vramd calls it once it holds the owner lock: a dead vramd's guard
+ * may have swept and removed the subtree after cgroup_tree_open found it still there.
+ * 0, or -1 with errno. */
+int cgroup_tree_ensure(const cgroup_tree_t *t);
 /* Does the tree hold workers in cgroups (v1 or v2)? */
 bool cgroup_tree_active(const cgroup_tree_t *t);
 

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/pause_point.h"
 
 #define GUARD_FD 3
 #define GUARD_EXIT_WAIT_MS 5000 /* how long the guard waits for its dead vramd's files to close */
@@ -116,6 +117,8 @@ static _Noreturn void guard_main(int rfd, const char *pid_dir, const cgroup_tree
     if (cgroups && !owned)
         log_event(LOG_INFO, "guard_cgroup_left", "vramd_pid=%d lock=%s error=%s", (int)owner, cgroups->lock_path,
                   strerror(errno));
+    if (owned)
+        pause_point("guard_locked");
     if (owned && cgroup_sweep(cgroups, &cg_killed, &cg_removed) == 0)
         cgroup_tree_remove(cgroups);
     if (killed > 0 || cg_killed > 0)

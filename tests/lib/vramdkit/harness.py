@@ -114,8 +114,10 @@ class Harness:
         m.update(overrides)
         return m
 
-    def start_vramd(self, gpu_set, models, gpu=None, level="info", extra_env=None, **top):
-        """extra_env: added to vramd's environment (e.g. another NVML library)."""
+    def start_vramd(self, gpu_set, models, gpu=None, level="info", extra_env=None, wait=True, **top):
+        """extra_env: added to vramd's environment (e.g. another NVML library). wait=False:
+        return once the process is started, before it answers (a test that holds it at a
+        pause point, common/pause_point.h)."""
         cfg = {
             "listen": f"127.0.0.1:{free_port()}",
             "state_dir": str(self.tmp / f"var{len(self.daemons)}"),
@@ -132,7 +134,9 @@ class Harness:
                    start_timeout=START_TIMEOUT, stop_timeout=STOP_TIMEOUT,
                    request_timeout=REQUEST_TIMEOUT, extra_env=extra_env)
         self.daemons.append(vd)
-        vd.start()
+        vd.start(wait=wait)
+        if not wait:
+            return vd
         wait_for(lambda: vd.status()["nvml"]["ok"] and vd.status()["gpus"], timeout=START_TIMEOUT,
                  what="vramd reading the simulated GPU through NVML")
         return vd
