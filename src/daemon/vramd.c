@@ -35,6 +35,7 @@
 #include "sched/scheduler.h"
 #include "proc/cgroup.h"
 #include "proc/process.h"
+#include "proc/state_lock.h"
 #include "path/proxy.h"
 #include "workers/driver_limit.h"
 #include "workers/shim_grants.h"
@@ -485,6 +486,7 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
 {
     memset(d, 0, sizeof *d);
     d->guard_fd = -1;
+    d->state_lock_fd = -1;
     d->config_path = strdup(config_path);
     config_t *cfg = config_load(config_path, err, errlen);
     if (!cfg)
@@ -502,6 +504,13 @@ int vramd_init(vramd_t *d, uv_loop_t *loop, const char *config_path, char *err, 
     snprintf(pids, sizeof pids, "%s/pids", cfg->state_dir);
     if (mkdir_p(pids) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", pids, strerror(errno));
+        return -1;
+    }
+    /* one vramd per state_dir, before anything under it is touched (proc/state_lock.h) */
+    pid_t holder = 0;
+    if (state_lock_take(cfg->state_dir, &d->state_lock_fd, &holder, err, errlen) != 0) {
+        log_event(LOG_ERROR, "state_dir_taken", "state_dir=%s running_pid=%d error=%s", cfg->state_dir, (int)holder,
+                  err);
         return -1;
     }
     int killed = process_kill_stale(pids);

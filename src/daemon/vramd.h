@@ -34,6 +34,7 @@ struct vramd {
     int exit_code;
     char bound_host[64];     /* the listener's address as bound at start (reloads never re-bind) */
     int bound_port;
+    int state_lock_fd;       /* state_dir/vramd.lock, flocked for this process's life (proc/state_lock.h) */
     int guard_fd;            /* write end of the guard's pipe: closed only by this process's end */
     cgroup_tree_t cgroups;   /* the workers' cgroup subtree, opened at start (core.cgroups points here) */
 };
