@@ -14,7 +14,8 @@ The request body is JSON: {"token": str, "ms": int (work time, default 20), "byt
 of the job (on any host: the path is on the shared file system) creates that file and works
 `ms`; a later run finds it and works `again_ms` instead (a rerun elsewhere that must last
 longer than the first). With "status_while": path, `status` applies only while that file
-exists (a worker that fails until the test lets it work). Routes:
+exists (a worker that fails until the test lets it work). With "hold_while": path, the work
+waits while that file exists (the test holds every job until it lets them all go). Routes:
   GET  /health   200
   POST /work (or /v1/work, for models without a route)
                  answers after `ms`: JSON {"token", "result": "R-<token>"} (kind json),
@@ -114,6 +115,13 @@ class Handler(BaseHTTPRequestHandler):
                 os.close(os.open(req["mark"], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
             except FileExistsError:
                 ms = int(req.get("again_ms", ms))
+        hold = req.get("hold_while")
+        while hold and os.path.exists(hold):  # the test holds the work until it removes the file
+            if self.client_closed():
+                record("closed", token)
+                self.close_connection = True
+                return
+            time.sleep(0.01)
         deadline = time.monotonic() + ms / 1000.0
         while time.monotonic() < deadline:
             if self.client_closed():

@@ -2,7 +2,8 @@
 completion without cause.
 
 200 small jobs (20-60 ms of work each, concurrency 4) are submitted; vramd is killed with
-SIGKILL at random points (once while jobs are being submitted, three times while they run)
+SIGKILL at random points (once while jobs are being submitted, three times while they run:
+the worker holds every job until all are submitted, so work is always left to interrupt)
 and started again each time on the same config and state_dir. Then every job must end
 succeeded with its expected result (each job's body carries a unique token that the worker
 puts in its answer: JSON, chunked JSON or a binary pattern derived from it), and a token may
@@ -53,13 +54,18 @@ def test_jobs_survive_kill9(vramd, tmp_path):
 
     expect = {}  # token -> (kind, bytes)
     ids = {}
+    # Every job is held in the worker until all are submitted: the three kills below then
+    # always find work running (200 jobs of 20-60 ms at concurrency 4 take about 2 s, and a
+    # slow submission, the sanitizer build's, could see them all done before its last kill).
+    gate = tmp_path / "hold"
+    gate.touch()
     kill_during_submit = rng.randrange(40, 160)
     kills = 0
     for i in range(N_JOBS):
         token = f"t{i:03d}-{secrets.token_hex(4)}"
         kind = "binary" if i % 7 == 0 else "chunked" if i % 5 == 0 else "json"
         nbytes = rng.randrange(1, 200000) if kind == "binary" else 0
-        body = {"token": token, "ms": rng.randint(20, 60), "kind": kind, "bytes": nbytes}
+        body = {"token": token, "ms": rng.randint(20, 60), "kind": kind, "bytes": nbytes, "hold_while": str(gate)}
         r = submit(vd, {"model": "w", "path": "/work", "body": body})
         assert r.status == 202, r
         ids[token] = r.json()["id"]
@@ -68,6 +74,7 @@ def test_jobs_survive_kill9(vramd, tmp_path):
             restart_killed(vd)
             kills += 1
 
+    gate.unlink()
     # three more kills while the jobs run, each once the worker has made progress
     for _ in range(3):
         before = sum(1 for e, _ in worker_events(log) if e == "done")
