@@ -30,6 +30,7 @@
  */
 #include "proc/process.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -67,10 +68,29 @@ static void guard_descriptors(int rfd)
     }
 }
 
-/* Until pid's process has released its files (gone, or a zombie: its descriptors, and the
- * flocks on them, are closed before it turns one), at most GUARD_EXIT_WAIT_MS. The pipe's EOF
- * can come first: the kernel closes a dying process's descriptors in number order, and the
- * pipe may have a lower number than the cgroup lock. */
+/* Threads of pid's thread group still listed in /proc/PID/task (the leader included). */
+static int task_count(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Until pid's process has released its files, at most GUARD_EXIT_WAIT_MS: gone, or a zombie
+ * leader with no other thread left. A multi-threaded vramd's leader turns zombie as soon as
+ * its own thread exits, while the other threads, which share its descriptor table (and the
+ * flocks on it), may still be exiting: on a loaded host the guard then found the cgroup lock
+ * still held and left the subtree unswept. The pipe's EOF can come first too: the kernel
+ * closes a dying process's descriptors in number order, and the pipe may have a lower number
+ * than the cgroup lock. */
 static void wait_released(pid_t pid)
 {
     struct timespec step = {0, 10 * 1000 * 1000};
@@ -86,7 +106,9 @@ static void wait_released(pid_t pid)
             return;
         buf[n] = '\0';
         const char *end = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything */
-        if (end == NULL || end[1] != ' ' || end[2] == 'Z' || end[2] == 'X')
+        if (end == NULL || end[1] != ' ')
+            return;
+        if ((end[2] == 'Z' || end[2] == 'X') && task_count(pid) <= 1)
             return;
         nanosleep(&step, NULL);
     }

@@ -11,7 +11,8 @@
  * state_lock_take opens state_dir/vramd.lock and takes an flock on it without waiting; the
  * holder writes its pid into the file. The lock lives as long as the descriptor (O_CLOEXEC:
  * no worker inherits it; the guard closes it after its fork), so a vramd that died, however
- * it died, holds nothing: a restart right after a kill -9 takes it at once.
+ * it died, holds nothing once its last thread has exited: a restart right after a kill -9
+ * takes it then (a holder whose pid is gone or a zombie is waited for, up to 2 s).
  * Return convention: 0 taken (*fd kept open for the process's life); -1 with err, and
  * *holder the running vramd's pid when another holds it (0 when unknown or another error).
  */
