@@ -50,6 +50,8 @@ static void usage(FILE *f)
             "  LD_PRELOAD             kept after the shim in a cuda_shim worker's LD_PRELOAD\n"
             "  PATH                   where a worker's program (cmd[0]) is looked up\n"
             "  PGHOST, PGPASSWORD, ... (libpq)   with jobs.backend: postgres, as psql reads them\n"
+            "  VRAMD_PAUSE_AT         for tests: named points where vramd (or its guard) stops itself\n"
+            "                         (SIGSTOP) until SIGCONT, comma-separated: cgroup_opened, guard_locked\n"
             "\n"
             "Files:\n"
             "  ./vramd.yaml           the config, unless --config names another\n"
