@@ -291,7 +291,7 @@ lint:
 	@echo "  LINT src sim shim (cppcheck)"
 	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim shim
-	@echo "  LINT src sim (function and file length, layers; universal-ctags), docs/design.md Modules"
+	@echo "  LINT src shim sim (function length), src (file length, layers; universal-ctags), docs/design.md Modules"
 	$(Q)rc=0; /usr/bin/python3 mk/lint_funclen.py || rc=1; \
 	  /usr/bin/python3 mk/lint_layers.py || rc=1; \
 	  /usr/bin/python3 mk/test_lint_layers.py >/dev/null 2>&1 || { echo "lint: the checkers' self-test failed (mk/test_lint_layers.py -v)"; rc=1; }; \
