@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/hex.h"
 #include "gpu/shim_abi.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -51,17 +52,6 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static void after_fork_child(void)
 {
     if (g_fd >= 0)
@@ -81,7 +71,7 @@ static void setup(void)
     if (!page || !sock || !tok || strlen(tok) != 2 * SHIM_TOKEN_LEN || strlen(sock) >= sizeof g_sock_path)
         return;
     for (unsigned i = 0; i < SHIM_TOKEN_LEN; i++) {
-        int hi = hexval(tok[2 * i]), lo = hexval(tok[2 * i + 1]);
+        int hi = hex_value(tok[2 * i]), lo = hex_value(tok[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return;
         g_token[i] = (uint8_t)(hi << 4 | lo);
