@@ -175,6 +175,10 @@ static void guard_metrics(buf_t *b, core_t *d)
     for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
         sample_u64(b, "vramd_local_resource_exhausted_total", "call", core_counter_name(local[i]), NULL, NULL,
                    d->counts[local[i]]);
+    single(b, "vramd_gate_fail_open_total", "counter",
+           "Requests sent on past their worker's driver-limit gate because vramd was out of memory to hold them "
+           "(fail open; log event driver_limit_gate_skipped).",
+           d->counts[CORE_CNT_GATE_FAIL_OPEN]);
 }
 
 static void gpu_metrics(buf_t *b)
