@@ -187,8 +187,9 @@ $(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libvramd.a $(BUILD)/libsimgp
 # Unit tests that #include a vramctl source (the CLI is not in libvramd.a) rebuild with it.
 $(BUILD)/tests/test_cli_render: src/cli/cli_render.c src/cli/cli_render.h
 $(BUILD)/tests/test_cli_http: src/cli/cli_http.c src/cli/cli_http.h src/cli/cli.h
-# The shim's bookkeeping is compiled into its unit test (the shim is not in libvramd.a).
+# The shim's bookkeeping and its page client are compiled into their unit tests (the shim is not in libvramd.a).
 $(BUILD)/tests/test_shim_book: shim/shim_book.c shim/shim_book.h
+$(BUILD)/tests/test_shim_slots: shim/shim_client.c shim/shim_client.h
 # Unit tests that share a header of test helpers rebuild when it changes.
 $(BUILD)/tests/test_validate $(BUILD)/tests/test_validate_mesh: tests/unit/validate_test_util.h
 $(BUILD)/tests/test_process $(BUILD)/tests/test_process_child: tests/unit/process_test_util.h
@@ -291,7 +292,7 @@ lint:
 	@echo "  LINT src sim shim (cppcheck)"
 	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim shim
-	@echo "  LINT src sim (function and file length, layers; universal-ctags), docs/design.md Modules"
+	@echo "  LINT src shim sim (function length), src (file length, layers; universal-ctags), docs/design.md Modules"
 	$(Q)rc=0; /usr/bin/python3 mk/lint_funclen.py || rc=1; \
 	  /usr/bin/python3 mk/lint_layers.py || rc=1; \
 	  /usr/bin/python3 mk/test_lint_layers.py >/dev/null 2>&1 || { echo "lint: the checkers' self-test failed (mk/test_lint_layers.py -v)"; rc=1; }; \

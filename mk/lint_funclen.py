@@ -1,14 +1,14 @@
-# Length lint: measures every C function in src/ and sim/ with universal-ctags (tag line ..
-# end line, inclusive), prints one line per function over the warning limit (80 lines) and
-# fails when a function in src/ is over the hard limit (120 lines), or when a .c or .h file
-# in src/ is over --file-max lines (800: a file that long is two rooms).
-# sim/ is measured and reported the same way but never fails the run.
+# Length lint: measures every C function in src/, shim/ and sim/ with universal-ctags (tag
+# line .. end line, inclusive), prints one line per function over the warning limit (80
+# lines) and fails when a function in any of them is over the hard limit (120 lines), or when
+# a .c or .h file in src/ is over --file-max lines (800: a file that long is two rooms).
 #
 #   /usr/bin/python3 mk/lint_funclen.py [--root DIR] [--warn N] [--fail N] [--file-max N]
 #
-# Exit status: 0 pass, 1 a function or file in src/ over its limit, 2 the tool could not run.
-# "over 80" in the summary counts every function longer than --warn, including those also
-# longer than --fail. Python standard library only; ctags is $CTAGS or `ctags` on PATH.
+# Exit status: 0 pass, 1 a function over its limit or a src/ file over its limit, 2 the tool
+# could not run. "over 80" in the summary counts every function longer than --warn,
+# including those also longer than --fail. Python standard library only; ctags is $CTAGS or
+# `ctags` on PATH.
 import argparse
 import os
 import subprocess
@@ -57,7 +57,10 @@ def run_ctags(root, tree):
         yield path, line, end, name
 
 
-def measure(root, tree, warn, fail, failing):
+TREES = ("src", "shim", "sim")  # every tree of C the project builds
+
+
+def measure(root, tree, warn, fail):
     """Prints the long functions of one tree and returns its summary line and fail count."""
     if not os.path.isdir(os.path.join(root, tree)):
         return "funclen: %s: absent" % tree, 0
@@ -78,22 +81,18 @@ def measure(root, tree, warn, fail, failing):
             if n > fail:
                 over_fail += 1
             rows.append((path, line, name, n))
-    tag_fail = "FAIL" if failing else "LONG"
-    tail = "" if failing else " (sim/ is reported, never failing)"
     for path, line, name, n in sorted(rows):
         if n > fail:
-            print("funclen: %s %s:%d: %s() is %d lines (over %d)%s"
-                  % (tag_fail, path, line, name, n, fail, tail))
+            print("funclen: FAIL %s:%d: %s() is %d lines (over %d)" % (path, line, name, n, fail))
         else:
             print("funclen: WARN %s:%d: %s() is %d lines (over %d)" % (path, line, name, n, warn))
     for u in unmeasured:
         print("funclen: NOTE %s: ctags gave no end line; not measured" % u)
     lng = ("longest %s:%d %s() %d lines" % (longest[1], longest[2], longest[3], longest[0])
            if longest else "no functions")
-    summary = ("funclen: %s: %d functions, %d over %d, %d over %d, %s%s"
-               % (tree, total, over_warn, warn, over_fail, fail, lng,
-                  "" if failing else " (not failing)"))
-    return summary, (over_fail if failing else 0)
+    summary = ("funclen: %s: %d functions, %d over %d, %d over %d, %s"
+               % (tree, total, over_warn, warn, over_fail, fail, lng))
+    return summary, over_fail
 
 
 def long_files(root, tree, limit):
@@ -125,16 +124,22 @@ def main():
     ap.add_argument("--fail", type=int, default=120, help="fail above this many lines (120)")
     ap.add_argument("--file-max", type=int, default=800, help="fail a src/ file above this many lines (800)")
     a = ap.parse_args()
-    s_src, failed = measure(a.root, "src", a.warn, a.fail, True)
-    s_sim, _ = measure(a.root, "sim", a.warn, a.fail, False)
-    print(s_src)
-    print(s_sim)
+    failed = 0
+    summaries = []
+    for tree in TREES:
+        summary, n = measure(a.root, tree, a.warn, a.fail)
+        summaries.append(summary)
+        failed += n
+    for summary in summaries:
+        print(summary)
     big = long_files(a.root, "src", a.file_max)
+    names = "/, ".join(TREES) + "/"
     if failed or big:
-        print("funclen: FAIL: %d function(s) in src/ over %d lines, %d file(s) over %d lines"
-              % (failed, a.fail, big, a.file_max))
+        print("funclen: FAIL: %d function(s) in %s over %d lines, %d src/ file(s) over %d lines"
+              % (failed, names, a.fail, big, a.file_max))
         return 1
-    print("funclen: OK: no function in src/ over %d lines, no file over %d lines" % (a.fail, a.file_max))
+    print("funclen: OK: no function in %s over %d lines, no src/ file over %d lines"
+          % (names, a.fail, a.file_max))
     return 0
 
 

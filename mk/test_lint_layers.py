@@ -81,7 +81,7 @@ CLEAN = {
         int m2_run(struct holder *h) { return h->t_main() + m1_run() + top_only() + (s[0] == c); }
         int m2_len(void)
     """) + body(100) + "\n",
-    "sim/x/long.c": "int sim_long(void)\n" + body(150) + "\n",
+    "sim/x/long.c": "int sim_long(void)\n" + body(90) + "\n",
 }
 
 
@@ -120,9 +120,9 @@ class Tree(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertIn("funclen: WARN src/mid/m2.c:8: m2_len() is 100 lines (over 80)", out)
         self.assertIn("funclen: src: 10 functions, 1 over 80, 0 over 120", out)
-        # sim/ is reported but does not fail
-        self.assertIn("funclen: LONG sim/x/long.c:1: sim_long() is 150 lines", out)
-        self.assertIn("funclen: sim: 1 functions, 1 over 80, 1 over 120", out)
+        self.assertIn("funclen: WARN sim/x/long.c:1: sim_long() is 90 lines (over 80)", out)
+        self.assertIn("funclen: sim: 1 functions, 1 over 80, 0 over 120", out)
+        self.assertIn("funclen: shim: absent", out)
 
     def test_long_function_fails(self):
         root = self.tree({"src/common/big.c": "int big(void)\n" + body(121) + "\n"})
@@ -132,6 +132,12 @@ class Tree(unittest.TestCase):
         self.assertIn("longest src/common/big.c:1 big() 121 lines", out)
         rc, out = run(FUNCLEN, self.tree({"src/common/big.c": "int big(void)\n" + body(120)}))
         self.assertEqual(rc, 0, out)
+
+    def test_long_function_in_shim_or_sim_fails(self):
+        for rel in ("shim/big.c", "sim/worker/big.c"):
+            rc, out = run(FUNCLEN, self.tree({rel: "int big(void)\n" + body(121) + "\n"}))
+            self.assertEqual(rc, 1, out)
+            self.assertIn("funclen: FAIL %s:1: big() is 121 lines (over 120)" % rel, out)
 
     def test_cycle_is_caught(self):
         # util.c calls back into m1.c (which uses degrade.c, which uses util.c): a cycle of

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/hex.h"
 #include "gpu/shim_abi.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -25,10 +26,14 @@ static uint8_t g_token[SHIM_TOKEN_LEN];
 static char g_sock_path[4096];
 static uint64_t g_wait_ms = 5000;
 
+/* This process's slot: (pid << 32) | (slot + 1), 0 before the first claim. One word, so a
+ * thread reads the pid and the slot together; written only under g_slot_lock (a claim). A
+ * forked child sees its parent's pid in it and claims its own. */
+static _Atomic uint64_t g_claim;
+static pthread_mutex_t g_slot_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static pthread_mutex_t g_sock_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_fd = -1;                /* this process's connection */
-static pid_t g_pid;                  /* the process that owns g_slot and g_fd */
-static int g_slot = -1;
 static bool g_detached;
 static uint64_t g_last_try_ms;
 static uint32_t g_seq;
@@ -47,26 +52,16 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static void after_fork_child(void)
 {
     if (g_fd >= 0)
         close(g_fd); /* the parent's connection stays the parent's */
     g_fd = -1;
-    g_slot = -1;
+    atomic_store(&g_claim, 0);
     g_detached = false;
     g_last_try_ms = 0;
     pthread_mutex_init(&g_sock_lock, NULL);
+    pthread_mutex_init(&g_slot_lock, NULL);
 }
 
 static void setup(void)
@@ -76,7 +71,7 @@ static void setup(void)
     if (!page || !sock || !tok || strlen(tok) != 2 * SHIM_TOKEN_LEN || strlen(sock) >= sizeof g_sock_path)
         return;
     for (unsigned i = 0; i < SHIM_TOKEN_LEN; i++) {
-        int hi = hexval(tok[2 * i]), lo = hexval(tok[2 * i + 1]);
+        int hi = hex_value(tok[2 * i]), lo = hex_value(tok[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return;
         g_token[i] = (uint8_t)(hi << 4 | lo);
@@ -106,22 +101,35 @@ bool shim_client_active(void)
     return g_page != NULL;
 }
 
-/* This process's slot (claimed at first use), or NULL when the page is full. */
+/* The slot index g_claim holds for pid, or -1. */
+static int claimed_slot(pid_t pid)
+{
+    uint64_t c = atomic_load(&g_claim);
+    return c && (pid_t)(c >> 32) == pid ? (int)(uint32_t)c - 1 : -1;
+}
+
+/* This process's slot (claimed at first use), or NULL when the page is full. The claim is
+ * made under g_slot_lock, so a process's threads making their first allocations at once take
+ * ONE slot between them (two slots of one pid would make vramd clear one as an exec'd
+ * process's, with its live bytes). */
 static shim_proc_slot_t *my_slot(void)
 {
     pid_t pid = getpid();
-    if (g_slot >= 0 && g_pid == pid)
-        return &g_page->procs[g_slot];
-    for (unsigned i = 0; i < SHIM_PAGE_PROCS; i++) {
+    int slot = claimed_slot(pid);
+    if (slot >= 0)
+        return &g_page->procs[slot];
+    pthread_mutex_lock(&g_slot_lock);
+    slot = claimed_slot(pid); /* another thread's claim while this one waited */
+    for (unsigned i = 0; slot < 0 && i < SHIM_PAGE_PROCS; i++) {
         uint32_t expect = 0;
         if (atomic_compare_exchange_strong(&g_page->procs[i].pid, &expect, (uint32_t)pid)) {
             atomic_store(&g_page->procs[i].state, SHIM_PROC_ATTACHED);
-            g_slot = (int)i;
-            g_pid = pid;
-            return &g_page->procs[i];
+            atomic_store(&g_claim, (uint64_t)(uint32_t)pid << 32 | (i + 1));
+            slot = (int)i;
         }
     }
-    return NULL;
+    pthread_mutex_unlock(&g_slot_lock);
+    return slot >= 0 ? &g_page->procs[slot] : NULL;
 }
 
 static void slot_add(shim_proc_slot_t *s, uint64_t n)
@@ -225,9 +233,9 @@ static int connect_as(enum shim_msg_type hello, int slot)
 }
 
 /* Called with g_sock_lock held. */
-static int connect_hello(void)
+static int connect_hello(int slot)
 {
-    g_fd = connect_as(SHIM_MSG_HELLO, g_slot);
+    g_fd = connect_as(SHIM_MSG_HELLO, slot);
     return g_fd >= 0 ? 0 : -1;
 }
 
@@ -236,7 +244,8 @@ static int connect_hello(void)
 static int ask(shim_proc_slot_t *s, uint64_t n)
 {
     pthread_mutex_lock(&g_sock_lock);
-    if (g_pid != getpid()) { /* a forked child before its first own slot */
+    int slot = claimed_slot(getpid());
+    if (slot < 0) { /* a forked child before its first own slot */
         pthread_mutex_unlock(&g_sock_lock);
         return 1;
     }
@@ -245,7 +254,7 @@ static int ask(shim_proc_slot_t *s, uint64_t n)
         return 1;
     }
     if (g_fd < 0) {
-        if (connect_hello() != 0) {
+        if (connect_hello(slot) != 0) {
             detach(s);
             pthread_mutex_unlock(&g_sock_lock);
             return 1;
@@ -351,9 +360,10 @@ bool shim_client_park_wanted(void)
 
 int shim_client_control_open(void)
 {
-    if (!shim_client_active() || !my_slot())
+    shim_proc_slot_t *s = shim_client_active() ? my_slot() : NULL;
+    if (!s)
         return -1;
-    return connect_as(SHIM_MSG_HELLO_CONTROL, g_slot);
+    return connect_as(SHIM_MSG_HELLO_CONTROL, (int)(s - g_page->procs));
 }
 
 int shim_client_control_recv(int fd, shim_msg_t *m) { return recv_msg(fd, m, UINT64_MAX); }

@@ -10,8 +10,9 @@
  * (connect, HELLO, an answer past grant_wait + SHIM_ANSWER_SLACK_MS) detaches: its slot says
  * DETACHED and allocations go through counted but unchecked; it tries to connect again at
  * most once per SHIM_RECONNECT_MS. uncharge(n) after a free (or a failed allocation).
- * fork: the child forgets the parent's slot and connection (pthread_atfork) and takes its
- * own at its first allocation.
+ * A process takes ONE slot of the page, at its first allocation (the claim is locked: its
+ * threads' first allocations at once share it). fork: the child forgets the parent's slot and
+ * connection (pthread_atfork) and takes its own at its first allocation.
  */
 #ifndef VRAMD_SHIM_CLIENT_H
 #define VRAMD_SHIM_CLIENT_H

@@ -20,7 +20,13 @@
  * - live) (0 when live is above it).
  * With $VRAMD_SHIM_PARK=1 (shim_park.h) a cuMemAlloc_v2 of at least the granularity is made
  * at a fixed address by the shim itself, and every wrapped call passes the park gate.
- * Invariant: the book and the page's live bytes change together, under g_book_lock.
+ * Invariant: this process's live bytes on the page (shim_client.h: atomics, no lock) are
+ * charged before the driver is called and given back when it fails or when the book cannot
+ * hold the pointer; the book (under g_book_lock) takes a pointer or handle after the driver
+ * gave it, and its free gives back exactly the bytes the book says. So outside the calls in
+ * progress, live (+ parked, shim_park.h) = the book's bytes; during one, live also holds its
+ * bytes. g_book_lock is not held across the driver call: every allocation would wait behind
+ * another's ask, up to grant_wait.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -39,6 +45,7 @@ typedef void *CUmemoryPool;
 typedef uint64_t CUmemGenericAllocationHandle;
 
 #define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2ull
@@ -187,7 +194,7 @@ typedef CUresult (*getinfo_fn)(size_t *, size_t *);
 static CUresult park_alloc(CUdeviceptr *dptr, uint64_t size)
 {
     if (!dptr)
-        return 1; /* CUDA_ERROR_INVALID_VALUE */
+        return CUDA_ERROR_INVALID_VALUE;
     shim_park_enter();
     CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (charge(size) == 0) {

@@ -14,6 +14,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/hex.h"
+
 static void set_err(char *err, size_t errlen, const char *msg)
 {
     if (err && errlen)
@@ -81,17 +83,6 @@ static int parse_json(const char *body, size_t len, sw_params_t *out, char *err,
     return 0;
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Percent-decodes s[0..n) into out (cap), '+' -> ' '. Returns the decoded length. */
 static size_t url_decode(const char *s, size_t n, char *out, size_t cap)
 {
@@ -99,8 +90,8 @@ static size_t url_decode(const char *s, size_t n, char *out, size_t cap)
     for (size_t i = 0; i < n && o + 1 < cap; i++) {
         if (s[i] == '+') {
             out[o++] = ' ';
-        } else if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
-            out[o++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+        } else if (s[i] == '%' && i + 2 < n && hex_value(s[i + 1]) >= 0 && hex_value(s[i + 2]) >= 0) {
+            out[o++] = (char)(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
             i += 2;
         } else {
             out[o++] = s[i];

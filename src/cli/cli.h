@@ -82,6 +82,38 @@ int cli_global_option(cli_opts_t *o, int argc, char **argv, int *i);
  * option). *bad is set when the option matched but its value is missing. */
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, bool *bad);
 int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * A command's own options, one row each (cli_parse_command). A flag when neither value nor
+ * parse is set (*flag = true); else the option takes a value ("--name v" or "--name=v"):
+ * stored in *value, flag (when set) made true, and parse (when set) called with it, which
+ * returns 0 or an exit code after printing why.
+ */
+typedef struct cli_option {
+    const char *name;  /* "--lines" */
+    const char *alias; /* "-n", or NULL */
+    bool *flag;
+    const char **value;
+    int (*parse)(void *ctx, const char *value);
+} cli_option_t;
+/* A command's line: its options, its positional arguments (at most max_args, into args[];
+ * n_args says how many came), how its usage errors name it. */
+typedef struct cli_command_line {
+    const char *help; /* the command "(see vramctl HELP --help)" names */
+    const char *what; /* how messages name it: "logs", "jobs list" */
+    const cli_option_t *options;
+    size_t n_options;
+    void *ctx; /* for parse */
+    const char **args;
+    size_t max_args;
+    size_t n_args;
+} cli_command_line_t;
+/*
+ * Parses argv[1..] into the command's options, the global options (cli_global_option) and
+ * its arguments, in that order for each word: CLI_OK, or CLI_EXIT_USAGE (or parse's code)
+ * after the message: an option without its value, an unknown option (a word starting with
+ * '-'; "-" alone is an argument when the command takes any), an argument past max_args.
+ */
+int cli_parse_command(cli_opts_t *o, int argc, char **argv, cli_command_line_t *c);
 /* Parse "10m"/"30s"/"250ms" (-1 with a usage message naming the option on a bad value). */
 int cli_parse_duration(const char *command, const char *option, const char *value, uint64_t *ms);
 /* Percent-encode s for one path segment or query value into out (cap bytes); -1 if too long. */

@@ -13,34 +13,18 @@
 #define ADMIN_WAIT_DEFAULT_MS (5 * 60 * 1000)
 #define DRAIN_WAIT_DEFAULT_MS (2 * 60 * 1000)
 
-/* Parses argv[1..]: global options, the given command flags, and up to max_pos positional
- * arguments into pos[]. Returns 0 or a usage exit code. flags: NULL-terminated names of
- * boolean options, matched into flag_set[]. */
-static int parse_args(cli_opts_t *o, int argc, char **argv, const char **pos, int max_pos, int *n_pos,
-                      const char *const *flags, bool *flag_set)
+/* Parses argv[1..]: global options, at most one boolean flag (flag, NULL for none, into
+ * *flag_set), and up to max_pos positional arguments into pos[]. Returns 0 or a usage exit
+ * code. */
+static int parse_args(cli_opts_t *o, int argc, char **argv, const char **pos, size_t max_pos, size_t *n_pos,
+                      const char *flag, bool *flag_set)
 {
-    *n_pos = 0;
-    for (int i = 1; i < argc; i++) {
-        int g = cli_global_option(o, argc, argv, &i);
-        if (g < 0)
-            return CLI_EXIT_USAGE;
-        if (g > 0)
-            continue;
-        bool matched = false;
-        for (int f = 0; flags && flags[f]; f++)
-            if (strcmp(argv[i], flags[f]) == 0) {
-                flag_set[f] = true;
-                matched = true;
-            }
-        if (matched)
-            continue;
-        if (argv[i][0] == '-' && argv[i][1] != '\0')
-            return cli_usage_error(argv[0], "%s: unknown option %s", argv[0], argv[i]);
-        if (*n_pos >= max_pos)
-            return cli_usage_error(argv[0], "%s: unexpected argument \"%s\"", argv[0], argv[i]);
-        pos[(*n_pos)++] = argv[i];
-    }
-    return CLI_OK;
+    const cli_option_t opts[] = {{.name = flag, .flag = flag_set}};
+    cli_command_line_t c = {.help = argv[0], .what = argv[0], .options = opts, .n_options = flag ? 1 : 0,
+                            .args = pos, .max_args = max_pos};
+    int rc = cli_parse_command(o, argc, argv, &c);
+    *n_pos = c.n_args;
+    return rc;
 }
 
 /* "MODEL: STATE (N instances)", and for pin, unpin and restart what became of it. */
@@ -64,7 +48,7 @@ static void print_model_line(const cJSON *j, const char *command, const char *as
 int cli_cmd_model_admin(cli_opts_t *o, int argc, char **argv)
 {
     const char *pos[1];
-    int n_pos;
+    size_t n_pos;
     int rc = parse_args(o, argc, argv, pos, 1, &n_pos, NULL, NULL);
     if (rc)
         return rc;
@@ -106,10 +90,9 @@ static bool still_answering(const cli_opts_t *o)
 
 int cli_cmd_drain(cli_opts_t *o, int argc, char **argv)
 {
-    const char *flags[] = {"--wait", NULL};
     bool wait = false;
-    int n_pos;
-    int rc = parse_args(o, argc, argv, NULL, 0, &n_pos, flags, &wait);
+    size_t n_pos;
+    int rc = parse_args(o, argc, argv, NULL, 0, &n_pos, "--wait", &wait);
     if (rc)
         return rc;
     uint64_t wait_ms = o->timeout_set ? o->timeout_ms : DRAIN_WAIT_DEFAULT_MS;
@@ -146,7 +129,7 @@ int cli_cmd_drain(cli_opts_t *o, int argc, char **argv)
 
 int cli_cmd_reload(cli_opts_t *o, int argc, char **argv)
 {
-    int n_pos;
+    size_t n_pos;
     int rc = parse_args(o, argc, argv, NULL, 0, &n_pos, NULL, NULL);
     if (rc)
         return rc;
@@ -165,10 +148,9 @@ int cli_cmd_reload(cli_opts_t *o, int argc, char **argv)
 int cli_cmd_check_config(cli_opts_t *o, int argc, char **argv)
 {
     const char *pos[1];
-    static const char *const flags[] = {"--strict", NULL};
     bool strict = false;
-    int n_pos;
-    int rc = parse_args(o, argc, argv, pos, 1, &n_pos, flags, &strict);
+    size_t n_pos;
+    int rc = parse_args(o, argc, argv, pos, 1, &n_pos, "--strict", &strict);
     if (rc)
         return rc;
     if (n_pos != 1)

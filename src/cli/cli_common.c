@@ -2,7 +2,8 @@
  * cli_common: the helpers every part of vramctl shares and that call nothing else in
  * src/cli: the stop flag, usage errors, option values and durations, the global options
  * (--url, --token, --token-file, --json, --timeout) and their defaults from the
- * environment, and percent-encoding. Declared in cli.h. The lowest file of vramctl: main
+ * environment, a command's line parsed by its table of options (cli_parse_command), and
+ * percent-encoding. Declared in cli.h. The lowest file of vramctl: main
  * (vramctl.c) calls the commands (cli_status.c, cli_admin.c, cli_jobs.c), which call
  * cli_call.c, which calls cli_http.c; any of them may call this file, and it calls none.
  */
@@ -48,6 +49,59 @@ const char *cli_option_value(int argc, char **argv, int *i, const char *name, bo
     }
     (*i)++;
     return argv[*i];
+}
+
+/* argv[*i] as one of c's options: *matched, and CLI_OK or the exit code of its error. */
+static int command_option(const cli_command_line_t *c, int argc, char **argv, int *i, bool *matched)
+{
+    bool bad = false;
+    for (size_t k = 0; k < c->n_options; k++) {
+        const cli_option_t *op = &c->options[k];
+        if (!op->value && !op->parse) { /* a flag */
+            if (strcmp(argv[*i], op->name) != 0 && !(op->alias && strcmp(argv[*i], op->alias) == 0))
+                continue;
+            *op->flag = true;
+            *matched = true;
+            return CLI_OK;
+        }
+        const char *v = cli_option_value(argc, argv, i, op->name, &bad);
+        if (!v && op->alias)
+            v = cli_option_value(argc, argv, i, op->alias, &bad);
+        if (!v)
+            continue;
+        *matched = true;
+        if (op->value)
+            *op->value = v;
+        if (op->flag)
+            *op->flag = true;
+        return op->parse ? op->parse(c->ctx, v) : CLI_OK;
+    }
+    return bad ? cli_usage_error(c->help, "%s needs a value", argv[*i]) : CLI_OK;
+}
+
+int cli_parse_command(cli_opts_t *o, int argc, char **argv, cli_command_line_t *c)
+{
+    c->n_args = 0;
+    for (int i = 1; i < argc; i++) {
+        bool matched = false;
+        int rc = command_option(c, argc, argv, &i, &matched);
+        if (rc != CLI_OK)
+            return rc;
+        if (matched)
+            continue;
+        int g = cli_global_option(o, argc, argv, &i);
+        if (g < 0)
+            return CLI_EXIT_USAGE;
+        if (g > 0)
+            continue;
+        const char *a = argv[i];
+        if (a[0] == '-' && (a[1] != '\0' || c->max_args == 0))
+            return cli_usage_error(c->help, "%s: unknown option %s", c->what, a);
+        if (c->n_args >= c->max_args)
+            return cli_usage_error(c->help, "%s: unexpected argument \"%s\"", c->what, a);
+        c->args[c->n_args++] = a;
+    }
+    return CLI_OK;
 }
 
 int cli_parse_duration(const char *command, const char *option, const char *value, uint64_t *ms)

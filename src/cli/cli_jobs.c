@@ -169,7 +169,47 @@ typedef struct submit_args {
     int priority; /* -1: the model's */
     bool wait;
     uint64_t wait_ms;
+    cJSON *headers; /* --header's, added here */
 } submit_args_t;
+
+static int submit_path(void *ctx, const char *v)
+{
+    submit_args_t *a = ctx;
+    if (v[0] != '/')
+        return cli_usage_error("jobs", "--path must start with '/', got \"%s\"", v);
+    a->path = v;
+    return CLI_OK;
+}
+
+static int submit_header(void *ctx, const char *v)
+{
+    submit_args_t *a = ctx;
+    return add_header(a->headers, v, "jobs");
+}
+
+static int submit_priority(void *ctx, const char *v)
+{
+    submit_args_t *a = ctx;
+    char *end;
+    long p = strtol(v, &end, 10);
+    if (*end || end == v || p < 0 || p > 9)
+        return cli_usage_error("jobs", "--priority: expected 0-9, got \"%s\"", v);
+    a->priority = (int)p;
+    return CLI_OK;
+}
+
+static int submit_deadline(void *ctx, const char *v)
+{
+    (void)ctx;
+    uint64_t ms;
+    return cli_parse_duration("jobs", "--deadline", v, &ms) != 0 ? CLI_EXIT_USAGE : CLI_OK;
+}
+
+static int submit_wait_timeout(void *ctx, const char *v)
+{
+    submit_args_t *a = ctx;
+    return cli_parse_duration("jobs", "--wait-timeout", v, &a->wait_ms) != 0 ? CLI_EXIT_USAGE : CLI_OK;
+}
 
 static int parse_submit(cli_opts_t *o, int argc, char **argv, submit_args_t *a, cJSON *headers)
 {
@@ -179,60 +219,24 @@ static int parse_submit(cli_opts_t *o, int argc, char **argv, submit_args_t *a, 
     a->method = "POST";
     a->priority = -1;
     a->wait_ms = WAIT_DEFAULT_MS;
-    for (int i = 1; i < argc; i++) {
-        int g = cli_global_option(o, argc, argv, &i);
-        if (g < 0)
-            return CLI_EXIT_USAGE;
-        if (g > 0)
-            continue;
-        bool bad = false;
-        const char *v;
-        if ((v = cli_option_value(argc, argv, &i, "--path", &bad))) {
-            if (v[0] != '/')
-                return cli_usage_error(cmd, "--path must start with '/', got \"%s\"", v);
-            a->path = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--method", &bad))) {
-            a->method = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--body", &bad))) {
-            a->body_file = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--json-body", &bad))) {
-            a->json_body = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--header", &bad)) ||
-                   (v = cli_option_value(argc, argv, &i, "-H", &bad))) {
-            int rc = add_header(headers, v, cmd);
-            if (rc)
-                return rc;
-        } else if ((v = cli_option_value(argc, argv, &i, "--priority", &bad))) {
-            char *end;
-            long p = strtol(v, &end, 10);
-            if (*end || end == v || p < 0 || p > 9)
-                return cli_usage_error(cmd, "--priority: expected 0-9, got \"%s\"", v);
-            a->priority = (int)p;
-        } else if ((v = cli_option_value(argc, argv, &i, "--deadline", &bad))) {
-            uint64_t ms;
-            if (cli_parse_duration(cmd, "--deadline", v, &ms) != 0)
-                return CLI_EXIT_USAGE;
-            a->deadline = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--wait-timeout", &bad))) {
-            if (cli_parse_duration(cmd, "--wait-timeout", v, &a->wait_ms) != 0)
-                return CLI_EXIT_USAGE;
-            a->wait = true;
-        } else if ((v = cli_option_value(argc, argv, &i, "-o", &bad)) ||
-                   (v = cli_option_value(argc, argv, &i, "--output", &bad))) {
-            a->out = v;
-            a->wait = true;
-        } else if (strcmp(argv[i], "--wait") == 0) {
-            a->wait = true;
-        } else if (bad) {
-            return cli_usage_error(cmd, "%s needs a value", argv[i]);
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            return cli_usage_error(cmd, "jobs submit: unknown option %s", argv[i]);
-        } else if (!a->model) {
-            a->model = argv[i];
-        } else {
-            return cli_usage_error(cmd, "jobs submit: unexpected argument \"%s\"", argv[i]);
-        }
-    }
+    a->headers = headers;
+    const cli_option_t opts[] = {
+        {.name = "--path", .parse = submit_path},
+        {.name = "--method", .value = &a->method},
+        {.name = "--body", .value = &a->body_file},
+        {.name = "--json-body", .value = &a->json_body},
+        {.name = "--header", .alias = "-H", .parse = submit_header},
+        {.name = "--priority", .parse = submit_priority},
+        {.name = "--deadline", .value = &a->deadline, .parse = submit_deadline},
+        {.name = "--wait-timeout", .flag = &a->wait, .parse = submit_wait_timeout},
+        {.name = "-o", .alias = "--output", .flag = &a->wait, .value = &a->out},
+        {.name = "--wait", .flag = &a->wait},
+    };
+    cli_command_line_t c = {.help = cmd, .what = "jobs submit", .options = opts, .n_options = sizeof opts / sizeof opts[0],
+                            .ctx = a, .args = &a->model, .max_args = 1};
+    int rc = cli_parse_command(o, argc, argv, &c);
+    if (rc != CLI_OK)
+        return rc;
     if (!a->model)
         return cli_usage_error(cmd, "jobs submit: which model? (vramctl jobs submit MODEL ...)");
     if (a->body_file && a->json_body)
@@ -449,36 +453,30 @@ static int wait_job(cli_opts_t *o, const char *id, uint64_t wait_ms, cJSON **fin
     }
 }
 
+static int id_timeout(void *ctx, const char *v)
+{
+    return cli_parse_duration("jobs", "--timeout", v, ctx) != 0 ? CLI_EXIT_USAGE : CLI_OK;
+}
+
+/* jobs get|wait|result|cancel ID; wait_ms (wait's --timeout, before the global one) and
+ * out_path (-o) when the subcommand takes them. */
 static int one_id(cli_opts_t *o, int argc, char **argv, const char **id, const char *sub, uint64_t *wait_ms,
                   const char **out_path)
 {
     *id = NULL;
-    for (int i = 1; i < argc; i++) {
-        bool bad = false;
-        const char *v;
-        if (wait_ms && (v = cli_option_value(argc, argv, &i, "--timeout", &bad))) {
-            if (cli_parse_duration("jobs", "--timeout", v, wait_ms) != 0)
-                return CLI_EXIT_USAGE;
-            continue;
-        }
-        if (out_path && ((v = cli_option_value(argc, argv, &i, "-o", &bad)) ||
-                         (v = cli_option_value(argc, argv, &i, "--output", &bad)))) {
-            *out_path = v;
-            continue;
-        }
-        if (bad)
-            return cli_usage_error("jobs", "%s needs a value", argv[i]);
-        int g = cli_global_option(o, argc, argv, &i);
-        if (g < 0)
-            return CLI_EXIT_USAGE;
-        if (g > 0)
-            continue;
-        if (argv[i][0] == '-' && argv[i][1] != '\0')
-            return cli_usage_error("jobs", "jobs %s: unknown option %s", sub, argv[i]);
-        if (*id)
-            return cli_usage_error("jobs", "jobs %s: unexpected argument \"%s\"", sub, argv[i]);
-        *id = argv[i];
-    }
+    cli_option_t opts[2];
+    size_t n = 0;
+    if (wait_ms)
+        opts[n++] = (cli_option_t){.name = "--timeout", .parse = id_timeout};
+    if (out_path)
+        opts[n++] = (cli_option_t){.name = "-o", .alias = "--output", .value = out_path};
+    char what[32];
+    snprintf(what, sizeof what, "jobs %s", sub);
+    cli_command_line_t c = {.help = "jobs", .what = what, .options = opts, .n_options = n, .ctx = wait_ms,
+                            .args = id, .max_args = 1};
+    int rc = cli_parse_command(o, argc, argv, &c);
+    if (rc != CLI_OK)
+        return rc;
     if (!*id)
         return cli_usage_error("jobs", "jobs %s: which job? (vramctl jobs %s ID)", sub, sub);
     if (!id_ok(*id))
@@ -598,29 +596,16 @@ static int jobs_cancel(cli_opts_t *o, int argc, char **argv)
 static int jobs_list(cli_opts_t *o, int argc, char **argv)
 {
     const char *state = NULL, *model = NULL, *limit = NULL, *cursor = NULL;
-    for (int i = 1; i < argc; i++) {
-        int g = cli_global_option(o, argc, argv, &i);
-        if (g < 0)
-            return CLI_EXIT_USAGE;
-        if (g > 0)
-            continue;
-        bool bad = false;
-        const char *v;
-        if ((v = cli_option_value(argc, argv, &i, "--state", &bad)))
-            state = v;
-        else if ((v = cli_option_value(argc, argv, &i, "--model", &bad)))
-            model = v;
-        else if ((v = cli_option_value(argc, argv, &i, "--limit", &bad)))
-            limit = v;
-        else if ((v = cli_option_value(argc, argv, &i, "--cursor", &bad)))
-            cursor = v;
-        else if (bad)
-            return cli_usage_error("jobs", "%s needs a value", argv[i]);
-        else if (argv[i][0] == '-')
-            return cli_usage_error("jobs", "jobs list: unknown option %s", argv[i]);
-        else
-            return cli_usage_error("jobs", "jobs list: unexpected argument \"%s\"", argv[i]);
-    }
+    const cli_option_t opts[] = {
+        {.name = "--state", .value = &state},
+        {.name = "--model", .value = &model},
+        {.name = "--limit", .value = &limit},
+        {.name = "--cursor", .value = &cursor},
+    };
+    cli_command_line_t c = {.help = "jobs", .what = "jobs list", .options = opts, .n_options = sizeof opts / sizeof opts[0]};
+    int rc = cli_parse_command(o, argc, argv, &c);
+    if (rc != CLI_OK)
+        return rc;
     if (state && !state_is_final(state) && strcmp(state, "queued") != 0 && strcmp(state, "running") != 0)
         return cli_usage_error("jobs", "--state: one of queued, running, succeeded, failed, cancelled");
     if (limit) {
@@ -644,7 +629,7 @@ static int jobs_list(cli_opts_t *o, int argc, char **argv)
         sep = '&';
     }
     cJSON *j;
-    int rc = cli_call_json(o, "GET", path, NULL, &j);
+    rc = cli_call_json(o, "GET", path, NULL, &j);
     if (rc)
         return rc;
     if (o->json) {

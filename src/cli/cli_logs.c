@@ -26,41 +26,38 @@ typedef struct logs_args {
     uint64_t for_ms; /* 0: until stopped */
 } logs_args_t;
 
+static int logs_lines(void *ctx, const char *v)
+{
+    logs_args_t *la = ctx;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || end == v || n < 1 || n > LOGS_MAX_LINES)
+        return cli_usage_error("logs", "logs: -n: expected a number of lines 1-%d, got \"%s\"", LOGS_MAX_LINES, v);
+    la->lines = n;
+    return CLI_OK;
+}
+
+static int logs_for(void *ctx, const char *v)
+{
+    logs_args_t *la = ctx;
+    return cli_parse_duration("logs", "--for", v, &la->for_ms) != 0 ? CLI_EXIT_USAGE : CLI_OK;
+}
+
 static int parse_logs_args(cli_opts_t *o, int argc, char **argv, logs_args_t *la)
 {
     memset(la, 0, sizeof *la);
     la->lines = 100;
-    for (int i = 1; i < argc; i++) {
-        int g = cli_global_option(o, argc, argv, &i);
-        if (g < 0)
-            return CLI_EXIT_USAGE;
-        if (g > 0)
-            continue;
-        bool bad = false;
-        const char *v;
-        if ((v = cli_option_value(argc, argv, &i, "-n", &bad)) || (v = cli_option_value(argc, argv, &i, "--lines", &bad))) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end || end == v || n < 1 || n > LOGS_MAX_LINES)
-                return cli_usage_error(argv[0], "logs: -n: expected a number of lines 1-%d, got \"%s\"", LOGS_MAX_LINES, v);
-            la->lines = n;
-        } else if ((v = cli_option_value(argc, argv, &i, "--for", &bad))) {
-            if (cli_parse_duration(argv[0], "--for", v, &la->for_ms) != 0)
-                return CLI_EXIT_USAGE;
-        } else if (bad) {
-            return cli_usage_error(argv[0], "%s needs a value", argv[i]);
-        } else if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--follow") == 0) {
-            la->follow = true;
-        } else if (strcmp(argv[i], "--timestamps") == 0 || strcmp(argv[i], "-t") == 0) {
-            la->timestamps = true;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            return cli_usage_error(argv[0], "logs: unknown option %s", argv[i]);
-        } else if (la->model) {
-            return cli_usage_error(argv[0], "logs: unexpected argument \"%s\"", argv[i]);
-        } else {
-            la->model = argv[i];
-        }
-    }
+    const cli_option_t opts[] = {
+        {.name = "-n", .alias = "--lines", .parse = logs_lines},
+        {.name = "--for", .parse = logs_for},
+        {.name = "-f", .alias = "--follow", .flag = &la->follow},
+        {.name = "--timestamps", .alias = "-t", .flag = &la->timestamps},
+    };
+    cli_command_line_t c = {.help = argv[0], .what = "logs", .options = opts, .n_options = sizeof opts / sizeof opts[0],
+                            .ctx = la, .args = &la->model, .max_args = 1};
+    int rc = cli_parse_command(o, argc, argv, &c);
+    if (rc != CLI_OK)
+        return rc;
     if (!la->model || !la->model[0])
         return cli_usage_error(argv[0], "logs: which model? (vramctl logs MODEL)");
     if (la->for_ms && !la->follow)

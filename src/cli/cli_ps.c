@@ -168,18 +168,12 @@ static int ps_render(const cJSON *status, bool json, buf_t *out)
 
 int cli_cmd_ps(cli_opts_t *o, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        int g = cli_global_option(o, argc, argv, &i);
-        if (g < 0)
-            return CLI_EXIT_USAGE;
-        if (g > 0)
-            continue;
-        if (argv[i][0] == '-')
-            return cli_usage_error(argv[0], "ps: unknown option %s", argv[i]);
-        return cli_usage_error(argv[0], "ps: unexpected argument \"%s\"", argv[i]);
-    }
+    cli_command_line_t c = {.help = argv[0], .what = "ps"};
+    int rc = cli_parse_command(o, argc, argv, &c);
+    if (rc != CLI_OK)
+        return rc;
     cJSON *j;
-    int rc = cli_call_json(o, "GET", "/v1/status", NULL, &j);
+    rc = cli_call_json(o, "GET", "/v1/status", NULL, &j);
     if (rc)
         return rc;
     buf_t out;

@@ -49,51 +49,57 @@ static int terminal_width(void)
 }
 
 typedef struct view_args {
+    const char *command; /* status or top */
     int events;
     uint64_t interval_ms;
     long iterations; /* top -n; 0 = until quit */
 } view_args_t;
 
+static int view_events(void *ctx, const char *v)
+{
+    view_args_t *va = ctx;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || end == v || n < 0 || n > 100)
+        return cli_usage_error(va->command, "--events: expected a number 0-100, got \"%s\"", v);
+    va->events = (int)n;
+    return CLI_OK;
+}
+
+static int view_interval(void *ctx, const char *v)
+{
+    view_args_t *va = ctx;
+    if (cli_parse_duration(va->command, "--interval", v, &va->interval_ms) != 0)
+        return CLI_EXIT_USAGE;
+    if (va->interval_ms < 100)
+        return cli_usage_error(va->command, "--interval: at least 100ms");
+    return CLI_OK;
+}
+
+static int view_iterations(void *ctx, const char *v)
+{
+    view_args_t *va = ctx;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || end == v || n < 1)
+        return cli_usage_error(va->command, "-n: expected a number of refreshes (1 or more), got \"%s\"", v);
+    va->iterations = n;
+    return CLI_OK;
+}
+
 static int parse_view_args(cli_opts_t *o, int argc, char **argv, view_args_t *va, bool top)
 {
+    va->command = argv[0];
     va->events = DEFAULT_EVENTS;
     va->interval_ms = 1000;
     va->iterations = 0;
-    for (int i = 1; i < argc; i++) {
-        int g = cli_global_option(o, argc, argv, &i);
-        if (g < 0)
-            return CLI_EXIT_USAGE;
-        if (g > 0)
-            continue;
-        bool bad = false;
-        const char *v;
-        if ((v = cli_option_value(argc, argv, &i, "--events", &bad))) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end || end == v || n < 0 || n > 100)
-                return cli_usage_error(argv[0], "--events: expected a number 0-100, got \"%s\"", v);
-            va->events = (int)n;
-        } else if (top && (v = cli_option_value(argc, argv, &i, "--interval", &bad))) {
-            if (cli_parse_duration(argv[0], "--interval", v, &va->interval_ms) != 0)
-                return CLI_EXIT_USAGE;
-            if (va->interval_ms < 100)
-                return cli_usage_error(argv[0], "--interval: at least 100ms");
-        } else if (top && ((v = cli_option_value(argc, argv, &i, "-n", &bad)) ||
-                           (v = cli_option_value(argc, argv, &i, "--iterations", &bad)))) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end || end == v || n < 1)
-                return cli_usage_error(argv[0], "-n: expected a number of refreshes (1 or more), got \"%s\"", v);
-            va->iterations = n;
-        } else if (bad) {
-            return cli_usage_error(argv[0], "%s needs a value", argv[i]);
-        } else if (argv[i][0] == '-') {
-            return cli_usage_error(argv[0], "%s: unknown option %s", argv[0], argv[i]);
-        } else {
-            return cli_usage_error(argv[0], "%s: unexpected argument \"%s\"", argv[0], argv[i]);
-        }
-    }
-    return CLI_OK;
+    static const cli_option_t opts[] = {
+        {.name = "--events", .parse = view_events},
+        {.name = "--interval", .parse = view_interval}, /* top's alone, as the next */
+        {.name = "-n", .alias = "--iterations", .parse = view_iterations},
+    };
+    cli_command_line_t c = {.help = argv[0], .what = argv[0], .options = opts, .n_options = top ? 3 : 1, .ctx = va};
+    return cli_parse_command(o, argc, argv, &c);
 }
 
 /* Renders one view into frame. 0, or the exit code of a failed fetch (message in msg). */

@@ -192,7 +192,7 @@ const char *core_counter_name(enum core_counter k)
         [CORE_CNT_SEND_TIMEOUT] = "send",       [CORE_CNT_RESERVE_ACCEPTED] = "reserve_accepted",
         [CORE_CNT_RESERVE_REFUSED] = "reserve_refused", [CORE_CNT_CONN_REFUSED] = "refused",
         [CORE_CNT_LOCAL_PROXY] = "proxy",       [CORE_CNT_LOCAL_HEALTH] = "health",
-        [CORE_CNT_LOCAL_HOOK] = "hook",
+        [CORE_CNT_LOCAL_HOOK] = "hook",         [CORE_CNT_GATE_FAIL_OPEN] = "gate_fail_open",
     };
     return (unsigned)k < CORE_COUNTERS ? names[k] : "?";
 }

@@ -63,6 +63,7 @@ enum core_counter {
     CORE_CNT_LOCAL_PROXY,        /* vramd's own shortage (EMFILE ...): proxied requests refused */
     CORE_CNT_LOCAL_HEALTH,       /* ... health checks not made */
     CORE_CNT_LOCAL_HOOK,         /* ... unload/reload hooks not made */
+    CORE_CNT_GATE_FAIL_OPEN,     /* ... a request sent past its worker's driver-limit gate */
     CORE_COUNTERS
 };
 

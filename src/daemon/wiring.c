@@ -30,7 +30,7 @@ static void on_worker_line(void *ctx, const char *log_name, pid_t pid, const cha
         model_t *m = list_entry(it, model_t, link);
         if (strcmp(m->name, log_name) == 0) {
             uint64_t wall = core->started_wall_ms + (core_now() - core->started_ms);
-            (void)line_ring_push(&m->logs, wall, (int)pid, stream[3] == 'e' ? 'e' : 'o', line, len);
+            (void)line_ring_push(&m->logs, wall, (int)pid, strcmp(stream, "stderr") == 0 ? 'e' : 'o', line, len);
             return;
         }
     }

@@ -142,7 +142,8 @@ enum shim_refuse_reason {
     SHIM_REFUSE_DEADLOCK = 2,  /* workers waiting for each other: the younger request's ask */
     SHIM_REFUSE_TOO_BIG = 3,   /* larger than the card's capacity for vramd's workers */
     SHIM_REFUSE_STOPPING = 4,  /* the instance is stopping or parking */
-    SHIM_REFUSE_BUSY = 5       /* too many asks waiting (bounded) */
+    SHIM_REFUSE_BUSY = 5,      /* too many asks waiting (bounded) */
+    SHIM_REFUSE_MAX = 5
 };
 
 typedef struct shim_msg {

@@ -24,6 +24,8 @@
 
 #include <string.h>
 
+#include "common/hex.h"
+
 #define CHUNK_DEFAULT_MAX_EXT 4096
 #define CHUNK_DEFAULT_MAX_TRAILER 16384
 /* 2^53 needs 14 hex digits; a few leading zeros are allowed, an endless run of them is not. */
@@ -58,17 +60,6 @@ static chunk_err_t step_error(http1_errcode_t code, const char *what)
 {
     chunk_err_t e = {code, what};
     return e;
-}
-
-static int hex_value(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 void http1_chunked_init(http1_chunked_t *d, size_t max_trailer)

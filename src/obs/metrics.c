@@ -47,8 +47,7 @@ static void label_value(buf_t *b, const char *s)
     }
 }
 
-/* name{k1="v1",k2="v2"} for up to two labels (k2 may be NULL), no trailing space. */
-/* name{k1="v1",k2="v2",k3="v3"}: labels up to the first NULL key. */
+/* name{k1="v1",k2="v2",k3="v3"}: labels up to the first NULL key, no trailing space. */
 static void series3(buf_t *b, const char *name, const char *k1, const char *v1, const char *k2, const char *v2,
                     const char *k3, const char *v3)
 {
@@ -68,6 +67,7 @@ static void series3(buf_t *b, const char *name, const char *k1, const char *v1, 
     buf_append_str(b, "\"}");
 }
 
+/* name{k1="v1",k2="v2"}: up to two labels (k1 or k2 may be NULL). */
 static void series(buf_t *b, const char *name, const char *k1, const char *v1, const char *k2, const char *v2)
 {
     series3(b, name, k1, v1, k2, v2, NULL, NULL);
@@ -175,6 +175,10 @@ static void guard_metrics(buf_t *b, core_t *d)
     for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
         sample_u64(b, "vramd_local_resource_exhausted_total", "call", core_counter_name(local[i]), NULL, NULL,
                    d->counts[local[i]]);
+    single(b, "vramd_gate_fail_open_total", "counter",
+           "Requests sent on past their worker's driver-limit gate because vramd was out of memory to hold them "
+           "(fail open; log event driver_limit_gate_skipped).",
+           d->counts[CORE_CNT_GATE_FAIL_OPEN]);
 }
 
 static void gpu_metrics(buf_t *b)

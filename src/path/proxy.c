@@ -480,10 +480,10 @@ static void process_upstream_input(upstream_t *up)
         if (verdict_wants_buffer(up->req)) {
             proxy_hold_response_head(up, up->in.data, &msg);
         } else {
-            int sent = proxy_send_response_head(up, up->in.data, &msg);
-            if (sent == -1)
-                return; /* the client is gone: the request was cancelled, the upstream closed */
-            if (sent == -2) {
+            enum fwd_result sent = proxy_send_response_head(up, up->in.data, &msg);
+            if (sent == FWD_CLIENT_GONE)
+                return; /* the request was cancelled, the upstream closed with it */
+            if (sent == FWD_TOO_LARGE) {
                 fail_request(up, "response head too large", false);
                 return;
             }
@@ -497,15 +497,15 @@ static void process_upstream_input(upstream_t *up)
     if (!up->req || up->state != UP_BODY)
         return;
     size_t used = 0;
-    int rc = proxy_forward_body(up, up->in.data, up->in.len, &used);
+    enum fwd_result rc = proxy_forward_body(up, up->in.data, up->in.len, &used);
     if (rc == FWD_CLIENT_GONE)
         return; /* the request was cancelled and the upstream closed with it */
     buf_consume(&up->in, used);
-    if (rc < 0) {
-        fail_request(up, rc == -2 ? "answer larger than limits.max_body" : "malformed response body", false);
+    if (rc == FWD_MALFORMED || rc == FWD_TOO_LARGE) {
+        fail_request(up, rc == FWD_TOO_LARGE ? "answer larger than limits.max_body" : "malformed response body", false);
         return;
     }
-    if (rc == 1) {
+    if (rc == FWD_BODY_DONE) {
         if (up->in.len > 0)
             up->upstream_keep_alive = false; /* bytes after the body: do not reuse */
         finish_ok(up);
@@ -571,14 +571,14 @@ static void on_up_read_body(upstream_t *up, ssize_t nread, const uv_buf_t *b)
     if (up->state == UP_BODY && up->in.len == 0) {
         /* fast path: forward straight from the read buffer */
         size_t used = 0;
-        int rc = proxy_forward_body(up, b->base, (size_t)nread, &used);
+        enum fwd_result rc = proxy_forward_body(up, b->base, (size_t)nread, &used);
         if (rc == FWD_CLIENT_GONE)
             return; /* the request was cancelled and the upstream closed with it */
-        if (rc < 0) {
-            fail_request(up, rc == -2 ? "answer larger than limits.max_body" : "malformed response body", false);
+        if (rc == FWD_MALFORMED || rc == FWD_TOO_LARGE) {
+            fail_request(up, rc == FWD_TOO_LARGE ? "answer larger than limits.max_body" : "malformed response body", false);
             return;
         }
-        if (rc == 1) {
+        if (rc == FWD_BODY_DONE) {
             if (used < (size_t)nread)
                 up->upstream_keep_alive = false;
             finish_ok(up);

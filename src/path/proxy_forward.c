@@ -7,7 +7,7 @@
  *
  * Invariants: hop-by-hop headers and Content-Length never pass either way; X-Request-Id is
  * always vramd's. Nothing here closes, fails or finishes an upstream or a request: a write
- * to the client that fails is reported (FWD_CLIENT_GONE, -1) and from then on neither the
+ * to the client that fails is reported (FWD_CLIENT_GONE) and from then on neither the
  * request nor the upstream may be touched (the client's close cancelled them). Calls
  * nothing in proxy.c (see proxy_int.h).
  */
@@ -66,27 +66,25 @@ static void on_chunk(void *ctx, const char *data, size_t len)
         up->client_gone = true;
 }
 
-/* Forward body bytes; returns 1 when the body is complete, 0 for more, -1 on a malformed
- * body, -2 when a held answer outgrew max_body, FWD_CLIENT_GONE when a write to the client
- * failed (the request was cancelled: the caller must not touch it). */
-int proxy_forward_body(upstream_t *up, const char *data, size_t len, size_t *used)
+/* Forward body bytes (proxy_int.h says what it returns). */
+enum fwd_result proxy_forward_body(upstream_t *up, const char *data, size_t len, size_t *used)
 {
     conn_t *c = up->req->conn;
     *used = 0;
     switch (up->framing) {
     case HTTP1_BODY_NONE:
-        return 1;
+        return FWD_BODY_DONE;
     case HTTP1_BODY_LENGTH: {
         size_t n = len < up->body_left ? len : (size_t)up->body_left;
         if (n && up->req->buffering) {
             if (!hold(up, data, n))
-                return -2;
+                return FWD_TOO_LARGE;
         } else if (n && !up->req->head_method && conn_write(c, data, n) != 0) {
             return FWD_CLIENT_GONE;
         }
         up->body_left -= n;
         *used = n;
-        return up->body_left == 0 ? 1 : 0;
+        return up->body_left == 0 ? FWD_BODY_DONE : FWD_OK;
     }
     case HTTP1_BODY_CHUNKED: {
         http1_error_t err;
@@ -94,32 +92,32 @@ int proxy_forward_body(upstream_t *up, const char *data, size_t len, size_t *use
         if (up->client_gone)
             return FWD_CLIENT_GONE;
         if (up->too_big)
-            return -2;
+            return FWD_TOO_LARGE;
         if (rc == HTTP1_ERROR)
-            return -1;
-        return rc == HTTP1_OK ? 1 : 0;
+            return FWD_MALFORMED;
+        return rc == HTTP1_OK ? FWD_BODY_DONE : FWD_OK;
     }
     case HTTP1_BODY_UNTIL_CLOSE:
         if (len && up->req->buffering) {
             if (!hold(up, data, len))
-                return -2;
+                return FWD_TOO_LARGE;
         } else if (len) {
             int rc = up->client_chunked ? write_chunk(c, data, len) : conn_write(c, data, len);
             if (rc != 0)
                 return FWD_CLIENT_GONE;
         }
         *used = len;
-        return 0;
+        return FWD_OK;
     }
-    return -1;
+    return FWD_MALFORMED;
 }
 
 /* Hop-by-hop headers and Content-Length never pass; X-Request-Id is vramd's own. */
 static const char *const answer_skip[] = {"X-Request-Id", NULL};
 
 /* The worker's head goes to the client with vramd's headers and the body's framing for
- * this client. 0, or -1 when the client is gone (the request was cancelled). */
-int proxy_send_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg)
+ * this client (proxy_int.h says what it returns). */
+enum fwd_result proxy_send_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg)
 {
     request_t *r = up->req;
     conn_t *c = r->conn;
@@ -160,7 +158,11 @@ int proxy_send_response_head(upstream_t *up, const char *buf, const http1_msg_t 
         http_out_header(&h, "Connection", "close");
     http_out_end(&h);
     r->status = msg->status;
-    int rc = buf_failed(&h) ? -2 : conn_write(c, h.data, h.len);
+    enum fwd_result rc = FWD_OK;
+    if (buf_failed(&h))
+        rc = FWD_TOO_LARGE;
+    else if (conn_write(c, h.data, h.len) != 0)
+        rc = FWD_CLIENT_GONE;
     buf_free(&h);
     return rc;
 }

@@ -4,7 +4,9 @@
  * waits here, with a cancel of its own (no upstream: a cancel only unlinks it and releases
  * its slot), until proxy_limit_applied for its instance, or its instance goes down (then it
  * is sent on and fails or retries as any request to a dead worker does). Everything else
- * goes on at once to proxy.c (proxy_start_attempt).
+ * goes on at once to proxy.c (proxy_start_attempt), and so does a request that would wait
+ * when vramd is out of memory for its held_t (fail open: logged driver_limit_gate_skipped,
+ * counted in vramd_gate_fail_open_total).
  *
  * Invariants: a held request is in g_held exactly once, its owner is its held_t, and it
  * holds its slot on inst (released by proxy.c's cancel or outcome, never here twice).
@@ -12,7 +14,9 @@
 #include <stdlib.h>
 
 #include "common/list.h"
+#include "common/log.h"
 #include "core/core.h"
+#include "core/model.h"
 #include "core/request.h"
 #include "path/proxy.h"
 #include "path/proxy_int.h"
@@ -67,6 +71,10 @@ void proxy_start(request_t *req, instance_t *inst)
             list_insert_tail(&g_held, &h->link);
             return;
         }
+        /* out of memory: sent on now, as without a limit (fail open), said and counted */
+        core_count(inst->model->core, CORE_CNT_GATE_FAIL_OPEN);
+        log_event(LOG_WARN, "driver_limit_gate_skipped", "request_id=%s model=%s instance=%u error=%s", req->id,
+                  inst->model->name, inst->id, "out of memory");
     }
     proxy_start_attempt(req, inst, true);
 }

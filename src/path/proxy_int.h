@@ -51,23 +51,28 @@ struct upstream {
     int handles_open;
 };
 
-/* proxy_forward_body: a write to the client failed */
-#define FWD_CLIENT_GONE (-3)
+/* What proxy_send_response_head and proxy_forward_body report (one code per outcome). */
+enum fwd_result {
+    FWD_OK = 0,           /* the head was sent; body: forwarded, more to come */
+    FWD_BODY_DONE = 1,    /* body: complete */
+    FWD_MALFORMED = -1,   /* body: not a valid body */
+    FWD_TOO_LARGE = -2,   /* the head outgrew its buffer, or a held answer outgrew max_body */
+    FWD_CLIENT_GONE = -3, /* a write to the client failed: the request was cancelled, the
+                           * caller must not touch it */
+};
 
 /* The request head for the worker (request line with the route prefix stripped, the
  * client's end-to-end headers, X-Request-Id, X-Forwarded-For, Content-Length) into h;
  * buf_failed(h) when it outgrew h's limit. */
 void proxy_request_head(request_t *r, buf_t *h);
 /* The worker's head goes to the client with vramd's headers and the body's framing for
- * this client. 0, -1 when the client is gone (the request was cancelled), -2 when the head
- * is too large. */
-int proxy_send_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg);
+ * this client. FWD_OK, FWD_CLIENT_GONE, or FWD_TOO_LARGE (the head). */
+enum fwd_result proxy_send_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg);
 /* A model that declares degrade/validate: keep the head for the verdict instead. */
 void proxy_hold_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg);
-/* Forward body bytes; returns 1 when the body is complete, 0 for more, -1 on a malformed
- * body, -2 when a held answer outgrew max_body, FWD_CLIENT_GONE when a write to the client
- * failed (the request was cancelled: the caller must not touch it). */
-int proxy_forward_body(upstream_t *up, const char *data, size_t len, size_t *used);
+/* Forward body bytes: FWD_BODY_DONE when the body is complete, FWD_OK for more,
+ * FWD_MALFORMED, FWD_TOO_LARGE when a held answer outgrew max_body, FWD_CLIENT_GONE. */
+enum fwd_result proxy_forward_body(upstream_t *up, const char *data, size_t len, size_t *used);
 /* Stop reading the upstream while the client's backlog is over CONN_BACKLOG_MAX (the
  * worker-silence timer stops with it: a slow client is not a silent worker). */
 void proxy_throttle(upstream_t *up);

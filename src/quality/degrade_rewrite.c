@@ -32,6 +32,7 @@
 #include <strings.h>
 
 #include "common/buf.h"
+#include "common/hex.h"
 #include "common/json_util.h"
 
 #define DEGRADE_MAX_GROWTH (1u << 20)  /* a rewritten form/multipart body grows by at most this */
@@ -56,17 +57,6 @@ static const char *skip_ows(const char *p, const char *end)
     while (p < end && is_ows(*p))
         p++;
     return p;
-}
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 /* First occurrence of needle in hay, or NULL (memmem with explicit types). */

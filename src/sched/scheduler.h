@@ -47,7 +47,6 @@
 
 #define SCHED_PEAK_SAMPLES MODEL_PEAK_SAMPLES
 
-/* Start NVML (failure is reported, not fatal: /readyz says why). */
 /* What the scheduler decides and the supervisor carries out (set by the composition root,
  * so that the policy never calls the mechanism by name). */
 typedef struct sched_actions {

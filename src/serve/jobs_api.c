@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "common/log.h"
+#include "common/hex.h"
 #include "core/core.h"
 #include "jobstore/job_id.h"
 #include "jobstore/job_request.h"
@@ -415,17 +416,6 @@ out:
 
 /* ---- GET /v1/jobs (list) ------------------------------------------------------------- */
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* Percent-decode s[0..n) into out (NUL-terminated). -1 on a bad escape, NUL, or overflow. */
 static int query_decode(const char *s, size_t n, char *out, size_t cap)
 {
@@ -437,7 +427,7 @@ static int query_decode(const char *s, size_t n, char *out, size_t cap)
         } else if (ch == '%') {
             if (i + 2 >= n)
                 return -1;
-            int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
+            int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
             if (hi < 0 || lo < 0)
                 return -1;
             ch = (char)(hi * 16 + lo);

@@ -36,8 +36,11 @@
 
 #define PARK_SHIM_GUESS_BPMS 20000000ULL /* the way back before one was measured: 20 GB/s (pinned, PCIe 4 x16) */
 
-static const char *const refusal_names[] = {"", "unmovable_memory", "no_host_memory", "driver_error", "wrong_state",
-                                            "no_gpu_memory", "calls_did_not_stop"};
+static const char *const refusal_names[] = {
+    [0] = "", [SHIM_PARK_UNMOVABLE] = "unmovable_memory", [SHIM_PARK_HOST_MEMORY] = "no_host_memory",
+    [SHIM_PARK_DRIVER] = "driver_error", [SHIM_PARK_STATE] = "wrong_state", [SHIM_PARK_GPU_MEMORY] = "no_gpu_memory",
+    [SHIM_PARK_BUSY] = "calls_did_not_stop"};
+_Static_assert(sizeof refusal_names / sizeof refusal_names[0] == SHIM_PARK_REFUSAL_MAX + 1, "a name for every refusal");
 
 static const char *refusal_name(uint64_t why)
 {

@@ -68,7 +68,10 @@ static struct {
     shim_totals_t totals;
 } G;
 
-static const char *const refuse_names[] = {"", "no_room", "deadlock", "too_big", "stopping", "busy"};
+static const char *const refuse_names[] = {
+    [0] = "", [SHIM_REFUSE_NO_ROOM] = "no_room", [SHIM_REFUSE_DEADLOCK] = "deadlock", [SHIM_REFUSE_TOO_BIG] = "too_big",
+    [SHIM_REFUSE_STOPPING] = "stopping", [SHIM_REFUSE_BUSY] = "busy"};
+_Static_assert(sizeof refuse_names / sizeof refuse_names[0] == SHIM_REFUSE_MAX + 1, "a name for every refusal");
 
 static void *on_hello(void *ctx, grant_conn_t *c, const shim_msg_t *m, pid_t peer_pid);
 static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m);

@@ -33,8 +33,6 @@
 #include "workers/supervisor.h"
 
 /* ---- model_state.c ---- */
-/* The one place an instance's state changes: logged old -> new, the derived model state
- * change noted, CORE_EV_MODEL_CHANGED emitted. */
 /* The one way an instance changes state: checks the table of legal changes (model_state.c),
  * logs old -> new with the caller's line, logs the derived model state when it changed,
  * and emits CORE_EV_MODEL_CHANGED. */
