@@ -21,6 +21,7 @@
 
 #include "common/list.h"
 #include "common/log.h"
+#include "common/units.h"
 #include "core/core.h"
 #include "core/model.h"
 #include "core/request.h"
@@ -209,13 +210,23 @@ static void refresh_all(void)
 
 /* What an allocation of bytes needs booked beyond the grant now: the shim adds bytes to the
  * live total once granted, so only the part past the grant is new memory for the ledger
- * (another thread's free since the ask may have made room already). */
+ * (another thread's free since the ask may have made room already). The ask's size and the
+ * page's live total come from the worker: every sum of them saturates (units_sat_add), so a
+ * size near 2^64, or garbage in the page, reads as huge (too_big), never wraps to small. */
 static uint64_t deficit(const shim_inst_t *si, uint64_t bytes)
 {
     if (!si->page)
         return bytes;
-    uint64_t live = shim_page_live(si->page), g = shim_page_grant(si->page);
-    return live + bytes > g ? live + bytes - g : 0;
+    uint64_t need = units_sat_add(shim_page_live(si->page), bytes), g = shim_page_grant(si->page);
+    return need > g ? need - g : 0;
+}
+
+/* Would the instance hold more than its GPU's capacity with need more booked? No eviction
+ * could make room for that: refused at once (too_big). */
+static bool past_capacity(const instance_t *in, uint64_t need)
+{
+    return in && in->gpu_pos >= 0 &&
+           units_sat_add(sched_instance_booked(in), need) > ledger_capacity(sched_ledger(), (size_t)in->gpu_pos);
 }
 
 /* ---- asks ----------------------------------------------------------------------------- */
@@ -226,7 +237,7 @@ static void update_asked(void)
     list_foreach(it, &G.asks) {
         ask_t *a = list_entry(it, ask_t, link);
         if (a->pos >= 0 && a->pos < LEDGER_MAX_GPUS)
-            per[a->pos] += deficit(a->si, a->bytes);
+            per[a->pos] = units_sat_add(per[a->pos], deficit(a->si, a->bytes));
     }
     ledger_t *l = sched_ledger();
     for (size_t p = 0; p < l->n_gpus; p++)
@@ -274,7 +285,12 @@ static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes
 {
     instance_t *in = si->inst;
     ledger_t *l = sched_ledger();
-    bytes = deficit(si, bytes);
+    uint64_t asked = bytes;
+    bytes = deficit(si, bytes); /* read again: the worker may have written its page since */
+    if (past_capacity(in, bytes)) {
+        refuse(si, c, seq, asked, SHIM_REFUSE_TOO_BIG);
+        return;
+    }
     if (in->gpu_pos >= 0 && bytes > 0) {
         if (in->grant_extra.gpu >= 0)
             ledger_resize(l, &in->grant_extra, in->grant_extra.bytes + bytes);
@@ -342,9 +358,9 @@ static bool fits_now(const ask_t *a)
         if (o == a)
             break;
         if (o->pos == a->pos)
-            before += deficit(o->si, o->bytes);
+            before = units_sat_add(before, deficit(o->si, o->bytes));
     }
-    return ledger_free_for_asks(sched_ledger(), (size_t)a->pos) >= before + deficit(a->si, a->bytes);
+    return ledger_free_for_asks(sched_ledger(), (size_t)a->pos) >= units_sat_add(before, deficit(a->si, a->bytes));
 }
 
 static bool ask_waits(const instance_t *in)
@@ -394,7 +410,11 @@ static void serve_asks(void)
     uint64_t now = core_now();
     list_foreach_safe(it, tmp, &G.asks) {
         ask_t *a = list_entry(it, ask_t, link);
-        if (fits_now(a)) {
+        if (past_capacity(a->si->inst, deficit(a->si, a->bytes))) { /* its page changed while it waited */
+            ask_t copy = *a;
+            ask_drop(a);
+            refuse(copy.si, copy.conn, copy.seq, copy.bytes, SHIM_REFUSE_TOO_BIG);
+        } else if (fits_now(a)) {
             ask_t copy = *a;
             ask_drop(a);
             grant(copy.si, copy.conn, copy.seq, copy.bytes, now - copy.since_ms);
@@ -444,8 +464,7 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
         return;
     }
     /* what it would hold then can never fit its GPU: refused at once, nothing evicted for it */
-    if (in->gpu_pos >= 0 &&
-        sched_instance_booked(in) + deficit(si, m->bytes) > ledger_capacity(sched_ledger(), (size_t)in->gpu_pos)) {
+    if (past_capacity(in, deficit(si, m->bytes))) {
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_TOO_BIG);
         return;
     }

@@ -21,7 +21,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAGIC = 0x48534D56
-VERSION = 1
+VERSION = 2  # SHIM_ABI_VERSION
 HELLO, HELLO_OK, ASK, GRANT, REFUSE = 1, 2, 3, 4, 5
 LIVE_TOTAL = 32        # offsetof(shim_page_t, live_total)
 SLOT0 = 136            # offsetof(shim_page_t, procs)
