@@ -106,7 +106,9 @@ void shim_grants_init(core_t *core)
     static const grant_socket_handlers_t h = {
         .hello = on_hello, .ask = on_ask, .control = shim_control_answer, .closed = on_closed};
     char err[256] = "";
-    G.sock = grant_socket_listen(core->loop, G.sock_path, SHIM_GRANTS_CONNS_MAX, &h, NULL, err, sizeof err);
+    const grant_socket_limits_t lim = {core->cfg->limits.shim_conns_max, core->cfg->limits.shim_conns_per_proc,
+                                       core->cfg->limits.shim_hello_ms};
+    G.sock = grant_socket_listen(core->loop, G.sock_path, &lim, &h, NULL, err, sizeof err);
     if (!G.sock) {
         snprintf(G.unavailable, sizeof G.unavailable, "%s", err);
         log_event(LOG_WARN, "shim_unavailable", "reason=%s", err);
@@ -208,11 +210,9 @@ static void refresh_all(void)
     }
 }
 
-/* What an allocation of bytes needs booked beyond the grant now: the shim adds bytes to the
- * live total once granted, so only the part past the grant is new memory for the ledger
- * (another thread's free since the ask may have made room already). The ask's size and the
- * page's live total come from the worker: every sum of them saturates (units_sat_add), so a
- * size near 2^64, or garbage in the page, reads as huge (too_big), never wraps to small. */
+/* What an allocation of bytes needs booked beyond the grant now (only the part past the grant
+ * is new memory). Read once per decision (grant() books what its caller checked). The sizes are
+ * the worker's word (its ask, its page): sums saturate, so 2^64-1 or garbage is too_big. */
 static uint64_t deficit(const shim_inst_t *si, uint64_t bytes)
 {
     if (!si->page)
@@ -221,8 +221,7 @@ static uint64_t deficit(const shim_inst_t *si, uint64_t bytes)
     return need > g ? need - g : 0;
 }
 
-/* Would the instance hold more than its GPU's capacity with need more booked? No eviction
- * could make room for that: refused at once (too_big). */
+/* Would it hold more than its GPU's capacity with need more? Refused at once, nothing evicted. */
 static bool past_capacity(const instance_t *in, uint64_t need)
 {
     return in && in->gpu_pos >= 0 &&
@@ -285,12 +284,6 @@ static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes
 {
     instance_t *in = si->inst;
     ledger_t *l = sched_ledger();
-    uint64_t asked = bytes;
-    bytes = deficit(si, bytes); /* read again: the worker may have written its page since */
-    if (past_capacity(in, bytes)) {
-        refuse(si, c, seq, asked, SHIM_REFUSE_TOO_BIG);
-        return;
-    }
     if (in->gpu_pos >= 0 && bytes > 0) {
         if (in->grant_extra.gpu >= 0)
             ledger_resize(l, &in->grant_extra, in->grant_extra.bytes + bytes);
@@ -410,18 +403,16 @@ static void serve_asks(void)
     uint64_t now = core_now();
     list_foreach_safe(it, tmp, &G.asks) {
         ask_t *a = list_entry(it, ask_t, link);
-        if (past_capacity(a->si->inst, deficit(a->si, a->bytes))) { /* its page changed while it waited */
+        uint64_t need = deficit(a->si, a->bytes); /* read again: its page may have changed */
+        bool too_big = past_capacity(a->si->inst, need);
+        if (!too_big && fits_now(a)) {
             ask_t copy = *a;
             ask_drop(a);
-            refuse(copy.si, copy.conn, copy.seq, copy.bytes, SHIM_REFUSE_TOO_BIG);
-        } else if (fits_now(a)) {
+            grant(copy.si, copy.conn, copy.seq, need, now - copy.since_ms);
+        } else if (too_big || now >= a->deadline_ms) {
             ask_t copy = *a;
             ask_drop(a);
-            grant(copy.si, copy.conn, copy.seq, copy.bytes, now - copy.since_ms);
-        } else if (now >= a->deadline_ms) {
-            ask_t copy = *a;
-            ask_drop(a);
-            refuse(copy.si, copy.conn, copy.seq, copy.bytes, SHIM_REFUSE_NO_ROOM);
+            refuse(copy.si, copy.conn, copy.seq, copy.bytes, too_big ? SHIM_REFUSE_TOO_BIG : SHIM_REFUSE_NO_ROOM);
         } else if (!a->room_asked && a->si->inst && a->pos >= 0) {
             a->room_asked = true;
             sched_make_room_on(a->si->inst->model, (size_t)a->pos, deficit(a->si, a->bytes));
@@ -463,8 +454,8 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_STOPPING);
         return;
     }
-    /* what it would hold then can never fit its GPU: refused at once, nothing evicted for it */
-    if (past_capacity(in, deficit(si, m->bytes))) {
+    uint64_t need = deficit(si, m->bytes);
+    if (past_capacity(in, need)) {
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_TOO_BIG);
         return;
     }
@@ -484,7 +475,7 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
     G.n_asks++;
     if (fits_now(a)) {
         ask_drop(a);
-        grant(si, c, m->seq, m->bytes, 0);
+        grant(si, c, m->seq, need, 0);
         return;
     }
     update_asked();

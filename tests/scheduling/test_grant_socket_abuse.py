@@ -7,9 +7,19 @@ What each case expects:
     (so `live + bytes` passes 2^64), and an ordinary ask while its page holds garbage in
     live_total: each refused `too_big` at once (long before grant_wait), nothing held
     against the GPU (`asked` 0), vramd alive, and a neighbour's shim (a real one, in a
-    simworker that allocates past its grant) still asks and is granted, none refused.
+    simworker that allocates past its grant) still asks and is granted, none refused;
+  - a flood of 2,000 connections that never say HELLO, from one process: all but
+    `limits.shim_connections_per_process` (16) closed at once (`shim_conn_refused
+    reason=per_process`), vramd's descriptors stay within a few dozen of where they were, and
+    a worker started during the flood attaches (HELLO), asks and is granted (its shim
+    enforced, not detached);
+  - `limits.shim_hello_timeout` and `limits.shim_connections_max`: past the global bound a
+    connection is closed at once (`reason=max`); a connection without HELLO is closed at the
+    timeout (`shim_hello_timeout`), after which a worker's shim attaches.
 """
 import os
+import socket
+import time
 
 import pytest
 
@@ -92,4 +102,82 @@ def test_huge_grant_asks_refused_too_big_at_once(sched, nbytes, live):
     a = vd.post("/hand/ask", {"bytes": 4096, "live": 0}, timeout=60).json()
     assert a["answer"] == "grant", a
     neighbour_still_granted(vd)
+    sched.finish()
+
+
+def grant_socket_path(vd):
+    return vd.events("shim_listening")[0]["socket"]
+
+
+def vramd_fds(vd):
+    return len(os.listdir(f"/proc/{vd.proc.pid}/fd"))
+
+
+def flood(path, n):
+    """n connections to the grant socket from this process, none saying anything."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        end = time.monotonic() + 5
+        while True:
+            try:
+                s.connect(path)
+                break
+            except BlockingIOError:  # the listen backlog is full until vramd accepts
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.001)
+        socks.append(s)
+    return socks
+
+
+def closed_by_vramd(s):
+    try:
+        return s.recv(1, socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True  # reset
+
+
+def test_hello_less_flood_from_one_process_leaves_other_shims_served(sched):
+    gpu = sched.gpu_set("24GiB")
+    vd = sched.start_vramd(gpu, {"under": under_model(sched)}, extra_env=shim_env())
+    before = vramd_fds(vd)
+    socks = flood(grant_socket_path(vd), 2000)
+    try:
+        wait_for(lambda: sum(closed_by_vramd(s) for s in socks) >= len(socks) - 16, timeout=20,
+                 what="the flood past the per-process bound closed")
+        during = vramd_fds(vd)
+        assert during <= before + 16 + 16, f"vramd's descriptors {before} -> {during} under the flood"
+        refused = vd.events("shim_conn_refused", reason="per_process")
+        assert refused and refused[0]["limit"] == 16 and refused[0]["pid"] == os.getpid(), refused
+        load(vd, "under")  # a worker started during the flood: its shim says HELLO and asks
+        neighbour_still_granted(vd)
+        assert vd.alive()
+    finally:
+        for s in socks:
+            s.close()
+    sched.finish()
+
+
+def test_hello_timeout_and_the_global_bound(sched):
+    gpu = sched.gpu_set("24GiB")
+    vd = sched.start_vramd(gpu, {"under": under_model(sched)}, extra_env=shim_env(),
+                           limits={"shim_hello_timeout": "1s", "shim_connections_max": 8})
+    socks = flood(grant_socket_path(vd), 12)
+    try:
+        t0 = time.monotonic()
+        wait_for(lambda: sum(closed_by_vramd(s) for s in socks) >= 4, timeout=5, what="4 past the bound closed")
+        assert vd.events("shim_conn_refused", reason="max"), vd.events("shim_conn_refused")
+        wait_for(lambda: all(closed_by_vramd(s) for s in socks), timeout=10, what="every HELLO-less connection closed")
+        waited = time.monotonic() - t0
+        assert 0.5 <= waited <= 5, waited
+        assert vd.events("shim_hello_timeout"), "no shim_hello_timeout logged"
+        load(vd, "under")
+        neighbour_still_granted(vd)
+    finally:
+        for s in socks:
+            s.close()
     sched.finish()
