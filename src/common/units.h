@@ -7,6 +7,8 @@
  * Durations: a number with ms, s, m, h (decimals allowed: "1.5s"); a bare number is seconds.
  * Both reject signs, empty strings, trailing garbage, overflow and NaN.
  * Return convention: 0 and *out set on success, -1 on a bad value (*out untouched).
+ * units_sat_add: a sum of sizes that saturates at UINT64_MAX instead of wrapping, for sizes a
+ * peer sent (a CUDA shim's ask, its grant page): a size near 2^64 must read as huge, never small.
  */
 #ifndef VRAMD_COMMON_UNITS_H
 #define VRAMD_COMMON_UNITS_H
@@ -20,5 +22,6 @@ int units_parse_duration_ms(const char *s, uint64_t *out);
 void units_format_size(uint64_t bytes, char *out, size_t cap);
 /* "250ms", "30s", "10m", "2h", "1.5s". */
 void units_format_duration(uint64_t ms, char *out, size_t cap);
+static inline uint64_t units_sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 #endif

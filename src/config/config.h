@@ -297,6 +297,12 @@ typedef struct config {
                                              either way this long is closed */
         unsigned upgrades_per_client; /* default 16: open upgraded connections per client address */
         unsigned upgrades_max;        /* default 1024: open upgraded connections in all */
+        /* the CUDA shims' grant socket (read at start): connections open in all (default
+         * 4096), per peer process (default 16), and how long one may stay without its HELLO
+         * (default 5s) */
+        unsigned shim_conns_max;      /* shim_connections_max */
+        unsigned shim_conns_per_proc; /* shim_connections_per_process */
+        uint64_t shim_hello_ms;       /* shim_hello_timeout */
     } limits;
     struct {
         uint64_t results_max_bytes; /* default 20GiB */

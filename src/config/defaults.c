@@ -179,6 +179,9 @@ config_t *cfg_config_new_builtin(void)
     cfg->limits.upgrade_idle_timeout_ms = 10 * 60 * 1000;
     cfg->limits.upgrades_per_client = 16;
     cfg->limits.upgrades_max = 1024;
+    cfg->limits.shim_conns_max = 4096;
+    cfg->limits.shim_conns_per_proc = 16;
+    cfg->limits.shim_hello_ms = 5000;
     cfg->jobs.results_max_bytes = 20ULL << 30;
     cfg->jobs.results_ttl_ms = 24ULL * 3600 * 1000;
     cfg->jobs.min_free_disk = 2ULL << 30;

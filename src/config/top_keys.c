@@ -272,6 +272,10 @@ static const field_spec_t limits_fields[] = {
     {"upgrade_idle_timeout", cfg_fp_duration, offsetof(config_t, limits.upgrade_idle_timeout_ms), 1, 0, NULL},
     {"upgrades_per_client", cfg_fp_unsigned, offsetof(config_t, limits.upgrades_per_client), 1, 100000, NULL},
     {"upgrades_max", cfg_fp_unsigned, offsetof(config_t, limits.upgrades_max), 1, 1000000, NULL},
+    {"shim_connections_max", cfg_fp_unsigned, offsetof(config_t, limits.shim_conns_max), 1, 1000000, NULL},
+    {"shim_connections_per_process", cfg_fp_unsigned, offsetof(config_t, limits.shim_conns_per_proc), 1,
+     100000, NULL},
+    {"shim_hello_timeout", cfg_fp_duration, offsetof(config_t, limits.shim_hello_ms), 1, 0, NULL},
     {"per_client", fp_per_client, 0, 0, 0, NULL},
     {"memory_budget", fp_memory_budget, offsetof(config_t, memory_budget), 0, 0, NULL},
 };

@@ -1,6 +1,7 @@
 /*
  * shim_page: an instance's grant page, vramd's side (shim_page.h; the layout and the
- * protocol are in shim_abi.h).
+ * protocol are in shim_abi.h). The worker's processes write the page too: what this file
+ * reads from it is untrusted, and its sums saturate (units_sat_add) instead of wrapping.
  */
 #include "gpu/shim_page.h"
 
@@ -10,6 +11,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "common/units.h"
 
 int shim_page_create(const char *path, uint64_t epoch, uint64_t gpu_total, shim_page_t **out, char *err,
                      size_t errlen)
@@ -86,11 +89,11 @@ void shim_page_read(const shim_page_t *cp, shim_page_figures_t *out)
         uint64_t peak = atomic_load(&s->peak);
         if (peak > out->peak)
             out->peak = peak;
-        out->allocs += atomic_load(&s->allocs);
-        out->parked += atomic_load(&s->parked);
-        out->asks += atomic_load(&s->asks);
-        out->waits += atomic_load(&s->waits);
-        out->refusals += atomic_load(&s->refusals);
+        out->allocs = units_sat_add(out->allocs, atomic_load(&s->allocs));
+        out->parked = units_sat_add(out->parked, atomic_load(&s->parked));
+        out->asks = units_sat_add(out->asks, atomic_load(&s->asks));
+        out->waits = units_sat_add(out->waits, atomic_load(&s->waits));
+        out->refusals = units_sat_add(out->refusals, atomic_load(&s->refusals));
     }
 }
 

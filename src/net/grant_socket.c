@@ -1,5 +1,14 @@
 /*
  * grant_socket: the shims' Unix socket, transport only (grant_socket.h).
+ *
+ * Bounds on connections that have not said HELLO (any local process that can reach the
+ * socket may connect): at most per_peer open per peer pid (SO_PEERCRED), max_conns in all
+ * (both: more are accepted and closed at once), and each closed hello_timeout_ms after its
+ * accept unless its HELLO came. The HELLO timer is armed while such a connection is open,
+ * for the oldest one's end (conns are kept in accept order). Each refusal and timeout is
+ * counted (grant_socket_stats) and logged (shim_conn_refused, shim_hello_timeout), at most
+ * one line a second per kind, with the count since the last line.
+ * Lifetime: s is freed once the listener and the timer are closed and no connection is left.
  */
 #include "net/grant_socket.h"
 
@@ -15,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/list.h"
+#include "common/log.h"
 
 struct grant_conn {
     list_t link;            /* s->conns */
@@ -31,6 +41,7 @@ struct grant_conn {
     uint32_t ask_seq;
     bool closing;
     bool malformed;
+    uint64_t accepted_ms;   /* uv_now when accepted: the HELLO timeout counts from it */
     size_t have;
     unsigned char buf[sizeof(shim_msg_t)];
 };
@@ -41,12 +52,41 @@ struct grant_socket {
     bool listening;
     bool closing;
     char path[4096];
-    unsigned max_conns;
+    grant_socket_limits_t lim;
+    uv_timer_t hello_timer;
+    bool timer_open;
     grant_socket_handlers_t h;
     void *ctx;
     list_t conns;
+    unsigned pre_hello;     /* open connections that have not said HELLO */
     grant_socket_stats_t stats;
 };
+
+typedef struct log_limit {
+    uint64_t last_ms;
+    uint64_t unlogged;
+} log_limit_t;
+
+static log_limit_t g_log_refused, g_log_timeout;
+
+/* At most one line a second per kind: true when this one is to be logged (*n: the events
+ * since the last line, this one included). */
+static bool log_due(log_limit_t *l, uint64_t now, uint64_t *n)
+{
+    l->unlogged++;
+    if (l->last_ms && now - l->last_ms < 1000)
+        return false;
+    l->last_ms = now;
+    *n = l->unlogged;
+    l->unlogged = 0;
+    return true;
+}
+
+static void maybe_free(grant_socket_t *s)
+{
+    if (s->closing && list_empty(&s->conns) && !s->listening && !s->timer_open)
+        free(s);
+}
 
 typedef struct answer_write {
     uv_write_t req;
@@ -62,8 +102,7 @@ static void conn_closed_cb(uv_handle_t *h)
     if (s->h.closed)
         s->h.closed(s->ctx, c, c->owner, c->malformed);
     free(c);
-    if (s->closing && list_empty(&s->conns) && !s->listening)
-        free(s);
+    maybe_free(s);
 }
 
 static void conn_close(grant_conn_t *c, bool malformed)
@@ -72,6 +111,8 @@ static void conn_close(grant_conn_t *c, bool malformed)
         return;
     c->closing = true;
     c->malformed = malformed;
+    if (!c->hello_done)
+        c->sock->pre_hello--;
     if (malformed)
         c->sock->stats.malformed++;
     uv_close((uv_handle_t *)&c->pipe, conn_closed_cb);
@@ -146,6 +187,7 @@ static void conn_message(grant_conn_t *c, const shim_msg_t *m)
             return;
         }
         c->hello_done = true;
+        s->pre_hello--;
         c->control = m->type == SHIM_MSG_HELLO_CONTROL;
         c->slot = (unsigned)m->aux;
         c->owner = s->h.hello ? s->h.hello(s->ctx, c, m, c->pid) : NULL;
@@ -206,46 +248,134 @@ static void conn_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 
 static void on_refused_closed(uv_handle_t *h) { free(h); }
 
+/* Take the next connection off the listener and close it unanswered. */
+static void accept_and_close(grant_socket_t *s, uv_stream_t *server)
+{
+    uv_pipe_t *p = malloc(sizeof *p);
+    if (p && uv_pipe_init(s->loop, p, 0) == 0) {
+        (void)uv_accept(server, (uv_stream_t *)p);
+        uv_close((uv_handle_t *)p, on_refused_closed);
+    } else {
+        free(p); /* left in the backlog: the kernel refuses once it is full */
+    }
+}
+
+static void refused_log(grant_socket_t *s, const char *reason, pid_t pid, unsigned limit, unsigned open)
+{
+    uint64_t n;
+    if (log_due(&g_log_refused, uv_now(s->loop), &n))
+        log_event(LOG_WARN, "shim_conn_refused", "reason=%s pid=%d limit=%u refused=%llu open=%u", reason, (int)pid,
+                  limit, (unsigned long long)n, open);
+}
+
+static unsigned peer_conns(const grant_socket_t *s, pid_t pid)
+{
+    unsigned n = 0;
+    list_foreach(it, &s->conns) {
+        const grant_conn_t *c = list_entry(it, grant_conn_t, link);
+        n += c->pid == pid && !c->closing;
+    }
+    return n;
+}
+
+static void on_hello_timer(uv_timer_t *t);
+
+/* Armed for the oldest connection still without a HELLO (conns are in accept order). */
+static void hello_timer_arm(grant_socket_t *s)
+{
+    if (!s->timer_open || s->closing)
+        return;
+    if (s->pre_hello == 0) {
+        uv_timer_stop(&s->hello_timer);
+        return;
+    }
+    list_foreach(it, &s->conns) {
+        const grant_conn_t *c = list_entry(it, grant_conn_t, link);
+        if (c->hello_done || c->closing)
+            continue;
+        uint64_t now = uv_now(s->loop), end = c->accepted_ms + s->lim.hello_timeout_ms;
+        uv_timer_start(&s->hello_timer, on_hello_timer, end > now ? end - now : 0, 0);
+        return;
+    }
+    uv_timer_stop(&s->hello_timer);
+}
+
+static void on_hello_timer(uv_timer_t *t)
+{
+    grant_socket_t *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    list_foreach_safe(it, tmp, &s->conns) {
+        grant_conn_t *c = list_entry(it, grant_conn_t, link);
+        if (c->hello_done || c->closing)
+            continue;
+        if (now - c->accepted_ms < s->lim.hello_timeout_ms)
+            break; /* the rest came later */
+        s->stats.hello_timeouts++;
+        uint64_t n;
+        if (log_due(&g_log_timeout, now, &n))
+            log_event(LOG_WARN, "shim_hello_timeout", "pid=%d timeout_ms=%llu closed=%llu", (int)c->pid,
+                      (unsigned long long)s->lim.hello_timeout_ms, (unsigned long long)n);
+        conn_close(c, false); /* whose it is is not known: no worker is failed for it */
+    }
+    hello_timer_arm(s);
+}
+
+static pid_t peer_pid(uv_pipe_t *p)
+{
+    uv_os_fd_t fd;
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (uv_fileno((uv_handle_t *)p, &fd) == 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+        return cred.pid;
+    return 0;
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     grant_socket_t *s = server->data;
     if (status < 0)
         return;
-    if (s->stats.open >= s->max_conns) {
-        uv_pipe_t *p = malloc(sizeof *p);
-        if (p && uv_pipe_init(s->loop, p, 0) == 0) {
-            (void)uv_accept(server, (uv_stream_t *)p);
-            uv_close((uv_handle_t *)p, on_refused_closed);
-        } else {
-            free(p);
-        }
+    if (s->stats.open >= s->lim.max_conns) {
+        accept_and_close(s, server);
         s->stats.refused_full++;
+        refused_log(s, "max", 0, s->lim.max_conns, s->stats.open);
         return;
     }
     grant_conn_t *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        accept_and_close(s, server);
         return;
+    }
     if (uv_pipe_init(s->loop, &c->pipe, 0) != 0) {
         free(c);
+        accept_and_close(s, server);
         return;
     }
     c->pipe.data = c;
     c->sock = s;
     c->slot = SHIM_PAGE_PROCS;
+    c->accepted_ms = uv_now(s->loop);
     list_insert_tail(&s->conns, &c->link);
     s->stats.open++;
     s->stats.accepted++;
+    s->pre_hello++;
     if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0) {
         conn_close(c, false);
         return;
     }
-    uv_os_fd_t fd;
-    struct ucred cred;
-    socklen_t len = sizeof cred;
-    if (uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
-        c->pid = cred.pid;
-    if (uv_read_start((uv_stream_t *)&c->pipe, conn_alloc, conn_read) != 0)
+    c->pid = peer_pid(&c->pipe);
+    if (peer_conns(s, c->pid) > s->lim.per_peer) { /* this one counted too */
+        s->stats.refused_peer++;
+        refused_log(s, "per_process", c->pid, s->lim.per_peer, s->stats.open - 1);
         conn_close(c, false);
+        return;
+    }
+    if (uv_read_start((uv_stream_t *)&c->pipe, conn_alloc, conn_read) != 0) {
+        conn_close(c, false);
+        return;
+    }
+    if (!uv_is_active((uv_handle_t *)&s->hello_timer))
+        hello_timer_arm(s);
 }
 
 /* bind() to path, through /proc/self/fd/N/NAME of its directory when path is longer than
@@ -271,11 +401,17 @@ static void listener_closed(uv_handle_t *h)
 {
     grant_socket_t *s = h->data;
     s->listening = false;
-    if (list_empty(&s->conns))
-        free(s);
+    maybe_free(s);
 }
 
-grant_socket_t *grant_socket_listen(uv_loop_t *loop, const char *path, unsigned max_conns,
+static void timer_closed(uv_handle_t *h)
+{
+    grant_socket_t *s = h->data;
+    s->timer_open = false;
+    maybe_free(s);
+}
+
+grant_socket_t *grant_socket_listen(uv_loop_t *loop, const char *path, const grant_socket_limits_t *lim,
                                     const grant_socket_handlers_t *h, void *ctx, char *err, size_t errlen)
 {
     if (strlen(path) >= sizeof(((grant_socket_t *)0)->path)) {
@@ -288,7 +424,13 @@ grant_socket_t *grant_socket_listen(uv_loop_t *loop, const char *path, unsigned 
         return NULL;
     }
     s->loop = loop;
-    s->max_conns = max_conns ? max_conns : 1;
+    s->lim = *lim;
+    if (!s->lim.max_conns)
+        s->lim.max_conns = 1;
+    if (!s->lim.per_peer)
+        s->lim.per_peer = 1;
+    if (!s->lim.hello_timeout_ms)
+        s->lim.hello_timeout_ms = 1;
     s->h = *h;
     s->ctx = ctx;
     list_init(&s->conns);
@@ -323,6 +465,9 @@ grant_socket_t *grant_socket_listen(uv_loop_t *loop, const char *path, unsigned 
         return NULL;
     }
     s->listening = true;
+    uv_timer_init(loop, &s->hello_timer);
+    s->hello_timer.data = s;
+    s->timer_open = true;
     return s;
 }
 
@@ -334,6 +479,8 @@ void grant_socket_close(grant_socket_t *s)
     unlink(s->path);
     list_foreach_safe(it, tmp, &s->conns) conn_close(list_entry(it, grant_conn_t, link), false);
     uv_close((uv_handle_t *)&s->listener, listener_closed);
+    if (s->timer_open)
+        uv_close((uv_handle_t *)&s->hello_timer, timer_closed);
 }
 
 const char *grant_socket_path(const grant_socket_t *s) { return s->path; }

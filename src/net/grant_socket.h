@@ -11,8 +11,10 @@
  * command (grant_conn_command, one at a time) and the only message the shim may send is that
  * command's answer (PARK_DONE .. RESTORE_FAILED, the same seq), handed up by `control`; a
  * message that breaks a rule, or is not valid (shim_msg_valid), closes the connection with
- * `malformed` set. The peer's pid comes from SO_PEERCRED (a host pid). At most max_conns
- * connections are open (more are accepted and closed at once, counted).
+ * `malformed` set. The peer's pid comes from SO_PEERCRED (a host pid). Bounds (limits): at
+ * most max_conns connections open in all and per_peer per peer pid (more are accepted and
+ * closed at once, counted), and a connection without its HELLO hello_timeout_ms after its
+ * accept is closed (counted; not malformed: no worker is blamed for it).
  * Lifetime: a grant_conn_t lives until its closed handler ran (the module frees it after);
  * its owner must not use it after that. grant_socket_close closes every connection
  * (closed handlers run) and the listener; the socket file is removed.
@@ -46,11 +48,17 @@ typedef struct grant_socket_handlers {
 } grant_socket_handlers_t;
 
 typedef struct grant_socket_stats {
-    uint64_t accepted, refused_full, malformed, asks, answers;
+    uint64_t accepted, refused_full, refused_peer, hello_timeouts, malformed, asks, answers;
     unsigned open;
 } grant_socket_stats_t;
 
-grant_socket_t *grant_socket_listen(uv_loop_t *loop, const char *path, unsigned max_conns,
+typedef struct grant_socket_limits {
+    unsigned max_conns;        /* connections open at once, in all (0 is taken as 1) */
+    unsigned per_peer;         /* ... per peer pid (0 is taken as 1) */
+    uint64_t hello_timeout_ms; /* a connection's HELLO must come within this of its accept */
+} grant_socket_limits_t;
+
+grant_socket_t *grant_socket_listen(uv_loop_t *loop, const char *path, const grant_socket_limits_t *lim,
                                     const grant_socket_handlers_t *h, void *ctx, char *err, size_t errlen);
 void grant_socket_close(grant_socket_t *s);
 const char *grant_socket_path(const grant_socket_t *s);

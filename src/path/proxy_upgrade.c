@@ -587,29 +587,44 @@ void proxy_upgrade_admit(conn_t *c, request_t *r, model_t *m, size_t strip_len)
         tunnel_finish(t, "connect_failed", 502, "upgrade_failed", "cannot connect to the worker");
 }
 
-/* CORE_EV_INSTANCE_DOWN / _GONE: the worker stops (unload, eviction, recycle, exit). */
+/* The first tunnel in g_tunnels to the instance inst (any instance: NULL), or NULL. */
+static tunnel_t *first_tunnel(const instance_t *inst)
+{
+    list_foreach(it, &g_tunnels) {
+        tunnel_t *t = list_entry(it, tunnel_t, link);
+        if (!inst || t->inst == inst)
+            return t;
+    }
+    return NULL;
+}
+
+/* CORE_EV_INSTANCE_DOWN / _GONE: the worker stops (unload, eviction, recycle, exit).
+ * Each tunnel_finish takes its tunnel off g_tunnels, and may run listeners that close
+ * others (the request's end completes a drain, whose end stops the workers: this again),
+ * so the walk starts over from the head each time instead of keeping a next pointer that
+ * such a close would leave pointing at itself (a tunnel off the list links to itself). */
 static void on_instance_down(void *ctx, enum core_event ev, void *subject)
 {
     (void)ctx;
     (void)ev;
-    list_foreach_safe(it, tmp, &g_tunnels) {
-        tunnel_t *t = list_entry(it, tunnel_t, link);
-        if (t->inst == subject)
-            tunnel_finish(t, "worker_stopped", 503, "model_not_ready", "the worker stopped before answering the upgrade");
-    }
+    tunnel_t *t;
+    if (!subject)
+        return;
+    while ((t = first_tunnel(subject)) != NULL)
+        tunnel_finish(t, "worker_stopped", 503, "model_not_ready", "the worker stopped before answering the upgrade");
 }
 
 /* CORE_EV_DRAINING: a tunnel has no end of its own to wait for (an external server is never
- * stopped by the drain): every one is closed at once, like an idle keep-alive connection. */
+ * stopped by the drain): every one is closed at once, like an idle keep-alive connection.
+ * The walk starts over after each close, as above. */
 static void on_draining(void *ctx, enum core_event ev, void *subject)
 {
     (void)ctx;
     (void)ev;
     (void)subject;
-    list_foreach_safe(it, tmp, &g_tunnels) {
-        tunnel_t *t = list_entry(it, tunnel_t, link);
+    tunnel_t *t;
+    while ((t = first_tunnel(NULL)) != NULL)
         tunnel_finish(t, "draining", 503, "draining", "vramd is draining");
-    }
 }
 
 void proxy_upgrade_init(core_t *core)

@@ -2,7 +2,8 @@
  * api: vramd's own routes (health, status, model list, admin) and the one match of every
  * request against the route table (own_routes here, then jobs_api_routes). See api.h.
  * Invariant: a request is matched once; what follows is decided by the row: the reserve
- * check, REQ_LOCAL, 405, the token (from access), then the row's handler.
+ * check, REQ_LOCAL, a cross-origin refusal (403), 405, the token (from access), then the
+ * row's handler.
  */
 #include "serve/api.h"
 
@@ -467,6 +468,22 @@ static bool authorized(conn_t *c, const request_t *r, const api_route_t *row)
     return false;
 }
 
+/* A state-changing request (any method but GET and HEAD) to one of vramd's own routes from
+ * a browser page of another origin (http_cross_origin): 403 cross_origin, token or not (a
+ * public route such as POST /v1/jobs needs none, and a page on the host's browser reaches a
+ * loopback vramd). vramd's status page is same-origin; curl and vramctl send no Origin. */
+static bool cross_origin_refused(conn_t *c, const request_t *r)
+{
+    if (route_method(r->head, r->msg.method) & GET_HEAD || !http_cross_origin(r->head, &r->msg))
+        return false;
+    const http1_header_t *o = http1_find_header(r->head, &r->msg, "Origin");
+    log_event(LOG_WARN, "cross_origin_refused", "peer=%s origin=%.*s", c->peer, o ? (int)o->value.len : 1,
+              o ? r->head + o->value.off : "-");
+    conn_respond_error(c, 403, "cross_origin", NULL, -1, false, "%s",
+                       "a state-changing request to vramd's own routes from a page of another origin is refused");
+    return true;
+}
+
 void api_on_request(conn_t *c, request_t *r)
 {
     const char *path = r->head + r->msg.target.off;
@@ -486,6 +503,8 @@ void api_on_request(conn_t *c, request_t *r)
     request_set_state(r, REQ_LOCAL);
     if (r->msg.upgrade)
         conn_respond_error(c, 400, "upgrade_not_allowed", NULL, -1, true, "vramd's own routes take no protocol upgrades");
+    else if (cross_origin_refused(c, r))
+        return;
     else if (!m.row)
         method_not_allowed(c, m.allowed);
     else if (authorized(c, r, m.row))

@@ -26,6 +26,7 @@
 #include <uv.h>
 
 #include "common/log.h"
+#include "common/units.h"
 #include "core/core.h"
 #include "sched/scheduler.h"
 #include "workers/park_tier.h"
@@ -174,7 +175,7 @@ static void on_answer(instance_t *inst, pid_t pid, const shim_msg_t *a)
     uint64_t bytes = ok ? a->bytes : 0, copy_us = ok ? a->aux : 0;
     if (copy_us > inst->cuda_copy_us)
         inst->cuda_copy_us = copy_us;
-    inst->shim_round_bytes += bytes;
+    inst->shim_round_bytes = units_sat_add(inst->shim_round_bytes, bytes); /* the shim's figure */
     const char *what = !a ? "connection_lost" : ok ? "ok" : refusal_name(a->aux);
     const char *answer = !a ? "none"
                          : a->type == SHIM_MSG_PARK_DONE || a->type == SHIM_MSG_PARK_FAILED ? "park" : "restore";

@@ -21,6 +21,7 @@
 
 #include "common/list.h"
 #include "common/log.h"
+#include "common/units.h"
 #include "core/core.h"
 #include "core/model.h"
 #include "core/request.h"
@@ -108,7 +109,9 @@ void shim_grants_init(core_t *core)
     static const grant_socket_handlers_t h = {
         .hello = on_hello, .ask = on_ask, .control = shim_control_answer, .closed = on_closed};
     char err[256] = "";
-    G.sock = grant_socket_listen(core->loop, G.sock_path, SHIM_GRANTS_CONNS_MAX, &h, NULL, err, sizeof err);
+    const grant_socket_limits_t lim = {core->cfg->limits.shim_conns_max, core->cfg->limits.shim_conns_per_proc,
+                                       core->cfg->limits.shim_hello_ms};
+    G.sock = grant_socket_listen(core->loop, G.sock_path, &lim, &h, NULL, err, sizeof err);
     if (!G.sock) {
         snprintf(G.unavailable, sizeof G.unavailable, "%s", err);
         log_event(LOG_WARN, "shim_unavailable", "reason=%s", err);
@@ -210,15 +213,22 @@ static void refresh_all(void)
     }
 }
 
-/* What an allocation of bytes needs booked beyond the grant now: the shim adds bytes to the
- * live total once granted, so only the part past the grant is new memory for the ledger
- * (another thread's free since the ask may have made room already). */
+/* What an allocation of bytes needs booked beyond the grant now (only the part past the grant
+ * is new memory). Read once per decision (grant() books what its caller checked). The sizes are
+ * the worker's word (its ask, its page): sums saturate, so 2^64-1 or garbage is too_big. */
 static uint64_t deficit(const shim_inst_t *si, uint64_t bytes)
 {
     if (!si->page)
         return bytes;
-    uint64_t live = shim_page_live(si->page), g = shim_page_grant(si->page);
-    return live + bytes > g ? live + bytes - g : 0;
+    uint64_t need = units_sat_add(shim_page_live(si->page), bytes), g = shim_page_grant(si->page);
+    return need > g ? need - g : 0;
+}
+
+/* Would it hold more than its GPU's capacity with need more? Refused at once, nothing evicted. */
+static bool past_capacity(const instance_t *in, uint64_t need)
+{
+    return in && in->gpu_pos >= 0 &&
+           units_sat_add(sched_instance_booked(in), need) > ledger_capacity(sched_ledger(), (size_t)in->gpu_pos);
 }
 
 /* ---- asks ----------------------------------------------------------------------------- */
@@ -229,7 +239,7 @@ static void update_asked(void)
     list_foreach(it, &G.asks) {
         ask_t *a = list_entry(it, ask_t, link);
         if (a->pos >= 0 && a->pos < LEDGER_MAX_GPUS)
-            per[a->pos] += deficit(a->si, a->bytes);
+            per[a->pos] = units_sat_add(per[a->pos], deficit(a->si, a->bytes));
     }
     ledger_t *l = sched_ledger();
     for (size_t p = 0; p < l->n_gpus; p++)
@@ -277,7 +287,6 @@ static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes
 {
     instance_t *in = si->inst;
     ledger_t *l = sched_ledger();
-    bytes = deficit(si, bytes);
     if (in->gpu_pos >= 0 && bytes > 0) {
         if (in->grant_extra.gpu >= 0)
             ledger_resize(l, &in->grant_extra, in->grant_extra.bytes + bytes);
@@ -345,9 +354,9 @@ static bool fits_now(const ask_t *a)
         if (o == a)
             break;
         if (o->pos == a->pos)
-            before += deficit(o->si, o->bytes);
+            before = units_sat_add(before, deficit(o->si, o->bytes));
     }
-    return ledger_free_for_asks(sched_ledger(), (size_t)a->pos) >= before + deficit(a->si, a->bytes);
+    return ledger_free_for_asks(sched_ledger(), (size_t)a->pos) >= units_sat_add(before, deficit(a->si, a->bytes));
 }
 
 static bool ask_waits(const instance_t *in)
@@ -397,14 +406,16 @@ static void serve_asks(void)
     uint64_t now = core_now();
     list_foreach_safe(it, tmp, &G.asks) {
         ask_t *a = list_entry(it, ask_t, link);
-        if (fits_now(a)) {
+        uint64_t need = deficit(a->si, a->bytes); /* read again: its page may have changed */
+        bool too_big = past_capacity(a->si->inst, need);
+        if (!too_big && fits_now(a)) {
             ask_t copy = *a;
             ask_drop(a);
-            grant(copy.si, copy.conn, copy.seq, copy.bytes, now - copy.since_ms);
-        } else if (now >= a->deadline_ms) {
+            grant(copy.si, copy.conn, copy.seq, need, now - copy.since_ms);
+        } else if (too_big || now >= a->deadline_ms) {
             ask_t copy = *a;
             ask_drop(a);
-            refuse(copy.si, copy.conn, copy.seq, copy.bytes, SHIM_REFUSE_NO_ROOM);
+            refuse(copy.si, copy.conn, copy.seq, copy.bytes, too_big ? SHIM_REFUSE_TOO_BIG : SHIM_REFUSE_NO_ROOM);
         } else if (!a->room_asked && a->si->inst && a->pos >= 0) {
             a->room_asked = true;
             sched_make_room_on(a->si->inst->model, (size_t)a->pos, deficit(a->si, a->bytes));
@@ -446,9 +457,8 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_STOPPING);
         return;
     }
-    /* what it would hold then can never fit its GPU: refused at once, nothing evicted for it */
-    if (in->gpu_pos >= 0 &&
-        sched_instance_booked(in) + deficit(si, m->bytes) > ledger_capacity(sched_ledger(), (size_t)in->gpu_pos)) {
+    uint64_t need = deficit(si, m->bytes);
+    if (past_capacity(in, need)) {
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_TOO_BIG);
         return;
     }
@@ -468,7 +478,7 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
     G.n_asks++;
     if (fits_now(a)) {
         ask_drop(a);
-        grant(si, c, m->seq, m->bytes, 0);
+        grant(si, c, m->seq, need, 0);
         return;
     }
     update_asked();

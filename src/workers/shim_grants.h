@@ -49,7 +49,6 @@
 #define SHIM_GRANTS_TICK_MS 10        /* waiting asks are tried again this often */
 #define SHIM_GRANTS_REFRESH_MS 100    /* grants, contexts and dead slots refreshed this often */
 #define SHIM_GRANTS_ASKS_MAX 1024     /* asks waiting at once, over every worker */
-#define SHIM_GRANTS_CONNS_MAX 4096    /* shim connections open at once */
 #define SHIM_GRANTS_MISMATCH_SLACK (64ULL << 20) /* shim bytes over NVML's beyond this are a mismatch */
 
 typedef struct shim_figures {

@@ -265,3 +265,50 @@ def test_drain_closes_tunnels_to_an_external_server(vramd, tmp_path):
         assert vd.events("upgrade_closed", reason="draining"), vd.events("upgrade_closed")
     finally:
         ext.close()
+
+
+@pytest.mark.parametrize("tunnels", [1, 2, 8])
+def test_sigterm_with_tunnels_open_exits(vramd, tunnels):
+    """SIGTERM with 1, 2 and 8 tunnels open to a supervised worker (issue 36, defect 1): the
+    drain closes the tunnels, the drain's end stops the worker (whose stop closed the tunnels
+    left, from inside the drain's own walk over them: with two or more, that walk spun for
+    ever on a tunnel taken off the list under it). vramd exits 0 within the drain timeout,
+    every client sees its connection closed, and the worker is reaped, not left a zombie."""
+    import signal
+    import time
+    drain_s = 10
+    vd = start(vramd, limits={"drain_timeout": f"{drain_s}s", "upgrades_per_client": 16})
+    pids = vd.worker_pids("echo")
+    assert pids
+
+    async def go():
+        socks = [await connect(vd) for _ in range(tunnels)]
+        for i, ws in enumerate(socks):
+            await ws.send(f"m{i}")
+            assert await ws.recv() == f"m{i}"
+        t0 = time.monotonic()
+        vd.signal(signal.SIGTERM)
+        for ws in socks:
+            with pytest.raises(websockets.ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), drain_s)
+        return t0
+
+    t0 = run(go())
+    rc = vd.wait_exit(drain_s + 5)
+    assert rc == 0, f"vramd did not exit 0 within the drain timeout (rc={rc}); log:\n{vd.log_tail(40)}"
+    assert time.monotonic() - t0 < drain_s, "exit took the whole drain timeout"
+    closed = vd.events("upgrade_closed")
+    assert len(closed) == tunnels, closed
+    assert all(e["reason"] in ("draining", "worker_stopped") for e in closed), closed
+
+    def reaped():
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().split(") ", 1)[1].startswith("Z"):
+                        return False
+            except FileNotFoundError:
+                continue
+            return False
+        return True
+    wait_for(reaped, timeout=10, what="the worker gone (no zombie)")

@@ -7,14 +7,17 @@
  * waits on it.
  *
  * Input: byte 0 flags: bits 0-1 clients - 1 (0..2 -> 1..3, 3 -> 3); bit 2 answer asks one
- * turn later; bit 3 the last client closes before its last piece; byte 1 the piece size
+ * turn later; bit 3 the last client closes before its last piece; bit 4 at most 2
+ * connections per peer process (else 8: every client is this process); bit 5 a HELLO
+ * timeout of 1 ms (else 60 s); byte 1 the piece size
  * (1..256, 0 = 64). The rest is dealt round-robin to the clients, piece by piece.
  *
  * Checks: every byte a client reads forms whole 64-byte messages, each valid
  * (shim_msg_valid) and of a type vramd sends (HELLO_OK, GRANT, REFUSE, PARK, RESTORE),
  * GRANT/REFUSE with a seq the server was asked on that connection; a command's answer reaches
  * control() only on a control connection, once per command, with its seq; every connection closed ends with exactly
- * one closed() call (malformed or not); grant_socket_close frees everything (ASan sees a
+ * one closed() call (malformed or not); never more connections open than the per-process
+ * bound, and the clients past it refused (refused_peer); grant_socket_close frees everything (ASan sees a
  * leak); the loop ends (bounded turns).
  */
 #include <errno.h>
@@ -232,7 +235,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const grant_socket_handlers_t h = {
         .hello = on_hello, .ask = on_ask, .control = on_control, .closed = on_closed};
     char err[256] = "";
-    grant_socket_t *s = grant_socket_listen(&g_loop, g_path, 8, &h, NULL, err, sizeof err);
+    const grant_socket_limits_t lim = {.max_conns = 8, .per_peer = (data[0] >> 4) & 1 ? 2 : 8,
+                                       .hello_timeout_ms = (data[0] >> 5) & 1 ? 1 : 60000};
+    grant_socket_t *s = grant_socket_listen(&g_loop, g_path, &lim, &h, NULL, err, sizeof err);
     if (!s)
         fail(err);
     client_t cl[CLIENTS_MAX];
@@ -272,6 +277,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         }
         uv_run(&g_loop, UV_RUN_NOWAIT);
+        grant_socket_stats_t now;
+        grant_socket_stats(s, &now);
+        if (now.open > lim.per_peer)
+            fail("more connections open than the per-process bound");
         send_commands();
         for (unsigned k = 0; S.later && k < S.n_pend; k++)
             answer(S.pend[k].c, S.pend[k].seq, S.pend[k].grant);
@@ -295,5 +304,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fail("the loop did not end after grant_socket_close");
     if (S.closed != st.accepted)
         fail("closed() did not run once per accepted connection");
+    if (st.accepted + st.refused_full == n_clients && st.refused_peer != (n_clients > lim.per_peer ? n_clients - lim.per_peer : 0))
+        fail("the clients past the per-process bound were not refused");
     return 0;
 }
