@@ -13,8 +13,8 @@ systemctl of the host; /usr/sbin/policy-rc.d forbids service starts besides.
 
 Steps, each a key of the JSON object printed on the last line of stdout:
   install   dpkg -i of both packages (exit status, output)
-  after_install   the vramd user and group, /var/lib/vramd's owner and mode, the unit
-            enabled (its multi-user.target.wants link), the conffile
+  after_install   the vramd user and group, /var/lib/vramd's owner and mode, the
+            copyright files, the unit enabled (its multi-user.target.wants link), the conffile
   serve     vramd from /usr/bin/vramd as the vramd user (runuser), with the installed
             /etc/vramd/vramd.yaml plus one simworker model (/usr/lib/vramd/simworker) on a
             simulated GPU (/usr/lib/vramd/simgpu, libnvidia-ml-sim.so): /readyz, a request
@@ -80,6 +80,13 @@ def after_install():
         out["state_dir"] = {"owner": pwd.getpwuid(st.st_uid).pw_name, "mode": oct(stat.S_IMODE(st.st_mode))}
     except (OSError, KeyError) as e:
         out["state_dir"] = str(e)
+    out["copyright"] = {}
+    for pkg in ("vramd", "vramd-sim"):
+        try:
+            with open(f"/usr/share/doc/{pkg}/copyright") as f:
+                out["copyright"][pkg] = f.read()
+        except OSError as e:
+            out["copyright"][pkg] = str(e)
     link = "/etc/systemd/system/multi-user.target.wants/vramd.service"
     out["enabled"] = os.readlink(link) if os.path.islink(link) else None
     out["conffiles"] = sh(["dpkg-query", "-W", "-f=${Conffiles}", "vramd"])["out"]
