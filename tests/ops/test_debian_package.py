@@ -8,7 +8,8 @@ License 2.0 and each package ships /usr/share/doc/PACKAGE/copyright.
 test_install_serve_purge: both packages installed with dpkg into a throwaway root (overlays
 over /etc, /usr and /var in a private mount namespace: tests/ops/debian_root.py; the host's
 files are never touched). Expected: a vramd system user and group, /var/lib/vramd owned by
-it (0750), the Apache-2.0 copyright file of each package, the unit enabled and pointing at /usr/bin/vramd, /etc/vramd/vramd.yaml a conffile
+it (0750), /etc/vramd root:vramd 0750 and its vramd.yaml root:vramd 0640 (the vramd user
+reads it, nobody does not), the Apache-2.0 copyright file of each package, the unit enabled and pointing at /usr/bin/vramd, /etc/vramd/vramd.yaml a conffile
 that vramd accepts (no models); the installed vramd, run as the vramd user with that config
 plus one simworker model on the vramd-sim package's simulated GPU, answers /readyz and a
 request, drains on `vramctl drain` and exits 0 with no process of the vramd user left; purge
@@ -141,6 +142,11 @@ def test_install_serve_purge(debs, tmp_path):
     assert a["user"]["group"] == "vramd" and a["user"]["uid"] < 1000, a["user"]
     assert a["user"]["home"] == "/var/lib/vramd" and a["user"]["shell"] == "/usr/sbin/nologin", a["user"]
     assert a["state_dir"] == {"owner": "vramd", "mode": "0o750"}, a["state_dir"]
+    # /etc/vramd is the service's group's alone: a token file put there is not world-readable
+    assert a["modes"] == {"/etc/vramd": "root:vramd 0750", "/etc/vramd/vramd.yaml": "root:vramd 0640",
+                          "/var/lib/vramd": "vramd:vramd 0750"}, a["modes"]
+    assert a["check_config_as_vramd"]["rc"] == 0, a["check_config_as_vramd"]
+    assert a["read_as_nobody"]["rc"] != 0 and "Permission denied" in a["read_as_nobody"]["out"], a["read_as_nobody"]
     # the license (Apache-2.0, LICENSE and debian/copyright) is installed with each package
     for pkg, text in a["copyright"].items():
         assert text.startswith("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"), (pkg, text)
