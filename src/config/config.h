@@ -230,6 +230,11 @@ typedef struct model_config {
     enum config_cuda_shim { CUDA_SHIM_OFF = 0, CUDA_SHIM_AUTO, CUDA_SHIM_REQUIRED } cuda_shim; /* default off */
     uint64_t grant_wait_ms; /* an allocation past the grant waits at most this long for room; default 5s */
     bool shim_park; /* park tier through the shim (workers/park_shim.c), tried before checkpoint; needs cuda_shim */
+    /* FNV-1a of the text of its entry (name and value) and of `defaults:`, as written in the
+     * file: a reload tells an entry that changed by it (a failed model is then tried again,
+     * workers/supervisor.c). What an alias in it refers to elsewhere in the file is not
+     * part of it. */
+    uint64_t source_hash;
 } model_config_t;
 
 /* A warning of the warnings pass (config/warnings.c): legal, but likely a mistake.

@@ -652,6 +652,20 @@ static bool model_name_ok(const char *s, size_t len)
     return true;
 }
 
+/* FNV-1a over the text from node a's start to node b's end (a NULL a: nothing), on top of h. */
+static uint64_t source_hash(const ctx_t *c, const yaml_node_t *a, const yaml_node_t *b, uint64_t h)
+{
+    if (a == NULL || c->text == NULL)
+        return h;
+    size_t from = a->start_mark.index, to = b->end_mark.index;
+    for (size_t i = from; i < to && i < c->text_len; i++) {
+        h ^= (unsigned char)c->text[i];
+        h *= 1099511628211ULL;
+    }
+    h ^= 0xff; /* the end of one span: "ab" + "c" differs from "a" + "bc" */
+    return h * 1099511628211ULL;
+}
+
 int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
 {
     /* `defaults:` is checked once on its own, so its errors show even without models. */
@@ -720,6 +734,8 @@ int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
             rc = cfg_preset_finish(c, m, !ydoc_is_null(v) ? v : k);
         if (rc == 0)
             rc = cfg_check_model(c, m, k, v);
+        uint64_t h = source_hash(c, c->defaults_node, c->defaults_node, 14695981039346656037ULL);
+        m->source_hash = source_hash(c, k, v, h);
     }
     if (rc == 0)
         rc = cfg_check_names_and_routes(c, cfg, model_nodes, key_nodes);
