@@ -685,15 +685,17 @@ int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
     yaml_node_t *models = c->models_node;
     if (models == NULL || ydoc_is_null(models))
         return ydoc_fail(c, models ? models : root, "at least one model is required");
-    if (ydoc_need_mapping(c, models, "a mapping of model names to models") != 0 || ydoc_check_mapping(c, models) != 0)
+    if (ydoc_need_mapping(c, models, "a mapping of model names to models") != 0)
         return -1;
     /* models: {} is a config that serves nothing until models are added (the packaged
      * /etc/vramd/vramd.yaml); a missing or null models: is still an error. */
     size_t n = ydoc_mapping_size(models);
-    if (n == 0)
-        return 0;
     if (n > MODELS_MAX)
         return ydoc_fail(c, models, "too many models (%zu, at most %d)", n, MODELS_MAX);
+    if (ydoc_check_mapping(c, models) != 0)
+        return -1;
+    if (n == 0)
+        return 0;
     cfg->models = calloc(n, sizeof *cfg->models);
     yaml_node_t **model_nodes = calloc(n, sizeof *model_nodes);
     yaml_node_t **key_nodes = calloc(n, sizeof *key_nodes);

@@ -485,7 +485,12 @@ char *status_render(core_t *d)
     bool by_cgroup = cgroup_tree_active(d->cgroups);
     cJSON_AddStringToObject(gpu, "attribution", by_cgroup ? "cgroup" : "pid");
     cJSON *cg = cJSON_AddObjectToObject(o, "cgroup");
-    cJSON_AddStringToObject(cg, "mode", cgroup_mode_name(d->cgroups ? d->cgroups->mode : CGROUP_OFF));
+    enum cgroup_mode mode = d->cgroups ? d->cgroups->mode : CGROUP_OFF;
+    cJSON_AddStringToObject(cg, "mode", cgroup_mode_name(mode));
+    if (cgroup_mode_cannot_catch(mode))
+        cJSON_AddStringToObject(cg, "cannot_catch", cgroup_mode_cannot_catch(mode));
+    else
+        cJSON_AddNullToObject(cg, "cannot_catch");
     if (by_cgroup)
         cJSON_AddStringToObject(cg, "path", d->cgroups->rel);
     else
