@@ -235,6 +235,7 @@ typedef struct model_config {
      * workers/supervisor.c). What an alias in it refers to elsewhere in the file is not
      * part of it. */
     uint64_t source_hash;
+    char *memory_at; /* "FILE:LINE:COL" of its memory: key (else of its entry), for check-config's fit errors */
 } model_config_t;
 
 /* A warning of the warnings pass (config/warnings.c): legal, but likely a mistake.
@@ -386,6 +387,18 @@ const char *config_preset_fraction_flag(enum config_preset p);
 const char *const *config_preset_denied_paths(enum config_preset p);
 
 const model_config_t *config_find_model(const config_t *c, const char *name_or_alias);
+
+/* One GPU's size for config_fit_errors: its index (as gpus: and gpu.devices name it) and total bytes. */
+typedef struct config_gpu_size {
+    int index;
+    uint64_t total;
+} config_gpu_size_t;
+/* config/fit.c: every model that fits none of the GPUs it may use among gpus[0..n_gpus)
+ * (resident + its smallest per-request reservation within total - gpu.headroom: the
+ * daemon's cannot_fit rule), each reported to emit as one "FILE:LINE:COL: key: message"
+ * line. Returns how many. */
+size_t config_fit_errors(const config_t *c, const config_gpu_size_t *gpus, size_t n_gpus,
+                         void (*emit)(void *ctx, const char *line), void *ctx);
 /* A loopback listen host (127.0.0.0/8, ::1, "localhost"): the admin token may be absent. */
 bool config_host_is_loopback(const char *host);
 

@@ -15,6 +15,7 @@
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -738,6 +739,12 @@ int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
             rc = cfg_check_model(c, m, k, v);
         uint64_t h = source_hash(c, c->defaults_node, c->defaults_node, 14695981039346656037ULL);
         m->source_hash = source_hash(c, k, v, h);
+        const yaml_node_t *mem = rc == 0 && !ydoc_is_null(v) ? ydoc_find_value(c, v, "memory") : NULL;
+        const yaml_node_t *at = mem ? mem : k;
+        char where[CONFIG_ERR_MAX / 4];
+        snprintf(where, sizeof where, "%s:%zu:%zu", c->name, at->start_mark.line + 1, at->start_mark.column + 1);
+        if (rc == 0 && (m->memory_at = strdup(where)) == NULL)
+            rc = ydoc_fail(c, k, "out of memory");
     }
     if (rc == 0)
         rc = cfg_check_names_and_routes(c, cfg, model_nodes, key_nodes);
