@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli/cli.h"
 #include "cli/cli_http.h"
 #include "config/config.h"
@@ -137,10 +139,25 @@ int cli_cmd_reload(cli_opts_t *o, int argc, char **argv)
     rc = cli_call(o, "POST", "/v1/admin/reload", NULL, &resp);
     if (rc)
         return rc;
-    if (o->json)
+    if (o->json) {
         cli_print_body_json(&resp);
-    else
-        printf("vramd at %s reloaded its config\n", o->url);
+        cli_response_free(&resp);
+        return CLI_OK;
+    }
+    printf("vramd at %s reloaded its config\n", o->url);
+    /* models that stay failed (their config did not change): say so, and what retries them */
+    cJSON *body = resp.body ? cJSON_Parse(resp.body) : NULL;
+    const cJSON *failed = cJSON_GetObjectItemCaseSensitive(body, "failed");
+    const cJSON *f;
+    cJSON_ArrayForEach(f, failed) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "model");
+        const cJSON *reason = cJSON_GetObjectItemCaseSensitive(f, "reason");
+        const cJSON *retry = cJSON_GetObjectItemCaseSensitive(f, "failed_retry");
+        printf("%s stays failed: %s\n  retry: %s\n", cJSON_IsString(name) ? name->valuestring : "?",
+               cJSON_IsString(reason) ? reason->valuestring : "?",
+               cJSON_IsString(retry) ? retry->valuestring : "vramctl load MODEL");
+    }
+    cJSON_Delete(body);
     cli_response_free(&resp);
     return CLI_OK;
 }

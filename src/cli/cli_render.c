@@ -427,6 +427,28 @@ static const char *model_state_shown(const cJSON *m)
     return state;
 }
 
+/* A model's last failure while it retries or has failed: its worker's last output lines,
+ * and what retries a failed one. */
+static int render_last_failure(buf_t *out, const cJSON *m)
+{
+    const cJSON *lf = cJSON_GetObjectItemCaseSensitive(m, "last_failure");
+    const char *name = str(m, "name") ? str(m, "name") : "?";
+    int rc = 0;
+    if (cJSON_IsObject(lf) && !str(m, "failed_reason") && str(lf, "reason"))
+        rc |= buf_printf(out, "  %s last failure: %s\n", name, str(lf, "reason"));
+    const cJSON *lines = cJSON_GetObjectItemCaseSensitive(lf, "output");
+    if (cJSON_GetArraySize(lines) > 0)
+        rc |= buf_printf(out, "    its worker's last output:\n");
+    const cJSON *line;
+    cJSON_ArrayForEach(line, lines) {
+        if (cJSON_IsString(line))
+            rc |= buf_printf(out, "    | %s\n", line->valuestring);
+    }
+    if (str(m, "failed_retry"))
+        rc |= buf_printf(out, "    stays failed until: %s\n", str(m, "failed_retry"));
+    return rc;
+}
+
 static int render_models(buf_t *out, const cJSON *status, const cli_view_opts_t *v)
 {
     const cJSON *models = cJSON_GetObjectItemCaseSensitive(status, "models");
@@ -462,6 +484,7 @@ static int render_models(buf_t *out, const cJSON *status, const cli_view_opts_t 
         const char *reason = str(m, "failed_reason");
         if (reason && reason[0])
             rc |= buf_printf(out, "  %s failed: %s\n", str(m, "name") ? str(m, "name") : "?", reason);
+        rc |= render_last_failure(out, m);
         rc |= render_out_of_rotation(out, m);
     }
     rc |= render_parked(out, status);

@@ -48,7 +48,8 @@
 static config_t *parse_in_dir(const char *text, size_t len, const char *name, const char *dir, char *err,
                               size_t errlen)
 {
-    ctx_t c = {.name = name, .dir = dir, .err = err, .errlen = errlen, .json_values_left = JSON_VALUES_MAX};
+    ctx_t c = {.name = name, .dir = dir, .text = text, .text_len = len, .err = err, .errlen = errlen,
+               .json_values_left = JSON_VALUES_MAX};
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     if (len > CONFIG_FILE_MAX) {

@@ -230,6 +230,12 @@ typedef struct model_config {
     enum config_cuda_shim { CUDA_SHIM_OFF = 0, CUDA_SHIM_AUTO, CUDA_SHIM_REQUIRED } cuda_shim; /* default off */
     uint64_t grant_wait_ms; /* an allocation past the grant waits at most this long for room; default 5s */
     bool shim_park; /* park tier through the shim (workers/park_shim.c), tried before checkpoint; needs cuda_shim */
+    /* FNV-1a of the text of its entry (name and value) and of `defaults:`, as written in the
+     * file: a reload tells an entry that changed by it (a failed model is then tried again,
+     * workers/supervisor.c). What an alias in it refers to elsewhere in the file is not
+     * part of it. */
+    uint64_t source_hash;
+    char *memory_at; /* "FILE:LINE:COL" of its memory: key (else of its entry), for check-config's fit errors */
 } model_config_t;
 
 /* A warning of the warnings pass (config/warnings.c): legal, but likely a mistake.
@@ -387,6 +393,18 @@ const char *config_preset_fraction_flag(enum config_preset p);
 const char *const *config_preset_denied_paths(enum config_preset p);
 
 const model_config_t *config_find_model(const config_t *c, const char *name_or_alias);
+
+/* One GPU's size for config_fit_errors: its index (as gpus: and gpu.devices name it) and total bytes. */
+typedef struct config_gpu_size {
+    int index;
+    uint64_t total;
+} config_gpu_size_t;
+/* config/fit.c: every model that fits none of the GPUs it may use among gpus[0..n_gpus)
+ * (resident + its smallest per-request reservation within total - gpu.headroom: the
+ * daemon's cannot_fit rule), each reported to emit as one "FILE:LINE:COL: key: message"
+ * line. Returns how many. */
+size_t config_fit_errors(const config_t *c, const config_gpu_size_t *gpus, size_t n_gpus,
+                         void (*emit)(void *ctx, const char *line), void *ctx);
 /* A loopback listen host (127.0.0.0/8, ::1, "localhost"): the admin token may be absent. */
 bool config_host_is_loopback(const char *host);
 

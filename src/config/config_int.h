@@ -23,7 +23,11 @@
 
 #define CONFIG_FILE_MAX (4u << 20)   /* bytes of YAML */
 #define TOKEN_FILE_MAX 4096          /* bytes in admin_token_file */
-#define MODELS_MAX 4096
+/* models in one file: the same bound as any YAML mapping (MAPPING_PAIRS_MAX), checked first so
+ * that the error names models; also what keeps the alias check (quadratic in aliases) and
+ * the daemon's per-request scans of its models short */
+#define MODELS_MAX 1024
+_Static_assert(MODELS_MAX <= MAPPING_PAIRS_MAX, "models: is a mapping: MAPPING_PAIRS_MAX bounds it first");
 #define MODEL_NAME_MAX 128
 #define ALIASES_MAX 64
 #define ARGV_MAX 256                 /* cmd: words */

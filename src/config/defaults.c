@@ -67,6 +67,7 @@ int cfg_model_init_builtin(model_config_t *m)
 void cfg_model_free(model_config_t *m)
 {
     free(m->name);
+    free(m->memory_at);
     free(m->route);
     cfg_free_argv(m->aliases, m->n_aliases);
     cfg_free_argv(m->cmd, m->n_cmd);

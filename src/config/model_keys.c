@@ -15,6 +15,7 @@
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -652,6 +653,20 @@ static bool model_name_ok(const char *s, size_t len)
     return true;
 }
 
+/* FNV-1a over the text from node a's start to node b's end (a NULL a: nothing), on top of h. */
+static uint64_t source_hash(const ctx_t *c, const yaml_node_t *a, const yaml_node_t *b, uint64_t h)
+{
+    if (a == NULL || c->text == NULL)
+        return h;
+    size_t from = a->start_mark.index, to = b->end_mark.index;
+    for (size_t i = from; i < to && i < c->text_len; i++) {
+        h ^= (unsigned char)c->text[i];
+        h *= 1099511628211ULL;
+    }
+    h ^= 0xff; /* the end of one span: "ab" + "c" differs from "a" + "bc" */
+    return h * 1099511628211ULL;
+}
+
 int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
 {
     /* `defaults:` is checked once on its own, so its errors show even without models. */
@@ -671,15 +686,17 @@ int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
     yaml_node_t *models = c->models_node;
     if (models == NULL || ydoc_is_null(models))
         return ydoc_fail(c, models ? models : root, "at least one model is required");
-    if (ydoc_need_mapping(c, models, "a mapping of model names to models") != 0 || ydoc_check_mapping(c, models) != 0)
+    if (ydoc_need_mapping(c, models, "a mapping of model names to models") != 0)
         return -1;
     /* models: {} is a config that serves nothing until models are added (the packaged
      * /etc/vramd/vramd.yaml); a missing or null models: is still an error. */
     size_t n = ydoc_mapping_size(models);
-    if (n == 0)
-        return 0;
     if (n > MODELS_MAX)
         return ydoc_fail(c, models, "too many models (%zu, at most %d)", n, MODELS_MAX);
+    if (ydoc_check_mapping(c, models) != 0)
+        return -1;
+    if (n == 0)
+        return 0;
     cfg->models = calloc(n, sizeof *cfg->models);
     yaml_node_t **model_nodes = calloc(n, sizeof *model_nodes);
     yaml_node_t **key_nodes = calloc(n, sizeof *key_nodes);
@@ -720,6 +737,14 @@ int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
             rc = cfg_preset_finish(c, m, !ydoc_is_null(v) ? v : k);
         if (rc == 0)
             rc = cfg_check_model(c, m, k, v);
+        uint64_t h = source_hash(c, c->defaults_node, c->defaults_node, 14695981039346656037ULL);
+        m->source_hash = source_hash(c, k, v, h);
+        const yaml_node_t *mem = rc == 0 && !ydoc_is_null(v) ? ydoc_find_value(c, v, "memory") : NULL;
+        const yaml_node_t *at = mem ? mem : k;
+        char where[CONFIG_ERR_MAX / 4];
+        snprintf(where, sizeof where, "%s:%zu:%zu", c->name, at->start_mark.line + 1, at->start_mark.column + 1);
+        if (rc == 0 && (m->memory_at = strdup(where)) == NULL)
+            rc = ydoc_fail(c, k, "out of memory");
     }
     if (rc == 0)
         rc = cfg_check_names_and_routes(c, cfg, model_nodes, key_nodes);

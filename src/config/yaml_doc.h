@@ -36,6 +36,8 @@ typedef struct ctx {
     yaml_document_t *doc;
     const char *name; /* file name used in messages */
     const char *dir;  /* directory relative paths are resolved against */
+    const char *text; /* the document's text (nodes' marks index into it), text_len bytes */
+    size_t text_len;
     char *err;
     size_t errlen;
     bool failed;

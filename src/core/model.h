@@ -78,6 +78,9 @@ enum model_state {
 };
 
 #define MODEL_FAILURE_WINDOW 5 /* failures remembered for the failed-state rule */
+#define MODEL_LAST_OUTPUT_LINES 5   /* a failed worker's last output lines kept (model.last_output) */
+#define MODEL_LAST_OUTPUT_LINE 160  /* bytes kept of each */
+#define MODEL_LAST_OUTPUT_MAX (MODEL_LAST_OUTPUT_LINES * (MODEL_LAST_OUTPUT_LINE + 1) + 1)
 
 /* Why an instance was stopped or unloaded on purpose (vramd_model_unloads_total{reason}).
  * OTHER: a stop no entry point below named. Names: unload_reason_name. */
@@ -262,6 +265,11 @@ struct model {
     bool removed;            /* no longer in the config: finishing what it has, then freed */
     bool failed;
     char failed_reason[160];
+    /* the last failure recorded (model_record_failure) and the last lines its worker wrote
+     * (MODEL_LAST_OUTPUT_LINES at most, one per line, each cut to MODEL_LAST_OUTPUT_LINE):
+     * shown while consecutive_failures > 0 or failed, in the 503 and in /v1/status */
+    char last_failure[160];
+    char last_output[MODEL_LAST_OUTPUT_MAX];
     bool unload_requested;   /* admin unload in progress */
     bool load_requested;     /* admin load waiting for an instance to be READY */
     bool unload_local_failed; /* admin unload: the hook could not be called for vramd's own shortage (503) */

@@ -2,9 +2,13 @@
  * main: vramd's command line.
  *
  *   vramd --config FILE        run (default ./vramd.yaml)
- *   vramd --check-config [--strict] FILE
+ *   vramd --check-config [--strict] [--gpu-memory SIZE]... FILE
  *                              validate a config and exit (0 ok, 1 error); its warnings
- *                              (config/warnings.c) go to stderr, and --strict makes them errors
+ *                              (config/warnings.c) go to stderr, and --strict makes them errors;
+ *                              every model that fits none of its GPUs is an error (config/fit.c):
+ *                              the GPUs' sizes are --gpu-memory's (one per GPU vramd uses), else
+ *                              NVML's where it answers (gpu.nvml_library, $VRAMD_NVML_LIBRARY),
+ *                              else the fit is not checked (said on stderr)
  *   vramd --version
  *
  * Exit codes: 0 after a drain or a clean stop, 1 when the config is bad or vramd cannot
@@ -20,7 +24,9 @@
 #include <uv.h>
 
 #include "common/log.h"
+#include "common/units.h"
 #include "config/config.h"
+#include "gpu/gpu.h"
 #include "daemon/notify.h"
 #include "daemon/vramd.h"
 
@@ -28,7 +34,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: vramd [--config FILE]\n"
-            "       vramd --check-config [--strict] FILE\n"
+            "       vramd --check-config [--strict] [--gpu-memory SIZE]... FILE\n"
             "       vramd --version\n"
             "\n"
             "vramd is a GPU-memory gatekeeper for model servers: it queues requests, admits each\n"
@@ -37,6 +43,8 @@ static void usage(FILE *f)
             "Options:\n"
             "  -c, --config FILE      the config file (default ./vramd.yaml; docs/config.md, vramd.yaml(5))\n"
             "  --check-config FILE    validate FILE and exit: 0 valid, 1 not; --strict: warnings fail too\n"
+            "  --gpu-memory SIZE      with --check-config: a GPU's memory (24GiB), once per GPU vramd uses;\n"
+            "                         a model that fits none of its GPUs is an error (without it: NVML's)\n"
             "  -V, --version          vramd's version\n"
             "  -h, --help             this help\n"
             "\n"
@@ -75,16 +83,56 @@ static void usage(FILE *f)
             "  vramd --check-config --strict /etc/vramd/vramd.yaml && vramd --config /etc/vramd/vramd.yaml\n");
 }
 
-/* argv[from..]: --check-config [--strict] FILE, in any order: 0 valid, 1 an error (or a
- * warning under --strict), 2 usage. */
+static void print_line(void *ctx, const char *line)
+{
+    (void)ctx;
+    fprintf(stderr, "%s\n", line);
+}
+
+/* The GPUs vramd would use, from NVML (the config's library and gpu.devices): their count
+ * (0 when NVML does not answer: why, on stderr). */
+static size_t gpus_from_nvml(const config_t *c, config_gpu_size_t *out, size_t cap)
+{
+    gpu_options_t opt = {.library = c->gpu.nvml_library, .indexes = c->gpu.devices, .n_indexes = c->gpu.n_devices,
+                         .uuids = c->gpu.device_uuids, .n_uuids = c->gpu.n_device_uuids};
+    char err[256];
+    gpu_t *g = gpu_open(&opt, err, sizeof err);
+    static gpu_snapshot_t snap; /* large: not on the stack */
+    size_t n = 0;
+    if (g && gpu_probe_once(g, &snap) == 0 && snap.ok) {
+        for (size_t i = 0; i < snap.n_devices && n < cap; i++)
+            out[n++] = (config_gpu_size_t){snap.devices[i].index, snap.devices[i].total};
+    } else {
+        fprintf(stderr, "%s: GPU fit not checked: NVML: %s (give the cards' sizes with --gpu-memory SIZE)\n",
+                c->path, g ? snap.error : err);
+    }
+    if (g)
+        gpu_close(g);
+    return n;
+}
+
+/* argv[from..]: --check-config [--strict] [--gpu-memory SIZE]... FILE, in any order: 0
+ * valid, 1 an error (or a warning under --strict), 2 usage. */
 static int check_config(int argc, char **argv, int from)
 {
     const char *file = NULL;
     bool strict = false;
+    config_gpu_size_t gpus[GPU_MAX_DEVICES];
+    size_t n_given = 0;
     for (int j = from; j < argc; j++) {
         if (!strcmp(argv[j], "--check-config"))
             continue;
-        if (!strcmp(argv[j], "--strict"))
+        if (!strcmp(argv[j], "--gpu-memory")) {
+            uint64_t v = 0;
+            if (j + 1 >= argc || units_parse_size(argv[j + 1], &v) != 0 || v == 0 || n_given >= GPU_MAX_DEVICES) {
+                fprintf(stderr, "vramd: --gpu-memory needs a size like 24GiB (at most %d of them), got %s\n",
+                        GPU_MAX_DEVICES, j + 1 < argc ? argv[j + 1] : "nothing");
+                return 2;
+            }
+            gpus[n_given] = (config_gpu_size_t){(int)n_given, v};
+            n_given++;
+            j++;
+        } else if (!strcmp(argv[j], "--strict"))
             strict = true;
         else if (file == NULL)
             file = argv[j];
@@ -103,8 +151,16 @@ static int check_config(int argc, char **argv, int from)
     }
     for (size_t w = 0; w < c->n_warnings; w++)
         fprintf(stderr, "%s\n", c->warnings[w].text);
+    /* --gpu-memory's i-th size is the i-th GPU vramd uses: gpu.devices' i-th index when set */
+    for (size_t i = 0; i < n_given && i < c->gpu.n_devices; i++)
+        gpus[i].index = c->gpu.devices[i];
+    size_t n_gpus = n_given ? n_given : c->n_models ? gpus_from_nvml(c, gpus, GPU_MAX_DEVICES) : 0;
+    size_t misfits = n_gpus ? config_fit_errors(c, gpus, n_gpus, print_line, NULL) : 0;
     int rc = 0;
-    if (c->n_warnings > 0 && strict) {
+    if (misfits > 0) {
+        fprintf(stderr, "%s: %zu model%s cannot fit the GPUs\n", file, misfits, misfits == 1 ? "" : "s");
+        rc = 1;
+    } else if (c->n_warnings > 0 && strict) {
         fprintf(stderr, "%s: %zu warning%s (--strict makes warnings errors)\n", file, c->n_warnings,
                 c->n_warnings == 1 ? "" : "s");
         rc = 1;
@@ -125,6 +181,9 @@ static void close_handle(uv_handle_t *h, void *arg)
 int main(int argc, char **argv)
 {
     const char *config = "vramd.yaml";
+    for (int i = 1; i < argc; i++) /* --check-config's options may come before it */
+        if (!strcmp(argv[i], "--check-config"))
+            return check_config(argc, argv, 1);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V")) {
             printf("vramd %s\n", VRAMD_VERSION);
@@ -134,9 +193,6 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if ((!strcmp(argv[i], "--check-config") && i + 1 < argc) ||
-            (!strcmp(argv[i], "--strict") && i + 2 < argc && !strcmp(argv[i + 1], "--check-config")))
-            return check_config(argc, argv, i);
         if ((!strcmp(argv[i], "--config") || !strcmp(argv[i], "-c")) && i + 1 < argc) {
             config = argv[++i];
             continue;

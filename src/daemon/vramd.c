@@ -476,9 +476,10 @@ static int open_cgroups(vramd_t *d, const config_t *cfg, char *err, size_t errle
     if (killed > 0 || removed > 0 || left > 0)
         log_event(LOG_WARN, "cgroup_swept", "killed=%zu removed=%zu left=%d path=%s", killed, removed, left,
                   d->cgroups.rel);
-    log_event(LOG_INFO, "cgroup_ready", "mode=%s path=%s kill=%s", cgroup_mode_name(d->cgroups.mode),
-              cgroup_tree_active(&d->cgroups) ? d->cgroups.join[0] : "", d->cgroups.has_freeze ? "cgroup.freeze"
-              : d->cgroups.freezer >= 0 ? "freezer" : "signals");
+    const char *gaps = cgroup_mode_cannot_catch(d->cgroups.mode);
+    log_event(gaps ? LOG_WARN : LOG_INFO, "cgroup_ready", "mode=%s path=%s kill=%s cannot_catch=%s",
+              cgroup_mode_name(d->cgroups.mode), cgroup_tree_active(&d->cgroups) ? d->cgroups.join[0] : "",
+              d->cgroups.has_freeze ? "cgroup.freeze" : d->cgroups.freezer >= 0 ? "freezer" : "signals", gaps);
     return 0;
 }
 

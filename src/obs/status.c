@@ -2,6 +2,7 @@
 #include "obs/status.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include <uv.h>
 
@@ -217,6 +218,52 @@ static cJSON *instance_json(instance_t *in, uint64_t now)
     return j;
 }
 
+/* The last failure since the model last became ready: "reason", "output" (its worker's
+ * last lines, oldest first). */
+static cJSON *last_failure_json(const model_t *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "reason", m->last_failure);
+    cJSON *lines = cJSON_AddArrayToObject(o, "output");
+    for (const char *s = m->last_output; *s;) {
+        const char *nl = strchr(s, '\n');
+        size_t len = nl ? (size_t)(nl - s) : strlen(s);
+        char line[MODEL_LAST_OUTPUT_LINE + 1];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), s);
+        cJSON_AddItemToArray(lines, cJSON_CreateString(line));
+        s += len + (nl ? 1 : 0);
+    }
+    return o;
+}
+
+static void add_failed_retry(cJSON *o, const model_t *m)
+{
+    char retry[160];
+    snprintf(retry, sizeof retry, "vramctl load %s (POST /v1/models/%s/load), or a reload that changes its config",
+             m->name, m->name);
+    cJSON_AddStringToObject(o, "failed_retry", retry);
+}
+
+char *status_reload_answer(core_t *d)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "reloaded", true);
+    cJSON *failed = cJSON_AddArrayToObject(o, "failed");
+    list_foreach(it, &d->models) {
+        model_t *m = list_entry(it, model_t, link);
+        if (m->removed || !m->failed)
+            continue;
+        cJSON *f = last_failure_json(m);
+        cJSON_AddStringToObject(f, "model", m->name);
+        cJSON_ReplaceItemInObject(f, "reason", cJSON_CreateString(m->failed_reason));
+        add_failed_retry(f, m);
+        cJSON_AddItemToArray(failed, f);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
 static cJSON *model_json(model_t *m, uint64_t now)
 {
     cJSON *o = cJSON_CreateObject();
@@ -228,6 +275,10 @@ static cJSON *model_json(model_t *m, uint64_t now)
         cJSON_AddStringToObject(o, "failed_reason", m->failed ? m->failed_reason : why);
         cJSON_AddStringToObject(o, "failed_code", m->failed ? "model_failed" : "cannot_fit");
     }
+    if (m->failed)
+        add_failed_retry(o, m);
+    if (m->failed || m->consecutive_failures > 0)
+        cJSON_AddItemToObject(o, "last_failure", last_failure_json(m));
     if (m->cfg->route)
         cJSON_AddStringToObject(o, "route", m->cfg->route);
     else
@@ -434,7 +485,12 @@ char *status_render(core_t *d)
     bool by_cgroup = cgroup_tree_active(d->cgroups);
     cJSON_AddStringToObject(gpu, "attribution", by_cgroup ? "cgroup" : "pid");
     cJSON *cg = cJSON_AddObjectToObject(o, "cgroup");
-    cJSON_AddStringToObject(cg, "mode", cgroup_mode_name(d->cgroups ? d->cgroups->mode : CGROUP_OFF));
+    enum cgroup_mode mode = d->cgroups ? d->cgroups->mode : CGROUP_OFF;
+    cJSON_AddStringToObject(cg, "mode", cgroup_mode_name(mode));
+    if (cgroup_mode_cannot_catch(mode))
+        cJSON_AddStringToObject(cg, "cannot_catch", cgroup_mode_cannot_catch(mode));
+    else
+        cJSON_AddNullToObject(cg, "cannot_catch");
     if (by_cgroup)
         cJSON_AddStringToObject(cg, "path", d->cgroups->rel);
     else

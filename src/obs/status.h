@@ -14,5 +14,9 @@ char *status_models_list(core_t *d);
  * instance is parked (nothing serving, its process up) has that instance's state ("parked")
  * and a "tier" ("sleeping", "checkpointed"), not "stopped". */
 char *status_model_brief(model_t *m);
+/* The answer of a reload that was applied: {"reloaded": true, "failed": [...]}, each model
+ * still FAILED after it (its config did not change) with "model", "reason", "output" (its
+ * worker's last lines) and "retry" (what retries it). */
+char *status_reload_answer(core_t *d);
 
 #endif

@@ -139,9 +139,14 @@ static void fail_queued(model_t *m, int status, const char *code)
     while ((e = queue_pop(&m->queue, now)) != NULL) {
         request_t *r = request_of(e);
         request_set_ops(r, NULL);
-        char why[256];
+        char why[512];
         if (status == 422 && sched_never_fits(m, why, sizeof why)) {
             conn_respond_error(r->conn, status, code, m->name, -1, false, "%s", why);
+            continue;
+        }
+        if (m->failed) {
+            model_failed_text(m, why, sizeof why);
+            conn_respond_error(r->conn, status, code, m->name, status == 503 ? 30 : -1, false, "%s", why);
             continue;
         }
         conn_respond_error(r->conn, status, code, m->name, status == 503 ? 30 : -1, false, "model %s: %s", m->name,
@@ -310,8 +315,9 @@ static bool admission_checks(conn_t *c, request_t *r, model_t *m, bool head_only
         return false;
     }
     if (m->failed) {
-        conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s", m->name,
-                           m->failed_reason);
+        char text[512];
+        model_failed_text(m, text, sizeof text);
+        conn_respond_error(c, 503, "model_failed", m->name, 30, false, "%s", text);
         return false;
     }
     if (!read_request_headers(c, r, m, deadline, total) || !check_gpu_fit(c, r, m, head_only))

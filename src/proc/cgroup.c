@@ -22,6 +22,20 @@
 #define PROCS_READ_MAX (64 * 1024) /* bytes of one cgroup.procs read */
 #define KILL_PASSES 8              /* passes over the members without a freezer */
 
+const char *cgroup_mode_cannot_catch(enum cgroup_mode m)
+{
+    switch (m) {
+    case CGROUP_V2:
+    case CGROUP_V1: return NULL;
+    case CGROUP_SUBREAPER:
+        return "a helper a worker detaches (setsid, a double fork, a daemonizing server) leaves its process group: "
+               "its memory counts as foreign, it is not killed with its instance, and it outlives a SIGKILL of "
+               "vramd (use a cgroup mode: docs/operations.md)";
+    default:
+        return "no cgroup and no subreaper: a worker's orphans go to init, and only its process group is killed";
+    }
+}
+
 const char *cgroup_mode_name(enum cgroup_mode m)
 {
     switch (m) {

@@ -78,6 +78,9 @@ typedef struct cgroup_tree {
 } cgroup_tree_t;
 
 const char *cgroup_mode_name(enum cgroup_mode m);
+/* What a mode cannot catch, in words, for /v1/status and the cgroup_ready log line; NULL for
+ * the cgroup modes (v1, v2), which hold every process a worker starts. */
+const char *cgroup_mode_cannot_catch(enum cgroup_mode m);
 /* want: "auto", "v2", "v1", "subreaper" or "off". path: NULL or "auto" for the default place
  * (vramd's own cgroup in the chosen hierarchy), else the directory of the subtree itself (in
  * a cgroup2 mount for v2, in the pids mount for v1: what a delegation handed to the service

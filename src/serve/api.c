@@ -79,6 +79,14 @@ static bool answer_local_shortage(conn_t *c, model_t *m)
     return true;
 }
 
+/* 503 model_failed: why, the worker's last output, what retries it (model_failed_text). */
+static void respond_failed(conn_t *c, const model_t *m)
+{
+    char text[512];
+    model_failed_text(m, text, sizeof text);
+    conn_respond_error(c, 503, "model_failed", m->name, 30, false, "%s", text);
+}
+
 static void answer_waiter(model_t *m, request_t *r)
 {
     conn_t *c = r->conn;
@@ -92,8 +100,7 @@ static void answer_waiter(model_t *m, request_t *r)
         log_event(m->failed ? LOG_WARN : LOG_INFO, "admin_restart_done", "model=%s state=%s instances=%u", m->name,
                   m->failed ? "failed" : "ready", m->n_instances);
     if (m->failed) {
-        conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s",
-                           m->name, m->failed_reason);
+        respond_failed(c, m);
         return;
     }
     respond_json(c, 200, status_model_brief(m));
@@ -146,8 +153,7 @@ static void model_admin(conn_t *c, request_t *r, model_t *m, bool load)
         if (!load && answer_local_shortage(c, m))
             return;
         if (load && m->failed) {
-            conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s",
-                               m->name, m->failed_reason);
+            respond_failed(c, m);
             return;
         }
         respond_json(c, 200, status_model_brief(m));
@@ -232,8 +238,7 @@ static void route_model_ready(conn_t *c, request_t *r, const route_args_t *a)
         conn_respond_error(c, 503, d->draining ? "draining" : "not_ready", m->name, 1, false, "%s",
                            d->draining ? "vramd is draining" : "vramd is starting");
     } else if (m->failed) {
-        conn_respond_error(c, 503, "model_failed", m->name, 30, false, "model %s has failed: %s", m->name,
-                           m->failed_reason);
+        respond_failed(c, m);
     } else if (sched_never_fits(m, why, sizeof why)) {
         conn_respond_error(c, 503, "cannot_fit", m->name, -1, false, "%s", why);
     } else if (sched_model_uses_gpu(m->cfg) && !sched_gpu_ok()) {
@@ -266,8 +271,7 @@ static void route_reload(conn_t *c, request_t *r, const route_args_t *a)
         conn_respond_error(c, 400, "bad_config", NULL, -1, false, "%s", err);
         return;
     }
-    static const char ok[] = "{\"reloaded\":true}";
-    conn_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
+    respond_json(c, 200, status_reload_answer(c->core)); /* with the models still failed */
 }
 
 /* The model an admin route names (past the token check), or NULL when it answered: 404

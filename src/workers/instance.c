@@ -152,7 +152,7 @@ static void health_startup_timeout(instance_t *inst, const char *error)
     log_event(LOG_WARN, "worker_startup_timeout", "model=%s instance=%u pid=%d reason=%s", m->name,
               inst->id, (int)inst->pid, why);
     inst->stop_reason = "startup_timeout";
-    model_record_failure(m, RESTART_STARTUP_TIMEOUT, "startup timeout");
+    model_record_worker_failure(m, RESTART_STARTUP_TIMEOUT, "startup timeout", inst->pid);
     inst->unload_reason = UNLOAD_FAILED;
     inst->stop_requested = true; /* counted already: its exit is not another crash */
     instance_set_state(inst, INST_STOPPING, "startup timeout");
@@ -398,7 +398,7 @@ static void on_process_exit(process_t *p, int exit_status, int term_signal, void
         enum restart_reason kind = inst->state == INST_STARTING ? RESTART_START_FAILED : RESTART_CRASH;
         if (inst->kill_reason != RESTART_CRASH)
             kind = inst->kill_reason;
-        model_record_failure(m, kind, why);
+        model_record_worker_failure(m, kind, why, inst->pid);
     } else {
         m->unloads_total++;
         m->unloads_by_reason[inst->unload_reason]++;

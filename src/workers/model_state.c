@@ -200,9 +200,95 @@ void model_set_failed(model_t *m, const char *reason)
     core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
 }
 
+static void model_count_failure(model_t *m, enum restart_reason kind, const char *why);
+
+/* At most this many of the ring's newest lines are looked at for a worker's own lines. */
+#define LAST_OUTPUT_SCAN 4096
+
+/* m->last_output: the last MODEL_LAST_OUTPUT_LINES lines worker pid wrote (oldest first),
+ * from the model's output ring (proc/process.c runs the exit callback only once the
+ * worker's pipes are drained, so its last lines are in); pid <= 0: none. */
+static void note_last_output(model_t *m, pid_t pid)
+{
+    m->last_output[0] = '\0';
+    if (pid <= 0)
+        return;
+    const line_entry_t *found[MODEL_LAST_OUTPUT_LINES] = {NULL};
+    unsigned n = 0;
+    uint64_t first = line_ring_first_seq(&m->logs);
+    for (uint64_t s = m->logs.next_seq, scanned = 0; s > first && n < MODEL_LAST_OUTPUT_LINES &&
+                                                     scanned < LAST_OUTPUT_SCAN; scanned++) {
+        const line_entry_t *e = line_ring_get(&m->logs, --s);
+        if (e && e->pid == (int)pid && e->len > 0)
+            found[n++] = e;
+    }
+    size_t used = 0;
+    for (unsigned i = n; i-- > 0;) {
+        int w = snprintf(m->last_output + used, sizeof m->last_output - used, "%.*s\n", MODEL_LAST_OUTPUT_LINE,
+                         found[i]->text);
+        if (w < 0 || (size_t)w >= sizeof m->last_output - used)
+            break;
+        used += (size_t)w;
+    }
+}
+
+void model_record_worker_failure(model_t *m, enum restart_reason kind, const char *why, pid_t pid)
+{
+    note_last_output(m, pid);
+    model_count_failure(m, kind, why);
+}
+
 void model_record_failure(model_t *m, enum restart_reason kind, const char *why)
 {
+    model_record_worker_failure(m, kind, why, 0);
+}
+
+void model_clear_failed(model_t *m, const char *why)
+{
+    if (m->failed) {
+        m->failed = false;
+        m->failed_reason[0] = '\0';
+        model_note_state(m, MODEL_FAILED, why);
+        core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
+    }
+    m->consecutive_failures = 0;
+    memset(m->failure_times, 0, sizeof m->failure_times);
+    m->next_start_ms = 0;
+}
+
+size_t model_failed_text(const model_t *m, char *buf, size_t cap)
+{
+    /* the output's lines joined by " | ", the newest kept when it must be cut (the whole
+     * message fits conn_respond_error's 512 bytes) */
+    char out[240];
+    size_t o = sizeof out - 1;
+    out[o] = '\0';
+    size_t len = strlen(m->last_output);
+    while (len > 0 && m->last_output[len - 1] == '\n')
+        len--;
+    for (size_t i = len; i-- > 0 && o > 0;) {
+        if (m->last_output[i] != '\n') {
+            out[--o] = m->last_output[i];
+        } else if (o >= 3) {
+            memcpy(out + o - 3, " | ", 3);
+            o -= 3;
+        } else {
+            break;
+        }
+    }
+    const char *shown = out + o;
+    int n = snprintf(buf, cap,
+                     "model %s has failed: %s%s%s%s; it stays failed until `vramctl load %s` or a reload that "
+                     "changes its config",
+                     m->name, m->failed_reason, shown[0] ? "; its worker's last output: \"" : "", shown,
+                     shown[0] ? "\"" : "", m->name);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+static void model_count_failure(model_t *m, enum restart_reason kind, const char *why)
+{
     uint64_t now = core_now();
+    snprintf(m->last_failure, sizeof m->last_failure, "%s", why);
     m->restarts_by_reason[kind]++;
     m->failure_times[m->failure_next] = now;
     m->failure_next = (m->failure_next + 1) % MODEL_FAILURE_WINDOW;

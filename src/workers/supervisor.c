@@ -53,6 +53,16 @@ model_t *model_create(core_t *d, const model_config_t *cfg, config_t *owner, voi
 
 void model_update_config(model_t *m, const model_config_t *cfg, config_t *owner)
 {
+    /* a failed model whose entry (or defaults:) changed is tried again at its next request:
+     * the reload is the operator's fix; one whose entry is the same stays failed, said in
+     * the log (and in the reload's answer, serve/api.c) */
+    if (m->failed && m->cfg->source_hash != cfg->source_hash) {
+        log_event(LOG_INFO, "model_failed_cleared", "model=%s reason=%s", m->name, "its config changed (reload)");
+        model_clear_failed(m, "its config changed (reload)");
+    } else if (m->failed) {
+        log_event(LOG_WARN, "model_still_failed", "model=%s reason=%s hint=%s", m->name, m->failed_reason,
+                  "its config did not change: vramctl load MODEL retries it");
+    }
     config_t *old = m->cfg_owner;
     m->cfg = cfg;
     m->cfg_owner = config_ref(owner);
@@ -65,14 +75,7 @@ void model_update_config(model_t *m, const model_config_t *cfg, config_t *owner)
 
 void model_load(model_t *m)
 {
-    if (m->failed) {
-        m->failed = false;
-        m->failed_reason[0] = '\0';
-        model_note_state(m, MODEL_FAILED, "admin load");
-    }
-    m->consecutive_failures = 0;
-    memset(m->failure_times, 0, sizeof m->failure_times);
-    m->next_start_ms = 0;
+    model_clear_failed(m, "admin load");
     m->unload_requested = false;
     m->load_requested = true; /* the pump starts (or reloads) an instance even with an empty queue */
     if (m->cfg->url) {

@@ -75,6 +75,13 @@ int supervisor_tend(model_t *m);
 
 /* Admin load: clear FAILED and backoff, start an instance if none. */
 void model_load(model_t *m);
+/* Clear FAILED (logged with why), the failure count and the backoff: the next request or
+ * load starts an instance (admin load; a reload that changed the model's config). */
+void model_clear_failed(model_t *m, const char *why);
+/* The answer to a request for a FAILED model, into buf: its reason, its worker's last
+ * output lines, and what retries it (a load, or a reload that changes its config). The
+ * length snprintf would have written. */
+size_t model_failed_text(const model_t *m, char *buf, size_t cap);
 /* Admin unload: park every idle instance by its sleep hook or a checkpoint when the model
  * has one and the host can afford it (workers/park.c), stop the others once idle (in-flight ones finish
  * first); a parked instance unloaded again is stopped. An external server (url:) is never

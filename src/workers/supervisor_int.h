@@ -46,6 +46,8 @@ void model_note_state(model_t *m, enum model_state before, const char *why);
 void model_set_failed(model_t *m, const char *reason);
 /* Count a failed start or crash: backoff for the next start; FAILED after too many. */
 void model_record_failure(model_t *m, enum restart_reason kind, const char *why);
+/* The same for a failure of worker pid: its last output lines are kept (model.last_output). */
+void model_record_worker_failure(model_t *m, enum restart_reason kind, const char *why, pid_t pid);
 
 /* ---- server_report.c ---- */
 /* The served model's figure from the server's health answer body (Ollama /api/ps, llama.cpp

@@ -262,7 +262,7 @@ def test_reload_with_a_bad_config_is_refused(vramd):
     assert p.returncode == 0, p
     assert "reloaded" in p.stdout
     p = vramctl("reload", "--json", url=url)
-    assert p.returncode == 0 and json.loads(p.stdout) == {"reloaded": True}, p
+    assert p.returncode == 0 and json.loads(p.stdout) == {"reloaded": True, "failed": []}, p
 
 
 # --- check-config ------------------------------------------------------------------------------

@@ -101,6 +101,9 @@ def test_detached_helper_is_the_instances_and_dies_with_it(faults, mode, cg_mode
     state_dir = faults.tmp / "state"
     vd = start(faults, gpu, mode, cg_mode, state_dir)
     assert vd.status()["cgroup"]["mode"] == cg_mode
+    assert vd.status()["cgroup"]["cannot_catch"] is None  # a cgroup mode holds every process
+    ready = vd.first("cgroup_ready")
+    assert ready["level"] == "info" and ready["cannot_catch"] is None, ready
     assert vd.generate("w").status == 200
     worker = instance_pid(vd, "w")
     helper = wait_helper(faults)
@@ -237,10 +240,16 @@ def test_subreaper_fallback_adopts_and_reaps_orphans(faults):
     """cgroup.mode subreaper (what vramd falls back to where no hierarchy can be written):
     a helper orphaned by a double fork is re-parented to vramd, not to init, and reaped by it
     when it exits (no zombie left). The stated limit: the helper is not the instance's (it
-    left the process group), so its memory is foreign and it outlives the unload."""
+    left the process group), so its memory is foreign and it outlives the unload; /v1/status
+    and the start's cgroup_ready line (a warning) say so (cannot_catch)."""
     gpu = faults.gpu_set("16GiB")
     vd = start(faults, gpu, "double-fork", "subreaper", faults.tmp / "state")
-    assert vd.status()["cgroup"] == {"mode": "subreaper", "path": None}
+    cg = vd.status()["cgroup"]
+    assert cg["mode"] == "subreaper" and cg["path"] is None, cg
+    assert "setsid" in cg["cannot_catch"] and "foreign" in cg["cannot_catch"], cg
+    assert "outlives a SIGKILL of vramd" in cg["cannot_catch"], cg
+    ready = vd.first("cgroup_ready")
+    assert ready["level"] == "warn" and ready["mode"] == "subreaper" and ready["cannot_catch"] == cg["cannot_catch"], ready
     assert vd.generate("w").status == 200
     helper = wait_helper(faults)
     assert ppid_of(helper) == vd.proc.pid, "the orphan was not adopted by vramd"

@@ -13,8 +13,10 @@ systemctl of the host; /usr/sbin/policy-rc.d forbids service starts besides.
 
 Steps, each a key of the JSON object printed on the last line of stdout:
   install   dpkg -i of both packages (exit status, output)
-  after_install   the vramd user and group, /var/lib/vramd's owner and mode, the unit
-            enabled (its multi-user.target.wants link), the conffile
+  after_install   the vramd user and group, the owner and mode of /etc/vramd, its
+            vramd.yaml and /var/lib/vramd, whether the vramd user reads the config and
+            nobody does not, the copyright files, the unit enabled (its
+            multi-user.target.wants link), the conffile
   serve     vramd from /usr/bin/vramd as the vramd user (runuser), with the installed
             /etc/vramd/vramd.yaml plus one simworker model (/usr/lib/vramd/simworker) on a
             simulated GPU (/usr/lib/vramd/simgpu, libnvidia-ml-sim.so): /readyz, a request
@@ -80,6 +82,18 @@ def after_install():
         out["state_dir"] = {"owner": pwd.getpwuid(st.st_uid).pw_name, "mode": oct(stat.S_IMODE(st.st_mode))}
     except (OSError, KeyError) as e:
         out["state_dir"] = str(e)
+    out["modes"] = {p: _owner_mode(p) for p in ("/etc/vramd", "/etc/vramd/vramd.yaml", "/var/lib/vramd")}
+    # the service's user reads the config through its group; another user reads nothing there
+    out["check_config_as_vramd"] = sh(["runuser", "-u", "vramd", "--", "/usr/bin/vramd", "--check-config",
+                                       "/etc/vramd/vramd.yaml"])
+    out["read_as_nobody"] = sh(["runuser", "-u", "nobody", "--", "cat", "/etc/vramd/vramd.yaml"])
+    out["copyright"] = {}
+    for pkg in ("vramd", "vramd-sim"):
+        try:
+            with open(f"/usr/share/doc/{pkg}/copyright") as f:
+                out["copyright"][pkg] = f.read()
+        except OSError as e:
+            out["copyright"][pkg] = str(e)
     link = "/etc/systemd/system/multi-user.target.wants/vramd.service"
     out["enabled"] = os.readlink(link) if os.path.islink(link) else None
     out["conffiles"] = sh(["dpkg-query", "-W", "-f=${Conffiles}", "vramd"])["out"]
@@ -92,6 +106,14 @@ def after_install():
         out["exec_start"] = [line.strip() for line in f if line.startswith("ExecStart=")]
     out["check_config"] = sh(["/usr/bin/vramd", "--check-config", "/etc/vramd/vramd.yaml"])
     return out
+
+
+def _owner_mode(path):
+    try:
+        st = os.stat(path)
+        return f"{pwd.getpwuid(st.st_uid).pw_name}:{grp.getgrgid(st.st_gid).gr_name} {stat.S_IMODE(st.st_mode):04o}"
+    except (OSError, KeyError) as e:
+        return str(e)
 
 
 def get(url, data=None, timeout=10):

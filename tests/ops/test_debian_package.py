@@ -1,12 +1,15 @@
 """ops: vramd ships as Debian packages and through `make install` (docs/packaging.md).
 
 test_lintian: `dpkg-buildpackage -us -uc -b` on a copy of the tree (the checkout stays
-clean) gives vramd_*.deb and vramd-sim_*.deb; lintian reports no error on them.
+clean) gives vramd_*.deb and vramd-sim_*.deb; lintian reports no error on them, and nothing
+on their copyright files. test_the_packages_carry_the_license: LICENSE is the Apache
+License 2.0 and each package ships /usr/share/doc/PACKAGE/copyright.
 
 test_install_serve_purge: both packages installed with dpkg into a throwaway root (overlays
 over /etc, /usr and /var in a private mount namespace: tests/ops/debian_root.py; the host's
 files are never touched). Expected: a vramd system user and group, /var/lib/vramd owned by
-it (0750), the unit enabled and pointing at /usr/bin/vramd, /etc/vramd/vramd.yaml a conffile
+it (0750), /etc/vramd root:vramd 0750 and its vramd.yaml root:vramd 0640 (the vramd user
+reads it, nobody does not), the Apache-2.0 copyright file of each package, the unit enabled and pointing at /usr/bin/vramd, /etc/vramd/vramd.yaml a conffile
 that vramd accepts (no models); the installed vramd, run as the vramd user with that config
 plus one simworker model on the vramd-sim package's simulated GPU, answers /readyz and a
 request, drains on `vramctl drain` and exits 0 with no process of the vramd user left; purge
@@ -24,6 +27,7 @@ is not root or unshare is missing. The build takes about 30 s on 2 cores (DEB_BU
 """
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 
@@ -82,12 +86,37 @@ def debs(tmp_path_factory):
     return {"vramd": found["vramd"], "vramd-sim": found["vramd-sim"], "changes": changes[0], "top": top}
 
 
+def _deb_listing(deb):
+    """{path: (mode string, owner)} of a .deb's data, as `dpkg-deb -c` lists it."""
+    p = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, timeout=60, check=True)
+    out = {}
+    for line in p.stdout.splitlines():
+        f = line.split()
+        out[f[5].lstrip(".")] = (f[0], f[1])
+    return out
+
+
+def test_the_packages_carry_the_license(debs):
+    """LICENSE (Apache-2.0) is at the root; each package installs debian/copyright."""
+    text = (REPO_ROOT / "LICENSE").read_text()
+    assert "Apache License\n                           Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text and "APPENDIX: How to apply the Apache License" in text
+    common = pathlib.Path("/usr/share/common-licenses/Apache-2.0")
+    if common.exists():  # the standard text, as Debian ships it
+        assert text == common.read_text()
+    for pkg in ("vramd", "vramd-sim"):
+        files = _deb_listing(debs[pkg])
+        assert f"/usr/share/doc/{pkg}/copyright" in files, sorted(files)
+
+
 def test_lintian(debs):
     p = subprocess.run(["lintian", "--pedantic", "-I", str(debs["changes"])], capture_output=True,
                        text=True, timeout=300)
     out = p.stdout + p.stderr
     errors = [line for line in out.splitlines() if line.startswith("E:")]
     assert not errors, f"lintian errors:\n{out}"
+    licensing = [line for line in out.splitlines() if "copyright" in line or "license" in line]
+    assert not licensing, f"lintian on the license:\n{out}"
     # every warning is either fixed or listed with its reason in docs/packaging.md
     doc = (REPO_ROOT / "docs" / "packaging.md").read_text()
     for line in out.splitlines():
@@ -113,6 +142,15 @@ def test_install_serve_purge(debs, tmp_path):
     assert a["user"]["group"] == "vramd" and a["user"]["uid"] < 1000, a["user"]
     assert a["user"]["home"] == "/var/lib/vramd" and a["user"]["shell"] == "/usr/sbin/nologin", a["user"]
     assert a["state_dir"] == {"owner": "vramd", "mode": "0o750"}, a["state_dir"]
+    # /etc/vramd is the service's group's alone: a token file put there is not world-readable
+    assert a["modes"] == {"/etc/vramd": "root:vramd 0750", "/etc/vramd/vramd.yaml": "root:vramd 0640",
+                          "/var/lib/vramd": "vramd:vramd 0750"}, a["modes"]
+    assert a["check_config_as_vramd"]["rc"] == 0, a["check_config_as_vramd"]
+    assert a["read_as_nobody"]["rc"] != 0 and "Permission denied" in a["read_as_nobody"]["out"], a["read_as_nobody"]
+    # the license (Apache-2.0, LICENSE and debian/copyright) is installed with each package
+    for pkg, text in a["copyright"].items():
+        assert text.startswith("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"), (pkg, text)
+        assert "License: Apache-2.0" in text and "/usr/share/common-licenses/Apache-2.0" in text, (pkg, text)
     assert a["enabled"] == "/lib/systemd/system/vramd.service", "the unit is not enabled"
     assert "/etc/vramd/vramd.yaml" in a["conffiles"], a["conffiles"]
     assert all(a["files"].values()), a["files"]

@@ -1,7 +1,9 @@
 """ops: contrib/vramd.service passes `systemd-analyze verify` (warnings count as failures),
 says what vramd needs (Type=notify, a watchdog, KillMode=mixed so that vramd drains its own
 workers, a stop timeout above the drain, descriptors for max_connections, hardening that
-leaves /dev/nvidia* visible), and agrees with contrib/vramd.yaml, which vramd accepts."""
+leaves /dev/nvidia* visible and rootless Podman workers working: UMask=0077,
+ProtectKernelModules, ProtectKernelLogs, SystemCallArchitectures=native; no ProtectClock
+nor RestrictNamespaces nor an empty CapabilityBoundingSet, each with its reason), and agrees with contrib/vramd.yaml, which vramd accepts."""
 import re
 import shutil
 import subprocess
@@ -90,6 +92,26 @@ def test_the_unit_says_what_vramd_needs(unit):
     assert unit.get(("Service", "PrivateDevices"), ["no"])[-1] in ("no", "false", "0")
     assert unit.get(("Service", "DevicePolicy"), ["auto"])[-1] == "auto"
     assert ("Install", "WantedBy") in unit
+
+
+def test_the_unit_is_hardened_where_gpus_and_containers_allow(unit):
+    """Hardening that leaves /dev/nvidia* and rootless Podman workers working (issue 36)."""
+    assert one(unit, "UMask") == "0077"  # a token file written by the service is its own
+    assert one(unit, "ProtectKernelModules") == "yes"
+    assert one(unit, "ProtectKernelLogs") == "yes"
+    assert one(unit, "SystemCallArchitectures") == "native"
+    assert one(unit, "ProtectKernelTunables") == "yes"
+    # systemd < 253 implies DeviceAllow=char-rtc r with ProtectClock=yes: every other device,
+    # /dev/nvidia* included, would be refused (DevicePolicy=auto with a DeviceAllow= list)
+    if unit.get(("Service", "ProtectClock"), ["no"])[-1] in ("yes", "true", "1"):
+        allowed = " ".join(unit.get(("Service", "DeviceAllow"), []))
+        assert "nvidia" in allowed, "ProtectClock=yes without DeviceAllow= for the GPU devices"
+    # rootless Podman workers need user (and other) namespaces and capabilities inside them:
+    # the unit leaves both to a drop-in, and says so
+    text = UNIT.read_text()
+    assert ("Service", "RestrictNamespaces") not in unit and "#RestrictNamespaces=yes" in text
+    assert ("Service", "CapabilityBoundingSet") not in unit and "#CapabilityBoundingSet=" in text
+    assert one(unit, "NoNewPrivileges") == "yes" and one(unit, "RestrictSUIDSGID") == "yes"
 
 
 def test_the_unit_and_the_example_config_agree(unit):

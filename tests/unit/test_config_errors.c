@@ -5,13 +5,15 @@
  * Covers: each kind of error with its exact "file:line:col: key.path: message" text
  * (unknown keys at several depths, duplicate keys, wrong types, bad values, out-of-range
  * numbers, cmd/url mistakes, YAML syntax errors, nesting and empty files); bounds against
- * YAML alias bombs; an error buffer too small for the message.
+ * YAML alias bombs; the bound on models (at it, and one past it); an error buffer too small
+ * for the message.
  * Run: make build/tests/test_config_errors && build/tests/test_config_errors (and with make SAN=1).
  */
 
 #include "config_test.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void test_error_size_like_spec(void **state)
@@ -271,6 +273,36 @@ static void test_yaml_alias_bounds(void **state)
     config_unref(c);
 }
 
+/* n external models ("models:\n  m0: {url: ...}\n..."), malloc'ed. */
+static char *models_yaml(unsigned n)
+{
+    size_t cap = 16 + (size_t)n * 48;
+    char *s = malloc(cap);
+    assert_non_null(s);
+    size_t used = (size_t)snprintf(s, cap, "models:\n");
+    for (unsigned i = 0; i < n; i++)
+        used += (size_t)snprintf(s + used, cap - used, "  m%u: {url: \"http://127.0.0.1:9\"}\n", i);
+    return s;
+}
+
+/* docs/config.md's bound on models (1,024, the YAML reader's bound on one mapping): at the
+ * bound the file loads; one past it is refused naming models, not "too many keys". */
+static void test_models_bound(void **state)
+{
+    (void)state;
+    char err[512];
+    char *yaml = models_yaml(1024);
+    config_t *c = config_parse(yaml, strlen(yaml), "t.yaml", err, sizeof err);
+    assert_non_null(c);
+    assert_int_equal(c->n_models, 1024);
+    config_unref(c);
+    free(yaml);
+    yaml = models_yaml(1025);
+    assert_null(config_parse(yaml, strlen(yaml), "t.yaml", err, sizeof err));
+    assert_string_equal(err, "t.yaml:2:3: models: too many models (1025, at most 1024)");
+    free(yaml);
+}
+
 static void test_error_buffer_small(void **state)
 {
     (void)state;
@@ -294,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_error_cmd_url),
         cmocka_unit_test(test_error_yaml_syntax),
         cmocka_unit_test(test_yaml_alias_bounds),
+        cmocka_unit_test(test_models_bound),
         cmocka_unit_test(test_error_buffer_small),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -72,6 +72,39 @@ static void test_oom_raise_rule(void **state)
 
 /* Successes in a measured size class halve the floor's excess every EST_DECAY_RUNS, down to
  * the measured figure; the "no size" class keeps its raise. */
+/* The "no size" class (0: no memory.size_field, or a request without it) keeps its raise
+ * however many of its requests succeed, measured or not: its successes may all be small
+ * inputs while the large ones keep running out of memory, so they are no evidence that
+ * the raise can fall (docs/config.md and design.md say so). It goes when the class is
+ * forgotten (the least recently used of EST_CELLS) or vramd restarts. */
+static void test_no_size_class_keeps_its_raise(void **state)
+{
+    (void)state;
+    est_table_t t;
+    memset(&t, 0, sizeof t);
+    uint64_t base = GiB;
+    est_oom(&t, 0, 0, base, true, 20 * GiB, 0);
+    for (int i = 0; i < 3; i++)
+        est_learn(&t, 0, 0, 2 * GiB); /* small inputs, measured alone */
+    for (int i = 0; i < 100 * EST_DECAY_RUNS; i++)
+        assert_false(est_success(&t, 0, 0, base, true));
+    assert_int_equal(est_get(&t, 0, 0, base, true), 20 * GiB);
+    assert_int_equal(est_find(&t, 0, 0)->oom_floor, 20 * GiB);
+    /* the same evidence in a sized class lowers its raise (test_floor_falls_with_successes) */
+    unsigned cls = est_size_class(512);
+    est_oom(&t, 0, cls, base, true, 20 * GiB, 0);
+    for (int i = 0; i < 3; i++)
+        est_learn(&t, 0, cls, 2 * GiB);
+    for (int i = 0; i < EST_DECAY_RUNS; i++)
+        est_success(&t, 0, cls, base, true);
+    assert_true(est_get(&t, 0, cls, base, true) < 20 * GiB);
+    /* forgotten when the table is full and it is the least recently used: back to the base */
+    for (unsigned s = 1; s <= EST_CELLS; s++)
+        est_learn(&t, 1, s, GiB);
+    assert_null(est_find(&t, 0, 0));
+    assert_int_equal(est_get(&t, 0, 0, base, true), base);
+}
+
 static void test_floor_falls_with_successes(void **state)
 {
     (void)state;
@@ -190,6 +223,7 @@ int main(void)
         cmocka_unit_test(test_oom_raises_only_its_class),
         cmocka_unit_test(test_oom_raise_rule),
         cmocka_unit_test(test_floor_falls_with_successes),
+        cmocka_unit_test(test_no_size_class_keeps_its_raise),
         cmocka_unit_test(test_unseen_class_borrows_a_larger_one),
         cmocka_unit_test(test_full_table_forgets_the_least_recently_used),
         cmocka_unit_test(test_request_size_of_a_body),
