@@ -13,7 +13,8 @@
 #   make man        man/*.[158] from docs/config.md and the binaries' help (mk/gen_man.py)
 #   make lint       cppcheck over src/ and sim/; function and file length, layering (mk/); function length (mk/lint_funclen.py);
 #                   cycles and layering of src/ (mk/lint_layers.py, ranks in mk/layers.txt);
-#                   docs/design.md's Modules table (mk/lint_design.py) and Module state census (mk/lint_state.py)
+#                   docs/design.md's Modules table, event table and folder arrows (mk/lint_design.py),
+#                   and its Module state census (mk/lint_state.py)
 #
 # Every .c file under src/ except the binaries' mains goes into build/libvramd.a; binaries,
 # unit tests and fuzz replayers link against it. New modules need no Makefile change.
@@ -292,7 +293,7 @@ lint:
 	@echo "  LINT src sim shim (cppcheck)"
 	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim shim
-	@echo "  LINT src sim (function and file length, layers; universal-ctags), docs/design.md Modules, Module state"
+	@echo "  LINT src sim (function and file length, layers; universal-ctags), docs/design.md (Modules, events, arrows, Module state)"
 	$(Q)rc=0; /usr/bin/python3 mk/lint_funclen.py || rc=1; \
 	  /usr/bin/python3 mk/lint_layers.py || rc=1; \
 	  /usr/bin/python3 mk/test_lint_layers.py >/dev/null 2>&1 || { echo "lint: the checkers' self-test failed (mk/test_lint_layers.py -v)"; rc=1; }; \
