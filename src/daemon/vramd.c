@@ -37,7 +37,6 @@
 #include "proc/cgroup.h"
 #include "proc/process.h"
 #include "proc/state_lock.h"
-#include "path/proxy.h"
 #include "workers/driver_limit.h"
 #include "workers/shim_grants.h"
 #include "workers/supervisor.h"
