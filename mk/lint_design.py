@@ -46,31 +46,41 @@ def die(msg):
     sys.exit(2)
 
 
-def modules_section(text):
-    """The lines of the "## Modules" section, with their 1-based line numbers."""
+def section(text, heading):
+    """The lines of the "## " section whose heading starts with heading, with their 1-based
+    line numbers (None: no such section). mk/lint_state.py reads its census with it too."""
     out, inside, found = [], False, False
     for no, line in enumerate(text.split("\n"), 1):
         if line.startswith("## "):
             if inside:
                 break
-            inside = found = line.startswith("## Modules")
+            inside = found = line.startswith(heading)
             continue
         if inside:
             out.append((no, line))
     return out if found else None
 
 
-def table_rows(section):
-    """(line number, second cell) of each table row of the section."""
+def modules_section(text):
+    return section(text, "## Modules")
+
+
+def table_cells(lines):
+    """(line number, [cells]) of each table row of the lines (the |---| rule left out)."""
     rows = []
-    for no, line in section:
+    for no, line in lines:
         s = line.strip()
         if not s.startswith("|") or re.match(r"^\|[\s|:-]+\|$", s):
             continue
         cells = [c.strip() for c in s.strip("|").split("|")]
         if len(cells) >= 2:
-            rows.append((no, cells[1]))
+            rows.append((no, cells))
     return rows
+
+
+def table_rows(lines):
+    """(line number, second cell) of each table row of the section."""
+    return [(no, cells[1]) for no, cells in table_cells(lines)]
 
 
 def source_files(root):
@@ -205,11 +215,7 @@ def check_events(root, doc, text):
     the backticked .c paths of the last cell) against the core_listen calls."""
     rel = os.path.relpath(doc, root)
     rows = {}
-    for no, line in enumerate(text.split("\n"), 1):
-        s = line.strip()
-        if not s.startswith("|"):
-            continue
-        cells = [c.strip() for c in s.strip("|").split("|")]
+    for no, cells in table_cells(enumerate(text.split("\n"), 1)):
         m = re.fullmatch(r"`(CORE_EV_\w+)`", cells[0])
         if m and len(cells) >= 4:
             rows[m.group(1)] = (no, set(re.findall(r"`([\w/]+\.c)`", cells[-1])))

@@ -27,10 +27,14 @@
 # names a variable the file does not define), TWICE (a variable in two rows).
 #
 # Exit status: 0 pass, 1 violations, 2 the tool could not run (no doc, no section).
+# Python standard library only (and mk/lint_design.py's section and table readers).
 import argparse
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lint_design  # noqa: E402  (the section and table readers)
 
 FOLDERS = ("src", "shim")  # sim/ is the test stand-in for the GPU: not covered (design.md)
 IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -253,24 +257,16 @@ def scan(root):
 
 def census(text):
     """[(line, [names], path)] of the Module state section's rows, or None."""
-    rows, inside, found = [], False, False
-    for no, line in enumerate(text.split("\n"), 1):
-        if line.startswith("## "):
-            if inside:
-                break
-            inside = found = line.startswith("## Module state")
-            continue
-        s = line.strip()
-        if not inside or not s.startswith("|"):
-            continue
-        cells = [c.strip() for c in s.strip("|").split("|")]
-        if len(cells) < 2:
-            continue
+    lines = lint_design.section(text, "## Module state")
+    if lines is None:
+        return None
+    rows = []
+    for no, cells in lint_design.table_cells(lines):
         path = re.fullmatch(r"`([\w./-]+\.c)`", cells[1])
         names = re.findall(r"`(\w+)`", cells[0])
         if path and names:
             rows.append((no, names, path.group(1)))
-    return rows if found else None
+    return rows
 
 
 def name_ok(rel, name):
