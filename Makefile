@@ -12,7 +12,9 @@
 #   make fuzz       libFuzzer binaries (clang) into build-fuzz/
 #   make man        man/*.[158] from docs/config.md and the binaries' help (mk/gen_man.py)
 #   make lint       cppcheck over src/ and sim/; function and file length, layering (mk/); function length (mk/lint_funclen.py);
-#                   cycles and layering of src/ (mk/lint_layers.py, ranks in mk/layers.txt)
+#                   cycles and layering of src/ (mk/lint_layers.py, ranks in mk/layers.txt);
+#                   docs/design.md's Modules table, event table and folder arrows (mk/lint_design.py),
+#                   and its Module state census (mk/lint_state.py)
 #
 # Every .c file under src/ except the binaries' mains goes into build/libvramd.a; binaries,
 # unit tests and fuzz replayers link against it. New modules need no Makefile change.
@@ -292,12 +294,14 @@ lint:
 	@echo "  LINT src sim shim (cppcheck)"
 	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim shim
-	@echo "  LINT src shim sim (function length), src (file length, layers; universal-ctags), docs/design.md Modules"
+	@echo "  LINT src shim sim (function length), src (file length, layers; universal-ctags), docs/design.md (Modules, events, arrows, Module state)"
 	$(Q)rc=0; /usr/bin/python3 mk/lint_funclen.py || rc=1; \
 	  /usr/bin/python3 mk/lint_layers.py || rc=1; \
 	  /usr/bin/python3 mk/test_lint_layers.py >/dev/null 2>&1 || { echo "lint: the checkers' self-test failed (mk/test_lint_layers.py -v)"; rc=1; }; \
 	  /usr/bin/python3 mk/lint_design.py || rc=1; \
 	  /usr/bin/python3 mk/test_lint_design.py >/dev/null 2>&1 || { echo "lint: the design lint's self-test failed (mk/test_lint_design.py -v)"; rc=1; }; \
+	  /usr/bin/python3 mk/lint_state.py || rc=1; \
+	  /usr/bin/python3 mk/test_lint_state.py >/dev/null 2>&1 || { echo "lint: the state lint's self-test failed (mk/test_lint_state.py -v)"; rc=1; }; \
 	  exit $$rc
 
 clean:

@@ -31,17 +31,17 @@ static shim_book_entry_t *find(shim_book_t *b, enum shim_book_kind kind, uint64_
 /* Rebuild without tombstones (when they fill a quarter of the table). */
 static void compact(shim_book_t *b)
 {
-    static shim_book_entry_t old[SHIM_BOOK_CAP]; /* the caller holds the shim's lock */
-    memcpy(old, b->e, sizeof old);
+    static shim_book_entry_t g_old[SHIM_BOOK_CAP]; /* the caller holds the shim's lock */
+    memcpy(g_old, b->e, sizeof g_old);
     memset(b->e, 0, sizeof b->e);
     b->dead = 0;
     for (uint32_t k = 0; k < SHIM_BOOK_CAP; k++) {
-        if (old[k].kind == 0 || old[k].kind == TOMB)
+        if (g_old[k].kind == 0 || g_old[k].kind == TOMB)
             continue;
-        uint32_t i = slot_of((enum shim_book_kind)old[k].kind, old[k].key);
+        uint32_t i = slot_of((enum shim_book_kind)g_old[k].kind, g_old[k].key);
         while (b->e[i].kind != 0)
             i = (i + 1) & (SHIM_BOOK_CAP - 1);
-        b->e[i] = old[k];
+        b->e[i] = g_old[k];
     }
 }
 

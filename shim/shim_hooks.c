@@ -58,16 +58,16 @@ static pthread_mutex_t g_book_lock = PTHREAD_MUTEX_INITIALIZER;
 /* ---- the real functions ----------------------------------------------------------------- */
 
 typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn real_dlsym_fn;
+static dlsym_fn g_real_dlsym;
 
 static void *real_dlsym(void *handle, const char *name)
 {
-    if (!real_dlsym_fn) {
-        real_dlsym_fn = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-        if (!real_dlsym_fn)
-            real_dlsym_fn = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    if (!g_real_dlsym) {
+        g_real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+        if (!g_real_dlsym)
+            g_real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
     }
-    return real_dlsym_fn ? real_dlsym_fn(handle, name) : NULL;
+    return g_real_dlsym ? g_real_dlsym(handle, name) : NULL;
 }
 
 enum fn_id {
@@ -461,9 +461,9 @@ static bool is_ours(const void *f)
 EXPORT void *dlsym(void *handle, const char *name)
 {
     if (handle == RTLD_NEXT) {
-        if (!real_dlsym_fn)
+        if (!g_real_dlsym)
             (void)real_dlsym(NULL, "dlsym");
-        return real_dlsym_fn(handle, name); /* a sibling call: see above */
+        return g_real_dlsym(handle, name); /* a sibling call: see above */
     }
     void *got = real_dlsym(handle, name);
     if (!got || name[0] != 'c' || name[1] != 'u')

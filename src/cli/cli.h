@@ -54,7 +54,7 @@ typedef struct cli_opts {
 
 /* Set by SIGINT/SIGTERM handlers that `top` installs; blocking I/O gives up when it is set.
  * Defined in cli_common.c. */
-extern volatile sig_atomic_t cli_stop_requested;
+extern volatile sig_atomic_t g_cli_stop;
 
 /* The response of one HTTP exchange (cli_http.c). */
 typedef struct cli_response {

@@ -17,7 +17,7 @@
 #include "cli/cli.h"
 #include "common/units.h"
 
-volatile sig_atomic_t cli_stop_requested = 0;
+volatile sig_atomic_t g_cli_stop = 0;
 
 int cli_usage_error(const char *command, const char *fmt, ...)
 {

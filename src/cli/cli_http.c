@@ -93,7 +93,7 @@ static int wait_ready(int fd, short events, uint64_t deadline, uint64_t timeout_
                       char *err, size_t errlen)
 {
     for (;;) {
-        if (cli_stop_requested) {
+        if (g_cli_stop) {
             snprintf(err, errlen, "interrupted");
             return -1;
         }
@@ -253,7 +253,7 @@ static void copy_content_type(const char *head, const http1_msg_t *msg, cli_resp
 static int read_body(int fd, const http1_msg_t *msg, const char *pending, size_t pending_len, body_out_t *out,
                      uint64_t deadline, uint64_t timeout_ms, char *err, size_t errlen)
 {
-    static char chunk[65536];
+    static char g_chunk[65536];
     http1_chunked_t dec;
     http1_chunked_init(&dec, 16384);
     uint64_t remaining = msg->content_length;
@@ -289,7 +289,7 @@ static int read_body(int fd, const http1_msg_t *msg, const char *pending, size_t
             snprintf(err, errlen, "writing the body: %s", strerror(errno));
             return -1;
         }
-        ssize_t n = recv_some(fd, chunk, sizeof chunk, deadline, timeout_ms, err, errlen);
+        ssize_t n = recv_some(fd, g_chunk, sizeof g_chunk, deadline, timeout_ms, err, errlen);
         if (n < 0)
             return -1;
         if (n == 0) {
@@ -298,7 +298,7 @@ static int read_body(int fd, const http1_msg_t *msg, const char *pending, size_t
             snprintf(err, errlen, "the connection closed in the middle of the answer");
             return -1;
         }
-        data = chunk;
+        data = g_chunk;
         len = (size_t)n;
     }
 }

@@ -9,7 +9,7 @@
  * arrives (no bound: `jobs result` may fetch gigabytes).
  *
  * Every wait (connect, write, read) is bounded by one deadline, timeout_ms after the call
- * began, and gives up early when cli_stop_requested is set (a signal arrived).
+ * began, and gives up early when g_cli_stop is set (a signal arrived).
  *
  * Return convention: 0 when a complete response was read (resp filled; free its body);
  * -1 on a transport failure, with a message in err ("connection refused", "no answer within

@@ -123,7 +123,7 @@ static int fetch_once(cli_opts_t *o, const logs_args_t *la, const char *name, ui
 static void on_stop(int sig)
 {
     (void)sig;
-    cli_stop_requested = 1;
+    g_cli_stop = 1;
 }
 
 int cli_cmd_logs(cli_opts_t *o, int argc, char **argv)
@@ -148,13 +148,13 @@ int cli_cmd_logs(cli_opts_t *o, int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
-    while (!cli_stop_requested) {
+    while (!g_cli_stop) {
         struct timespec pause = {.tv_sec = LOGS_POLL_MS / 1000, .tv_nsec = (LOGS_POLL_MS % 1000) * 1000000L};
         nanosleep(&pause, NULL);
         clock_gettime(CLOCK_MONOTONIC, &now);
         uint64_t elapsed = (uint64_t)(now.tv_sec - start.tv_sec) * 1000 +
                            (uint64_t)((now.tv_nsec - start.tv_nsec) / 1000000);
-        if (cli_stop_requested)
+        if (g_cli_stop)
             break;
         rc = fetch_once(o, &la, name, &cursor, &have_cursor);
         if (rc)

@@ -153,22 +153,22 @@ int cli_cmd_status(cli_opts_t *o, int argc, char **argv)
 
 /* --- top ------------------------------------------------------------------------------ */
 
-static volatile sig_atomic_t resized = 0;
-static struct termios saved_termios;
-static bool termios_saved = false;
-static bool screen_taken = false;
-static bool read_keys = false; /* stdin is the terminal, in cbreak mode */
+static volatile sig_atomic_t g_resized = 0;
+static struct termios g_saved_termios;
+static bool g_termios_saved = false;
+static bool g_screen_taken = false;
+static bool g_read_keys = false; /* stdin is the terminal, in cbreak mode */
 
 static void on_stop_signal(int sig)
 {
     (void)sig;
-    cli_stop_requested = 1;
+    g_cli_stop = 1;
 }
 
 static void on_winch(int sig)
 {
     (void)sig;
-    resized = 1;
+    g_resized = 1;
 }
 
 static void write_all(const char *p, size_t n)
@@ -186,14 +186,14 @@ static void write_all(const char *p, size_t n)
 
 static void terminal_restore(void)
 {
-    if (screen_taken) {
+    if (g_screen_taken) {
         static const char leave[] = "\x1b[0m\x1b[?25h\x1b[?1049l";
         write_all(leave, sizeof leave - 1);
-        screen_taken = false;
+        g_screen_taken = false;
     }
-    if (termios_saved) {
-        tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_termios);
-        termios_saved = false;
+    if (g_termios_saved) {
+        tcsetattr(STDIN_FILENO, TCSAFLUSH, &g_saved_termios);
+        g_termios_saved = false;
     }
 }
 
@@ -208,10 +208,10 @@ static void terminal_take(void)
     sigaction(SIGHUP, &sa, NULL);
     sa.sa_handler = on_winch;
     sigaction(SIGWINCH, &sa, NULL);
-    if (isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved_termios) == 0) {
-        termios_saved = true;
-        read_keys = true;
-        struct termios raw = saved_termios;
+    if (isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &g_saved_termios) == 0) {
+        g_termios_saved = true;
+        g_read_keys = true;
+        struct termios raw = g_saved_termios;
         raw.c_lflag &= (tcflag_t) ~(ICANON | ECHO);
         raw.c_cc[VMIN] = 0;
         raw.c_cc[VTIME] = 0;
@@ -219,7 +219,7 @@ static void terminal_take(void)
     }
     static const char enter[] = "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J";
     write_all(enter, sizeof enter - 1);
-    screen_taken = true;
+    g_screen_taken = true;
 }
 
 /* Writes a frame at the top of the screen: each line cleared to its end, then the rest. */
@@ -249,24 +249,24 @@ static bool wait_for_quit(uint64_t ms)
     struct timeval start, now;
     gettimeofday(&start, NULL);
     for (;;) {
-        if (cli_stop_requested)
+        if (g_cli_stop)
             return true;
         gettimeofday(&now, NULL);
         int64_t elapsed = (int64_t)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_usec - start.tv_usec) / 1000;
-        if (elapsed >= (int64_t)ms || resized)
+        if (elapsed >= (int64_t)ms || g_resized)
             return false;
         struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
-        int n = poll(&pfd, read_keys ? 1 : 0, (int)((int64_t)ms - elapsed));
+        int n = poll(&pfd, g_read_keys ? 1 : 0, (int)((int64_t)ms - elapsed));
         if (n > 0 && (pfd.revents & POLLIN)) {
             char keys[64];
             ssize_t got = read(STDIN_FILENO, keys, sizeof keys);
             if (got == 0)
-                read_keys = false; /* stdin closed: no more keys */
+                g_read_keys = false; /* stdin closed: no more keys */
             for (ssize_t k = 0; k < got; k++)
                 if (keys[k] == 'q' || keys[k] == 'Q' || keys[k] == 3 /* Ctrl-C without ISIG */)
                     return true;
         } else if (n > 0) {
-            read_keys = false; /* POLLHUP/POLLERR: keep refreshing, stop reading keys */
+            g_read_keys = false; /* POLLHUP/POLLERR: keep refreshing, stop reading keys */
         }
     }
 }
@@ -278,7 +278,7 @@ static int top_tty(cli_opts_t *o, const view_args_t *va)
     terminal_take();
     bool counted_out = false;
     for (long n = 1;; n++) {
-        resized = 0;
+        g_resized = 0;
         buf_reset(&frame);
         char msg[1024];
         if (render_view(o, va, o->color, &frame, msg, sizeof msg) != 0) {
@@ -291,7 +291,7 @@ static int top_tty(cli_opts_t *o, const view_args_t *va)
             counted_out = true;
             break;
         }
-        if (cli_stop_requested || wait_for_quit(va->interval_ms))
+        if (g_cli_stop || wait_for_quit(va->interval_ms))
             break;
     }
     terminal_restore();
@@ -319,11 +319,11 @@ static int top_plain(cli_opts_t *o, const view_args_t *va)
         fwrite(frame.data, 1, frame.len, stdout);
         fputc('\n', stdout);
         fflush(stdout);
-        if (cli_stop_requested || (va->iterations && n >= va->iterations))
+        if (g_cli_stop || (va->iterations && n >= va->iterations))
             break;
         struct timespec pause = {.tv_sec = (time_t)(va->interval_ms / 1000),
                                  .tv_nsec = (long)(va->interval_ms % 1000) * 1000000};
-        if (nanosleep(&pause, NULL) != 0 && cli_stop_requested)
+        if (nanosleep(&pause, NULL) != 0 && g_cli_stop)
             break;
     }
     buf_free(&frame);

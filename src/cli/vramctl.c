@@ -242,8 +242,8 @@ static const struct command {
 
 int main(int argc, char **argv)
 {
-    static cli_opts_t opts;
-    if (cli_opts_init(&opts) != 0)
+    static cli_opts_t g_opts;
+    if (cli_opts_init(&g_opts) != 0)
         return CLI_EXIT_USAGE;
 
     int i = 1;
@@ -256,7 +256,7 @@ int main(int argc, char **argv)
             fputs(usage_text, stdout);
             return CLI_OK;
         }
-        int rc = cli_global_option(&opts, argc, argv, &i);
+        int rc = cli_global_option(&g_opts, argc, argv, &i);
         if (rc < 0)
             return CLI_EXIT_USAGE;
         if (rc == 0)
@@ -280,7 +280,7 @@ int main(int argc, char **argv)
             print_command_help(commands[k].name);
             return CLI_OK;
         }
-        int rc = commands[k].run(&opts, argc - i, argv + i);
+        int rc = commands[k].run(&g_opts, argc - i, argv + i);
         if (fflush(stdout) != 0 && rc == CLI_OK) {
             fprintf(stderr, "vramctl: writing the output: %s\n", strerror(errno));
             return CLI_EXIT_ERROR;

@@ -21,7 +21,7 @@ bool log_enabled(enum log_level level) { return level >= g_min; }
 
 const char *log_level_name(enum log_level level)
 {
-    static const char *names[] = {"debug", "info", "warn", "error"};
+    static const char *const names[] = {"debug", "info", "warn", "error"};
     return (level >= LOG_DEBUG && level <= LOG_ERROR) ? names[level] : "info";
 }
 

@@ -28,7 +28,7 @@ static const unsigned allowed[] = {
 
 const char *request_state_name(enum request_state s)
 {
-    static const char *n[] = {"new", "queued", "connecting", "waiting", "streaming", "local", "done"};
+    static const char *const n[] = {"new", "queued", "connecting", "waiting", "streaming", "local", "done"};
     return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
 }
 
@@ -74,7 +74,7 @@ void request_vramd_headers(const request_t *r, buf_t *b, uint64_t run_ms)
 
 void request_make_id(request_t *r, const char *given, size_t given_len)
 {
-    static uint64_t state;
+    static uint64_t g_id_state;
     if (given && given_len > 0 && given_len < sizeof r->id) {
         bool ok = true;
         for (size_t i = 0; i < given_len; i++)
@@ -87,18 +87,18 @@ void request_make_id(request_t *r, const char *given, size_t given_len)
             return;
         }
     }
-    if (!state) {
+    if (!g_id_state) {
         FILE *f = fopen("/dev/urandom", "rb");
-        if (!f || fread(&state, sizeof state, 1, f) != 1)
-            state = (uint64_t)uv_hrtime() ^ 0x9e3779b97f4a7c15ULL;
+        if (!f || fread(&g_id_state, sizeof g_id_state, 1, f) != 1)
+            g_id_state = (uint64_t)uv_hrtime() ^ 0x9e3779b97f4a7c15ULL;
         if (f)
             fclose(f);
-        state |= 1;
+        g_id_state |= 1;
     }
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    snprintf(r->id, sizeof r->id, "%016llx", (unsigned long long)state);
+    g_id_state ^= g_id_state << 13;
+    g_id_state ^= g_id_state >> 7;
+    g_id_state ^= g_id_state << 17;
+    snprintf(r->id, sizeof r->id, "%016llx", (unsigned long long)g_id_state);
 }
 
 void request_free(core_defer_t *d)

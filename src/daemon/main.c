@@ -207,9 +207,9 @@ int main(int argc, char **argv)
     notify_init(); /* before any thread: it takes WATCHDOG_* out of the environment */
     uv_loop_t loop;
     uv_loop_init(&loop);
-    static vramd_t d;
+    static vramd_t g_daemon;
     char err[CONFIG_ERR_MAX];
-    if (vramd_init(&d, &loop, config, err, sizeof err) != 0) {
+    if (vramd_init(&g_daemon, &loop, config, err, sizeof err) != 0) {
         log_event(LOG_ERROR, "vramd_start_failed", "error=%s", err);
         notify_start_failed(err);
         uv_walk(&loop, close_handle, NULL); /* a listener that could not bind, say */
@@ -217,8 +217,8 @@ int main(int argc, char **argv)
         uv_loop_close(&loop);
         return 1;
     }
-    notify_ready(&d.core);
-    int rc = vramd_run(&d);
+    notify_ready(&g_daemon.core);
+    int rc = vramd_run(&g_daemon);
     uv_loop_close(&loop);
     return rc;
 }

@@ -26,16 +26,16 @@ static struct {
     uv_timer_t watchdog_timer;
     uv_timer_t status_timer;
     char last_status[NOTIFY_STATUS_MAX];
-} g_notify;
+} notify_state;
 
 /* Send one message (newline-separated assignments); a failure is logged once. */
 static void send_message(const char *msg)
 {
-    if (!g_notify.enabled)
+    if (!notify_state.enabled)
         return;
     int rc = sd_notify(0, msg);
-    if (rc < 0 && !g_notify.send_failed_logged) {
-        g_notify.send_failed_logged = true;
+    if (rc < 0 && !notify_state.send_failed_logged) {
+        notify_state.send_failed_logged = true;
         log_event(LOG_WARN, "systemd_notify_failed", "error=%s", strerror(-rc));
     }
 }
@@ -72,7 +72,7 @@ static void send_with_status(const char *message, const char *status)
 {
     char msg[NOTIFY_STATUS_MAX + 128];
     snprintf(msg, sizeof msg, "%s%sSTATUS=%s", message, message[0] ? "\n" : "", status);
-    snprintf(g_notify.last_status, sizeof g_notify.last_status, "%s", status);
+    snprintf(notify_state.last_status, sizeof notify_state.last_status, "%s", status);
     send_message(msg);
 }
 
@@ -87,42 +87,42 @@ static void on_status_tick(uv_timer_t *t)
     const core_t *d = t->data;
     char status[NOTIFY_STATUS_MAX];
     status_summary(d, status, sizeof status);
-    if (strcmp(status, g_notify.last_status) != 0)
+    if (strcmp(status, notify_state.last_status) != 0)
         send_with_status("", status);
 }
 
 void notify_init(void)
 {
     const char *socket_path = getenv("NOTIFY_SOCKET");
-    g_notify.enabled = socket_path && socket_path[0];
+    notify_state.enabled = socket_path && socket_path[0];
     uint64_t usec = 0;
     /* unset_environment=1: WATCHDOG_USEC/WATCHDOG_PID are ours, not the workers' */
-    if (sd_watchdog_enabled(1, &usec) > 0 && g_notify.enabled)
-        g_notify.watchdog_usec = usec;
+    if (sd_watchdog_enabled(1, &usec) > 0 && notify_state.enabled)
+        notify_state.watchdog_usec = usec;
 }
 
 static void start_timers(core_t *d)
 {
     uv_update_time(d->loop); /* start-up took a while: count periods from now */
-    uv_timer_init(d->loop, &g_notify.status_timer);
-    g_notify.status_timer.data = d;
-    uv_timer_start(&g_notify.status_timer, on_status_tick, NOTIFY_STATUS_PERIOD_MS, NOTIFY_STATUS_PERIOD_MS);
-    uv_unref((uv_handle_t *)&g_notify.status_timer);
-    uv_timer_init(d->loop, &g_notify.watchdog_timer);
-    g_notify.watchdog_timer.data = d;
-    if (g_notify.watchdog_usec > 0) {
-        uint64_t period_ms = g_notify.watchdog_usec / 2000;
+    uv_timer_init(d->loop, &notify_state.status_timer);
+    notify_state.status_timer.data = d;
+    uv_timer_start(&notify_state.status_timer, on_status_tick, NOTIFY_STATUS_PERIOD_MS, NOTIFY_STATUS_PERIOD_MS);
+    uv_unref((uv_handle_t *)&notify_state.status_timer);
+    uv_timer_init(d->loop, &notify_state.watchdog_timer);
+    notify_state.watchdog_timer.data = d;
+    if (notify_state.watchdog_usec > 0) {
+        uint64_t period_ms = notify_state.watchdog_usec / 2000;
         if (period_ms == 0)
             period_ms = 1;
-        uv_timer_start(&g_notify.watchdog_timer, on_watchdog_tick, period_ms, period_ms);
+        uv_timer_start(&notify_state.watchdog_timer, on_watchdog_tick, period_ms, period_ms);
     }
-    uv_unref((uv_handle_t *)&g_notify.watchdog_timer);
-    g_notify.timers_started = true;
+    uv_unref((uv_handle_t *)&notify_state.watchdog_timer);
+    notify_state.timers_started = true;
 }
 
 void notify_ready(core_t *d)
 {
-    if (!g_notify.enabled)
+    if (!notify_state.enabled)
         return;
     start_timers(d);
     char status[NOTIFY_STATUS_MAX];
@@ -130,15 +130,15 @@ void notify_ready(core_t *d)
     char message[64];
     snprintf(message, sizeof message, "READY=1\nMAINPID=%ld", (long)getpid());
     send_with_status(message, status);
-    if (g_notify.watchdog_usec > 0)
+    if (notify_state.watchdog_usec > 0)
         send_message("WATCHDOG=1");
     log_event(LOG_INFO, "systemd_notify", "ready=%B watchdog_ms=%llu ping_ms=%llu", 1,
-              (unsigned long long)(g_notify.watchdog_usec / 1000), (unsigned long long)(g_notify.watchdog_usec / 2000));
+              (unsigned long long)(notify_state.watchdog_usec / 1000), (unsigned long long)(notify_state.watchdog_usec / 2000));
 }
 
 void notify_start_failed(const char *why)
 {
-    if (!g_notify.enabled)
+    if (!notify_state.enabled)
         return;
     /* a newline in the reason would start a new assignment: make it a space */
     char reason[NOTIFY_STATUS_MAX - 20];
@@ -153,7 +153,7 @@ void notify_start_failed(const char *why)
 
 void notify_reloading(void)
 {
-    if (!g_notify.enabled)
+    if (!notify_state.enabled)
         return;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -165,7 +165,7 @@ void notify_reloading(void)
 
 void notify_reload_done(core_t *d, bool ok)
 {
-    if (!g_notify.enabled)
+    if (!notify_state.enabled)
         return;
     char summary[NOTIFY_STATUS_MAX - 40];
     status_summary(d, summary, sizeof summary);
@@ -176,7 +176,7 @@ void notify_reload_done(core_t *d, bool ok)
 
 void notify_stopping(core_t *d, const char *why)
 {
-    if (!g_notify.enabled)
+    if (!notify_state.enabled)
         return;
     char summary[NOTIFY_STATUS_MAX - 40];
     status_summary(d, summary, sizeof summary);
@@ -187,13 +187,13 @@ void notify_stopping(core_t *d, const char *why)
 
 void notify_close(void)
 {
-    if (!g_notify.timers_started)
+    if (!notify_state.timers_started)
         return;
-    g_notify.timers_started = false;
-    uv_timer_stop(&g_notify.watchdog_timer);
-    uv_timer_stop(&g_notify.status_timer);
-    if (!uv_is_closing((uv_handle_t *)&g_notify.watchdog_timer))
-        uv_close((uv_handle_t *)&g_notify.watchdog_timer, NULL);
-    if (!uv_is_closing((uv_handle_t *)&g_notify.status_timer))
-        uv_close((uv_handle_t *)&g_notify.status_timer, NULL);
+    notify_state.timers_started = false;
+    uv_timer_stop(&notify_state.watchdog_timer);
+    uv_timer_stop(&notify_state.status_timer);
+    if (!uv_is_closing((uv_handle_t *)&notify_state.watchdog_timer))
+        uv_close((uv_handle_t *)&notify_state.watchdog_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&notify_state.status_timer))
+        uv_close((uv_handle_t *)&notify_state.status_timer, NULL);
 }

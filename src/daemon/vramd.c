@@ -2,13 +2,14 @@
  * vramd: the composition root and the daemon's lifecycle: start, wiring, listen, signals,
  * reload, drain, stop. See vramd.h.
  *
- * Wiring: wiring_connect (daemon/wiring.c) connects the layers; here, the rest:
- *   conn_accept(.., wiring_conn_handlers())    a head, then a complete request, go to the services
- *   model_create(.., dispatch_pump)            a model's deferred pump is the dispatcher's
+ * Wiring: wiring_connect (daemon/wiring.c) sets every handler, hook, action and listener,
+ * called once from wire() with what the daemon brings:
  *   api admin ops = {vramd_drain, vramd_reload}
- *   fleet_agent_start: the agent-check listener (fleet.agent_listen), answering from the core
- *   listeners: the drain check (REQUEST_ENDED, INSTANCE_GONE); jobs listens to
- *              REQUEST_DISPATCHED from jobs_init.
+ *   on_progress: the drain check (REQUEST_ENDED, INSTANCE_GONE)
+ * What the daemon then hands over as it starts: conn_accept(.., wiring_conn_handlers()) for
+ * each client connection, model_create(.., dispatch_pump) for each model, fleet_agent_start
+ * (the agent-check listener, fleet.agent_listen), jobs_init (the store; its listener was set
+ * by the wiring).
  */
 #include "daemon/vramd.h"
 
@@ -36,7 +37,6 @@
 #include "proc/cgroup.h"
 #include "proc/process.h"
 #include "proc/state_lock.h"
-#include "path/proxy.h"
 #include "workers/driver_limit.h"
 #include "workers/shim_grants.h"
 #include "workers/supervisor.h"
@@ -395,23 +395,13 @@ void vramd_drain(vramd_t *d, const char *why)
 static void admin_drain(void *ctx, const char *why) { vramd_drain(ctx, why); }
 static int admin_reload(void *ctx, char *err, size_t errlen) { return vramd_reload(ctx, err, errlen); }
 
-/* A worker's driver limit changed: what was held for it goes on (path/proxy.h, the shim). */
-static void on_limit_applied(instance_t *inst)
-{
-    proxy_limit_applied(inst, false);
-    shim_grants_limit_applied(inst);
-}
-
-/* Everything that flows upward, set once: handlers, hooks, actions and listeners. */
+/* Everything that flows upward, set once (daemon/wiring.c): handlers, hooks, actions and
+ * listeners; the daemon brings its admin ops and its drain check. */
 static void wire(vramd_t *d)
 {
-    core_t *core = &d->core;
-    api_admin_ops_t admin = {.drain = admin_drain, .reload = admin_reload, .ctx = d};
-    wiring_connect(core, &admin);
-    shim_grants_init(core); /* the CUDA shims' grant socket (workers/shim_grants.h) */
-    driver_limit_init(core, on_limit_applied); /* the driver's per-cgroup limits (workers/driver_limit.h) */
-    core_listen(core, CORE_EV_REQUEST_ENDED, on_progress, d);
-    core_listen(core, CORE_EV_INSTANCE_GONE, on_progress, d);
+    wiring_root_t root = {.admin = {.drain = admin_drain, .reload = admin_reload, .ctx = d},
+                          .on_progress = on_progress, .progress_ctx = d};
+    wiring_connect(&d->core, &root);
 }
 
 static void start_signals(vramd_t *d)

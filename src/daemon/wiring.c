@@ -1,4 +1,4 @@
-/* wiring: the layers connected once, by function pointers and listeners. See wiring.h. */
+/* wiring: the composition root: every handler, hook, action and listener set once. See wiring.h. */
 #include "daemon/wiring.h"
 
 #include <string.h>
@@ -6,11 +6,14 @@
 #include "core/model.h"
 #include "proc/process.h"
 
+#include "jobs/jobs.h"
 #include "path/prompt_hold.h"
 #include "path/proxy.h"
 #include "path/proxy_upgrade.h"
 #include "path/dispatch.h"
 #include "sched/scheduler.h"
+#include "workers/driver_limit.h"
+#include "workers/shim_grants.h"
 #include "workers/supervisor.h"
 
 const conn_handlers_t *wiring_conn_handlers(void)
@@ -36,7 +39,14 @@ static void on_worker_line(void *ctx, const char *log_name, pid_t pid, const cha
     }
 }
 
-void wiring_connect(core_t *core, const api_admin_ops_t *admin)
+/* A worker's driver limit changed: what was held for it goes on (path/proxy.h, the shim). */
+static void on_limit_applied(instance_t *inst)
+{
+    proxy_limit_applied(inst, false);
+    shim_grants_limit_applied(inst);
+}
+
+void wiring_connect(core_t *core, const wiring_root_t *root)
 {
     process_set_line_hook(on_worker_line, core);
     core->requeue = dispatch_requeue;
@@ -51,5 +61,12 @@ void wiring_connect(core_t *core, const api_admin_ops_t *admin)
         .evict_leaves = instance_evict_leaves,
         .refresh_identity = instance_refresh_identity};
     sched_init(core, &actions);
-    api_init(core, admin);
+    api_init(core, &root->admin);
+    shim_grants_init(core); /* the CUDA shims' grant socket (workers/shim_grants.h) */
+    driver_limit_init(core, on_limit_applied); /* the driver's per-cgroup limits (workers/driver_limit.h) */
+    jobs_listen(core); /* the job runner hears its attempts dispatched (jobs/jobs.h) */
+    if (root->on_progress) {
+        core_listen(core, CORE_EV_REQUEST_ENDED, root->on_progress, root->progress_ctx);
+        core_listen(core, CORE_EV_INSTANCE_GONE, root->on_progress, root->progress_ctx);
+    }
 }

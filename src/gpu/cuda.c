@@ -170,14 +170,14 @@ const char *cuda_state_name(cuda_state_t s)
 
 const char *cuda_op_name(cuda_op_t op)
 {
-    static const char *names[] = {"park", "unpark", "state", "lock", "checkpoint", "restore", "unlock"};
+    static const char *const names[] = {"park", "unpark", "state", "lock", "checkpoint", "restore", "unlock"};
     return (unsigned)op < sizeof names / sizeof names[0] ? names[op] : "?";
 }
 
 const char *cuda_status_name(cuda_status_t s)
 {
-    static const char *names[] = {"ok",        "unavailable", "timeout", "no_memory",
-                                  "not_found", "bad_state",   "failed"};
+    static const char *const names[] = {"ok",        "unavailable", "timeout", "no_memory",
+                                        "not_found", "bad_state",   "failed"};
     return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
 }
 

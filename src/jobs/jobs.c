@@ -85,13 +85,15 @@ static void after_attempt_write(jobs_t *J, const jobs_write_t *w, int rc, const 
         jobs_journal_trouble(J, w->id, w->op, err);
 }
 
-/* CORE_EV_REQUEST_DISPATCHED: a job's request was handed to a worker instance. */
+/* CORE_EV_REQUEST_DISPATCHED: a job's request was handed to a worker instance (the one
+ * runner's, if jobs_init made it). */
 static void on_request_dispatched(void *ctx, enum core_event ev, void *subject)
 {
-    jobs_t *J = ctx;
+    jobs_t *J = g_jobs;
     request_t *r = subject;
+    (void)ctx;
     (void)ev;
-    if (J != g_jobs || strncmp(r->id, "job-", 4) != 0)
+    if (!J || strncmp(r->id, "job-", 4) != 0)
         return;
     job_run_t *run = NULL;
     list_foreach(it, &J->runs) {
@@ -376,6 +378,8 @@ static void start_timer(jobs_t *J, uv_timer_t *t, uv_timer_cb fn, uint64_t first
     uv_unref((uv_handle_t *)t);
 }
 
+void jobs_listen(core_t *d) { core_listen(d, CORE_EV_REQUEST_DISPATCHED, on_request_dispatched, NULL); }
+
 int jobs_init(core_t *d, char *err, size_t errlen)
 {
     const config_t *cfg = d->cfg;
@@ -413,7 +417,6 @@ int jobs_init(core_t *d, char *err, size_t errlen)
     log_event(LOG_INFO, "jobs_started", "backend=%s results=%zu results_bytes=%llu", J->store->ops->name,
               result_store_count(J->results), (unsigned long long)result_store_total_bytes(J->results));
     g_jobs = J;
-    core_listen(d, CORE_EV_REQUEST_DISPATCHED, on_request_dispatched, J);
     housekeep(J);
     start_timer(J, &J->tick, on_tick, 0, JOBS_TICK_MS);
     start_timer(J, &J->housekeep, on_housekeep, JOBS_HOUSEKEEP_MS, JOBS_HOUSEKEEP_MS);

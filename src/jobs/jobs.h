@@ -40,6 +40,10 @@
 
 typedef struct jobs jobs_t;
 
+/* The runner's listener (REQUEST_DISPATCHED: an attempt reached a worker), set once by the
+ * composition root (daemon/wiring.c) before jobs_init; it does nothing while there is no
+ * runner. */
+void jobs_listen(core_t *d);
 /* Open state_dir/jobs.db and state_dir/results/, recover jobs that were running when vramd
  * last stopped, start the timers. On failure vramd runs without jobs (the routes answer
  * 503 jobs_unavailable) and err says why. */

@@ -41,21 +41,21 @@ static int64_t clock_ms(clockid_t id)
 /* The jobs' clock (see jobs.h): anchored to the wall clock once, advanced by the monotonic
  * clock. Loop thread only (jobs_clock_start is called by jobs_init before any other use;
  * the lazy start serves the unit tests that use the runner's pieces alone). */
-static int64_t anchor_wall_ms, anchor_mono_ms;
-static bool anchored;
+static int64_t g_anchor_wall_ms, g_anchor_mono_ms;
+static bool g_anchored;
 
 void jobs_clock_start(void)
 {
-    anchor_wall_ms = clock_ms(CLOCK_REALTIME);
-    anchor_mono_ms = clock_ms(CLOCK_MONOTONIC);
-    anchored = true;
+    g_anchor_wall_ms = clock_ms(CLOCK_REALTIME);
+    g_anchor_mono_ms = clock_ms(CLOCK_MONOTONIC);
+    g_anchored = true;
 }
 
 int64_t jobs_wall_ms(void)
 {
-    if (!anchored)
+    if (!g_anchored)
         jobs_clock_start();
-    return anchor_wall_ms + (clock_ms(CLOCK_MONOTONIC) - anchor_mono_ms);
+    return g_anchor_wall_ms + (clock_ms(CLOCK_MONOTONIC) - g_anchor_mono_ms);
 }
 
 void jobs_default_host_id(const config_t *cfg, char *out, size_t outlen)
@@ -185,7 +185,7 @@ void jobs_on_result_removed(const char *id, void *ctx)
 
 const char *job_run_state_name(enum job_run_state s)
 {
-    static const char *n[] = {"sent", "running", "committing"};
+    static const char *const n[] = {"sent", "running", "committing"};
     return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
 }
 

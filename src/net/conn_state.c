@@ -8,7 +8,7 @@
 
 static const char *conn_state_name(enum conn_state s)
 {
-    static const char *n[] = {"head", "body", "active", "closing"};
+    static const char *const n[] = {"head", "body", "active", "closing"};
     return n[s];
 }
 

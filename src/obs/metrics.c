@@ -653,7 +653,7 @@ static struct {
     size_t len;
     uint64_t built_ms;  /* loop time it was built at */
     uint64_t cost_us;   /* what building it took */
-} g_last;
+} metrics_state;
 
 static uint64_t mono_us(void)
 {
@@ -666,15 +666,15 @@ char *metrics_render(core_t *d, size_t *len)
 {
     uint64_t now = core_now();
     uint64_t keep = d->cfg->limits.metrics_cache_ms;
-    uint64_t by_cost = g_last.cost_us / 100; /* 10 x the build time, in ms */
+    uint64_t by_cost = metrics_state.cost_us / 100; /* 10 x the build time, in ms */
     if (by_cost < keep)
         keep = by_cost;
-    if (g_last.text && keep && now - g_last.built_ms < keep) {
-        char *copy = malloc(g_last.len ? g_last.len : 1);
+    if (metrics_state.text && keep && now - metrics_state.built_ms < keep) {
+        char *copy = malloc(metrics_state.len ? metrics_state.len : 1);
         if (copy) {
-            memcpy(copy, g_last.text, g_last.len);
+            memcpy(copy, metrics_state.text, metrics_state.len);
             if (len)
-                *len = g_last.len;
+                *len = metrics_state.len;
         }
         return copy;
     }
@@ -683,15 +683,15 @@ char *metrics_render(core_t *d, size_t *len)
     char *text = render(d, &n);
     if (text == NULL)
         return NULL;
-    free(g_last.text);
-    g_last.text = NULL;
+    free(metrics_state.text);
+    metrics_state.text = NULL;
     char *copy = d->cfg->limits.metrics_cache_ms ? malloc(n ? n : 1) : NULL;
     if (copy) {
         memcpy(copy, text, n);
-        g_last.text = copy;
-        g_last.len = n;
-        g_last.built_ms = now;
-        g_last.cost_us = mono_us() - t0;
+        metrics_state.text = copy;
+        metrics_state.len = n;
+        metrics_state.built_ms = now;
+        metrics_state.cost_us = mono_us() - t0;
     }
     if (len)
         *len = n;
@@ -700,6 +700,6 @@ char *metrics_render(core_t *d, size_t *len)
 
 void metrics_forget(void)
 {
-    free(g_last.text);
-    memset(&g_last, 0, sizeof g_last);
+    free(metrics_state.text);
+    memset(&metrics_state, 0, sizeof metrics_state);
 }

@@ -78,15 +78,15 @@ static void hash_source(char *out, size_t cap, const char *html, size_t len, con
 
 const char *page_headers(void)
 {
-    static char headers[1024];
-    if (headers[0])
-        return headers;
+    static char g_headers[1024];
+    if (g_headers[0])
+        return g_headers;
     size_t len;
     const char *html = page_html(&len);
     char style[128] = "", script[128] = "";
     hash_source(style, sizeof style, html, len, "<style>", "</style>");
     hash_source(script, sizeof script, html, len, "<script>", "</script>");
-    snprintf(headers, sizeof headers,
+    snprintf(g_headers, sizeof g_headers,
              "Cache-Control: no-cache\r\n"
              "Content-Security-Policy: default-src 'none'; style-src%s; script-src%s; "
              "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
@@ -94,5 +94,5 @@ const char *page_headers(void)
              "X-Content-Type-Options: nosniff\r\n"
              "Referrer-Policy: no-referrer\r\n",
              style[0] ? style : " 'none'", script[0] ? script : " 'none'");
-    return headers;
+    return g_headers;
 }

@@ -57,7 +57,7 @@ typedef struct prompt_hold {
     bool ended;
 } prompt_hold_t;
 
-static list_t holds = {&holds, &holds}; /* every live hold (all models) */
+static list_t g_holds = {&g_holds, &g_holds}; /* every live hold (all models) */
 
 static void on_timer_closed(uv_handle_t *h) { free(h->data); }
 
@@ -259,7 +259,7 @@ bool prompt_hold_take(request_t *r, instance_t *inst)
     h->poll_ms = mc->prompt_poll_ms ? mc->prompt_poll_ms : 250;
     uv_timer_init(inst->model->core->loop, &h->timer);
     h->timer.data = h;
-    list_insert_tail(&holds, &h->link);
+    list_insert_tail(&g_holds, &h->link);
     r->instance = NULL;
     log_event(LOG_INFO, "prompt_hold", "request_id=%s model=%s instance=%u prompt_id=%s bytes=%llu bound_ms=%llu",
               r->id, inst->model->name, inst->id, h->prompt_id, (unsigned long long)s->mem.bytes,
@@ -277,7 +277,7 @@ static void on_instance_down(void *ctx, enum core_event ev, void *subject)
 {
     (void)ctx;
     (void)ev;
-    list_foreach_safe(it, tmp, &holds) {
+    list_foreach_safe(it, tmp, &g_holds) {
         prompt_hold_t *h = list_entry(it, prompt_hold_t, link);
         if (h->inst != subject)
             continue;

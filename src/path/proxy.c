@@ -59,7 +59,7 @@ static const unsigned up_allowed[] = {
 
 static const char *up_state_name(enum up_state s)
 {
-    static const char *n[] = {"connecting", "sending", "head", "body", "idle", "closed"};
+    static const char *const n[] = {"connecting", "sending", "head", "body", "idle", "closed"};
     return n[s];
 }
 

@@ -394,7 +394,7 @@ static void judge_output(request_t *r)
         return;
     }
     char why[256];
-    static const char *kinds[] = {"none", "glb", "ply", "png", "json", "cmd"};
+    static const char *const kinds[] = {"none", "glb", "ply", "png", "json", "cmd"};
     if (mc->validate.kind == VALIDATE_CMD) {
         if (mc->validate.min_bytes && r->resp_body.len < mc->validate.min_bytes) {
             snprintf(why, sizeof why, "%zu bytes < min_bytes %llu", r->resp_body.len,

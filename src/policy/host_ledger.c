@@ -69,7 +69,7 @@ enum host_verdict host_ledger_verdict(const host_ledger_t *h, uint64_t bytes, ui
 
 const char *host_verdict_name(enum host_verdict v)
 {
-    static const char *n[] = {"fits", "over_budget", "host_short"};
+    static const char *const n[] = {"fits", "over_budget", "host_short"};
     return (unsigned)v < 3 ? n[v] : "unknown";
 }
 

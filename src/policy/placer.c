@@ -6,7 +6,7 @@
 
 const char *placer_result_name(enum placer_result r)
 {
-    static const char *n[] = {"fits", "evict", "wait", "never"};
+    static const char *const n[] = {"fits", "evict", "wait", "never"};
     return n[r];
 }
 

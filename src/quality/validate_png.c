@@ -23,8 +23,8 @@
 /* ------------------------------------------------------------------ CRC-32 (PNG, zlib) */
 
 /* Slicing-by-8 over the reflected polynomial 0xEDB88320; tables built once. */
-static uint32_t crc_tables[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+static uint32_t g_crc_tables[8][256];
+static pthread_once_t g_crc_once = PTHREAD_ONCE_INIT;
 
 static void crc_build_tables(void)
 {
@@ -32,29 +32,29 @@ static void crc_build_tables(void)
         uint32_t c = i;
         for (int k = 0; k < 8; k++)
             c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_tables[0][i] = c;
+        g_crc_tables[0][i] = c;
     }
     for (uint32_t i = 0; i < 256; i++)
         for (int t = 1; t < 8; t++)
-            crc_tables[t][i] = (crc_tables[t - 1][i] >> 8) ^ crc_tables[0][crc_tables[t - 1][i] & 0xff];
+            g_crc_tables[t][i] = (g_crc_tables[t - 1][i] >> 8) ^ g_crc_tables[0][g_crc_tables[t - 1][i] & 0xff];
 }
 
 /* CRC-32 of p[0..n) (ISO 3309 / PNG / zlib): validate_crc32("123456789") == 0xCBF43926. */
 uint32_t validate_crc32(const unsigned char *p, size_t n)
 {
-    pthread_once(&crc_once, crc_build_tables);
+    pthread_once(&g_crc_once, crc_build_tables);
     uint32_t c = 0xFFFFFFFFu;
     while (n >= 8) {
         uint32_t lo = c ^ get_le32(p), hi = get_le32(p + 4);
-        c = crc_tables[7][lo & 0xff] ^ crc_tables[6][(lo >> 8) & 0xff] ^
-            crc_tables[5][(lo >> 16) & 0xff] ^ crc_tables[4][lo >> 24] ^
-            crc_tables[3][hi & 0xff] ^ crc_tables[2][(hi >> 8) & 0xff] ^
-            crc_tables[1][(hi >> 16) & 0xff] ^ crc_tables[0][hi >> 24];
+        c = g_crc_tables[7][lo & 0xff] ^ g_crc_tables[6][(lo >> 8) & 0xff] ^
+            g_crc_tables[5][(lo >> 16) & 0xff] ^ g_crc_tables[4][lo >> 24] ^
+            g_crc_tables[3][hi & 0xff] ^ g_crc_tables[2][(hi >> 8) & 0xff] ^
+            g_crc_tables[1][(hi >> 16) & 0xff] ^ g_crc_tables[0][hi >> 24];
         p += 8;
         n -= 8;
     }
     while (n--)
-        c = crc_tables[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+        c = g_crc_tables[0][(c ^ *p++) & 0xff] ^ (c >> 8);
     return c ^ 0xFFFFFFFFu;
 }
 

@@ -22,7 +22,7 @@
 #include "sched/scheduler.h"
 
 typedef struct driver_limit {
-    list_t link;             /* G.all */
+    list_t link;             /* driver_limit_state.all */
     instance_t *inst;        /* NULL once the instance is freed */
     char model[64];
     unsigned id;
@@ -52,48 +52,48 @@ static struct {
     uv_timer_t timer;
     bool timer_init, timer_on;
     driver_limit_totals_t totals;
-} G;
+} driver_limit_state;
 
 static void on_tick(uv_timer_t *t);
 static void issue(dlim_t *d);
 
 void driver_limit_init(core_t *core, void (*on_applied)(instance_t *inst))
 {
-    memset(&G, 0, sizeof G);
-    G.core = core;
-    G.on_applied = on_applied;
-    list_init(&G.all);
-    if (uv_timer_init(core->loop, &G.timer) == 0) {
-        G.timer_init = true;
-        uv_unref((uv_handle_t *)&G.timer);
+    memset(&driver_limit_state, 0, sizeof driver_limit_state);
+    driver_limit_state.core = core;
+    driver_limit_state.on_applied = on_applied;
+    list_init(&driver_limit_state.all);
+    if (uv_timer_init(core->loop, &driver_limit_state.timer) == 0) {
+        driver_limit_state.timer_init = true;
+        uv_unref((uv_handle_t *)&driver_limit_state.timer);
     }
 }
 
 void driver_limit_shutdown(void)
 {
-    list_foreach_safe(it, tmp, &G.all) {
+    list_foreach_safe(it, tmp, &driver_limit_state.all) {
         dlim_t *d = list_entry(it, dlim_t, link);
         list_remove(&d->link);
         if (d->inst)
             d->inst->dlimit = NULL;
         free(d);
     }
-    if (G.timer_init) {
-        uv_close((uv_handle_t *)&G.timer, NULL); /* static memory: no callback */
-        G.timer_init = false;
+    if (driver_limit_state.timer_init) {
+        uv_close((uv_handle_t *)&driver_limit_state.timer, NULL); /* static memory: no callback */
+        driver_limit_state.timer_init = false;
     }
 }
 
 static void timer_want(void)
 {
-    bool want = !list_empty(&G.all);
-    if (!G.timer_init || want == G.timer_on)
+    bool want = !list_empty(&driver_limit_state.all);
+    if (!driver_limit_state.timer_init || want == driver_limit_state.timer_on)
         return;
-    G.timer_on = want;
+    driver_limit_state.timer_on = want;
     if (want)
-        uv_timer_start(&G.timer, on_tick, DRIVER_LIMIT_TICK_MS, DRIVER_LIMIT_TICK_MS);
+        uv_timer_start(&driver_limit_state.timer, on_tick, DRIVER_LIMIT_TICK_MS, DRIVER_LIMIT_TICK_MS);
     else
-        uv_timer_stop(&G.timer);
+        uv_timer_stop(&driver_limit_state.timer);
 }
 
 static void drop(dlim_t *d)
@@ -102,7 +102,7 @@ static void drop(dlim_t *d)
     if (d->inst)
         d->inst->dlimit = NULL;
     free(d);
-    G.totals.active = G.totals.active ? G.totals.active - 1 : 0;
+    driver_limit_state.totals.active = driver_limit_state.totals.active ? driver_limit_state.totals.active - 1 : 0;
     timer_want();
 }
 
@@ -110,7 +110,7 @@ static void drop(dlim_t *d)
 
 static const char *unavailable(void)
 {
-    const core_t *c = G.core;
+    const core_t *c = driver_limit_state.core;
     if (!c->cfg->gpu.driver_limits)
         return "gpu.driver_limits: off";
     if (!cgroup_tree_active(c->cgroups) || c->cgroups->mode != CGROUP_V2)
@@ -136,8 +136,8 @@ static uint64_t target_of(const instance_t *in)
 /* Hand the instance on (its held requests and grants): after a change applied or failed. */
 static void applied(dlim_t *d)
 {
-    if (d->inst && G.on_applied)
-        G.on_applied(d->inst);
+    if (d->inst && driver_limit_state.on_applied)
+        driver_limit_state.on_applied(d->inst);
 }
 
 static void run_ready(dlim_t *d)
@@ -153,7 +153,7 @@ static void release_leaf(dlim_t *d)
     if (!d->leaf_kept)
         return;
     d->leaf_kept = false;
-    process_leaf_release(G.core->loop, G.core->cgroups, d->leaf);
+    process_leaf_release(driver_limit_state.core->loop, driver_limit_state.core->cgroups, d->leaf);
 }
 
 static void on_call_done(void *ctx, int rc, const char *err)
@@ -166,9 +166,9 @@ static void on_call_done(void *ctx, int rc, const char *err)
         d->failed = false;
         d->stuck = false;
         d->sets++;
-        G.totals.sets++;
+        driver_limit_state.totals.sets++;
         if (d->calling == GPU_LIMIT_NONE) {
-            G.totals.resets++;
+            driver_limit_state.totals.resets++;
             log_event(LOG_INFO, "driver_limit_reset", "model=%s instance=%u cgroup=%s", d->model, d->id, d->dir);
         } else {
             log_event(d->sets == 1 ? LOG_INFO : LOG_DEBUG, "driver_limit_set", "model=%s instance=%u cgroup=%s bytes=%llu",
@@ -177,7 +177,7 @@ static void on_call_done(void *ctx, int rc, const char *err)
     } else {
         d->failed = true;
         d->failures++;
-        G.totals.failures++;
+        driver_limit_state.totals.failures++;
         snprintf(d->error, sizeof d->error, "%s", err);
         log_event(LOG_WARN, "driver_limit_failed", "model=%s instance=%u cgroup=%s error=%s", d->model, d->id,
                   d->dir, err);
@@ -215,7 +215,7 @@ static void issue(dlim_t *d)
     }
     d->failed = true;
     d->failures++;
-    G.totals.failures++;
+    driver_limit_state.totals.failures++;
     snprintf(d->error, sizeof d->error, "the driver call could not start (%s)",
              gpu_limits_unavailable(sched_gpu_handle()) ? gpu_limits_unavailable(sched_gpu_handle())
                                                         : "too many calls in flight");
@@ -227,7 +227,7 @@ static void on_tick(uv_timer_t *t)
 {
     (void)t;
     uint64_t now = core_now();
-    list_foreach_safe(it, tmp, &G.all) {
+    list_foreach_safe(it, tmp, &driver_limit_state.all) {
         dlim_t *d = list_entry(it, dlim_t, link);
         if (d->in_flight) {
             if (!d->stuck && now - d->call_since_ms >= DRIVER_LIMIT_WAIT_MS) {
@@ -266,7 +266,7 @@ int driver_limit_before_start(instance_t *inst, const char *leaf, void (*ready)(
     dlim_t *d = calloc(1, sizeof *d);
     if (!d)
         return 0;
-    if (cgroup_leaf_dir(G.core->cgroups, leaf, d->dir, sizeof d->dir) != 0) {
+    if (cgroup_leaf_dir(driver_limit_state.core->cgroups, leaf, d->dir, sizeof d->dir) != 0) {
         log_event(LOG_WARN, "driver_limit_failed", "model=%s instance=%u leaf=%s error=%s", inst->model->name,
                   inst->id, leaf, strerror(errno));
         free(d);
@@ -281,8 +281,8 @@ int driver_limit_before_start(instance_t *inst, const char *leaf, void (*ready)(
     d->target = target_of(inst);
     d->ready = ready;
     inst->dlimit = d;
-    list_insert_tail(&G.all, &d->link);
-    G.totals.active++;
+    list_insert_tail(&driver_limit_state.all, &d->link);
+    driver_limit_state.totals.active++;
     timer_want();
     issue(d);
     if (d->in_flight)
@@ -308,7 +308,7 @@ bool driver_limit_covers(instance_t *inst)
     issue(d);
     if (!d->in_flight)
         return true; /* it could not be raised: nothing waits for it */
-    G.totals.held_requests++;
+    driver_limit_state.totals.held_requests++;
     return false;
 }
 
@@ -361,7 +361,7 @@ bool driver_limit_figures(const instance_t *inst, driver_limit_figures_t *out)
 
 void driver_limit_totals(driver_limit_totals_t *out)
 {
-    *out = G.totals;
-    const char *no = G.core ? unavailable() : "not started";
+    *out = driver_limit_state.totals;
+    const char *no = driver_limit_state.core ? unavailable() : "not started";
     out->unavailable = no ? no : "";
 }

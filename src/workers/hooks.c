@@ -82,8 +82,8 @@ uint64_t hooks_timeout_ms(const model_t *m, enum hook_kind k)
 
 static const char *hook_done_event(enum hook_kind k)
 {
-    static const char *n[HOOK_KINDS] = {"clear_cache_done", "unload_hook_done", "reload_hook_done", "sleep_hook_done",
-                                        "wake_hook_done"};
+    static const char *const n[HOOK_KINDS] = {"clear_cache_done", "unload_hook_done", "reload_hook_done",
+                                              "sleep_hook_done", "wake_hook_done"};
     return n[k];
 }
 

@@ -26,39 +26,39 @@
 
 const char *instance_state_name(enum instance_state s)
 {
-    static const char *n[] = {"starting",  "ready",   "down",    "stopping", "unloading",
-                              "unloaded",  "reloading", "parking", "parked", "resuming"};
+    static const char *const n[] = {"starting",  "ready",   "down",    "stopping", "unloading",
+                                    "unloaded",  "reloading", "parking", "parked", "resuming"};
     return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "?";
 }
 
 const char *model_state_name(enum model_state s)
 {
-    static const char *n[] = {"stopped", "starting", "ready", "draining", "unloading", "failed"};
+    static const char *const n[] = {"stopped", "starting", "ready", "draining", "unloading", "failed"};
     return n[s];
 }
 
 const char *unload_reason_name(enum unload_reason r)
 {
-    static const char *n[] = {"other", "idle", "evicted", "admin", "recycle", "drain", "removed", "failed"};
+    static const char *const n[] = {"other", "idle", "evicted", "admin", "recycle", "drain", "removed", "failed"};
     return (unsigned)r < UNLOAD_REASONS ? n[r] : "other";
 }
 
 const char *restart_reason_name(enum restart_reason r)
 {
-    static const char *n[] = {"crash", "start_failed", "startup_timeout", "hang", "unhealthy", "reload_failed",
-                              "park_failed", "recycle"};
+    static const char *const n[] = {"crash", "start_failed", "startup_timeout", "hang", "unhealthy", "reload_failed",
+                                    "park_failed", "recycle"};
     return (unsigned)r < RESTART_REASONS ? n[r] : "crash";
 }
 
 const char *hook_kind_name(enum hook_kind k)
 {
-    static const char *n[] = {"clear_cache", "unload", "reload", "sleep", "wake"};
+    static const char *const n[] = {"clear_cache", "unload", "reload", "sleep", "wake"};
     return (unsigned)k < HOOK_KINDS ? n[k] : "other";
 }
 
 const char *hook_outcome_name(enum hook_outcome o)
 {
-    static const char *n[] = {"ok", "http_error", "failed", "timeout", "local_shortage"};
+    static const char *const n[] = {"ok", "http_error", "failed", "timeout", "local_shortage"};
     return (unsigned)o < HOOK_OUTCOMES ? n[o] : "failed";
 }
 

@@ -34,7 +34,7 @@
 #include "workers/shim_library.h"
 
 typedef struct ask {
-    list_t link;              /* G.asks, oldest first */
+    list_t link;              /* shim_grants_state.asks, oldest first */
     shim_inst_t *si;
     grant_conn_t *conn;
     uint32_t seq;
@@ -47,7 +47,7 @@ typedef struct ask {
 /* A grant decided and booked, its answer held until the worker's driver limit covers it
  * (workers/driver_limit.h): the allocation must not fail on a limit that lags. */
 typedef struct held_grant {
-    list_t link;              /* G.held */
+    list_t link;              /* shim_grants_state.held */
     shim_inst_t *si;
     grant_conn_t *conn;
     uint32_t seq;
@@ -67,7 +67,7 @@ static struct {
     list_t asks;
     unsigned n_asks;
     shim_totals_t totals;
-} G;
+} shim_grants_state;
 
 static const char *const refuse_names[] = {
     [0] = "", [SHIM_REFUSE_NO_ROOM] = "no_room", [SHIM_REFUSE_DEADLOCK] = "deadlock", [SHIM_REFUSE_TOO_BIG] = "too_big",
@@ -82,28 +82,28 @@ static void on_request_event(void *ctx, enum core_event ev, void *subject);
 
 void shim_grants_init(core_t *core)
 {
-    memset(&G, 0, sizeof G);
-    G.core = core;
-    list_init(&G.asks);
-    list_init(&G.held);
+    memset(&shim_grants_state, 0, sizeof shim_grants_state);
+    shim_grants_state.core = core;
+    list_init(&shim_grants_state.asks);
+    list_init(&shim_grants_state.held);
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
         rnd = (uint64_t)getpid() << 32 ^ core_now();
-    G.epoch = rnd;
-    shim_library_find(G.library, sizeof G.library);
-    G.totals.library = G.library;
-    snprintf(G.dir, sizeof G.dir, "%s/shim", core->cfg->state_dir);
-    snprintf(G.sock_path, sizeof G.sock_path, "%s/grant.sock", G.dir);
-    uv_timer_init(core->loop, &G.timer);
-    G.timer_init = true;
+    shim_grants_state.epoch = rnd;
+    shim_library_find(shim_grants_state.library, sizeof shim_grants_state.library);
+    shim_grants_state.totals.library = shim_grants_state.library;
+    snprintf(shim_grants_state.dir, sizeof shim_grants_state.dir, "%s/shim", core->cfg->state_dir);
+    snprintf(shim_grants_state.sock_path, sizeof shim_grants_state.sock_path, "%s/grant.sock", shim_grants_state.dir);
+    uv_timer_init(core->loop, &shim_grants_state.timer);
+    shim_grants_state.timer_init = true;
     core_listen(core, CORE_EV_REQUEST_DISPATCHED, on_request_event, NULL);
-    if (!G.library[0]) {
-        snprintf(G.unavailable, sizeof G.unavailable, "libvramd-cuda.so not found");
+    if (!shim_grants_state.library[0]) {
+        snprintf(shim_grants_state.unavailable, sizeof shim_grants_state.unavailable, "libvramd-cuda.so not found");
         return;
     }
-    if (mkdir(G.dir, 0700) != 0 && errno != EEXIST) {
-        snprintf(G.unavailable, sizeof G.unavailable, "%s: %s", G.dir, strerror(errno));
-        log_event(LOG_WARN, "shim_unavailable", "reason=%s", G.unavailable);
+    if (mkdir(shim_grants_state.dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(shim_grants_state.unavailable, sizeof shim_grants_state.unavailable, "%s: %s", shim_grants_state.dir, strerror(errno));
+        log_event(LOG_WARN, "shim_unavailable", "reason=%s", shim_grants_state.unavailable);
         return;
     }
     static const grant_socket_handlers_t h = {
@@ -111,28 +111,28 @@ void shim_grants_init(core_t *core)
     char err[256] = "";
     const grant_socket_limits_t lim = {core->cfg->limits.shim_conns_max, core->cfg->limits.shim_conns_per_proc,
                                        core->cfg->limits.shim_hello_ms};
-    G.sock = grant_socket_listen(core->loop, G.sock_path, &lim, &h, NULL, err, sizeof err);
-    if (!G.sock) {
-        snprintf(G.unavailable, sizeof G.unavailable, "%s", err);
+    shim_grants_state.sock = grant_socket_listen(core->loop, shim_grants_state.sock_path, &lim, &h, NULL, err, sizeof err);
+    if (!shim_grants_state.sock) {
+        snprintf(shim_grants_state.unavailable, sizeof shim_grants_state.unavailable, "%s", err);
         log_event(LOG_WARN, "shim_unavailable", "reason=%s", err);
         return;
     }
-    G.totals.listening = true;
-    uv_timer_start(&G.timer, on_tick, SHIM_GRANTS_REFRESH_MS, SHIM_GRANTS_REFRESH_MS);
-    log_event(LOG_INFO, "shim_listening", "socket=%s library=%s", G.sock_path, G.library);
+    shim_grants_state.totals.listening = true;
+    uv_timer_start(&shim_grants_state.timer, on_tick, SHIM_GRANTS_REFRESH_MS, SHIM_GRANTS_REFRESH_MS);
+    log_event(LOG_INFO, "shim_listening", "socket=%s library=%s", shim_grants_state.sock_path, shim_grants_state.library);
 }
 
 void shim_grants_shutdown(void)
 {
-    if (G.timer_init) {
-        uv_timer_stop(&G.timer);
-        uv_close((uv_handle_t *)&G.timer, NULL);
-        G.timer_init = false;
+    if (shim_grants_state.timer_init) {
+        uv_timer_stop(&shim_grants_state.timer);
+        uv_close((uv_handle_t *)&shim_grants_state.timer, NULL);
+        shim_grants_state.timer_init = false;
     }
-    if (G.sock)
-        grant_socket_close(G.sock); /* closed handlers drop the asks */
-    G.sock = NULL;
-    G.totals.listening = false;
+    if (shim_grants_state.sock)
+        grant_socket_close(shim_grants_state.sock); /* closed handlers drop the asks */
+    shim_grants_state.sock = NULL;
+    shim_grants_state.totals.listening = false;
 }
 
 /* ---- an instance's grant ---------------------------------------------------------------- */
@@ -179,7 +179,7 @@ static void settle_idle(shim_inst_t *si)
     si->context = in->measured > live ? in->measured - live : 0;
     if (live > in->measured + SHIM_GRANTS_MISMATCH_SLACK) {
         si->mismatches++;
-        G.totals.mismatches++;
+        shim_grants_state.totals.mismatches++;
         if (!si->mismatch_logged)
             log_event(LOG_WARN, "shim_mismatch", "model=%s instance=%u shim_bytes=%llu nvml_bytes=%llu", in->model->name,
                       in->id, (unsigned long long)live, (unsigned long long)in->measured);
@@ -189,7 +189,7 @@ static void settle_idle(shim_inst_t *si)
 
 static void refresh_all(void)
 {
-    list_foreach(mi, &G.core->models) {
+    list_foreach(mi, &shim_grants_state.core->models) {
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
@@ -236,7 +236,7 @@ static bool past_capacity(const instance_t *in, uint64_t need)
 static void update_asked(void)
 {
     uint64_t per[LEDGER_MAX_GPUS] = {0};
-    list_foreach(it, &G.asks) {
+    list_foreach(it, &shim_grants_state.asks) {
         ask_t *a = list_entry(it, ask_t, link);
         if (a->pos >= 0 && a->pos < LEDGER_MAX_GPUS)
             per[a->pos] = units_sat_add(per[a->pos], deficit(a->si, a->bytes));
@@ -244,13 +244,13 @@ static void update_asked(void)
     ledger_t *l = sched_ledger();
     for (size_t p = 0; p < l->n_gpus; p++)
         ledger_set_asked(l, p, per[p]);
-    G.totals.waiting = G.n_asks;
+    shim_grants_state.totals.waiting = shim_grants_state.n_asks;
 }
 
 static void ask_drop(ask_t *a)
 {
     list_remove(&a->link);
-    G.n_asks--;
+    shim_grants_state.n_asks--;
     free(a);
     update_asked();
 }
@@ -271,11 +271,11 @@ static void refuse(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t byte
 {
     si->refused++;
     if (why == SHIM_REFUSE_NO_ROOM)
-        G.totals.refused_no_room++;
+        shim_grants_state.totals.refused_no_room++;
     else if (why == SHIM_REFUSE_DEADLOCK)
-        G.totals.refused_deadlock++;
+        shim_grants_state.totals.refused_deadlock++;
     else
-        G.totals.refused_other++;
+        shim_grants_state.totals.refused_other++;
     const instance_t *in = si->inst;
     log_event(LOG_WARN, "shim_refused", "model=%s instance=%u pid=%d bytes=%llu reason=%s",
               in ? in->model->name : "-", in ? in->id : 0, (int)grant_conn_pid(c), (unsigned long long)bytes,
@@ -297,11 +297,11 @@ static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes
         si->extra_run += bytes;
     refresh_grant(si);
     si->granted++;
-    G.totals.granted++;
+    shim_grants_state.totals.granted++;
     if (waited_ms) {
         si->waited++;
         si->wait_ms_total += waited_ms;
-        G.totals.waited++;
+        shim_grants_state.totals.waited++;
     }
     log_event(LOG_DEBUG, "shim_granted", "model=%s instance=%u pid=%d bytes=%llu waited_ms=%llu grant=%llu",
               in->model->name, in->id, (int)grant_conn_pid(c), (unsigned long long)bytes, (unsigned long long)waited_ms,
@@ -310,7 +310,7 @@ static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes
         held_grant_t *h = calloc(1, sizeof *h);
         if (h) { /* answered by shim_grants_limit_applied (out of memory: at once, as without a limit) */
             *h = (held_grant_t){.si = si, .conn = c, .seq = seq};
-            list_insert_tail(&G.held, &h->link);
+            list_insert_tail(&shim_grants_state.held, &h->link);
             return;
         }
     }
@@ -319,7 +319,7 @@ static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes
 
 void shim_grants_limit_applied(instance_t *inst)
 {
-    list_foreach_safe(it, tmp, &G.held) {
+    list_foreach_safe(it, tmp, &shim_grants_state.held) {
         held_grant_t *h = list_entry(it, held_grant_t, link);
         if (h->si->inst != inst || !driver_limit_covers(inst))
             continue;
@@ -332,7 +332,7 @@ void shim_grants_limit_applied(instance_t *inst)
 /* The held grants of a connection (closed) or of an instance (exited: refused). */
 static void drop_held(const grant_conn_t *c, const shim_inst_t *si)
 {
-    list_foreach_safe(it, tmp, &G.held) {
+    list_foreach_safe(it, tmp, &shim_grants_state.held) {
         held_grant_t *h = list_entry(it, held_grant_t, link);
         if (h->conn != c && h->si != si)
             continue;
@@ -349,7 +349,7 @@ static bool fits_now(const ask_t *a)
     if (a->pos < 0)
         return true;
     uint64_t before = 0;
-    list_foreach(it, &G.asks) {
+    list_foreach(it, &shim_grants_state.asks) {
         const ask_t *o = list_entry(it, ask_t, link);
         if (o == a)
             break;
@@ -361,7 +361,7 @@ static bool fits_now(const ask_t *a)
 
 static bool ask_waits(const instance_t *in)
 {
-    list_foreach(it, &G.asks) {
+    list_foreach(it, &shim_grants_state.asks) {
         const ask_t *a = list_entry(it, ask_t, link);
         if (a->si->inst == in)
             return true;
@@ -375,7 +375,7 @@ static bool ask_waits(const instance_t *in)
 static ask_t *deadlocked(int pos)
 {
     unsigned waiting = 0;
-    list_foreach(mi, &G.core->models) {
+    list_foreach(mi, &shim_grants_state.core->models) {
         const model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             const instance_t *in = list_entry(ii, instance_t, link);
@@ -388,7 +388,7 @@ static ask_t *deadlocked(int pos)
         }
     }
     ask_t *youngest = NULL;
-    list_foreach(it, &G.asks) {
+    list_foreach(it, &shim_grants_state.asks) {
         ask_t *a = list_entry(it, ask_t, link);
         if (a->pos != pos)
             continue;
@@ -404,7 +404,7 @@ static ask_t *deadlocked(int pos)
 static void serve_asks(void)
 {
     uint64_t now = core_now();
-    list_foreach_safe(it, tmp, &G.asks) {
+    list_foreach_safe(it, tmp, &shim_grants_state.asks) {
         ask_t *a = list_entry(it, ask_t, link);
         uint64_t need = deficit(a->si, a->bytes); /* read again: its page may have changed */
         bool too_big = past_capacity(a->si->inst, need);
@@ -434,16 +434,16 @@ static void serve_asks(void)
 static void on_tick(uv_timer_t *t)
 {
     (void)t;
-    static uint64_t last_refresh;
+    static uint64_t g_last_refresh;
     uint64_t now = core_now();
-    if (now - last_refresh >= SHIM_GRANTS_REFRESH_MS || G.n_asks == 0) {
-        last_refresh = now;
+    if (now - g_last_refresh >= SHIM_GRANTS_REFRESH_MS || shim_grants_state.n_asks == 0) {
+        g_last_refresh = now;
         refresh_all();
     }
     serve_asks();
-    uint64_t every = G.n_asks ? SHIM_GRANTS_TICK_MS : SHIM_GRANTS_REFRESH_MS;
-    if (uv_timer_get_repeat(&G.timer) != every)
-        uv_timer_start(&G.timer, on_tick, every, every);
+    uint64_t every = shim_grants_state.n_asks ? SHIM_GRANTS_TICK_MS : SHIM_GRANTS_REFRESH_MS;
+    if (uv_timer_get_repeat(&shim_grants_state.timer) != every)
+        uv_timer_start(&shim_grants_state.timer, on_tick, every, every);
 }
 
 static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
@@ -452,7 +452,7 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
     shim_inst_t *si = owner;
     instance_t *in = si->inst;
     si->asks++;
-    G.totals.asks++;
+    shim_grants_state.totals.asks++;
     if (!in || (in->state != INST_READY && in->state != INST_STARTING) || in->stop_requested) {
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_STOPPING);
         return;
@@ -462,7 +462,7 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_TOO_BIG);
         return;
     }
-    if (G.n_asks >= SHIM_GRANTS_ASKS_MAX) {
+    if (shim_grants_state.n_asks >= SHIM_GRANTS_ASKS_MAX) {
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_BUSY);
         return;
     }
@@ -474,8 +474,8 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
     uint64_t now = core_now();
     *a = (ask_t){.si = si, .conn = c, .seq = m->seq, .bytes = m->bytes, .since_ms = now, .pos = in->gpu_pos,
                  .deadline_ms = now + in->model->cfg->grant_wait_ms};
-    list_insert_tail(&G.asks, &a->link);
-    G.n_asks++;
+    list_insert_tail(&shim_grants_state.asks, &a->link);
+    shim_grants_state.n_asks++;
     if (fits_now(a)) {
         ask_drop(a);
         grant(si, c, m->seq, need, 0);
@@ -485,15 +485,15 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
     log_event(LOG_INFO, "shim_waiting", "model=%s instance=%u pid=%d bytes=%llu", in->model->name, in->id,
               (int)grant_conn_pid(c), (unsigned long long)m->bytes);
     serve_asks(); /* room asked for, a deadlock resolved at once */
-    if (G.n_asks && uv_timer_get_repeat(&G.timer) != SHIM_GRANTS_TICK_MS)
-        uv_timer_start(&G.timer, on_tick, SHIM_GRANTS_TICK_MS, SHIM_GRANTS_TICK_MS);
+    if (shim_grants_state.n_asks && uv_timer_get_repeat(&shim_grants_state.timer) != SHIM_GRANTS_TICK_MS)
+        uv_timer_start(&shim_grants_state.timer, on_tick, SHIM_GRANTS_TICK_MS, SHIM_GRANTS_TICK_MS);
 }
 
 /* ---- connections -------------------------------------------------------------------------- */
 
 static shim_inst_t *by_token(const uint8_t *token)
 {
-    list_foreach(mi, &G.core->models) {
+    list_foreach(mi, &shim_grants_state.core->models) {
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
@@ -530,7 +530,7 @@ static void *on_hello(void *ctx, grant_conn_t *c, const shim_msg_t *m, pid_t pee
 
 static void fail_worker(shim_inst_t *si, const char *why)
 {
-    G.totals.malformed++;
+    shim_grants_state.totals.malformed++;
     if (!si || !si->inst || si->failed)
         return;
     instance_t *in = si->inst;
@@ -550,7 +550,7 @@ static shim_inst_t *by_pid(pid_t pid)
     attrib_cache_init(&cache);
     shim_inst_t *best = NULL;
     enum attrib_claim strongest = ATTRIB_NONE;
-    list_foreach(mi, &G.core->models) {
+    list_foreach(mi, &shim_grants_state.core->models) {
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
@@ -568,7 +568,7 @@ static void on_closed(void *ctx, grant_conn_t *c, void *owner, bool malformed)
 {
     (void)ctx;
     drop_held(c, NULL);
-    list_foreach_safe(it, tmp, &G.asks) {
+    list_foreach_safe(it, tmp, &shim_grants_state.asks) {
         ask_t *a = list_entry(it, ask_t, link);
         if (a->conn == c)
             ask_drop(a);
@@ -642,9 +642,9 @@ static const char *unavailable_for(const instance_t *inst)
         return "container workers do not get the shim yet";
     if (inst->gpu_pos < 0)
         return "not memory-gated: no GPU memory is booked for it, so nothing to grant";
-    if (G.unavailable[0])
-        return G.unavailable;
-    if (!G.sock)
+    if (shim_grants_state.unavailable[0])
+        return shim_grants_state.unavailable;
+    if (!shim_grants_state.sock)
         return "the grant socket is not listening";
     if (m->cfg->cuda_shim == CUDA_SHIM_AUTO && !shim_library_file_ok(m->core->cfg->gpu.cuda_library) &&
         strchr(m->core->cfg->gpu.cuda_library, '/'))
@@ -676,9 +676,9 @@ int shim_grants_prepare(instance_t *inst, config_kv_t *env, size_t cap, size_t *
     const char *no = unavailable_for(inst);
     char err[256] = "";
     if (!no) {
-        snprintf(si->page_path, sizeof si->page_path, "%s/%s-%u.page", G.dir, m->name, inst->id);
+        snprintf(si->page_path, sizeof si->page_path, "%s/%s-%u.page", shim_grants_state.dir, m->name, inst->id);
         uint64_t total = inst->gpu_pos >= 0 ? sched_ledger()->gpus[inst->gpu_pos].total : 0;
-        if (shim_page_create(si->page_path, G.epoch, total, &si->page, err, sizeof err) != 0 ||
+        if (shim_page_create(si->page_path, shim_grants_state.epoch, total, &si->page, err, sizeof err) != 0 ||
             getrandom(si->token, sizeof si->token, 0) != (ssize_t)sizeof si->token) {
             no = err[0] ? err : "no random bytes for its token";
             shim_page_destroy(si->page, si->page_path);
@@ -703,16 +703,16 @@ int shim_grants_prepare(instance_t *inst, config_kv_t *env, size_t cap, size_t *
             prev = env[i].value;
     if (!prev)
         prev = getenv("LD_PRELOAD");
-    snprintf(si->preload, sizeof si->preload, "%s%s%s", G.library, prev && prev[0] ? ":" : "", prev ? prev : "");
+    snprintf(si->preload, sizeof si->preload, "%s%s%s", shim_grants_state.library, prev && prev[0] ? ":" : "", prev ? prev : "");
     refresh_grant(si);
     add_env(env, cap, n, "LD_PRELOAD", si->preload); /* after the model's own: it wins */
     add_env(env, cap, n, SHIM_ENV_PAGE, si->page_path);
-    add_env(env, cap, n, SHIM_ENV_SOCKET, G.sock_path);
+    add_env(env, cap, n, SHIM_ENV_SOCKET, shim_grants_state.sock_path);
     add_env(env, cap, n, SHIM_ENV_TOKEN, si->token_hex);
     add_env(env, cap, n, SHIM_ENV_WAIT_MS, si->wait_ms);
-    static char park_on[] = "1";
+    static char g_park_on[] = "1";
     if (m->cfg->shim_park)
-        add_env(env, cap, n, SHIM_ENV_PARK, park_on);
+        add_env(env, cap, n, SHIM_ENV_PARK, g_park_on);
     return 0;
 }
 
@@ -721,7 +721,7 @@ void shim_grants_exited(instance_t *inst)
     shim_inst_t *si = inst->shim;
     if (!si)
         return;
-    list_foreach_safe(it, tmp, &G.asks) {
+    list_foreach_safe(it, tmp, &shim_grants_state.asks) {
         ask_t *a = list_entry(it, ask_t, link);
         if (a->si == si) {
             ask_t copy = *a;
@@ -797,6 +797,6 @@ bool shim_grants_figures(const instance_t *inst, shim_figures_t *out)
 
 void shim_grants_totals(shim_totals_t *out)
 {
-    *out = G.totals;
-    out->library = G.library;
+    *out = shim_grants_state.totals;
+    out->library = shim_grants_state.library;
 }

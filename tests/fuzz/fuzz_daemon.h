@@ -45,6 +45,8 @@
 
 #include "common/log.h"
 #include "config/config.h"
+#include "workers/driver_limit.h"
+#include "workers/shim_grants.h"
 #include "core/core.h"
 #include "core/model.h"
 #include "daemon/wiring.h"
@@ -415,8 +417,8 @@ static inline void fd_daemon_start(void)
     memset(&D.core, 0, sizeof D.core); /* core_init expects a zeroed core */
     FD_CHECK(uv_loop_init(&D.loop) == 0);
     core_init(&D.core, &D.loop, D.cfg);
-    api_admin_ops_t admin = {.drain = fd_stub_drain, .reload = fd_stub_reload, .ctx = NULL};
-    wiring_connect(&D.core, &admin);
+    wiring_root_t root = {.admin = {.drain = fd_stub_drain, .reload = fd_stub_reload, .ctx = NULL}};
+    wiring_connect(&D.core, &root);
     core_listen(&D.core, CORE_EV_REQUEST_ENDED, fd_on_ended, NULL);
     for (size_t i = 0; i < D.cfg->n_models; i++)
         model_start_pinned(model_create(&D.core, &D.cfg->models[i], D.cfg, dispatch_pump));
@@ -459,7 +461,9 @@ static inline void fd_daemon_stop(void)
     D.what = "models removed";
     FD_CHECK(FD_TURN_UNTIL(list_empty(&D.core.models), FD_SETTLE_TURNS, FD_SETTLE_MS));
     fu_close_all();
+    shim_grants_shutdown(); /* the wiring's teardown, in vramd_run's order */
     sched_shutdown(&D.core);
+    driver_limit_shutdown();
     uv_walk(&D.loop, fd_close_walk, NULL);
     uv_run(&D.loop, UV_RUN_DEFAULT);
     core_close(&D.core);

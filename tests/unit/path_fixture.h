@@ -45,6 +45,8 @@
 #include "path/proxy.h"
 #include "path/dispatch.h"
 #include "sched/scheduler.h"
+#include "workers/driver_limit.h"
+#include "workers/shim_grants.h"
 #include "workers/supervisor.h"
 
 #include "path_upstream.h"
@@ -328,8 +330,8 @@ static inline int stub_reload(void *ctx, char *err, size_t errlen)
 /* The daemon's own wiring (daemon/wiring.c), with stub admin ops and a test listener. */
 static inline void path_wire(core_t *core)
 {
-    api_admin_ops_t admin = {.drain = stub_drain, .reload = stub_reload, .ctx = NULL};
-    wiring_connect(core, &admin);
+    wiring_root_t root = {.admin = {.drain = stub_drain, .reload = stub_reload, .ctx = NULL}};
+    wiring_connect(core, &root);
     core_listen(core, CORE_EV_REQUEST_ENDED, on_ended, NULL);
 }
 
@@ -424,7 +426,9 @@ static inline int path_group_teardown(void **state)
     uv_async_init(&D.loop, &remover, remove_models);
     uv_async_send(&remover);
     RUN_UNTIL(list_empty(&D.core.models) && F.open == 0);
+    shim_grants_shutdown(); /* the wiring's teardown, in vramd_run's order */
     sched_shutdown(&D.core);
+    driver_limit_shutdown();
     uv_walk(&D.loop, close_walk_cb, NULL);
     uv_run(&D.loop, UV_RUN_DEFAULT);
     core_close(&D.core);

@@ -23,7 +23,7 @@
 
 #include "cli/cli_http.c"
 
-volatile sig_atomic_t cli_stop_requested = 0;
+volatile sig_atomic_t g_cli_stop = 0;
 
 static void test_url_forms(void **state)
 {
