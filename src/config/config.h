@@ -54,6 +54,13 @@ enum config_preset {
     PRESET_COUNT
 };
 
+/* How a model's server frames a streamed answer (set by its preset, config/presets.c). */
+enum config_stream_framing {
+    STREAM_FRAMING_NONE = 0, /* no streamed answers, or the framing is not known */
+    STREAM_FRAMING_SSE,      /* text/event-stream: `data: {...}` events, OpenAI's `data: [DONE]` last */
+    STREAM_FRAMING_NDJSON,   /* application/x-ndjson: one JSON object a line, `"done": true` last */
+};
+
 typedef struct config_health {
     char *path;           /* default "/health" */
     uint64_t interval_ms; /* default 5s */
@@ -213,6 +220,7 @@ typedef struct model_config {
      * an external (url:) such server may hold several entries' models in one process, and
      * each entry is then measured by it (sched_snapshot.c) */
     enum config_model_report { MODEL_REPORT_NONE = 0, MODEL_REPORT_OLLAMA_PS, MODEL_REPORT_LLAMACPP_MODELS } report;
+    enum config_stream_framing stream_framing; /* its streamed answers' framing (the preset's) */
     config_recycle_t recycle;
     config_degrade_t degrade;
     config_validate_t validate;
