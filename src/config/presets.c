@@ -17,9 +17,11 @@
  * (workers/worker_cmds.c), `served_model_example` and `manages_cache` (warnings.c).
  *
  * After the model's own keys (cfg_preset_finish; cfg_preset_problems for the warnings pass):
- *   - a row's `mode` (llama.cpp's router: `detect` says the model's config is one) gives its
- *     hooks where none was set by hand, and its health path (with what that answer reports)
- *     where the path is still the row's;
+ *   - a row's `slots` (llama.cpp's -np) is the model's concurrency unless set by hand;
+ *   - a row's `mode` (llama.cpp's router: `detect` says the model's config is one: a server
+ *     given no model) gives its hooks where none was set by hand (with their nothing_to_do
+ *     texts: the router's 400s when there is nothing to do), its health path (with what that
+ *     answer reports) where the path is still the row's, and pin_model unless given;
  *   - sleep_env_key=value (vLLM's VLLM_SERVER_DEV_MODE=1) goes into a container: block's env
  *     (an inherited or own env value wins);
  *   - `fraction_flag {mem_fraction}` (vLLM's --gpu-memory-utilization, SGLang's
@@ -54,6 +56,7 @@ static const char *const sglang_denied[] = {"/release_memory_occupation", "/resu
 static const char *const llamacpp_denied[] = {"/models/load", "/models/unload", NULL};
 
 static bool llamacpp_router(const model_config_t *m);
+static unsigned llamacpp_slots(const model_config_t *m);
 
 /* llama-server's router mode (tools/server/README.md, "Router mode"): one model per call of
  * POST /models/load and POST /models/unload, named by the request's "model" field; GET
@@ -63,9 +66,11 @@ static const config_preset_mode_t llamacpp_router_mode = {
     .detect = llamacpp_router,
     .health = "/models",
     .report = MODEL_REPORT_LLAMACPP_MODELS,
-    .unload = {"/models/unload", "{\"model\":\"{served_model}\"}"},
-    .reload = {"/models/load", "{\"model\":\"{served_model}\"}"},
+    /* the router answers 400 when there is nothing to do: that is done */
+    .unload = {"/models/unload", "{\"model\":\"{served_model}\"}", "model is not running"},
+    .reload = {"/models/load", "{\"model\":\"{served_model}\"}", "model is already running"},
     .served_model_example = "qwen3-8b-q4_k_m",
+    .pin_model = true, /* any "model" would make the router load it, beside vramd's book */
 };
 
 /* One row per server, in the enum's order (the enum value picks the row; the name is the
@@ -122,6 +127,7 @@ static const config_preset_t presets[PRESET_COUNT] = {
         .denied = llamacpp_denied,
         .manages_cache = true,
         .mode = &llamacpp_router_mode,
+        .slots = llamacpp_slots,
     },
     [PRESET_OLLAMA] = {
         .name = "ollama",
@@ -227,7 +233,8 @@ static bool set_hook(config_hook_t *hook, const config_preset_hook_t *ph)
     if (ph->path == NULL)
         return true;
     hook->set = true;
-    return set_str(&hook->method, "POST") && set_str(&hook->path, ph->path) && set_str(&hook->body, ph->body);
+    return set_str(&hook->method, "POST") && set_str(&hook->path, ph->path) && set_str(&hook->body, ph->body) &&
+           set_str(&hook->nothing_to_do, ph->nothing_to_do);
 }
 
 /* One variable of the preset's, added to the model's env (whose keys, read later, replace it). */
@@ -284,16 +291,112 @@ int cfg_apply_preset(ctx_t *c, model_config_t *m, enum config_preset p, yaml_nod
     return ok ? 0 : ydoc_fail(c, where, "out of memory");
 }
 
-/* llama-server in router mode: started with --models-dir or --models-preset (no -m), or a
- * running server (url:) named with served_model. */
+/* ---------------------------------------------------------------------------------------
+ * llama.cpp's llama-server: which shape its command line gives (tools/server/README.md and
+ * `llama-server --help` of build 10587: a server given no model is a router, whatever else
+ * its flags say) and how many slots it runs.
+ */
+
+/* The words a worker runs: cmd, else a container: block's command. */
+static char *const *worker_words(const model_config_t *m, size_t *n)
+{
+    *n = m->cmd ? m->n_cmd : m->container.n_command;
+    return m->cmd ? m->cmd : m->container.command;
+}
+
+/* The value of env KEY given to the worker (its env:, a container: block's env); NULL: none. */
+static const char *given_env(const model_config_t *m, const char *key)
+{
+    for (size_t i = 0; i < m->n_env; i++)
+        if (strcmp(m->env[i].key, key) == 0)
+            return m->env[i].value;
+    for (size_t i = 0; i < m->container.n_env; i++)
+        if (strcmp(m->container.env[i].key, key) == 0)
+            return m->container.env[i].value;
+    return NULL;
+}
+
+/* Whether the blank-separated token tok (len bytes) is one of names, or NAME=VALUE; a value
+ * after '=' is copied into val. 1: NAME alone (its value is the next token), 2: NAME=VALUE,
+ * 0: neither. */
+static int flag_token(const char *tok, size_t len, const char *const *names, char *val, size_t cap)
+{
+    for (size_t k = 0; names[k]; k++) {
+        size_t nl = strlen(names[k]);
+        if (len == nl && strncmp(tok, names[k], nl) == 0)
+            return 1;
+        if (len > nl && strncmp(tok, names[k], nl) == 0 && tok[nl] == '=') {
+            snprintf(val, cap, "%.*s", (int)(len - nl - 1), tok + nl + 1);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* Find a flag (one of names: "-np", "--parallel", also as "--parallel=V") among the words,
+ * each word split at blanks (`sh -c "exec llama-server -m F"` is one word); its value copied
+ * into val (empty when it has none). */
+static bool find_flag(const model_config_t *m, const char *const *names, char *val, size_t cap)
+{
+    size_t n;
+    char *const *words = worker_words(m, &n);
+    bool found = false;
+    for (size_t i = 0; i < n; i++) {
+        for (const char *w = words[i] + strspn(words[i], " \t\n"); *w; w += strspn(w, " \t\n")) {
+            size_t len = strcspn(w, " \t\n");
+            if (found) {
+                snprintf(val, cap, "%.*s", (int)len, w);
+                return true;
+            }
+            int kind = flag_token(w, len, names, val, cap);
+            if (kind == 2)
+                return true;
+            found = kind == 1;
+            val[0] = '\0';
+            w += len;
+        }
+    }
+    return found; /* the flag last, without its value */
+}
+
+/* llama-server in router mode: its command names no model (-m, --model, -hf, -mu, -dr, or
+ * their LLAMA_ARG_* variables in its env), with or without --models-dir or --models-preset;
+ * or a running server (url:) named with served_model. */
 static bool llamacpp_router(const model_config_t *m)
 {
-    if (m->cmd == NULL)
+    size_t n;
+    if (worker_words(m, &n) == NULL)
         return m->url != NULL && m->served_model != NULL;
-    for (size_t i = 0; i < m->n_cmd; i++)
-        if (strncmp(m->cmd[i], "--models-dir", 12) == 0 || strncmp(m->cmd[i], "--models-preset", 15) == 0)
-            return true;
-    return false;
+    static const char *const model_flags[] = {"-m", "--model", "-mu", "--model-url", "-hf", "-hfr", "--hf-repo",
+                                              "-dr", "--docker-repo", NULL};
+    static const char *const model_env[] = {"LLAMA_ARG_MODEL", "LLAMA_ARG_MODEL_URL", "LLAMA_ARG_HF_REPO",
+                                            "LLAMA_ARG_DOCKER_REPO"};
+    char val[8];
+    if (find_flag(m, model_flags, val, sizeof val))
+        return false;
+    for (size_t i = 0; i < sizeof model_env / sizeof model_env[0]; i++)
+        if (given_env(m, model_env[i]))
+            return false;
+    return true;
+}
+
+/* llama-server's slots: -np N / --parallel N (or LLAMA_ARG_N_PARALLEL); not given, or -1
+ * (auto): 4, what build 10587 takes ("n_slots = 4" in its log). A router gives its flags to
+ * each model's server. 0: not known (url:, or not a number: the model's concurrency is left
+ * as it is). */
+static unsigned llamacpp_slots(const model_config_t *m)
+{
+    size_t n;
+    if (worker_words(m, &n) == NULL)
+        return 0; /* a running server (url:): its slots are its own (GET /props total_slots) */
+    static const char *const flags[] = {"-np", "--parallel", NULL};
+    char val[24] = "";
+    const char *v = find_flag(m, flags, val, sizeof val) ? val : given_env(m, "LLAMA_ARG_N_PARALLEL");
+    if (v == NULL || strcmp(v, "-1") == 0)
+        return 4;
+    char *end;
+    long k = strtol(v, &end, 10);
+    return *v && *end == '\0' && k >= 1 && k <= 1024 ? (unsigned)k : 0;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -323,20 +426,33 @@ bool cfg_words_have_flag(char *const *words, size_t n, const char *flag)
     return false;
 }
 
-/* The preset's other mode (llama.cpp's router), when the model's config is it: its hooks
- * where none was set by hand, and its health check (with what that answer reports) where the
- * path is still the preset's. */
+/* Whether key was given for this model by hand (in its own mapping or in `defaults:`). */
+static bool given(ctx_t *c, yaml_node_t *where, const char *key)
+{
+    return ydoc_find_value(c, where, key) != NULL || ydoc_find_value(c, c->defaults_node, key) != NULL;
+}
+
+/* What the model's config says of its server, after its own keys: the server's slots as its
+ * concurrency, unless set by hand; the preset's other mode (llama.cpp's router), when the
+ * config is it: its hooks where none was set by hand, its health check (with what that
+ * answer reports) where the path is still the preset's, pin_model unless given. */
 static int mode_finish(ctx_t *c, model_config_t *m, yaml_node_t *where)
 {
+    const config_preset_t *ps = config_preset(m->preset);
+    unsigned slots = ps->slots ? ps->slots(m) : 0;
+    if (slots > 0 && !given(c, where, "concurrency"))
+        m->concurrency = slots;
     const config_preset_mode_t *mode = config_preset_mode(m);
     if (mode == NULL)
         return 0;
+    if (mode->pin_model && !given(c, where, "pin_model"))
+        m->pin_model = true;
     bool ok = true;
     if (!m->unload.set)
         ok = set_hook(&m->unload, &mode->unload);
     if (ok && !m->reload.set)
         ok = set_hook(&m->reload, &mode->reload);
-    const char *row_health = config_preset(m->preset)->health;
+    const char *row_health = ps->health;
     if (ok && mode->health && m->health.path && row_health && strcmp(m->health.path, row_health) == 0) {
         ok = set_str(&m->health.path, mode->health);
         m->report = mode->report;

@@ -20,11 +20,13 @@
 typedef struct config_preset_hook {
     const char *path;
     const char *body; /* JSON text, may hold {served_model}, {port}, ... (workers/worker_cmds.c) */
+    const char *nothing_to_do; /* text of a non-2xx answer that means "already so": done */
 } config_preset_hook_t;
 
 /* A second shape of the same server, taken when `detect` says the model's config is it
- * (llama.cpp's router mode); its non-NULL columns replace the row's, after the model's keys,
- * each only where the user left the key at the preset's value. */
+ * (llama.cpp's router mode); its columns apply after the model's keys, each only where the
+ * user left the key alone (hooks not set by hand, health path still the row's, pin_model
+ * not given). */
 typedef struct config_preset_mode {
     const char *name;                                 /* for docs and messages: "router" */
     bool (*detect)(const model_config_t *m);          /* the model runs the server in this mode */
@@ -32,6 +34,7 @@ typedef struct config_preset_mode {
     enum config_model_report report;                  /* with that health path */
     config_preset_hook_t unload, reload;              /* when not set by hand */
     const char *served_model_example;                 /* hooks name {served_model}: warn without one */
+    bool pin_model;                                   /* requests reach only served_model */
 } config_preset_mode_t;
 
 typedef struct config_preset_row {
@@ -58,6 +61,9 @@ typedef struct config_preset_row {
     const char *served_model_example; /* its hooks name {served_model}: warn without one, e.g. */
     bool manages_cache;         /* frees its own cache: no clear_cache warning */
     const config_preset_mode_t *mode; /* another shape of the server (NULL: none) */
+    /* how many requests the server runs at once, from the model's cmd and env (its slots):
+     * the model's concurrency unless set by hand; 0 or NULL: not known (left as it is) */
+    unsigned (*slots)(const model_config_t *m);
 } config_preset_t;
 
 /* The row of p (the "none" row for PRESET_NONE or a value out of range). */

@@ -135,6 +135,72 @@ static void test_mode_and_served_model_example(void **state)
     config_unref(c);
 }
 
+/* llama.cpp: a server given no model is a router (whatever its flags, also from its env); one
+ * given a model (-m, -hf, ... or LLAMA_ARG_MODEL, also inside a `sh -c` word) is not. */
+static void test_llamacpp_router_detected(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("models:\n"
+                           "  bare: {cmd: [llama-server, --port, \"{port}\"], preset: llamacpp, served_model: a}\n"
+                           "  envdir: {cmd: [llama-server, --port, \"{port}\"], preset: llamacpp, served_model: a,\n"
+                           "           env: {LLAMA_ARG_MODELS_DIR: /m}}\n"
+                           "  envmodel: {cmd: [llama-server, --port, \"{port}\"], preset: llamacpp,\n"
+                           "             env: {LLAMA_ARG_MODEL: /m/a.gguf}}\n"
+                           "  shm: {cmd: [sh, -c, \"exec llama-server -m /m/a.gguf --port {port}\"], preset: llamacpp}\n"
+                           "  eq: {cmd: [llama-server, \"--model=/m/a.gguf\", --port, \"{port}\"], preset: llamacpp}\n"
+                           "  hf: {cmd: [llama-server, -hf, org/x, --port, \"{port}\"], preset: llamacpp}\n"
+                           "  dir: {cmd: [llama-server, --models-dir, /m, --port, \"{port}\"], preset: llamacpp,\n"
+                           "        served_model: a}\n");
+    const char *routers[] = {"bare", "envdir", "dir"}, *singles[] = {"envmodel", "shm", "eq", "hf"};
+    for (size_t i = 0; i < 3; i++) {
+        const model_config_t *m = config_find_model(c, routers[i]);
+        assert_non_null(config_preset_mode(m));
+        assert_string_equal(m->unload.path, "/models/unload");
+        assert_string_equal(m->unload.nothing_to_do, "model is not running");
+        assert_string_equal(m->reload.nothing_to_do, "model is already running");
+        assert_string_equal(m->health.path, "/models");
+        assert_true(m->pin_model);
+    }
+    for (size_t i = 0; i < 4; i++) {
+        const model_config_t *m = config_find_model(c, singles[i]);
+        assert_null(config_preset_mode(m));
+        assert_false(m->unload.set || m->pin_model);
+        assert_string_equal(m->health.path, "/health");
+    }
+    config_unref(c);
+}
+
+/* The server's slots are the entry's concurrency unless set by hand; pin_model given by hand
+ * wins; a hook's own nothing_to_do is read (null removes it). */
+static void test_llamacpp_slots_and_hand_keys(void **state)
+{
+    (void)state;
+    config_t *c = parse_ok("models:\n"
+                           "  np: {cmd: [llama-server, -m, a, -np, \"2\"], preset: llamacpp}\n"
+                           "  par: {cmd: [llama-server, -m, a, \"--parallel=3\"], preset: llamacpp}\n"
+                           "  none: {cmd: [llama-server, -m, a], preset: llamacpp}\n"
+                           "  auto: {cmd: [llama-server, -m, a, -np, \"-1\"], preset: llamacpp}\n"
+                           "  env: {cmd: [llama-server, -m, a], preset: llamacpp, env: {LLAMA_ARG_N_PARALLEL: \"5\"}}\n"
+                           "  hand: {cmd: [llama-server, -m, a, -np, \"2\"], preset: llamacpp, concurrency: 7}\n"
+                           "  ext: {url: \"http://127.0.0.1:9\", preset: llamacpp}\n"
+                           "  r: {cmd: [llama-server, --port, \"{port}\"], preset: llamacpp, served_model: a,\n"
+                           "      pin_model: false, unload: {path: /models/unload, nothing_to_do: null}}\n"
+                           "  h: {url: \"http://127.0.0.1:9\", unload: {path: /u, nothing_to_do: gone}}\n");
+    assert_int_equal(config_find_model(c, "np")->concurrency, 2);
+    assert_int_equal(config_find_model(c, "par")->concurrency, 3);
+    assert_int_equal(config_find_model(c, "none")->concurrency, 4);
+    assert_int_equal(config_find_model(c, "auto")->concurrency, 4);
+    assert_int_equal(config_find_model(c, "env")->concurrency, 5);
+    assert_int_equal(config_find_model(c, "hand")->concurrency, 7);
+    assert_int_equal(config_find_model(c, "ext")->concurrency, 1); /* a url: server's slots are not known */
+    const model_config_t *r = config_find_model(c, "r");
+    assert_false(r->pin_model);
+    assert_null(r->unload.nothing_to_do);
+    assert_string_equal(r->reload.nothing_to_do, "model is already running");
+    assert_string_equal(config_find_model(c, "h")->unload.nothing_to_do, "gone");
+    config_unref(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -142,6 +208,8 @@ int main(void)
         cmocka_unit_test(test_none_fills_nothing),
         cmocka_unit_test(test_columns_land),
         cmocka_unit_test(test_mode_and_served_model_example),
+        cmocka_unit_test(test_llamacpp_router_detected),
+        cmocka_unit_test(test_llamacpp_slots_and_hand_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
