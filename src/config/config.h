@@ -40,6 +40,9 @@ typedef struct config_hook { /* an HTTP call to an external/supervised server */
     char *path;
     char *body;          /* JSON text sent with the call (Content-Type: application/json), or NULL */
     uint64_t timeout_ms; /* default 30s for unload/clear_cache/sleep, 60s for reload/wake */
+    /* nothing_to_do: text in a non-2xx answer's body that means there was nothing to do (the
+     * model already unloaded, already loaded): the call counts as done; NULL = none */
+    char *nothing_to_do;
 } config_hook_t;
 
 /* preset: hooks, health path, route and OOM detection filled from what a server documents
@@ -52,6 +55,13 @@ enum config_preset {
     PRESET_LLAMACPP,
     PRESET_OLLAMA,
     PRESET_COUNT
+};
+
+/* How a model's server frames a streamed answer (set by its preset, config/presets.c). */
+enum config_stream_framing {
+    STREAM_FRAMING_NONE = 0, /* no streamed answers, or the framing is not known */
+    STREAM_FRAMING_SSE,      /* text/event-stream: `data: {...}` events, OpenAI's `data: [DONE]` last */
+    STREAM_FRAMING_NDJSON,   /* application/x-ndjson: one JSON object a line, `"done": true` last */
 };
 
 typedef struct config_health {
@@ -213,6 +223,7 @@ typedef struct model_config {
      * an external (url:) such server may hold several entries' models in one process, and
      * each entry is then measured by it (sched_snapshot.c) */
     enum config_model_report { MODEL_REPORT_NONE = 0, MODEL_REPORT_OLLAMA_PS, MODEL_REPORT_LLAMACPP_MODELS } report;
+    enum config_stream_framing stream_framing; /* its streamed answers' framing (the preset's) */
     config_recycle_t recycle;
     config_degrade_t degrade;
     config_validate_t validate;
@@ -223,6 +234,11 @@ typedef struct model_config {
     /* ComfyUI's own queue (path/prompt_hold.c): a POST /prompt answered 200 with a prompt_id
      * keeps its slot and reservation until GET /history/{prompt_id} shows it done */
     bool prompt_hold;              /* preset comfyui: true */
+    /* pin_model: requests reach only served_model (path/router.c): a JSON body's "model" that
+     * is absent or names this entry is set to served_model, one naming another model is
+     * refused 400 wrong_model, as is a `model=` query naming another; default off (on for
+     * llama.cpp's router mode) */
+    bool pin_model;
     uint64_t prompt_poll_ms;       /* default 250 ms, at least 10 ms */
     uint64_t prompt_hold_timeout_ms; /* bound on one hold; 0 = response_timeout (then 10m when that is 0) */
     /* vramd in the allocation path (workers/shim_grants.c): libvramd-cuda.so LD_PRELOADed

@@ -19,6 +19,7 @@ static void hook_init(config_hook_t *hook, uint64_t timeout_ms)
     hook->method = strdup("POST");
     hook->path = NULL;
     hook->body = NULL;
+    hook->nothing_to_do = NULL;
     hook->timeout_ms = timeout_ms;
 }
 
@@ -89,6 +90,7 @@ void cfg_model_free(model_config_t *m)
         free(hooks[i]->method);
         free(hooks[i]->path);
         free(hooks[i]->body);
+        free(hooks[i]->nothing_to_do);
     }
     for (size_t i = 0; i < m->memory.n_size_fields; i++)
         free(m->memory.size_fields[i]);

@@ -528,6 +528,7 @@ static const field_spec_t hook_fields[] = {
     {"path", cfg_fp_http_path, offsetof(config_hook_t, path), 0, 0, NULL},
     {"body", fp_hook_body, offsetof(config_hook_t, body), 0, 0, NULL},
     {"timeout", cfg_fp_duration, offsetof(config_hook_t, timeout_ms), 1, 0, NULL},
+    {"nothing_to_do", cfg_fp_string_opt, offsetof(config_hook_t, nothing_to_do), 0, 0, NULL},
 };
 static const section_t hook_section = SECTION(hook_fields);
 
@@ -539,8 +540,10 @@ static int fp_hook(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *sp
     if (ydoc_is_null(v)) {
         free(hook->path);
         free(hook->body);
+        free(hook->nothing_to_do);
         hook->path = NULL;
         hook->body = NULL;
+        hook->nothing_to_do = NULL;
         hook->set = false;
         hook->timeout_ms = spec->min;
         char *post = strdup("POST");
@@ -635,6 +638,7 @@ static const field_spec_t model_fields[] = {
     {"retry_budget", cfg_fp_section, offsetof(model_config_t, retry_budget), 0, 0, &retry_budget_section},
     {"outlier", cfg_fp_section, offsetof(model_config_t, outlier), 0, 0, &outlier_section},
     {"prompt_hold", cfg_fp_bool, offsetof(model_config_t, prompt_hold), 0, 0, NULL},
+    {"pin_model", cfg_fp_bool, offsetof(model_config_t, pin_model), 0, 0, NULL},
     {"prompt_poll", cfg_fp_duration, offsetof(model_config_t, prompt_poll_ms), 10, 0, NULL},
     {"prompt_hold_timeout", cfg_fp_duration, offsetof(model_config_t, prompt_hold_timeout_ms), 0, 0, NULL},
     {"cuda_shim", fp_cuda_shim, offsetof(model_config_t, cuda_shim), 0, 0, NULL},

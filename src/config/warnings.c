@@ -23,6 +23,7 @@
 
 #include "common/units.h"
 #include "config/config_int.h"
+#include "config/presets.h"
 
 #define WARNINGS_MAX 256
 #define BARE_DURATION_WARN 1000ULL /* a bare number of seconds this large was likely meant as ms */
@@ -234,6 +235,16 @@ static int warn_bare_numbers(ctx_t *c, config_t *cfg, const model_config_t *m, y
     return 0;
 }
 
+/* Whether the load or unload hook names the served model ({served_model} in its body). */
+static bool hooks_name_served_model(const model_config_t *m)
+{
+    const config_hook_t *hooks[] = {&m->unload, &m->reload};
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++)
+        if (hooks[i]->set && hooks[i]->body && strstr(hooks[i]->body, "{served_model}"))
+            return true;
+    return false;
+}
+
 static int warn_model(ctx_t *c, config_t *cfg, const model_config_t *m, yaml_node_t *where)
 {
     if (warn_cmd(c, cfg, m, where) != 0)
@@ -282,20 +293,20 @@ static int warn_model(ctx_t *c, config_t *cfg, const model_config_t *m, yaml_nod
                         m->unload.set ? "unload" : "sleep", m->unload.set && m->sleep.set ? "s are" : " is") != 0)
             return -1;
     }
-    bool router = m->preset == PRESET_LLAMACPP && m->unload.set && m->unload.path &&
-                  strcmp(m->unload.path, "/models/unload") == 0;
-    if ((m->preset == PRESET_OLLAMA || router) && m->served_model == NULL) {
+    const config_preset_t *ps = config_preset(m->preset);
+    const config_preset_mode_t *mode = config_preset_mode(m);
+    const char *example = mode && mode->served_model_example ? mode->served_model_example : ps->served_model_example;
+    if (example && hooks_name_served_model(m) && m->served_model == NULL) {
         ydoc_path_reset(c);
         ydoc_path_append(c, "models.%s", m->name);
         if (add_warning(c, cfg, m->name, where, "preset %s without served_model: vramd names this model \"%s\" "
                         "to the server (the \"model\" of its load and unload calls); set served_model to the "
-                        "name the server knows it by (like %s)", config_preset_name(m->preset), m->name,
-                        router ? "qwen3-8b-q4_k_m" : "qwen3:8b") != 0)
+                        "name the server knows it by (like %s)", ps->name, m->name, example) != 0)
             return -1;
     }
     /* a preset's server handles its own cache (vLLM and SGLang preallocate a fixed pool,
      * llama.cpp and Ollama have no caching allocator, ComfyUI empties it after prompts) */
-    if (m->memory.per_request >= CACHE_WARN_PER_REQUEST && !m->clear_cache.set && m->preset == PRESET_NONE) {
+    if (m->memory.per_request >= CACHE_WARN_PER_REQUEST && !m->clear_cache.set && !ps->manages_cache) {
         yaml_node_t *n = cfg_model_key_node(c, m->name, where, "memory");
         char size[32];
         units_format_size(m->memory.per_request, size, sizeof size);

@@ -4,12 +4,15 @@
  * segment ("." or "..", also percent-encoded) is refused with 400 before either: it never
  * reaches a worker (http/http_path.h says which paths), nor is a path that is one of the
  * model's memory levers (its sleep, wake, unload or reload hook, or what its preset names):
- * 403 hook_path.
+ * 403 hook_path. A model with pin_model (llama.cpp's router) is reached only with its
+ * served_model: a body's "model" that is absent or names the entry is set to it, another
+ * name (body or `model=` query) is 400 wrong_model (pin_refused).
  */
 #include "path/router.h"
 
 #include <ctype.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +175,154 @@ static void refuse_unknown(conn_t *c, const char *path, size_t qpos)
                        (int)(qpos > 200 ? 200 : qpos), path);
 }
 
+/* ---------------------------------------------------------------------------------------
+ * pin_model (config.h): a model whose server would load any model a request names
+ * (llama.cpp's router) is reached only with its served_model.
+ */
+
+/* The end of the JSON value at s[i] (a document cJSON accepted): one past its last byte.
+ * Strings skip their escapes; arrays and objects count their depth (no recursion). */
+static size_t json_value_end(const char *s, size_t len, size_t i)
+{
+    size_t depth = 0;
+    bool in_str = false;
+    for (; i < len; i++) {
+        char ch = s[i];
+        if (in_str) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_str = false;
+            if (!in_str && depth == 0)
+                return i + 1;
+            continue;
+        }
+        if (ch == '"')
+            in_str = true;
+        else if (ch == '{' || ch == '[')
+            depth++;
+        else if (ch == '}' || ch == ']') {
+            if (depth == 0)
+                return i; /* the enclosing object's end: a scalar ended */
+            if (--depth == 0)
+                return i + 1;
+        } else if (depth == 0 && (ch == ',' || ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n'))
+            return i;
+    }
+    return len;
+}
+
+/* The span of the top-level "model" member's value in a JSON object text (cJSON accepted
+ * it); false when there is none. *open is one past the object's '{'. */
+static bool model_member(const char *s, size_t len, size_t *open, size_t *vstart, size_t *vend)
+{
+    size_t i = strspn(s, " \t\r\n");
+    if (i >= len || s[i] != '{')
+        return false;
+    *open = ++i;
+    while (i < len) {
+        i += strspn(s + i, " \t\r\n,");
+        if (i >= len || s[i] != '"')
+            return false;
+        size_t kend = json_value_end(s, len, i);
+        bool is_model = kend - i == 7 && memcmp(s + i, "\"model\"", 7) == 0;
+        i = kend + strspn(s + kend, " \t\r\n");
+        if (i >= len || s[i] != ':')
+            return false;
+        i += 1 + strspn(s + i + 1, " \t\r\n");
+        size_t vs = i;
+        i = json_value_end(s, len, i);
+        if (is_model) {
+            *vstart = vs;
+            *vend = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Replace r's body bytes [from, to) with text; false when out of memory or over max_body. */
+static bool splice_body(request_t *r, size_t from, size_t to, const char *text)
+{
+    buf_t out;
+    buf_init(&out, r->body.max);
+    size_t tl = strlen(text);
+    bool ok = buf_append(&out, r->body.data, from) == 0 && buf_append(&out, text, tl) == 0 &&
+              buf_append(&out, r->body.data + to, r->body.len - to) == 0;
+    if (ok) {
+        buf_reset(&r->body);
+        ok = buf_append(&r->body, out.data, out.len) == 0;
+    }
+    buf_free(&out);
+    return ok;
+}
+
+/* The value of the query's `model=` parameter (raw), copied into out; false when none. */
+static bool query_model(const char *path, size_t qpos, size_t len, char *out, size_t cap)
+{
+    for (size_t i = qpos + 1; i < len; i++) {
+        if ((i == qpos + 1 || path[i - 1] == '&') && len - i > 6 && memcmp(path + i, "model=", 6) == 0) {
+            size_t vl = strcspn(path + i + 6, "&");
+            vl = vl < len - i - 6 ? vl : len - i - 6;
+            snprintf(out, cap, "%.*s", (int)vl, path + i + 6);
+            return true;
+        }
+    }
+    return false;
+}
+
+static void refuse_wrong_model(conn_t *c, const model_t *m, const char *named)
+{
+    conn_respond_error(c, 400, "wrong_model", m->name, -1, false,
+                       "model %s serves only \"%s\" (its served_model), which this request names as \"%s\": name "
+                       "%s or \"%s\", or use the route of the model you want",
+                       m->name, m->cfg->served_model, named, m->name, m->cfg->served_model);
+}
+
+/* pin_model: a `model=` query naming another model, or a JSON body's "model" naming another
+ * model, is refused 400 wrong_model; a body's "model" that is absent or names this entry
+ * (its name, an alias) is set to served_model, the rest of the body byte for byte as sent.
+ * A body that is not a JSON object is forwarded as it is. true: answered (refused). */
+static bool pin_refused(conn_t *c, request_t *r, model_t *m, const char *path, size_t qpos)
+{
+    const model_config_t *mc = m->cfg;
+    if (!mc->pin_model || !mc->served_model)
+        return false;
+    char named[160];
+    if (query_model(path, qpos, r->msg.target.len, named, sizeof named) && strcmp(named, mc->served_model) != 0) {
+        refuse_wrong_model(c, m, named);
+        return true;
+    }
+    cJSON *doc = r->body.len ? cJSON_ParseWithLength(r->body.data, r->body.len) : NULL;
+    if (!cJSON_IsObject(doc)) {
+        cJSON_Delete(doc);
+        return false;
+    }
+    const cJSON *mv = cJSON_GetObjectItemCaseSensitive(doc, "model");
+    snprintf(named, sizeof named, "%s", cJSON_IsString(mv) ? mv->valuestring : "");
+    bool present = mv != NULL;
+    cJSON_Delete(doc);
+    if (present && strcmp(named, mc->served_model) == 0)
+        return false;
+    if (present && (!named[0] || model_find(c->core, named) != m)) {
+        refuse_wrong_model(c, m, named[0] ? named : "(not a name)");
+        return true;
+    }
+    char quoted[sizeof named + 4];
+    size_t open = 0, vs = 0, ve = 0;
+    bool found = model_member(r->body.data, r->body.len, &open, &vs, &ve);
+    bool ok = found ? (snprintf(quoted, sizeof quoted, "\"%s\"", mc->served_model), splice_body(r, vs, ve, quoted))
+                    : (snprintf(quoted, sizeof quoted, "\"model\":\"%s\"%s", mc->served_model,
+                                r->body.data[open + strspn(r->body.data + open, " \t\r\n")] == '}' ? "" : ","),
+                       splice_body(r, open, open, quoted));
+    if (!ok) {
+        conn_respond_error(c, 413, "body_too_large", m->name, -1, false,
+                           "the body with its \"model\" set to %s is over limits.max_body", mc->served_model);
+        return true;
+    }
+    return false;
+}
+
 bool router_head_refused(conn_t *c, request_t *r)
 {
     const char *path;
@@ -201,7 +352,7 @@ void router_route(conn_t *c, request_t *r)
     size_t prefix = 0;
     model_t *m = router_find_model_by_path(d, path, plen, &prefix);
     if (m) {
-        if (!refused_hook_path(c, m, path, qpos, prefix))
+        if (!refused_hook_path(c, m, path, qpos, prefix) && !pin_refused(c, r, m, path, qpos))
             dispatch_admit(c, r, m, prefix);
         return;
     }
@@ -210,7 +361,7 @@ void router_route(conn_t *c, request_t *r)
         char name[128];
         m = model_from_body(c, r, &bad_json, name, sizeof name);
         if (m) {
-            if (!refused_hook_path(c, m, path, qpos, 0))
+            if (!refused_hook_path(c, m, path, qpos, 0) && !pin_refused(c, r, m, path, qpos))
                 dispatch_admit(c, r, m, 0);
             return;
         }

@@ -10,7 +10,10 @@
  * in cmd: {served_model}, {port}, ..., timeout), logged when made
  * (hook_call) and when it ends (its *_done event: clear_cache_done, unload_hook_done, ...,
  * with outcome), or hook_failed / local_resource_exhausted when it cannot be made; counted
- * once in model->hook_calls[hook][outcome] (vramd_hook_calls_total) however it ends. The
+ * once in model->hook_calls[hook][outcome] (vramd_hook_calls_total) however it ends. A
+ * non-2xx answer whose body holds the hook's nothing_to_do text (llama.cpp's router: "model is
+ * not running", "model is already running") is done: outcome ok, nothing_to_do true in the
+ * log, and the caller sees 200. The
  * scheduler's clear (instance_clear_cache) is followed by an NVML reading at its answer.
  *
  * The unload hook is also the tier after a park (park.c): from PARKING or PARKED.
@@ -102,14 +105,17 @@ static void on_hook_answer(void *ctx, int status, const char *body, size_t len, 
     http_call_cb cb = inst->hook_cb;
     inst->hook_call = NULL;
     inst->hook_cb = NULL;
-    enum hook_outcome o = hook_outcome_of(status, core_now() >= inst->hook_deadline_ms);
+    const char *done_text = hook_config(m, kind)->nothing_to_do;
+    bool nothing = status >= 300 && done_text && body && memmem(body, len, done_text, strlen(done_text)) != NULL;
+    int seen = nothing ? 200 : status; /* "already so" (the hook's nothing_to_do): done */
+    enum hook_outcome o = hook_outcome_of(seen, core_now() >= inst->hook_deadline_ms);
     hook_count(inst, kind, o);
     log_event(o == HOOK_OK ? LOG_INFO : LOG_WARN, hook_done_event(kind),
-              "model=%s instance=%u hook=%s status=%d outcome=%s error=%s", m->name, inst->id, hook_kind_name(kind),
-              status, hook_outcome_name(o), error);
+              "model=%s instance=%u hook=%s status=%d outcome=%s nothing_to_do=%B error=%s", m->name, inst->id,
+              hook_kind_name(kind), status, hook_outcome_name(o), (int)nothing, error);
     if (o == HOOK_LOCAL_SHORTAGE)
         hook_local_shortage(inst, hook_config(m, kind)->path, error);
-    cb(inst, status, body, len, error);
+    cb(inst, seen, body, len, error);
 }
 
 int instance_call_hook(instance_t *inst, enum hook_kind kind, http_call_cb cb)

@@ -6,7 +6,9 @@
  * release (keep_alive's idle timers are park_evict.c's: an expiry may park), its identity
  * (which processes are its: set at the spawn or for an external server, refreshed on the
  * scheduler's request, always through proc/attrib.h), an external Ollama's per-model figure
- * (/api/ps size_vram from its health answers; a model it does not list is unloaded), and freeing: of an instance, and of
+ * (/api/ps size_vram from its health answers; a model it does not list is unloaded; a
+ * llama.cpp router's model is READY only once /models says "loaded", and one whose load
+ * failed fails the check), and freeing: of an instance, and of
  * a removed model once its last instance is gone (the two are freed from each other's
  * callbacks, so they live together here).
  *
@@ -262,8 +264,12 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
     inst->health_call = NULL;
     uint64_t now = core_now();
     bool ok = status == 200;
-    if (ok && body && m->cfg->report != MODEL_REPORT_NONE)
-        server_report_note(inst, body, body_len);
+    enum server_said said = ok && body && m->cfg->report != MODEL_REPORT_NONE ? server_report_note(inst, body, body_len)
+                                                                               : SERVER_SAID_NOTHING;
+    if (said == SERVER_SAID_FAILED) { /* llama.cpp's router: the model's last load failed */
+        ok = false;
+        error = "the server says the model's last load failed";
+    }
     if (inst->state == INST_STOPPING) {
         instance_maybe_free(inst);
         return;
@@ -277,6 +283,10 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
         return;
     }
     if (inst->state == INST_STARTING) {
+        if (ok && said == SERVER_SAID_LOADING) {
+            ok = false; /* ready once the server says the model is loaded */
+            error = "the server is still loading the model";
+        }
         if (ok && !port_is_the_workers(inst))
             ok = false; /* another process answered: wait for ours (it exits if it cannot bind) */
         if (ok)

@@ -14,8 +14,9 @@
  *   request (waking an awake vLLM or SGLang is a no-op); a failed wake leaves it to its
  *   health checks (park.c's wake_failed).
  *
- * vLLM (preset vllm): a 2xx from /sleep or /wake_up is confirmed with GET /is_sleeping
- * (vLLM's dev-mode route, answering {"is_sleeping": true|false}) before it is reported: a
+ * A server whose preset names a sleep_confirm path (vLLM's /is_sleeping, config/presets.h): a
+ * 2xx from /sleep or /wake_up is confirmed with GET on that path (vLLM's dev-mode route,
+ * answering {"is_sleeping": true|false}) before it is reported: a
  * sleep counts (OUT_DONE, then park.c waits for NVML) only when it says true, a wake
  * (BACK_DONE) only when it says false. "Not yet" (the other value: vLLM may answer /sleep
  * before the engine is done, its api_router's FIXME) is asked again every
@@ -32,6 +33,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "config/presets.h"
 #include "net/http_call.h"
 #include "core/core.h"
 #include "workers/park_tier.h"
@@ -40,7 +42,6 @@
 
 #define PARK_WAKE_GUESS_MS 1000 /* a wake before one was measured (vLLM: 0.1-6 s) */
 
-#define IS_SLEEPING_PATH "/is_sleeping"
 #define CONFIRM_RETRY_MS 100
 
 static bool confirm_call(instance_t *inst);
@@ -104,7 +105,7 @@ static bool confirm_call(instance_t *inst)
         .host = inst->host,
         .port = inst->port,
         .method = "GET",
-        .path = IS_SLEEPING_PATH,
+        .path = config_preset(m->cfg->preset)->sleep_confirm,
         .timeout_ms = inst->hook_deadline_ms > now ? inst->hook_deadline_ms - now : 1,
         .max_response = 4096,
     };
@@ -117,12 +118,13 @@ static bool confirm_call(instance_t *inst)
     return false;
 }
 
-/* vLLM: confirm a sleep or wake with GET /is_sleeping, within the hook's timeout. true: the
- * answer follows in on_confirm_answer; false: not vLLM, or the call could not start (then
+/* Confirm a sleep or wake with GET on the preset's sleep_confirm path (vLLM's /is_sleeping),
+ * within the hook's timeout. true: the answer follows in on_confirm_answer; false: no such
+ * path, or the call could not start (then
  * reported as the hook said: park.c still waits for NVML). */
 static bool confirm_start(instance_t *inst, enum hook_kind after)
 {
-    if (inst->model->cfg->preset != PRESET_VLLM)
+    if (config_preset(inst->model->cfg->preset)->sleep_confirm == NULL)
         return false;
     inst->hook_kind = after;
     inst->confirm_asked = 0;

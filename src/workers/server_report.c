@@ -7,6 +7,9 @@
  * hold several entries' models in one process, it is the instance's measured memory
  * (sched_snapshot.c) and a model the server does not list is unloaded (instance.c).
  *
+ * It also says what the answer said of the model (enum server_said): instance.c takes a
+ * llama.cpp router's model as ready only once "loaded", and a failed load as a failed check.
+ *
  * Invariants: an answer that is not the documented shape leaves the figure as it was; a
  * model the answer does not list is 0; names match exactly, or NAME matches Ollama's
  * NAME:latest. Pure parsing: calls nothing else of the supervisor.
@@ -27,18 +30,31 @@ static bool served_name_is(const char *name, const char *want)
            (!strchr(want, ':') && strncmp(name, want, n) == 0 && strcmp(name + n, ":latest") == 0);
 }
 
+/* What a llama.cpp router's status object {"value", "failed"} says. */
+static enum server_said llamacpp_status(const cJSON *status)
+{
+    const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(status, "value"));
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(status, "failed")))
+        return SERVER_SAID_FAILED;
+    if (st && strcmp(st, "loaded") == 0)
+        return SERVER_SAID_LOADED;
+    return st && strcmp(st, "loading") == 0 ? SERVER_SAID_LOADING : SERVER_SAID_ABSENT;
+}
+
 /* The server's own word on the served model, from its health answer (model_config_t.report):
  * Ollama's GET /api/ps {"models":[{"name","size_vram",...}]}: that size_vram; llama.cpp
- * router's GET /models {"data":[{"id","status":{"value"}}]}: memory.resident while the model
- * is "loaded" or "loading" (the router gives no bytes); a model not listed (as loaded): 0.
- * Sets inst->server_vram; a body that is not that shape leaves it unchanged. */
-void server_report_note(instance_t *inst, const char *body, size_t len)
+ * router's GET /models {"data":[{"id","status":{"value","failed"}}]}: memory.resident while
+ * the model is "loaded" or "loading" (the router gives no bytes); a model not listed (as
+ * loaded): 0. Sets inst->server_vram; a body that is not that shape leaves it unchanged. */
+enum server_said server_report_note(instance_t *inst, const char *body, size_t len)
 {
+    enum server_said said = SERVER_SAID_NOTHING;
     const model_config_t *mc = inst->model->cfg;
     bool ollama = mc->report == MODEL_REPORT_OLLAMA_PS;
     cJSON *doc = cJSON_ParseWithLength(body, len);
     cJSON *models = cJSON_GetObjectItemCaseSensitive(doc, ollama ? "models" : "data");
     if (cJSON_IsArray(models)) {
+        said = SERVER_SAID_ABSENT;
         const char *want = mc->served_model ? mc->served_model : inst->model->name;
         int64_t vram = 0;
         cJSON *it;
@@ -50,10 +66,10 @@ void server_report_note(instance_t *inst, const char *body, size_t len)
                 cJSON *v = cJSON_GetObjectItemCaseSensitive(it, "size_vram");
                 if (cJSON_IsNumber(v) && v->valuedouble >= 0)
                     vram = (int64_t)v->valuedouble;
+                said = SERVER_SAID_LOADED;
             } else {
-                const char *st = cJSON_GetStringValue(
-                    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(it, "status"), "value"));
-                if (st && (strcmp(st, "loaded") == 0 || strcmp(st, "loading") == 0))
+                said = llamacpp_status(cJSON_GetObjectItemCaseSensitive(it, "status"));
+                if (said == SERVER_SAID_LOADED || said == SERVER_SAID_LOADING)
                     vram = (int64_t)mc->memory.resident;
             }
         }
@@ -61,4 +77,5 @@ void server_report_note(instance_t *inst, const char *body, size_t len)
         inst->server_vram_ms = core_now();
     }
     cJSON_Delete(doc);
+    return said;
 }

@@ -51,8 +51,16 @@ void model_record_worker_failure(model_t *m, enum restart_reason kind, const cha
 
 /* ---- server_report.c ---- */
 /* The served model's figure from the server's health answer body (Ollama /api/ps, llama.cpp
- * router /models) into inst->server_vram; a body of another shape changes nothing. */
-void server_report_note(instance_t *inst, const char *body, size_t len);
+ * router /models) into inst->server_vram; a body of another shape changes nothing. Returns
+ * what the answer said of the served model. */
+enum server_said {
+    SERVER_SAID_NOTHING = 0, /* not the documented shape */
+    SERVER_SAID_ABSENT,      /* not listed, or listed as not loaded */
+    SERVER_SAID_LOADING,     /* llama.cpp's router: status "loading" */
+    SERVER_SAID_LOADED,      /* listed as loaded (Ollama: listed at all) */
+    SERVER_SAID_FAILED,      /* llama.cpp's router: its last load failed (status.failed) */
+};
+enum server_said server_report_note(instance_t *inst, const char *body, size_t len);
 
 /* ---- worker_cmds.c ---- */
 /* {name}: the model's name, or NAME-ID when it may run several instances. */

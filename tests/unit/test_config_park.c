@@ -126,7 +126,7 @@ static void test_preset_fills(void **state)
                            "  llm: {url: \"http://127.0.0.1:8000\", preset: vllm}\n"
                            "  sg: {url: \"http://127.0.0.1:8001\", preset: sglang}\n"
                            "  comfy: {url: \"http://127.0.0.1:8188\", preset: comfyui}\n"
-                           "  llama: {cmd: [llama-server, --port, \"{port}\"], preset: llamacpp}\n"
+                           "  llama: {cmd: [llama-server, -m, a.gguf, --port, \"{port}\"], preset: llamacpp}\n"
                            "  ol: {url: \"http://127.0.0.1:11434\", preset: ollama}\n");
     const model_config_t *llm = config_find_model(c, "llm");
     assert_int_equal(llm->preset, PRESET_VLLM);
