@@ -97,14 +97,14 @@ static size_t gpus_from_nvml(const config_t *c, config_gpu_size_t *out, size_t c
                          .uuids = c->gpu.device_uuids, .n_uuids = c->gpu.n_device_uuids};
     char err[256];
     gpu_t *g = gpu_open(&opt, err, sizeof err);
-    static gpu_snapshot_t snap; /* large: not on the stack */
+    static gpu_snapshot_t g_snap; /* large: not on the stack */
     size_t n = 0;
-    if (g && gpu_probe_once(g, &snap) == 0 && snap.ok) {
-        for (size_t i = 0; i < snap.n_devices && n < cap; i++)
-            out[n++] = (config_gpu_size_t){snap.devices[i].index, snap.devices[i].total};
+    if (g && gpu_probe_once(g, &g_snap) == 0 && g_snap.ok) {
+        for (size_t i = 0; i < g_snap.n_devices && n < cap; i++)
+            out[n++] = (config_gpu_size_t){g_snap.devices[i].index, g_snap.devices[i].total};
     } else {
         fprintf(stderr, "%s: GPU fit not checked: NVML: %s (give the cards' sizes with --gpu-memory SIZE)\n",
-                c->path, g ? snap.error : err);
+                c->path, g ? g_snap.error : err);
     }
     if (g)
         gpu_close(g);
