@@ -12,7 +12,8 @@
 #   make fuzz       libFuzzer binaries (clang) into build-fuzz/
 #   make man        man/*.[158] from docs/config.md and the binaries' help (mk/gen_man.py)
 #   make lint       cppcheck over src/ and sim/; function and file length, layering (mk/); function length (mk/lint_funclen.py);
-#                   cycles and layering of src/ (mk/lint_layers.py, ranks in mk/layers.txt)
+#                   cycles and layering of src/ (mk/lint_layers.py, ranks in mk/layers.txt);
+#                   the GPU ledger written only by src/sched/ (mk/lint_ledger.py)
 #
 # Every .c file under src/ except the binaries' mains goes into build/libvramd.a; binaries,
 # unit tests and fuzz replayers link against it. New modules need no Makefile change.
@@ -291,12 +292,14 @@ lint:
 	@echo "  LINT src sim shim (cppcheck)"
 	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim shim
-	@echo "  LINT src sim (function and file length, layers; universal-ctags), docs/design.md Modules"
+	@echo "  LINT src sim (function and file length, layers; universal-ctags), docs/design.md Modules, ledger writers"
 	$(Q)rc=0; /usr/bin/python3 mk/lint_funclen.py || rc=1; \
 	  /usr/bin/python3 mk/lint_layers.py || rc=1; \
 	  /usr/bin/python3 mk/test_lint_layers.py >/dev/null 2>&1 || { echo "lint: the checkers' self-test failed (mk/test_lint_layers.py -v)"; rc=1; }; \
 	  /usr/bin/python3 mk/lint_design.py || rc=1; \
 	  /usr/bin/python3 mk/test_lint_design.py >/dev/null 2>&1 || { echo "lint: the design lint's self-test failed (mk/test_lint_design.py -v)"; rc=1; }; \
+	  /usr/bin/python3 mk/lint_ledger.py || rc=1; \
+	  /usr/bin/python3 mk/test_lint_ledger.py >/dev/null 2>&1 || { echo "lint: the ledger lint's self-test failed (mk/test_lint_ledger.py -v)"; rc=1; }; \
 	  exit $$rc
 
 clean:

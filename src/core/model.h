@@ -7,7 +7,12 @@
  * Who writes what: the supervisor (workers/) owns the lifecycle fields (state, proc, pid,
  * timers, failures, counters of starts and stops); the dispatcher (path/dispatch.c) owns
  * the queue and the in-flight counts (instance->in_flight, model->in_flight); the scheduler
- * (sched/scheduler.c) owns the memory fields (gpu, mem, measured, baseline, credit, reclaim).
+ * (sched/) owns the memory fields (gpu, gpu_pos, mem, grant_extra, measured, baseline,
+ * run_peak, credit_used, cancelled_*, running_reserved, unverified, reclaim_*) and is the
+ * only writer of the GPU ledger their entries are on: the supervisor, the shim grants and
+ * the request path book through its sched_book_* verbs (sched/scheduler.h "Who holds
+ * what"). The supervisor only initialises them when it makes an instance (no GPU, entries
+ * unlinked) and clears `reclaiming` before it hands an exit to sched_instance_unloading.
  * The identity (ident: which processes are the instance's) is the supervisor's too, written
  * only through proc/attrib.h; the scheduler reads it to attribute GPU memory.
  * The states and the restart policy are described in workers/supervisor.h.

@@ -553,7 +553,7 @@ static void on_request_ended(void *ctx, enum core_event ev, void *subject)
     dispatch_clients_ended(r);
     CHECK_IF(r->instance != NULL);
     /* every exit path released the reservation already; this is the last safety net */
-    ledger_release(sched_ledger(), &r->mem);
+    sched_book_request_release(r);
     if (r->is_retry)
         core_retry_end(core);
 }

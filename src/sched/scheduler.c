@@ -24,7 +24,7 @@
 
 sched_state_t sched_state;
 
-ledger_t *sched_ledger(void) { return &sched_state.ledger; }
+const ledger_t *sched_ledger(void) { return &sched_state.ledger; }
 bool sched_gpu_ok(void) { return sched_state.ok; }
 const char *sched_gpu_error(void) { return sched_state.error; }
 

@@ -318,7 +318,7 @@ static void on_reload_answer(void *ctx, int status, const char *body, size_t len
 void instance_reload(instance_t *inst)
 {
     model_t *m = inst->model;
-    ledger_t *l = sched_ledger();
+    const ledger_t *l = sched_ledger();
     if (hook_cooling(inst))
         return; /* vramd's own shortage a moment ago: on_local_retry pumps again */
     if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
@@ -331,7 +331,7 @@ void instance_reload(instance_t *inst)
             return;
         }
         uint64_t resident = m->cfg->memory.resident > held ? m->cfg->memory.resident : held;
-        ledger_resize(l, &inst->mem, resident);
+        sched_book_resize(inst, resident);
         sched_unblocked(m);
     }
     if (!m->cfg->reload.set) {

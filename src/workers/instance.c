@@ -413,7 +413,7 @@ static void on_process_exit(process_t *p, int exit_status, int term_signal, void
             inst->reclaiming = false;
             sched_instance_unloading(inst); /* entry released when NVML shows the memory back */
         } else {
-            ledger_release(sched_ledger(), &inst->mem);
+            sched_book_release(inst);
         }
     }
     /* a container whose CLI exited (crashed, killed) may still run: removed by the runtime
@@ -434,7 +434,7 @@ static void limit_ready(instance_t *inst)
     if (inst->state == INST_STOPPING || inst->stop_requested || inst->model->removed || inst->model->core->stopping) {
         driver_limit_exited(inst, NULL); /* reset; the leaf, made for a child that never ran, is swept */
         instance_set_state(inst, INST_STOPPING, "stopped before it started");
-        ledger_release(sched_ledger(), &inst->mem);
+        sched_book_release(inst);
         instance_maybe_free(inst);
         return;
     }
@@ -527,7 +527,7 @@ spawn_failed:
         model_record_failure(m, RESTART_START_FAILED, why);
         driver_limit_exited(inst, NULL); /* reset what was set on the leaf */
         instance_set_state(inst, INST_STOPPING, why);
-        ledger_release(sched_ledger(), &inst->mem);
+        sched_book_release(inst);
         instance_maybe_free(inst);
         return;
     }

@@ -336,7 +336,7 @@ void park_wake(instance_t *inst)
     }
     uint64_t back = m->cfg->memory.resident > inst->park_before ? m->cfg->memory.resident : inst->park_before;
     if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
-        ledger_t *l = sched_ledger();
+        const ledger_t *l = sched_ledger();
         /* room for its memory and one request at the cheapest level it may run at, as a
          * load (sched_place): a request that fits only degraded must not keep it parked */
         uint64_t want = back + sched_smallest_estimate(m);
@@ -350,7 +350,7 @@ void park_wake(instance_t *inst)
         }
         if (inst->mem.gpu < 0)
             sched_place_instance(inst, (size_t)inst->gpu_pos);
-        ledger_resize(l, &inst->mem, back);
+        sched_book_resize(inst, back);
         sched_unblocked(m);
     }
     inst->park_since_ms = core_now();

@@ -157,12 +157,7 @@ static bool snapshot_since_idle(const shim_inst_t *si)
 static void settle_idle(shim_inst_t *si)
 {
     instance_t *in = si->inst;
-    ledger_t *l = sched_ledger();
-    if (in->grant_extra.gpu >= 0) {
-        if (in->mem.gpu >= 0)
-            ledger_resize(l, &in->mem, in->mem.bytes + in->grant_extra.bytes);
-        ledger_release(l, &in->grant_extra);
-    }
+    sched_book_grant_settle(in);
     if (si->extra_run && si->ran_alone) /* the request that ran needed more than it booked: learned */
         sched_note_true_size(in->model, si->run_level, si->run_class, si->run_booked + si->extra_run);
     si->extra_run = 0;
@@ -228,9 +223,7 @@ static void update_asked(void)
         if (a->pos >= 0 && a->pos < LEDGER_MAX_GPUS)
             per[a->pos] += deficit(a->si, a->bytes);
     }
-    ledger_t *l = sched_ledger();
-    for (size_t p = 0; p < l->n_gpus; p++)
-        ledger_set_asked(l, p, per[p]);
+    sched_book_asks(per);
     G.totals.waiting = G.n_asks;
 }
 
@@ -273,14 +266,8 @@ static void refuse(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t byte
 static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes, uint64_t waited_ms)
 {
     instance_t *in = si->inst;
-    ledger_t *l = sched_ledger();
     bytes = deficit(si, bytes);
-    if (in->gpu_pos >= 0 && bytes > 0) {
-        if (in->grant_extra.gpu >= 0)
-            ledger_resize(l, &in->grant_extra, in->grant_extra.bytes + bytes);
-        else
-            ledger_force(l, (size_t)in->gpu_pos, &in->grant_extra, LEDGER_REQUEST, bytes, in->model->name, in);
-    }
+    sched_book_grant(in, bytes);
     if (in->in_flight > 0)
         si->extra_run += bytes;
     refresh_grant(si);
@@ -717,7 +704,7 @@ void shim_grants_exited(instance_t *inst)
         }
     }
     drop_held(NULL, si);
-    ledger_release(sched_ledger(), &inst->grant_extra);
+    sched_book_grant_drop(inst);
     si->extra_run = 0;
     shim_page_orphan(si->page);
 }
