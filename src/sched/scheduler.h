@@ -189,11 +189,19 @@ void sched_unblocked(model_t *m);
  * sched_place_instance. */
 enum placer_result sched_place(model_t *m, size_t *gpu_pos);
 void sched_place_instance(instance_t *inst, size_t gpu_pos);
+/* What asked sched_make_room_on for room: the reason its claims (memory_claimed) and the
+ * evictions it starts (eviction) are logged with, sched_room_reason_name's words. */
+enum sched_room_reason {
+    SCHED_ROOM_WAKE = 0,   /* "wake waiting": a parked instance's way back (workers/park.c) */
+    SCHED_ROOM_SHIM_GRANT, /* "shim grant": a CUDA shim's ask past its grant (workers/shim_grants.c) */
+    SCHED_ROOM_REASON_COUNT
+};
+const char *sched_room_reason_name(enum sched_room_reason why);
 /* Room for `extra` more bytes on one GPU (a parked instance's way back: its memory returns
- * where it was), evicting idle instances as sched_place does and claiming the GPU once the
- * model has waited longer than its learned load time. PLACER_FITS: it fits now or the
- * evictions that make it fit have started. */
-enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra);
+ * where it was; a shim's waiting ask: on its instance's GPU), evicting idle instances as
+ * sched_place does and claiming the GPU once the model has waited longer than its learned
+ * load time. PLACER_FITS: it fits now or the evictions that make it fit have started. */
+enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra, enum sched_room_reason why);
 /* What placing a new instance of m would meet now, changing nothing (no eviction, no
  * claim; for the fleet agent): FITS, EVICT (idle instances of other models would go), WAIT
  * or NEVER; out gets the need (resident + one request at its cheapest level) and the

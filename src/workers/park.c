@@ -345,7 +345,7 @@ void park_wake(instance_t *inst)
         if (!ledger_fits(l, (size_t)inst->gpu_pos, extra, m)) {
             /* on its own GPU (the memory returns where it was); evictions started or a
              * wait: woken at a later pump */
-            (void)sched_make_room_on(m, (size_t)inst->gpu_pos, extra);
+            (void)sched_make_room_on(m, (size_t)inst->gpu_pos, extra, SCHED_ROOM_WAKE);
             return;
         }
         if (inst->mem.gpu < 0)

@@ -391,7 +391,7 @@ static void serve_asks(void)
             refuse(copy.si, copy.conn, copy.seq, copy.bytes, SHIM_REFUSE_NO_ROOM);
         } else if (!a->room_asked && a->si->inst && a->pos >= 0) {
             a->room_asked = true;
-            sched_make_room_on(a->si->inst->model, (size_t)a->pos, deficit(a->si, a->bytes));
+            sched_make_room_on(a->si->inst->model, (size_t)a->pos, deficit(a->si, a->bytes), SCHED_ROOM_SHIM_GRANT);
         }
     }
     for (int pos = 0; pos < (int)sched_gpu_count(); pos++) {
