@@ -168,12 +168,12 @@ struct instance {
     uint64_t cancelled_held;
     uint64_t cancelled_until;
     uint64_t running_reserved; /* sum of the REQUEST entries of its running requests */
-    /* the CUDA shim (workers/shim_grants.c): memory granted to its processes' allocations past
+    /* the CUDA shim (gate/shim_grants.c): memory granted to its processes' allocations past
      * their grant while requests ran (a REQUEST entry; folded into mem once it is idle), and
      * the shim's own state (NULL = no shim) */
     ledger_entry_t grant_extra;
     struct shim_inst *shim;
-    /* the driver's per-cgroup limit on its leaf (workers/driver_limit.c); NULL = none */
+    /* the driver's per-cgroup limit on its leaf (gate/driver_limit.c); NULL = none */
     struct driver_limit *dlimit;
     uint64_t unverified;     /* bytes assumed cached at request ends, not yet measured */
     uint64_t unverified_ms;  /* loop clock of the last such request end: a reading that began

@@ -37,8 +37,8 @@
 #include "proc/process.h"
 #include "proc/state_lock.h"
 #include "path/proxy.h"
-#include "workers/driver_limit.h"
-#include "workers/shim_grants.h"
+#include "gate/driver_limit.h"
+#include "gate/shim_grants.h"
 #include "workers/supervisor.h"
 
 static int mkdir_p(const char *path)
@@ -408,8 +408,8 @@ static void wire(vramd_t *d)
     core_t *core = &d->core;
     api_admin_ops_t admin = {.drain = admin_drain, .reload = admin_reload, .ctx = d};
     wiring_connect(core, &admin);
-    shim_grants_init(core); /* the CUDA shims' grant socket (workers/shim_grants.h) */
-    driver_limit_init(core, on_limit_applied); /* the driver's per-cgroup limits (workers/driver_limit.h) */
+    shim_grants_init(core); /* the CUDA shims' grant socket (gate/shim_grants.h) */
+    driver_limit_init(core, on_limit_applied); /* the driver's per-cgroup limits (gate/driver_limit.h) */
     core_listen(core, CORE_EV_REQUEST_ENDED, on_progress, d);
     core_listen(core, CORE_EV_INSTANCE_GONE, on_progress, d);
 }

@@ -14,8 +14,8 @@
 #include "path/proxy_upgrade.h"
 #include "common/histogram.h"
 #include "sched/scheduler.h"
-#include "workers/driver_limit.h"
-#include "workers/shim_grants.h"
+#include "gate/driver_limit.h"
+#include "gate/shim_grants.h"
 #include "workers/host_book.h"
 #include "workers/supervisor.h"
 
@@ -358,7 +358,7 @@ static void deadline_expiries_family(buf_t *b, core_t *d)
     }
 }
 
-/* The CUDA shims (workers/shim_grants.h), per instance of a model that has one. */
+/* The CUDA shims (gate/shim_grants.h), per instance of a model that has one. */
 static void shim_families(buf_t *b, const core_t *d)
 {
     static const struct {
@@ -390,7 +390,7 @@ static void shim_families(buf_t *b, const core_t *d)
     }
 }
 
-/* The driver's per-cgroup limits (workers/driver_limit.h). */
+/* The driver's per-cgroup limits (gate/driver_limit.h). */
 static void driver_limit_families(buf_t *b, const core_t *d)
 {
     family(b, "vramd_driver_limit_bytes", "gauge",

@@ -26,7 +26,7 @@
  *     ComfyUI prompt keeps its request's slot past the answer; the answered request's
  *     entry moves to the hold's shadow (sched_book_hold) and is released through
  *     sched_request_finished when the prompt is done, gone with its worker or timed out.
- *   - shim grant extra, inst->grant_extra (a REQUEST entry; workers/shim_grants.c): what the
+ *   - shim grant extra, inst->grant_extra (a REQUEST entry; gate/shim_grants.c): what the
  *     CUDA shim was granted past the instance's bookings (sched_book_grant), folded into
  *     the RESIDENT entry once the instance is idle and a reading measured it
  *     (sched_book_grant_settle), dropped when its worker exits (sched_book_grant_drop).
@@ -193,7 +193,7 @@ void sched_place_instance(instance_t *inst, size_t gpu_pos);
  * evictions it starts (eviction) are logged with, sched_room_reason_name's words. */
 enum sched_room_reason {
     SCHED_ROOM_WAKE = 0,   /* "wake waiting": a parked instance's way back (workers/park.c) */
-    SCHED_ROOM_SHIM_GRANT, /* "shim grant": a CUDA shim's ask past its grant (workers/shim_grants.c) */
+    SCHED_ROOM_SHIM_GRANT, /* "shim grant": a CUDA shim's ask past its grant (gate/shim_grants.c) */
     SCHED_ROOM_REASON_COUNT
 };
 const char *sched_room_reason_name(enum sched_room_reason why);

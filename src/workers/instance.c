@@ -29,13 +29,13 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "sched/scheduler.h"
-#include "workers/driver_limit.h"
+#include "gate/driver_limit.h"
 #include "workers/host_book.h"
 #include "net/http_call.h"
 #include "proc/attrib.h"
 #include "proc/process.h"
 #include "workers/supervisor.h"
-#include "workers/shim_grants.h"
+#include "gate/shim_grants.h"
 #include "workers/supervisor_int.h"
 
 #define STARTUP_POLL_MS 100

@@ -29,8 +29,8 @@
 #include "core/core.h"
 #include "sched/scheduler.h"
 #include "workers/park_tier.h"
-#include "workers/shim_control.h"
-#include "workers/shim_grants.h"
+#include "gate/shim_control.h"
+#include "gate/shim_grants.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 

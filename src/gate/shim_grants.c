@@ -7,8 +7,8 @@
  * Calls down only: sched (the ledger, making room, the estimate), net (the socket), gpu
  * (the page), proc (killing a worker whose shim sent garbage).
  */
-#include "workers/shim_grants.h"
-#include "workers/shim_grants_int.h"
+#include "gate/shim_grants.h"
+#include "gate/shim_grants_int.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -29,8 +29,8 @@
 #include "proc/attrib.h"
 #include "proc/process.h"
 #include "sched/scheduler.h"
-#include "workers/driver_limit.h"
-#include "workers/shim_library.h"
+#include "gate/driver_limit.h"
+#include "gate/shim_library.h"
 
 typedef struct ask {
     list_t link;              /* G.asks, oldest first */
@@ -44,7 +44,7 @@ typedef struct ask {
 } ask_t;
 
 /* A grant decided and booked, its answer held until the worker's driver limit covers it
- * (workers/driver_limit.h): the allocation must not fail on a limit that lags. */
+ * (gate/driver_limit.h): the allocation must not fail on a limit that lags. */
 typedef struct held_grant {
     list_t link;              /* G.held */
     shim_inst_t *si;
