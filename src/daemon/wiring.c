@@ -6,12 +6,16 @@
 #include "core/model.h"
 #include "proc/process.h"
 
+#include "path/dispatch.h"
 #include "path/prompt_hold.h"
 #include "path/proxy.h"
 #include "path/proxy_upgrade.h"
-#include "path/dispatch.h"
 #include "sched/scheduler.h"
-#include "workers/supervisor.h"
+#include "workers/hooks.h"
+#include "workers/instance.h"
+#include "workers/park.h"
+#include "workers/park_cost.h"
+#include "workers/park_evict.h"
 
 const conn_handlers_t *wiring_conn_handlers(void)
 {

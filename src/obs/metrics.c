@@ -7,17 +7,17 @@
 #include <time.h>
 
 #include "common/buf.h"
+#include "common/histogram.h"
 #include "core/core.h"
 #include "fleet/agent.h"
-#include "jobstore/job_state.h"
-#include "jobs/jobs.h"
-#include "path/proxy_upgrade.h"
-#include "common/histogram.h"
-#include "sched/scheduler.h"
 #include "gate/driver_limit.h"
 #include "gate/shim_grants.h"
+#include "jobs/jobs.h"
+#include "jobstore/job_state.h"
+#include "path/proxy_upgrade.h"
+#include "sched/scheduler.h"
 #include "workers/host_book.h"
-#include "workers/supervisor.h"
+#include "workers/model_state.h"
 
 #define METRICS_PIECE_MAX 1024 /* the longest single append (a # HELP line) is well under this */
 

@@ -10,16 +10,16 @@
 #include "common/units.h"
 #include "core/core.h"
 #include "core/mem_budget.h"
+#include "gate/driver_limit.h"
+#include "gate/shim_grants.h"
 #include "gpu/cuda.h"
 #include "path/dispatch_clients.h"
 #include "path/proxy_upgrade.h"
 #include "proc/cgroup.h"
 #include "sched/scheduler.h"
-#include "gate/driver_limit.h"
-#include "gate/shim_grants.h"
 #include "workers/host_book.h"
+#include "workers/model_state.h"
 #include "workers/park_tier.h"
-#include "workers/supervisor.h"
 
 /* Out of rotation: suspect (its connection broke; a passing health check clears it) and
  * outlier ejection (until a wall-clock time; the count makes the next one longer). */

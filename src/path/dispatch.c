@@ -25,11 +25,13 @@
 #include "core/model.h"
 #include "core/request.h"
 #include "net/conn.h"
+#include "path/dispatch_clients.h"
 #include "path/proxy.h"
 #include "path/proxy_upgrade.h"
 #include "path/verdict.h"
-#include "path/dispatch_clients.h"
 #include "sched/scheduler.h"
+#include "workers/instance.h"
+#include "workers/model_state.h"
 #include "workers/supervisor.h"
 
 static request_t *request_of(queue_entry_t *e) { return (request_t *)((char *)e - offsetof(request_t, qe)); }

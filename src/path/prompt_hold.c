@@ -37,7 +37,7 @@
 #include "quality/degrade.h"
 #include "quality/oom_message.h"
 #include "sched/scheduler.h"
-#include "workers/supervisor.h"
+#include "workers/instance.h"
 
 #define HOLD_FAILS_MAX 8                /* polls in a row without an answer: the worker is gone */
 #define HOLD_DEFAULT_MS (10 * 60 * 1000) /* bound when both timeouts are 0 */

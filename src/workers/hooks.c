@@ -35,10 +35,11 @@
 
 #include "common/log.h"
 #include "core/core.h"
-#include "sched/scheduler.h"
 #include "net/http_call.h"
 #include "proc/process.h"
-#include "workers/supervisor.h"
+#include "sched/scheduler.h"
+#include "workers/hooks.h"
+#include "workers/model_state.h"
 #include "workers/supervisor_int.h"
 
 #define HOOK_LOCAL_RETRY_MS 1000

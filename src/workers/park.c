@@ -1,6 +1,7 @@
 /*
  * park: what every park tier shares (the tiers themselves, as a table, are park_tier.h:
- * sleep/wake hooks in park_sleep.c, the CUDA driver's checkpoint in park_checkpoint.c), the
+ * sleep/wake hooks in park_sleep.c, the CUDA shim's copies in park_shim.c, the CUDA
+ * driver's checkpoint in park_checkpoint.c), the
  * entry points that walk that table, and the one the scheduler calls to report memory back
  * (instance_reclaimed); the scheduler's eviction entry (instance_evict) is in park_evict.c.
  *
@@ -45,8 +46,8 @@
 #include "core/core.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
+#include "workers/park.h"
 #include "workers/park_tier.h"
-#include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
 /* The tier inst is parked by (PARKING, PARKED, RESUMING). */

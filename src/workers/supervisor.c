@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "sched/scheduler.h"
+#include "workers/model_state.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 

@@ -48,11 +48,11 @@
 #include "core/core.h"
 #include "core/model.h"
 #include "daemon/wiring.h"
-#include "serve/api.h"
-#include "net/conn.h"
 #include "http/http1.h"
+#include "net/conn.h"
 #include "path/dispatch.h"
 #include "sched/scheduler.h"
+#include "serve/api.h"
 #include "workers/supervisor.h"
 
 #define FD_CHECK(cond)                                                                         \
