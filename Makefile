@@ -15,6 +15,7 @@
 #                   cycles and layering of src/ (mk/lint_layers.py, ranks in mk/layers.txt);
 #                   docs/design.md's Modules table, event table and folder arrows (mk/lint_design.py),
 #                   and its Module state census (mk/lint_state.py)
+#                   the GPU ledger written only by src/sched/ (mk/lint_ledger.py)
 #
 # Every .c file under src/ except the binaries' mains goes into build/libvramd.a; binaries,
 # unit tests and fuzz replayers link against it. New modules need no Makefile change.
@@ -295,7 +296,7 @@ lint:
 	@echo "  LINT src sim shim (cppcheck)"
 	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --inline-suppr --suppress=missingIncludeSystem -D__GNUC__ -Isrc -Isim/lib src sim shim
-	@echo "  LINT src shim sim (function length), src (file length, layers; universal-ctags), docs/design.md (Modules, events, arrows, Module state)"
+	@echo "  LINT src shim sim (function length), src (file length, layers; universal-ctags), docs/design.md (Modules, events, arrows, Module state), ledger writers"
 	$(Q)rc=0; /usr/bin/python3 mk/lint_funclen.py || rc=1; \
 	  /usr/bin/python3 mk/lint_layers.py || rc=1; \
 	  /usr/bin/python3 mk/test_lint_layers.py >/dev/null 2>&1 || { echo "lint: the checkers' self-test failed (mk/test_lint_layers.py -v)"; rc=1; }; \
@@ -303,6 +304,8 @@ lint:
 	  /usr/bin/python3 mk/test_lint_design.py >/dev/null 2>&1 || { echo "lint: the design lint's self-test failed (mk/test_lint_design.py -v)"; rc=1; }; \
 	  /usr/bin/python3 mk/lint_state.py || rc=1; \
 	  /usr/bin/python3 mk/test_lint_state.py >/dev/null 2>&1 || { echo "lint: the state lint's self-test failed (mk/test_lint_state.py -v)"; rc=1; }; \
+	  /usr/bin/python3 mk/lint_ledger.py || rc=1; \
+	  /usr/bin/python3 mk/test_lint_ledger.py >/dev/null 2>&1 || { echo "lint: the ledger lint's self-test failed (mk/test_lint_ledger.py -v)"; rc=1; }; \
 	  exit $$rc
 
 clean:

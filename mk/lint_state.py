@@ -17,7 +17,7 @@
 #
 # The naming rule (docs/design.md, "Module state"): a variable is either `g_<what>`
 # (lower case) or `<module>_state`, the one struct of a module, where <module> is the file's
-# stem or its folder (`shim_grants_state` in workers/shim_grants.c, `sched_state` in
+# stem or its folder (`shim_grants_state` in gate/shim_grants.c, `sched_state` in
 # sched/scheduler.c). Never `G`, never a bare name.
 #
 # The census is the table of the section whose heading starts with "## Module state": a row

@@ -241,7 +241,7 @@ typedef struct model_config {
     bool pin_model;
     uint64_t prompt_poll_ms;       /* default 250 ms, at least 10 ms */
     uint64_t prompt_hold_timeout_ms; /* bound on one hold; 0 = response_timeout (then 10m when that is 0) */
-    /* vramd in the allocation path (workers/shim_grants.c): libvramd-cuda.so LD_PRELOADed
+    /* vramd in the allocation path (gate/shim_grants.c): libvramd-cuda.so LD_PRELOADed
      * into the worker; auto: where the shim library and a CUDA driver library are found */
     enum config_cuda_shim { CUDA_SHIM_OFF = 0, CUDA_SHIM_AUTO, CUDA_SHIM_REQUIRED } cuda_shim; /* default off */
     uint64_t grant_wait_ms; /* an allocation past the grant waits at most this long for room; default 5s */

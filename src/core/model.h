@@ -7,7 +7,12 @@
  * Who writes what: the supervisor (workers/) owns the lifecycle fields (state, proc, pid,
  * timers, failures, counters of starts and stops); the dispatcher (path/dispatch.c) owns
  * the queue and the in-flight counts (instance->in_flight, model->in_flight); the scheduler
- * (sched/scheduler.c) owns the memory fields (gpu, mem, measured, baseline, credit, reclaim).
+ * (sched/) owns the memory fields (gpu, gpu_pos, mem, grant_extra, measured, baseline,
+ * run_peak, credit_used, cancelled_*, running_reserved, unverified, reclaim_*) and is the
+ * only writer of the GPU ledger their entries are on: the supervisor, the shim grants and
+ * the request path book through its sched_book_* verbs (sched/scheduler.h "Who holds
+ * what"). The supervisor only initialises them when it makes an instance (no GPU, entries
+ * unlinked) and clears `reclaiming` before it hands an exit to sched_instance_unloading.
  * The identity (ident: which processes are the instance's) is the supervisor's too, written
  * only through proc/attrib.h; the scheduler reads it to attribute GPU memory.
  * The states and the restart policy are described in workers/supervisor.h.
@@ -166,12 +171,12 @@ struct instance {
     uint64_t cancelled_held;
     uint64_t cancelled_until;
     uint64_t running_reserved; /* sum of the REQUEST entries of its running requests */
-    /* the CUDA shim (workers/shim_grants.c): memory granted to its processes' allocations past
+    /* the CUDA shim (gate/shim_grants.c): memory granted to its processes' allocations past
      * their grant while requests ran (a REQUEST entry; folded into mem once it is idle), and
      * the shim's own state (NULL = no shim) */
     ledger_entry_t grant_extra;
     struct shim_inst *shim;
-    /* the driver's per-cgroup limit on its leaf (workers/driver_limit.c); NULL = none */
+    /* the driver's per-cgroup limit on its leaf (gate/driver_limit.c); NULL = none */
     struct driver_limit *dlimit;
     uint64_t unverified;     /* bytes assumed cached at request ends, not yet measured */
     uint64_t unverified_ms;  /* loop clock of the last such request end: a reading that began

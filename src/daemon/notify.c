@@ -16,7 +16,7 @@
 #include "common/list.h"
 #include "common/log.h"
 #include "core/core.h"
-#include "workers/supervisor.h"
+#include "workers/model_state.h"
 
 static struct {
     bool enabled;           /* NOTIFY_SOCKET was set when vramd started */

@@ -7,13 +7,18 @@
 #include "proc/process.h"
 
 #include "jobs/jobs.h"
+#include "path/dispatch.h"
 #include "path/prompt_hold.h"
 #include "path/proxy.h"
 #include "path/proxy_upgrade.h"
-#include "path/dispatch.h"
 #include "sched/scheduler.h"
-#include "workers/driver_limit.h"
-#include "workers/shim_grants.h"
+#include "gate/driver_limit.h"
+#include "gate/shim_grants.h"
+#include "workers/hooks.h"
+#include "workers/instance.h"
+#include "workers/park.h"
+#include "workers/park_cost.h"
+#include "workers/park_evict.h"
 #include "workers/supervisor.h"
 
 const conn_handlers_t *wiring_conn_handlers(void)
@@ -62,8 +67,8 @@ void wiring_connect(core_t *core, const wiring_root_t *root)
         .refresh_identity = instance_refresh_identity};
     sched_init(core, &actions);
     api_init(core, &root->admin);
-    shim_grants_init(core); /* the CUDA shims' grant socket (workers/shim_grants.h) */
-    driver_limit_init(core, on_limit_applied); /* the driver's per-cgroup limits (workers/driver_limit.h) */
+    shim_grants_init(core); /* the CUDA shims' grant socket (gate/shim_grants.h) */
+    driver_limit_init(core, on_limit_applied); /* the driver's per-cgroup limits (gate/driver_limit.h) */
     jobs_listen(core); /* the job runner hears its attempts dispatched (jobs/jobs.h) */
     if (root->on_progress) {
         core_listen(core, CORE_EV_REQUEST_ENDED, root->on_progress, root->progress_ctx);

@@ -5,7 +5,7 @@
 
 #include "core/model.h"
 #include "sched/scheduler.h"
-#include "workers/supervisor.h"
+#include "workers/instance.h"
 
 #define MAXCONN_CAP 1000000u
 

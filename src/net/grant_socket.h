@@ -2,7 +2,7 @@
  * grant_socket: the Unix stream socket the CUDA shims of vramd's workers ask for memory on
  * (gpu/shim_abi.h: fixed 64-byte messages). This module is transport only: it accepts,
  * frames, validates, and hands each HELLO and ASK up through the handlers its owner gave
- * grant_socket_listen (workers/shim_grants.c, the one owner); the answers come back through
+ * grant_socket_listen (gate/shim_grants.c, the one owner); the answers come back through
  * grant_conn_answer. It knows nothing of instances.
  *
  * Rules: the first message of a connection must be HELLO, every later one ASK, and at most

@@ -7,17 +7,17 @@
 #include <time.h>
 
 #include "common/buf.h"
+#include "common/histogram.h"
 #include "core/core.h"
 #include "fleet/agent.h"
-#include "jobstore/job_state.h"
+#include "gate/driver_limit.h"
+#include "gate/shim_grants.h"
 #include "jobs/jobs.h"
+#include "jobstore/job_state.h"
 #include "path/proxy_upgrade.h"
-#include "common/histogram.h"
 #include "sched/scheduler.h"
-#include "workers/driver_limit.h"
-#include "workers/shim_grants.h"
 #include "workers/host_book.h"
-#include "workers/supervisor.h"
+#include "workers/model_state.h"
 
 #define METRICS_PIECE_MAX 1024 /* the longest single append (a # HELP line) is well under this */
 
@@ -362,7 +362,7 @@ static void deadline_expiries_family(buf_t *b, core_t *d)
     }
 }
 
-/* The CUDA shims (workers/shim_grants.h), per instance of a model that has one. */
+/* The CUDA shims (gate/shim_grants.h), per instance of a model that has one. */
 static void shim_families(buf_t *b, const core_t *d)
 {
     static const struct {
@@ -394,7 +394,7 @@ static void shim_families(buf_t *b, const core_t *d)
     }
 }
 
-/* The driver's per-cgroup limits (workers/driver_limit.h). */
+/* The driver's per-cgroup limits (gate/driver_limit.h). */
 static void driver_limit_families(buf_t *b, const core_t *d)
 {
     family(b, "vramd_driver_limit_bytes", "gauge",

@@ -11,16 +11,16 @@
 #include "common/units.h"
 #include "core/core.h"
 #include "core/mem_budget.h"
+#include "gate/driver_limit.h"
+#include "gate/shim_grants.h"
 #include "gpu/cuda.h"
 #include "path/dispatch_clients.h"
 #include "path/proxy_upgrade.h"
 #include "proc/cgroup.h"
 #include "sched/scheduler.h"
-#include "workers/driver_limit.h"
-#include "workers/shim_grants.h"
 #include "workers/host_book.h"
+#include "workers/model_state.h"
 #include "workers/park_tier.h"
-#include "workers/supervisor.h"
 
 /* Out of rotation: suspect (its connection broke; a passing health check clears it) and
  * outlier ejection (until a wall-clock time; the count makes the next one longer). */
@@ -118,7 +118,7 @@ static int64_t keep_alive_left_ms(instance_t *in)
     return (int64_t)uv_timer_get_due_in(&in->idle_timer);
 }
 
-/* The CUDA shim of an instance (workers/shim_grants.h): null when its model has none. */
+/* The CUDA shim of an instance (gate/shim_grants.h): null when its model has none. */
 static void shim_json(cJSON *j, const instance_t *in)
 {
     shim_figures_t f;
@@ -146,7 +146,7 @@ static void shim_json(cJSON *j, const instance_t *in)
     cJSON_AddNumberToObject(s, "wait_ms_total", (double)f.wait_ms_total);
 }
 
-/* The driver's per-cgroup limit of an instance (workers/driver_limit.h): null when none. */
+/* The driver's per-cgroup limit of an instance (gate/driver_limit.h): null when none. */
 static void driver_limit_json(cJSON *j, const instance_t *in)
 {
     driver_limit_figures_t f;

@@ -25,11 +25,13 @@
 #include "core/model.h"
 #include "core/request.h"
 #include "net/conn.h"
+#include "path/dispatch_clients.h"
 #include "path/proxy.h"
 #include "path/proxy_upgrade.h"
 #include "path/verdict.h"
-#include "path/dispatch_clients.h"
 #include "sched/scheduler.h"
+#include "workers/instance.h"
+#include "workers/model_state.h"
 #include "workers/supervisor.h"
 
 static request_t *request_of(queue_entry_t *e) { return (request_t *)((char *)e - offsetof(request_t, qe)); }
@@ -559,7 +561,7 @@ static void on_request_ended(void *ctx, enum core_event ev, void *subject)
     dispatch_clients_ended(r);
     CHECK_IF(r->instance != NULL);
     /* every exit path released the reservation already; this is the last safety net */
-    ledger_release(sched_ledger(), &r->mem);
+    sched_book_request_release(r);
     if (r->is_retry)
         core_retry_end(core);
 }

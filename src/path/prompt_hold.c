@@ -37,7 +37,7 @@
 #include "quality/degrade.h"
 #include "quality/oom_message.h"
 #include "sched/scheduler.h"
-#include "workers/supervisor.h"
+#include "workers/instance.h"
 
 #define HOLD_FAILS_MAX 8                /* polls in a row without an answer: the worker is gone */
 #define HOLD_DEFAULT_MS (10 * 60 * 1000) /* bound when both timeouts are 0 */
@@ -247,13 +247,7 @@ bool prompt_hold_take(request_t *r, instance_t *inst)
     s->t_dispatched = r->t_dispatched;
     s->gpu = -1;
     r->credit = 0;
-    if (r->mem.gpu >= 0) {
-        int pos = r->mem.gpu;
-        uint64_t bytes = r->mem.bytes;
-        const char *owner = r->mem.owner;
-        ledger_release(sched_ledger(), &r->mem);
-        ledger_force(sched_ledger(), (size_t)pos, &s->mem, LEDGER_REQUEST, bytes, owner, s);
-    }
+    sched_book_hold(r, s);
     h->t_start = core_now();
     h->deadline = h->t_start + hold_bound_ms(mc);
     h->poll_ms = mc->prompt_poll_ms ? mc->prompt_poll_ms : 250;

@@ -27,14 +27,15 @@
 #include "core/core.h"
 #include "core/model.h"
 #include "core/request.h"
-#include "net/conn.h"
 #include "http/http1.h"
+#include "net/conn.h"
 #include "net/http_client.h"
 #include "path/prompt_hold.h"
 #include "path/proxy_int.h"
 #include "path/verdict.h"
 #include "sched/scheduler.h"
-#include "workers/supervisor.h"
+#include "workers/instance.h"
+#include "workers/model_state.h"
 
 static char g_up_read[64 * 1024];
 static http1_header_t g_up_hdrs[UP_MAX_HEADERS];

@@ -45,7 +45,7 @@
 void proxy_init(core_t *core);
 /* Take a request's answer (its ops become the proxy's: cancel, drained) and forward it. */
 void proxy_start(request_t *req, instance_t *inst);
-/* The driver's limit of inst changed (workers/driver_limit.h): requests held for it go on
+/* The driver's limit of inst changed (gate/driver_limit.h): requests held for it go on
  * (any: all of them, whatever the limit, as when the instance goes down). */
 void proxy_limit_applied(instance_t *inst, bool any);
 

@@ -1,6 +1,6 @@
 /*
  * proxy_gate: where a dispatched request enters the proxy (proxy_start). A request whose
- * worker's driver limit (workers/driver_limit.h) does not cover what is booked for it yet
+ * worker's driver limit (gate/driver_limit.h) does not cover what is booked for it yet
  * waits here, with a cancel of its own (no upstream: a cancel only unlinks it and releases
  * its slot), until proxy_limit_applied for its instance, or its instance goes down (then it
  * is sent on and fails or retries as any request to a dead worker does). Everything else
@@ -20,7 +20,7 @@
 #include "core/request.h"
 #include "path/proxy.h"
 #include "path/proxy_int.h"
-#include "workers/driver_limit.h"
+#include "gate/driver_limit.h"
 
 typedef struct held {
     list_t link;

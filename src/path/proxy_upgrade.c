@@ -50,7 +50,7 @@
 #include "http/http_out.h"
 #include "net/conn.h"
 #include "path/proxy.h"
-#include "workers/supervisor.h"
+#include "workers/instance.h"
 
 #define TUN_BACKLOG_MAX (256 * 1024)  /* bytes waiting for the worker before the client is paused */
 #define TUN_HEAD_MAX (64 * 1024)      /* the worker's answer head */

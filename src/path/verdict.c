@@ -14,14 +14,14 @@
 #include "core/core.h"
 #include "core/model.h"
 #include "core/request.h"
-#include "net/conn.h"
 #include "http/http_out.h"
+#include "net/conn.h"
+#include "proc/process.h"
 #include "quality/degrade.h"
 #include "quality/oom_message.h"
 #include "quality/validate.h"
 #include "sched/scheduler.h"
-#include "proc/process.h"
-#include "workers/supervisor.h"
+#include "workers/model_state.h"
 
 typedef struct validator_run {
     uv_timer_t timer;

@@ -9,7 +9,7 @@
  *   claimed   = memory promised to one waiting large request or load (anti-starvation):
  *               other reservations may not eat into it
  *   asked     = bytes that worker allocations past their grants wait for (the CUDA shim's
- *               asks, workers/shim_grants.c): no new reservation may take them either
+ *               asks, gate/shim_grants.c): no new reservation may take them either
  *   free_to_admit = capacity - reserved - claimed - asked  (0 when negative)
  *
  * Entries are owned by their holders (embedded in an instance or a request), so reserving

@@ -232,7 +232,10 @@ static bool clear_instead_of_evicting(model_t *m, size_t pos, uint64_t need)
     return true;
 }
 
-static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, size_t *gpu_pos)
+/* why: what asked for the room ("load waiting", "request waiting", sched_room_reason_name),
+ * logged with each eviction it starts. */
+static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, size_t *gpu_pos,
+                                    const char *why)
 {
     ledger_t *l = &sched_state.ledger;
     placer_candidate_t *cands = sched_state.cands;
@@ -257,13 +260,14 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
         m->claiming = true;
         for (size_t i = 0; i < plan.n_evict; i++) {
             instance_t *victim = (instance_t *)cands[plan.evict[i]].instance;
-            char why[160];
-            snprintf(why, sizeof why, "evicted for %s", m->name);
-            log_event(LOG_INFO, "eviction", "model=%s instance=%u gpu=%d bytes=%llu for=%s", victim->model->name,
-                      victim->id, victim->gpu, (unsigned long long)victim->mem.bytes, m->name);
+            char evict_why[160];
+            snprintf(evict_why, sizeof evict_why, "evicted for %s", m->name);
+            log_event(LOG_INFO, "eviction", "model=%s instance=%u gpu=%d bytes=%llu for=%s reason=%s",
+                      victim->model->name, victim->id, victim->gpu, (unsigned long long)victim->mem.bytes, m->name,
+                      why);
             core_note_event(sched_state.core, "evicting %s from GPU %d for %s", victim->model->name, victim->gpu,
                             m->name);
-            sched_state.actions.evict(victim, why);
+            sched_state.actions.evict(victim, evict_why);
         }
         return res;
     }
@@ -278,13 +282,13 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
 static enum placer_result make_room_or_claim(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need,
                                              size_t *gpu_pos, const char *why)
 {
-    enum placer_result res = make_room(m, allowed, need, gpu_pos);
+    enum placer_result res = make_room(m, allowed, need, gpu_pos, why);
     if (res == PLACER_WAIT) {
         uint64_t threshold = m->load_ms_ewma > STARVE_MIN_MS ? m->load_ms_ewma : STARVE_MIN_MS;
         bool was_claiming = m->claiming;
         claim_if_starving(m, allowed, need, threshold, why);
         if (!was_claiming && m->claiming)
-            res = make_room(m, allowed, need, gpu_pos);
+            res = make_room(m, allowed, need, gpu_pos, why);
     }
     return res;
 }
@@ -307,14 +311,23 @@ enum placer_result sched_place(model_t *m, size_t *gpu_pos)
     return make_room_or_claim(m, allowed, place_need(m), gpu_pos, "load waiting");
 }
 
-enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra)
+const char *sched_room_reason_name(enum sched_room_reason why)
+{
+    static const char *const names[SCHED_ROOM_REASON_COUNT] = {
+        [SCHED_ROOM_WAKE] = "wake waiting",
+        [SCHED_ROOM_SHIM_GRANT] = "shim grant",
+    };
+    return (unsigned)why < SCHED_ROOM_REASON_COUNT && names[why] ? names[why] : "?";
+}
+
+enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra, enum sched_room_reason why)
 {
     if (!sched_state.ok || gpu_pos >= sched_state.ledger.n_gpus || sched_gpu_stale())
         return PLACER_WAIT;
     bool only[LEDGER_MAX_GPUS] = {false};
     only[gpu_pos] = true;
     size_t pos;
-    return make_room_or_claim(m, only, extra, &pos, "wake waiting");
+    return make_room_or_claim(m, only, extra, &pos, sched_room_reason_name(why));
 }
 
 enum placer_result sched_place_dry(const model_t *m, sched_room_t *out)
@@ -381,7 +394,7 @@ void sched_blocked(model_t *m, request_t *r, instance_t *inst)
     bool only[LEDGER_MAX_GPUS] = {false};
     only[inst->gpu_pos] = true;
     size_t pos;
-    enum placer_result res = make_room(m, only, need, &pos);
+    enum placer_result res = make_room(m, only, need, &pos, "request waiting");
     if (res == PLACER_FITS) {
         model_schedule_pump(m); /* e.g. the claim it needed is now its own */
         return;
@@ -390,7 +403,7 @@ void sched_blocked(model_t *m, request_t *r, instance_t *inst)
         uint64_t threshold = m->run_ms_ewma > STARVE_MIN_MS ? m->run_ms_ewma : STARVE_MIN_MS;
         bool was_claiming = m->claiming;
         claim_if_starving(m, only, need, threshold, "request waiting");
-        if (!was_claiming && m->claiming && make_room(m, only, need, &pos) == PLACER_FITS)
+        if (!was_claiming && m->claiming && make_room(m, only, need, &pos, "request waiting") == PLACER_FITS)
             model_schedule_pump(m);
     }
 }

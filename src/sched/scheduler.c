@@ -24,7 +24,7 @@
 
 sched_state_t sched_state;
 
-ledger_t *sched_ledger(void) { return &sched_state.ledger; }
+const ledger_t *sched_ledger(void) { return &sched_state.ledger; }
 bool sched_gpu_ok(void) { return sched_state.ok; }
 const char *sched_gpu_error(void) { return sched_state.error; }
 
@@ -363,7 +363,7 @@ void sched_status_json(void *gpus_array)
         cJSON_AddNumberToObject(o, "reserved_resident", (double)ledger_sum_kind(l, pos, LEDGER_RESIDENT));
         cJSON_AddNumberToObject(o, "reserved_requests", (double)ledger_sum_kind(l, pos, LEDGER_REQUEST));
         cJSON_AddNumberToObject(o, "claimed", (double)g->claimed);
-        cJSON_AddNumberToObject(o, "asked", (double)g->asked); /* waiting CUDA-shim asks (workers/shim_grants.c) */
+        cJSON_AddNumberToObject(o, "asked", (double)g->asked); /* waiting CUDA-shim asks (gate/shim_grants.c) */
         cJSON_AddNumberToObject(o, "free_to_admit", (double)ledger_free(l, pos));
         cJSON_AddNumberToObject(o, "utilization", dev ? dev->util_gpu : 0);
         cJSON_AddNumberToObject(o, "snapshot_age_ms", (double)sched_snapshot_age_ms());

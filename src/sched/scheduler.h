@@ -2,15 +2,43 @@
  * scheduler: memory-aware admission. Joins what NVML measures (gpu/), the memory book
  * (ledger.c) and the placement rules (placer.c) to the model runtimes (supervisor.c).
  *
- * Who holds what in the ledger:
- *   - an instance that needs GPU memory holds one RESIDENT entry from the moment it is
- *     placed (before its process starts) until NVML shows its memory returned after it
- *     stopped (verified reclaim) — or, bounded, stop_timeout + 5 s after its exit;
- *     while it is loaded and idle the entry is max(declared resident, measured usage), so
- *     memory a framework keeps cached counts as held by that instance;
- *   - a running request holds one REQUEST entry, sized estimate - cache credit (the part
- *     of its instance's cached memory it can reuse), from dispatch until its slot is
- *     released, however the request ends.
+ * Who holds what in the ledger (policy/ledger.h). The scheduler is its only writer: the
+ * other modules book through the sched_book_* verbs below and read it through the const
+ * sched_ledger(); `make lint` (mk/lint_ledger.py) fails a ledger write outside sched/.
+ * Entries, each embedded in its holder:
+ *   - RESIDENT, inst->mem: an instance that needs GPU memory holds one from the moment it
+ *     is placed (sched_place_instance, before its process starts) until NVML shows its
+ *     memory returned after it stopped (verified reclaim) — or, bounded, stop_timeout + 5 s
+ *     after its exit; released at once (sched_book_release) when its worker never ran or
+ *     its reclaim cannot or need not be verified (no NVML, vramd stopping). While it is
+ *     starting, or loaded and idle, the entry is max(declared resident, measured usage), so
+ *     memory a framework keeps cached counts as held by that instance. Unloaded, down or
+ *     PARKED it is what NVML shows (residue, a CUDA context, a shim park's context); a
+ *     reload or a parked instance's way back sets it to its resident again before the hook
+ *     or the tier is called (sched_book_resize, workers/hooks.c and park.c).
+ *   - REQUEST, r->mem: a running request holds one, sized estimate - cache credit (the part
+ *     of its instance's cached memory it can reuse), from dispatch (sched_admit) until its
+ *     slot is released (sched_request_finished), however the request ends; the
+ *     REQUEST_ENDED listener releases it once more as a safety net (sched_book_request_release,
+ *     path/dispatch.c). Its bytes are folded into the RESIDENT entry when it ends on a
+ *     READY instance (the framework keeps what it allocated until a reading says otherwise).
+ *   - prompt hold, a REQUEST entry of a shadow request (path/prompt_hold.c): a queued
+ *     ComfyUI prompt keeps its request's slot past the answer; the answered request's
+ *     entry moves to the hold's shadow (sched_book_hold) and is released through
+ *     sched_request_finished when the prompt is done, gone with its worker or timed out.
+ *   - shim grant extra, inst->grant_extra (a REQUEST entry; gate/shim_grants.c): what the
+ *     CUDA shim was granted past the instance's bookings (sched_book_grant), folded into
+ *     the RESIDENT entry once the instance is idle and a reading measured it
+ *     (sched_book_grant_settle), dropped when its worker exits (sched_book_grant_drop).
+ * Figures that are not entries:
+ *   - asked, per GPU: the bytes the shim's waiting asks lack (sched_book_asks): no new
+ *     reservation may take them;
+ *   - claimed, per GPU: a starving queue head's or load's claim (below; sched/ only);
+ *   - cancelled hold, per instance (inst->cancelled_held/until, sched_admit.c): what requests
+ *     let go of while the worker had them is folded into the RESIDENT entry like any ended
+ *     request, and not lent as cache before memory.cancelled_hold is over;
+ *   - parks (workers/park*.c): a tier books nothing itself; the RESIDENT entry follows
+ *     NVML while it parks, and host memory is booked apart (policy/host_ledger.h).
  * Models that declare no memory (resident 0, per_request 0, no learning) never touch a
  * GPU: they are admitted on concurrency alone.
  *
@@ -87,7 +115,33 @@ bool sched_gpu_stale(void);
 uint64_t sched_snapshot_age_ms(void);
 /* gpu.stale_after in ms (the config's, resolved). */
 uint64_t sched_stale_after_ms(void);
-ledger_t *sched_ledger(void);
+/* The GPU ledger, read-only: every write outside sched/ is one of the sched_book_* verbs. */
+const ledger_t *sched_ledger(void);
+
+/* ---- booking verbs (sched_book.c): the only ledger writes of other modules ----------
+ * Each carries out what its caller decided on an entry its object embeds; none allocates.
+ * inst's RESIDENT entry let go at once (its worker never ran or exited with no reclaim to
+ * verify: no NVML, vramd stopping); a no-op when it holds none. */
+void sched_book_release(instance_t *inst);
+/* inst's RESIDENT entry set to bytes: a reload (workers/hooks.c) or a parked instance's way
+ * back (workers/park.c) books its memory before the hook or the tier runs; a no-op while
+ * the entry is not on a GPU. */
+void sched_book_resize(instance_t *inst, uint64_t bytes);
+/* r's REQUEST entry let go (the REQUEST_ENDED safety net; a no-op when already released). */
+void sched_book_request_release(request_t *r);
+/* The CUDA shim granted inst's processes bytes more past its bookings: its grant_extra
+ * entry grows by them (made on inst's GPU when it has none); a no-op off a GPU or for 0. */
+void sched_book_grant(instance_t *inst, uint64_t bytes);
+/* inst is idle and measured: its grant_extra folded into its RESIDENT entry (when that is
+ * on a GPU) and released. */
+void sched_book_grant_settle(instance_t *inst);
+/* inst's worker exited: its grant_extra let go. */
+void sched_book_grant_drop(instance_t *inst);
+/* The bytes the shim's waiting asks lack, per GPU position (replaces each GPU's figure). */
+void sched_book_asks(const uint64_t per_gpu[LEDGER_MAX_GPUS]);
+/* A prompt hold keeps r's slot booked past its answer: r's REQUEST entry moves, same GPU
+ * and bytes, to the hold's shadow request (a no-op when r holds none). */
+void sched_book_hold(request_t *r, request_t *shadow);
 
 /* Does this model use GPU memory at all? */
 bool sched_model_uses_gpu(const model_config_t *mc);
@@ -134,11 +188,19 @@ void sched_unblocked(model_t *m);
  * sched_place_instance. */
 enum placer_result sched_place(model_t *m, size_t *gpu_pos);
 void sched_place_instance(instance_t *inst, size_t gpu_pos);
+/* What asked sched_make_room_on for room: the reason its claims (memory_claimed) and the
+ * evictions it starts (eviction) are logged with, sched_room_reason_name's words. */
+enum sched_room_reason {
+    SCHED_ROOM_WAKE = 0,   /* "wake waiting": a parked instance's way back (workers/park.c) */
+    SCHED_ROOM_SHIM_GRANT, /* "shim grant": a CUDA shim's ask past its grant (gate/shim_grants.c) */
+    SCHED_ROOM_REASON_COUNT
+};
+const char *sched_room_reason_name(enum sched_room_reason why);
 /* Room for `extra` more bytes on one GPU (a parked instance's way back: its memory returns
- * where it was), evicting idle instances as sched_place does and claiming the GPU once the
- * model has waited longer than its learned load time. PLACER_FITS: it fits now or the
- * evictions that make it fit have started. */
-enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra);
+ * where it was; a shim's waiting ask: on its instance's GPU), evicting idle instances as
+ * sched_place does and claiming the GPU once the model has waited longer than its learned
+ * load time. PLACER_FITS: it fits now or the evictions that make it fit have started. */
+enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra, enum sched_room_reason why);
 /* What placing a new instance of m would meet now, changing nothing (no eviction, no
  * claim; for the fleet agent): FITS, EVICT (idle instances of other models would go), WAIT
  * or NEVER; out gets the need (resident + one request at its cheapest level) and the

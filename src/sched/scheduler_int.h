@@ -6,6 +6,8 @@
  * The files, lowest first; calls go one way only (down), which `make lint` checks:
  *   scheduler.c       the shared state, estimates and fit queries, cached-memory figures,
  *                     pumping, status
+ *   sched_book.c      the booking verbs: the other modules' only writes to the ledger
+ *                                                                  -> scheduler.c
  *   sched_admit.c     asking idle instances to clear caches, admission, claims released,
  *                     learning from finished requests              -> scheduler.c
  *   sched_evict.c     placement, eviction, claims for starving work -> sched_admit.c, scheduler.c

@@ -20,19 +20,18 @@
 #include "common/log.h"
 #include "common/hex.h"
 #include "core/core.h"
+#include "jobs/jobs.h"
 #include "jobstore/job_id.h"
 #include "jobstore/job_request.h"
-#include "jobs/jobs.h"
+#include "jobstore/job_submitter.h"
 #include "jobstore/journal.h"
 #include "jobstore/jstore.h"
-#include "serve/result_send.h"
 #include "jobstore/result_store.h"
-#include "jobstore/job_submitter.h"
-#include "policy/client_limit.h"
 #include "net/conn.h"
 #include "path/router.h"
+#include "policy/client_limit.h"
 #include "sched/scheduler.h"
-#include "workers/supervisor.h"
+#include "serve/result_send.h"
 
 #define JOBS_LIST_DEFAULT 100
 #define JOBS_LIST_MAX 1000

@@ -38,10 +38,11 @@
 
 #include "common/log.h"
 #include "core/core.h"
-#include "sched/scheduler.h"
 #include "net/http_call.h"
 #include "proc/process.h"
-#include "workers/supervisor.h"
+#include "sched/scheduler.h"
+#include "workers/hooks.h"
+#include "workers/model_state.h"
 #include "workers/supervisor_int.h"
 
 #define HOOK_LOCAL_RETRY_MS 1000
@@ -324,7 +325,7 @@ static void on_reload_answer(void *ctx, int status, const char *body, size_t len
 void instance_reload(instance_t *inst)
 {
     model_t *m = inst->model;
-    ledger_t *l = sched_ledger();
+    const ledger_t *l = sched_ledger();
     if (hook_cooling(inst))
         return; /* vramd's own shortage a moment ago: on_local_retry pumps again */
     if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
@@ -337,7 +338,7 @@ void instance_reload(instance_t *inst)
             return;
         }
         uint64_t resident = m->cfg->memory.resident > held ? m->cfg->memory.resident : held;
-        ledger_resize(l, &inst->mem, resident);
+        sched_book_resize(inst, resident);
         sched_unblocked(m);
     }
     if (!m->cfg->reload.set) {

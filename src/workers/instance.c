@@ -30,14 +30,15 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "core/core.h"
-#include "sched/scheduler.h"
-#include "workers/driver_limit.h"
-#include "workers/host_book.h"
+#include "gate/driver_limit.h"
+#include "gate/shim_grants.h"
 #include "net/http_call.h"
 #include "proc/attrib.h"
 #include "proc/process.h"
-#include "workers/supervisor.h"
-#include "workers/shim_grants.h"
+#include "sched/scheduler.h"
+#include "workers/host_book.h"
+#include "workers/instance.h"
+#include "workers/model_state.h"
 #include "workers/supervisor_int.h"
 
 #define STARTUP_POLL_MS 100
@@ -423,7 +424,7 @@ static void on_process_exit(process_t *p, int exit_status, int term_signal, void
             inst->reclaiming = false;
             sched_instance_unloading(inst); /* entry released when NVML shows the memory back */
         } else {
-            ledger_release(sched_ledger(), &inst->mem);
+            sched_book_release(inst);
         }
     }
     /* a container whose CLI exited (crashed, killed) may still run: removed by the runtime
@@ -444,7 +445,7 @@ static void limit_ready(instance_t *inst)
     if (inst->state == INST_STOPPING || inst->stop_requested || inst->model->removed || inst->model->core->stopping) {
         driver_limit_exited(inst, NULL); /* reset; the leaf, made for a child that never ran, is swept */
         instance_set_state(inst, INST_STOPPING, "stopped before it started");
-        ledger_release(sched_ledger(), &inst->mem);
+        sched_book_release(inst);
         instance_maybe_free(inst);
         return;
     }
@@ -537,7 +538,7 @@ spawn_failed:
         model_record_failure(m, RESTART_START_FAILED, why);
         driver_limit_exited(inst, NULL); /* reset what was set on the leaf */
         instance_set_state(inst, INST_STOPPING, why);
-        ledger_release(sched_ledger(), &inst->mem);
+        sched_book_release(inst);
         instance_maybe_free(inst);
         return;
     }

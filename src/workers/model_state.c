@@ -17,7 +17,7 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "workers/host_book.h"
-#include "workers/supervisor.h"
+#include "workers/model_state.h"
 #include "workers/supervisor_int.h"
 
 #define BACKOFF_FIRST_MS 1000

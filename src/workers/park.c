@@ -1,6 +1,7 @@
 /*
  * park: what every park tier shares (the tiers themselves, as a table, are park_tier.h:
- * sleep/wake hooks in park_sleep.c, the CUDA driver's checkpoint in park_checkpoint.c), the
+ * sleep/wake hooks in park_sleep.c, the CUDA shim's copies in park_shim.c, the CUDA
+ * driver's checkpoint in park_checkpoint.c), the
  * entry points that walk that table, and the one the scheduler calls to report memory back
  * (instance_reclaimed); the scheduler's eviction entry (instance_evict) is in park_evict.c.
  *
@@ -45,8 +46,8 @@
 #include "core/core.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
+#include "workers/park.h"
 #include "workers/park_tier.h"
-#include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
 /* The tier inst is parked by (PARKING, PARKED, RESUMING). */
@@ -336,7 +337,7 @@ void park_wake(instance_t *inst)
     }
     uint64_t back = m->cfg->memory.resident > inst->park_before ? m->cfg->memory.resident : inst->park_before;
     if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
-        ledger_t *l = sched_ledger();
+        const ledger_t *l = sched_ledger();
         /* room for its memory and one request at the cheapest level it may run at, as a
          * load (sched_place): a request that fits only degraded must not keep it parked */
         uint64_t want = back + sched_smallest_estimate(m);
@@ -345,12 +346,12 @@ void park_wake(instance_t *inst)
         if (!ledger_fits(l, (size_t)inst->gpu_pos, extra, m)) {
             /* on its own GPU (the memory returns where it was); evictions started or a
              * wait: woken at a later pump */
-            (void)sched_make_room_on(m, (size_t)inst->gpu_pos, extra);
+            (void)sched_make_room_on(m, (size_t)inst->gpu_pos, extra, SCHED_ROOM_WAKE);
             return;
         }
         if (inst->mem.gpu < 0)
             sched_place_instance(inst, (size_t)inst->gpu_pos);
-        ledger_resize(l, &inst->mem, back);
+        sched_book_resize(inst, back);
         sched_unblocked(m);
     }
     inst->park_since_ms = core_now();

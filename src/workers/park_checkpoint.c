@@ -28,7 +28,6 @@
 #include "proc/attrib.h"
 #include "sched/scheduler.h"
 #include "workers/park_tier.h"
-#include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
 #define PARK_RESTORE_GUESS_BPMS 10000000ULL /* a restore before one was measured: 10 GB/s (PCIe 4 x16 ~ 20) */

@@ -31,8 +31,8 @@
 #include "gpu/host_mem.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
+#include "workers/park_cost.h"
 #include "workers/park_tier.h"
-#include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
 /* What a park of inst would book on the host: what it holds, or only its floor when its

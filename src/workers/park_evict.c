@@ -29,7 +29,8 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "sched/scheduler.h"
-#include "workers/supervisor.h"
+#include "workers/model_state.h"
+#include "workers/park_evict.h"
 #include "workers/supervisor_int.h"
 
 /* ---- the next tier when no park is made, by who asked ---------------------------------- */

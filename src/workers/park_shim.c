@@ -28,11 +28,10 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "core/core.h"
+#include "gate/shim_control.h"
+#include "gate/shim_grants.h"
 #include "sched/scheduler.h"
 #include "workers/park_tier.h"
-#include "workers/shim_control.h"
-#include "workers/shim_grants.h"
-#include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
 #define PARK_SHIM_GUESS_BPMS 20000000ULL /* the way back before one was measured: 20 GB/s (pinned, PCIe 4 x16) */

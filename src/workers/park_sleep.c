@@ -34,10 +34,10 @@
 
 #include "common/log.h"
 #include "config/presets.h"
-#include "net/http_call.h"
 #include "core/core.h"
+#include "net/http_call.h"
+#include "workers/model_state.h"
 #include "workers/park_tier.h"
-#include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
 #define PARK_WAKE_GUESS_MS 1000 /* a wake before one was measured (vLLM: 0.1-6 s) */

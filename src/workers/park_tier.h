@@ -95,5 +95,7 @@ enum park_tier park_tier_first(const instance_t *inst, enum park_tier from);
 /* A tier's name ("sleep", "checkpoint"); "none" for PARK_NONE. */
 const char *park_tier_name(enum park_tier t);
 
+/* Its eviction tier now: "resident", "sleeping", "checkpointed" or "unloaded" (/v1/status). */
+const char *instance_tier_name(const instance_t *in);
 
 #endif

@@ -11,7 +11,6 @@
  * park.c and status.
  */
 #include "workers/park_tier.h"
-#include "workers/supervisor.h"
 
 static const park_tier_ops_t *const park_tiers[PARK_TIER_COUNT] = {
     [PARK_SLEEP] = &park_tier_sleep,

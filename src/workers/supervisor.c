@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "core/core.h"
 #include "sched/scheduler.h"
+#include "workers/model_state.h"
 #include "workers/supervisor.h"
 #include "workers/supervisor_int.h"
 
@@ -110,7 +111,7 @@ static void model_ensure_external(model_t *m)
          * the most room (its measured usage replaces the guess at the next snapshot) */
         size_t pos = 0;
         uint64_t best = 0;
-        ledger_t *l = sched_ledger();
+        const ledger_t *l = sched_ledger();
         for (size_t g = 0; g < l->n_gpus; g++) {
             bool ok = !m->cfg->gpus;
             for (size_t k = 0; k < m->cfg->n_gpus; k++)

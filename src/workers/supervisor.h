@@ -36,6 +36,10 @@
  * and after crashes when keep_alive is forever (pinned). An idle instance (nothing in
  * flight, nothing queued) is stopped after keep_alive.
  *
+ * This header declares supervisor.c's functions (model runtimes, the pump's supervisor part,
+ * admin load/unload/pin/restart); the other files of workers/ have their own (instance.h,
+ * model_state.h, hooks.h, park.h, park_evict.h, park_cost.h, park_tier.h, worker_cmds.h).
+ *
  * Invariants: instance->in_flight <= cfg->concurrency; an instance in STOPPING never gets
  * a new request; model->n_instances counts every instance object (any state) and never
  * exceeds cfg->instances; a model is freed only after it was removed from the config and
@@ -60,11 +64,6 @@ model_t *model_create(core_t *d, const model_config_t *cfg, config_t *owner, voi
 void model_update_config(model_t *m, const model_config_t *cfg, config_t *owner);
 /* The model left the config: finish queued/in-flight, stop instances, then free it. */
 void model_remove(model_t *m);
-enum model_state model_state(const model_t *m);
-const char *model_state_name(enum model_state s);
-const char *instance_state_name(enum instance_state s);
-/* Its eviction tier now: "resident", "sleeping", "checkpointed" or "unloaded" (/v1/status). */
-const char *instance_tier_name(const instance_t *in);
 
 /* The supervisor's part of a pump (path/dispatch.c runs it): before dispatch, make sure an
  * external model's instance exists; after it, start or reload instances on demand, arm idle
@@ -108,77 +107,5 @@ bool model_unload_pending(const model_t *m);
 bool model_unload_done(const model_t *m);
 /* Start pinned (keep_alive: forever) models and external health checks at startup. */
 void model_start_pinned(model_t *m);
-/* At start, before any worker: remove every container that a previous run of this daemon
- * left (label vramd.owner=<its subtree name>), for each container model's engine and env,
- * synchronously, each command bounded. Returns how many were removed. */
-size_t supervisor_sweep_containers(const config_t *cfg);
-/* Drain: stop every instance (after in-flight), no restarts. */
-void model_stop_all(model_t *m, const char *reason);
-bool model_has_live_instances(const model_t *m);
-
-/* Metrics: a request of m was degraded to ladder `level` (degraded_total too). */
-void model_note_degraded(model_t *m, unsigned level);
-/* Metrics: one request of m ended with this outcome (copied; over MODEL_OUTCOMES_MAX
- * distinct names, into "other"). */
-void model_note_outcome(model_t *m, const char *outcome);
-const char *unload_reason_name(enum unload_reason r);
-const char *restart_reason_name(enum restart_reason r);
-const char *hook_kind_name(enum hook_kind k);
-const char *hook_outcome_name(enum hook_outcome o);
-/* How a hook call that ended with this status (an http_call_cb's) went; past_deadline: it
- * ended at or after the deadline its timeout set (a status -1 then is the timeout). */
-enum hook_outcome hook_outcome_of(int status, bool past_deadline);
-
-/* An instance finished one request (slot released by the proxy). worker_broken: the
- * exchange showed a broken worker (connection failure, reset, timeout, malformed answer,
- * 502/504 from it); INSTANCE_OUTLIER_IN_ROW of them in a row eject the instance for
- * the model's outlier.base_ejection_time x its ejections (at most outlier.max_ejection_time),
- * unless it is the model's last healthy instance. */
-#define INSTANCE_OUTLIER_IN_ROW 5
-void instance_request_done(instance_t *inst, bool worker_broken);
-/* The same for a request that ended for vramd's own shortage (EMFILE ...): neither a
- * broken nor a sound exchange, so the run of failures is left as it was. */
-void instance_request_done_local(instance_t *inst);
-/* May the instance take a new request now (READY, not stopping, suspect nor ejected)? */
-bool instance_usable(const instance_t *inst, uint64_t now);
-/* Make room by the cheapest tier the model has and the host affords (workers/park.c): its
- * sleep hook (parked), else a checkpoint by the CUDA driver (parked), else the unload hook,
- * else stop the process; a parked instance goes to the next tier. */
-void instance_evict(instance_t *inst, const char *why);
-/* What instance_evict(inst) would cost to come back from, in ms: the learned wake time when
- * it would sleep (1 s until measured), the learned restore time when it would be
- * checkpointed (bytes at 10 GB/s until measured), else the learned load time. For the scheduler's
- * cost-aware eviction (a candidate's return cost); reads the host's free memory. A park tier
- * is taken only when it pays (park_cost.c): way out + way back < the learned load time. */
-uint64_t instance_return_cost_ms(const instance_t *inst);
-/* How long instance_evict(inst) would take to free its memory, in ms: a park tier's learned
- * way out (0 until measured), 0 for an unload or a stop. */
-uint64_t instance_way_out_ms(const instance_t *inst);
-/* What an eviction of inst now (or its park under way) would leave on its GPU: the tier's
- * leaves() (a shim park keeps the CUDA context), 0 for the others and a stop. */
-uint64_t instance_evict_leaves(const instance_t *inst);
-/* The scheduler asks an idle READY instance for its allocator cache (actions.clear_cache):
- * its clear_cache hook, as every hook is called (instance_call_hook: body, timeout, logged,
- * counted), then an NVML reading at once after the answer. Notes last_clear_cache_ms. False
- * when it was not asked: no hook, not READY, a hook call in flight, hooks held back after
- * vramd's own shortage, or the call could not be made. */
-bool instance_clear_cache(instance_t *inst);
-/* Replace the instance: stop it once its in-flight requests are done (recycling: after
- * N requests, memory growth, OOM with recycle.on_oom). */
-void instance_recycle(instance_t *inst, const char *why);
-/* A request's worker went silent (response_timeout, recycle.hang_timeout): a supervised
- * worker gets SIGABRT (a core dump for the operator), then SIGKILL after stop_timeout; its
- * exit counts as a failure (RESTART_HANG) and a replacement starts on demand. An external
- * server is marked DOWN (its health check brings it back). */
-void instance_kill_hung(instance_t *inst, const char *why);
-/* The instance's connection broke without an answer: no new requests until its next health
- * check (started now) passes; a dead worker's exit is reaped meanwhile. */
-void instance_mark_suspect(instance_t *inst, const char *why);
-/* Refresh who the instance is (proc/attrib.h's attrib_refresh: an external server's listener
- * that went away is looked up again on its port, logged as external_pid); the scheduler
- * asks before it attributes a snapshot. Scans /proc: called every few seconds at most. */
-void instance_refresh_identity(instance_t *inst);
-/* The scheduler saw the instance's memory come back (ok) or gave up waiting (!ok). */
-void instance_reclaimed(instance_t *inst, bool ok);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * supervisor_int: what the supervisor's own files share; nothing outside src/workers may
- * include it. The public interface, the states, the restart policy and the invariants are
- * in supervisor.h.
+ * include it. The states, the restart policy and the invariants are in supervisor.h; each
+ * file's public functions are in its own header (supervisor.h, instance.h, model_state.h,
+ * hooks.h, park.h, park_evict.h, park_cost.h, park_tier.h, worker_cmds.h, host_book.h).
  *
  * Calls between the files go one way only (mk/lint_layers.py rejects a cycle):
  *   supervisor.c (model runtime, demand, admin load/unload)
@@ -11,17 +12,20 @@
  *     -> park_host.c (a parked instance's host keep-alive; room made on the host book)
  *     -> park_cost.c (what a park costs: way out, way back; which tier an eviction takes now)
  *     -> park_tiers.c (the ONE ordered table of park tiers, park_tier.h: lookups, names)
- *     -> park_sleep.c, park_checkpoint.c (the tiers: sleep/wake hooks, the CUDA driver;
- *        each reports to park.c through inst->park_report, never by a call)
+ *     -> park_sleep.c, park_shim.c, park_checkpoint.c (the tiers: sleep/wake hooks, the
+ *        CUDA shim in the worker, the CUDA driver; each reports to park.c through
+ *        inst->park_report, never by a call)
  *     -> hooks.c (every hook call; unload/reload hooks, eviction without parking, reclaim)
  *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
- *     -> shim_grants.c (the CUDA shims' grants: shim_grants.h)
- *     -> driver_limit.c (the driver's per-cgroup limit on each worker: driver_limit.h)
  *     -> worker_cmds.c (placeholders in cmd and stop_cmd; stop_cmd and a container's removal)
  *     -> server_report.c (the server's own figure for the served model: /api/ps, /models)
  *     -> model_state.c (names, derived model state, state changes, failure counting)
  *     -> host_book.c (the host-memory ledger of parked instances)
- * A file may call any file below it, never one above.
+ * A file may call any file below it, never one above. Beside them, in src/gate/ (same rank):
+ * gate/shim_grants.c (the CUDA shims' grants), gate/shim_control.c (their control
+ * connections, which park_shim.c drives), gate/shim_library.c (where the shim library is)
+ * and gate/driver_limit.c (the driver's per-cgroup limit on each worker); workers/ calls
+ * them, they never call workers/.
  */
 #ifndef VRAMD_WORKERS_SUPERVISOR_INT_H
 #define VRAMD_WORKERS_SUPERVISOR_INT_H

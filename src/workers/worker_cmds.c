@@ -45,6 +45,7 @@
 #include "proc/process.h"
 #include "sched/scheduler.h"
 #include "workers/supervisor_int.h"
+#include "workers/worker_cmds.h"
 
 #define CMD_KILL_GRACE_MS 1000
 

@@ -45,16 +45,16 @@
 
 #include "common/log.h"
 #include "config/config.h"
-#include "workers/driver_limit.h"
-#include "workers/shim_grants.h"
+#include "gate/driver_limit.h"
+#include "gate/shim_grants.h"
 #include "core/core.h"
 #include "core/model.h"
 #include "daemon/wiring.h"
-#include "serve/api.h"
-#include "net/conn.h"
 #include "http/http1.h"
+#include "net/conn.h"
 #include "path/dispatch.h"
 #include "sched/scheduler.h"
+#include "serve/api.h"
 #include "workers/supervisor.h"
 
 #define FD_CHECK(cond)                                                                         \

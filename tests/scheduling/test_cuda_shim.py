@@ -9,6 +9,8 @@ What each case expects:
   - the same with the other busy past grant_wait: the excess is refused in the
     under-declared worker alone (its request fails with an OOM, the honest one is 200 with no
     OOM in its output), `shim_refused reason=no_room`;
+  - an under-declared worker beside an idle one: its ask has the idle one evicted, logged
+    with reason "shim grant";
   - two under-declared workers waiting for each other's memory: the younger request's ask is
     refused at once (`reason=deadlock`, long before grant_wait), the older one proceeds;
   - the dlopen+dlsym path and the cuGetProcAddress path (as the CUDA runtime resolves the
@@ -162,6 +164,34 @@ def test_two_workers_waiting_for_each_other_the_younger_is_refused(sched):
     assert ra.status == 200, ra
     assert rb.status in (500, 503), rb
     assert took < 55, f"the deadlock waited for grant_wait ({took:.1f} s)"
+    sched.finish()
+
+
+def test_an_eviction_a_shim_grant_asked_for_is_logged_as_one(sched):
+    """16 GiB card: idle (6 GiB, declared 6.5 GiB) loaded and idle beside under (2 GiB + 8 GiB
+    per request, declared 2.5 GiB + 1 GiB). under's allocations past its grant ask for more
+    than is free (~5.9 GiB): the shim grants ask the scheduler for room on the card
+    (sched_make_room_on), which evicts idle; the eviction is logged with the reason that
+    asked, "shim grant" (it was logged as a parked instance's "wake waiting"), and under's
+    request is 200 with nothing refused."""
+    gpu = sched.gpu_set("16GiB")
+    models = {
+        "idle": sim_model(sched, "idle", "6GiB", "64MiB", ["--run-time", sim_s(0.2)], "6656MiB", "64MiB"),
+        "under": sim_model(sched, "under", "2GiB", "8GiB", ["--run-time", sim_s(4)], "2560MiB", "1GiB",
+                           grant_wait="60s"),
+    }
+    vd = sched.start_vramd(gpu, models, extra_env=shim_env())
+    load(vd, "idle")
+    load(vd, "under")
+    wait_attached(vd, "under")
+    r = vd.generate("under", {"n": 1})
+    assert r.status == 200, r
+    evictions = vd.events("eviction", model="idle")
+    assert evictions, "idle was never evicted: the case tested nothing"
+    assert evictions[0]["for"] == "under", evictions
+    assert evictions[0]["reason"] == "shim grant", evictions
+    assert vd.events("shim_waiting", model="under"), "under's ask never waited for room"
+    assert (shim_of(vd, "under") or {}).get("refused") == 0, shim_of(vd, "under")
     sched.finish()
 
 

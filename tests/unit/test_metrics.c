@@ -10,12 +10,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "config/config.h"
-#include "net/http_call.h"
-#include "core/core.h"
 #include "common/histogram.h"
+#include "config/config.h"
+#include "core/core.h"
+#include "net/http_call.h"
 #include "obs/metrics.h"
-#include "workers/supervisor.h"
+#include "workers/model_state.h"
 
 typedef struct fixture {
     core_t d;

@@ -12,7 +12,6 @@
 #include "config/config.h"
 #include "core/core.h"
 #include "workers/park_tier.h"
-#include "workers/supervisor.h"
 
 typedef struct fixture {
     core_t d; /* no CUDA driver handle: the checkpoint tier's needs are never met */

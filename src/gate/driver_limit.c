@@ -5,7 +5,7 @@
  * sched (the booking, the NVML probe), gpu (the driver call), proc (the leaf: made before the
  * start, kept from the process layer at the exit until the reset returned, then released).
  */
-#include "workers/driver_limit.h"
+#include "gate/driver_limit.h"
 
 #include <errno.h>
 #include <stdio.h>

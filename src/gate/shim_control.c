@@ -1,13 +1,13 @@
 /*
  * shim_control: the control connections of the shims (shim_control.h).
  */
-#include "workers/shim_control.h"
+#include "gate/shim_control.h"
 
 #include <stdlib.h>
 
 #include "core/model.h"
 #include "gpu/shim_page.h"
-#include "workers/shim_grants_int.h"
+#include "gate/shim_grants_int.h"
 
 bool shim_control_hello(shim_inst_t *si, grant_conn_t *c, unsigned slot)
 {

@@ -1,7 +1,7 @@
 /*
  * shim_library: finding libvramd-cuda.so (the order is in shim_library.h).
  */
-#include "workers/shim_library.h"
+#include "gate/shim_library.h"
 
 #include <limits.h>
 #include <stdio.h>

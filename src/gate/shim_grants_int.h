@@ -4,8 +4,8 @@
  * park tier commands). Internal to those files; owned by shim_grants.c (created by
  * shim_grants_prepare, dropped by shim_grants_free, freed when its last connection closed).
  */
-#ifndef VRAMD_WORKERS_SHIM_GRANTS_INT_H
-#define VRAMD_WORKERS_SHIM_GRANTS_INT_H
+#ifndef VRAMD_GATE_SHIM_GRANTS_INT_H
+#define VRAMD_GATE_SHIM_GRANTS_INT_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,7 +13,7 @@
 #include "core/types.h"
 #include "gpu/shim_abi.h"
 #include "net/grant_socket.h"
-#include "workers/shim_control.h"
+#include "gate/shim_control.h"
 
 typedef struct shim_inst {
     instance_t *inst;         /* NULL once the instance is freed */

@@ -36,8 +36,8 @@
  * asks with their connection or instance.
  * Return convention: 0 ok, -1 error (why filled).
  */
-#ifndef VRAMD_WORKERS_SHIM_GRANTS_H
-#define VRAMD_WORKERS_SHIM_GRANTS_H
+#ifndef VRAMD_GATE_SHIM_GRANTS_H
+#define VRAMD_GATE_SHIM_GRANTS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -77,7 +77,7 @@ void shim_grants_shutdown(void);
  * entries; the strings live in the instance's shim state). -1: it must not start
  * (cuda_shim: required and the shim is unavailable; why says so). */
 int shim_grants_prepare(instance_t *inst, config_kv_t *env, size_t cap, size_t *n, char *why, size_t whylen);
-/* The driver's limit of inst changed (workers/driver_limit.h): grants held for it are
+/* The driver's limit of inst changed (gate/driver_limit.h): grants held for it are
  * answered once it covers them. */
 void shim_grants_limit_applied(instance_t *inst);
 /* The worker's process exited: asks refused, grant_extra released, the page orphaned. */

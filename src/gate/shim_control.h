@@ -11,8 +11,8 @@
  * (shim_grants_free) meanwhile.
  * Return convention: 0 ok, -1 error.
  */
-#ifndef VRAMD_WORKERS_SHIM_CONTROL_H
-#define VRAMD_WORKERS_SHIM_CONTROL_H
+#ifndef VRAMD_GATE_SHIM_CONTROL_H
+#define VRAMD_GATE_SHIM_CONTROL_H
 
 #include <stdbool.h>
 #include <stddef.h>

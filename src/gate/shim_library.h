@@ -4,8 +4,8 @@
  * (../lib/libvramd-cuda.so: a build tree; ../lib/vramd/libvramd-cuda.so: an install under a
  * prefix), /usr/lib/vramd/libvramd-cuda.so (the Debian package). No state.
  */
-#ifndef VRAMD_WORKERS_SHIM_LIBRARY_H
-#define VRAMD_WORKERS_SHIM_LIBRARY_H
+#ifndef VRAMD_GATE_SHIM_LIBRARY_H
+#define VRAMD_GATE_SHIM_LIBRARY_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -7,8 +7,8 @@
  * Calls down only: sched (the ledger, making room, the estimate), net (the socket), gpu
  * (the page), proc (killing a worker whose shim sent garbage).
  */
-#include "workers/shim_grants.h"
-#include "workers/shim_grants_int.h"
+#include "gate/shim_grants.h"
+#include "gate/shim_grants_int.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -30,8 +30,8 @@
 #include "proc/attrib.h"
 #include "proc/process.h"
 #include "sched/scheduler.h"
-#include "workers/driver_limit.h"
-#include "workers/shim_library.h"
+#include "gate/driver_limit.h"
+#include "gate/shim_library.h"
 
 typedef struct ask {
     list_t link;              /* shim_grants_state.asks, oldest first */
@@ -45,7 +45,7 @@ typedef struct ask {
 } ask_t;
 
 /* A grant decided and booked, its answer held until the worker's driver limit covers it
- * (workers/driver_limit.h): the allocation must not fail on a limit that lags. */
+ * (gate/driver_limit.h): the allocation must not fail on a limit that lags. */
 typedef struct held_grant {
     list_t link;              /* shim_grants_state.held */
     shim_inst_t *si;
@@ -163,12 +163,7 @@ static bool snapshot_since_idle(const shim_inst_t *si)
 static void settle_idle(shim_inst_t *si)
 {
     instance_t *in = si->inst;
-    ledger_t *l = sched_ledger();
-    if (in->grant_extra.gpu >= 0) {
-        if (in->mem.gpu >= 0)
-            ledger_resize(l, &in->mem, in->mem.bytes + in->grant_extra.bytes);
-        ledger_release(l, &in->grant_extra);
-    }
+    sched_book_grant_settle(in);
     if (si->extra_run && si->ran_alone) /* the request that ran needed more than it booked: learned */
         sched_note_true_size(in->model, si->run_level, si->run_class, si->run_booked + si->extra_run);
     si->extra_run = 0;
@@ -241,9 +236,7 @@ static void update_asked(void)
         if (a->pos >= 0 && a->pos < LEDGER_MAX_GPUS)
             per[a->pos] = units_sat_add(per[a->pos], deficit(a->si, a->bytes));
     }
-    ledger_t *l = sched_ledger();
-    for (size_t p = 0; p < l->n_gpus; p++)
-        ledger_set_asked(l, p, per[p]);
+    sched_book_asks(per);
     shim_grants_state.totals.waiting = shim_grants_state.n_asks;
 }
 
@@ -286,13 +279,7 @@ static void refuse(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t byte
 static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes, uint64_t waited_ms)
 {
     instance_t *in = si->inst;
-    ledger_t *l = sched_ledger();
-    if (in->gpu_pos >= 0 && bytes > 0) {
-        if (in->grant_extra.gpu >= 0)
-            ledger_resize(l, &in->grant_extra, in->grant_extra.bytes + bytes);
-        else
-            ledger_force(l, (size_t)in->gpu_pos, &in->grant_extra, LEDGER_REQUEST, bytes, in->model->name, in);
-    }
+    sched_book_grant(in, bytes); /* the caller checked it against the page (deficit) */
     if (in->in_flight > 0)
         si->extra_run += bytes;
     refresh_grant(si);
@@ -418,7 +405,7 @@ static void serve_asks(void)
             refuse(copy.si, copy.conn, copy.seq, copy.bytes, too_big ? SHIM_REFUSE_TOO_BIG : SHIM_REFUSE_NO_ROOM);
         } else if (!a->room_asked && a->si->inst && a->pos >= 0) {
             a->room_asked = true;
-            sched_make_room_on(a->si->inst->model, (size_t)a->pos, deficit(a->si, a->bytes));
+            sched_make_room_on(a->si->inst->model, (size_t)a->pos, deficit(a->si, a->bytes), SCHED_ROOM_SHIM_GRANT);
         }
     }
     for (int pos = 0; pos < (int)sched_gpu_count(); pos++) {
@@ -730,7 +717,7 @@ void shim_grants_exited(instance_t *inst)
         }
     }
     drop_held(NULL, si);
-    ledger_release(sched_ledger(), &inst->grant_extra);
+    sched_book_grant_drop(inst);
     si->extra_run = 0;
     shim_page_orphan(si->page);
 }

@@ -26,8 +26,8 @@
  * next); a per-instance state outlives its instance while a call is in flight (freed by the
  * call's end); every limit set is reset or its leaf swept; nothing here blocks the loop.
  */
-#ifndef VRAMD_WORKERS_DRIVER_LIMIT_H
-#define VRAMD_WORKERS_DRIVER_LIMIT_H
+#ifndef VRAMD_GATE_DRIVER_LIMIT_H
+#define VRAMD_GATE_DRIVER_LIMIT_H
 
 #include <stdbool.h>
 #include <stdint.h>
