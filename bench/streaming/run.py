@@ -121,6 +121,10 @@ def main():
     ap.add_argument("--tokens", type=int, default=3000)
     ap.add_argument("--vramd", default=bl.vramd_binary())
     a = ap.parse_args()
+    snap = None
+    if a.vramd == bl.vramd_binary():  # the build's own: a private copy for the whole run
+        snap = bl.snapshot_vramd()
+        a.vramd = bl.vramd_binary()
     server = os.path.join(LLAMA, "bin", "llama-server")
     if not os.access(server, os.X_OK):
         print("no llama-server at %s: nothing to measure" % server)
@@ -155,7 +159,7 @@ def main():
     bl.print_table(["target", "first byte ms", "first event ms", "gap p50 ms", "gap p99 ms", "total ms", "events",
                     "framing"], rows)
     path = bl.write_results("streaming", {"rounds": rounds, "median": summary, "median_delta": delta,
-                                          "tokens": a.tokens, "vramd": a.vramd, "environment": bl.environment()})
+                                          "tokens": a.tokens, "vramd": a.vramd, "vramd_build": snap, "environment": bl.environment()})
     print("results: %s" % path)
     return 0
 
