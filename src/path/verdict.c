@@ -506,9 +506,9 @@ static void note_streamed_oom(request_t *r, const stream_watch_t *w)
 
 int verdict_stream_end(request_t *r, instance_t *inst, stream_watch_t *w, bool cut)
 {
-    const model_config_t *mc = r->model->cfg;
     if (w->kind == STREAM_NONE)
         return 0;
+    const model_config_t *mc = r->model->cfg;
     if (!cut)
         stream_watch_end(w);
     enum stream_kind kind = w->kind;
