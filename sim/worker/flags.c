@@ -47,6 +47,11 @@ void sw_flags_usage(FILE *out)
         "  --fail-prob P            probability a request fails (not OOM) at its end\n"
         "  --seed S                 random seed for --fail-prob and --run-jitter (default 1)\n"
         "  --oom-style http500|json200   PyTorch text with HTTP 500, or 200 {success:false}\n"
+        "  --stream-oom-at N        chunk N (1 = the first after the role event) of a streamed chat\n"
+        "                           answer is an out-of-memory error event; the stream ends there\n"
+        "                           without data: [DONE] (0: never)\n"
+        "  --stream-error-style event|data|llamacpp   how that error is written: event: error +\n"
+        "                           data (default), data: {\"error\": ...}, or error: {...}\n"
         "  --output glb|ply|png|json     /generate output (default json)\n"
         "  --output-size SIZE       output bytes at memory factor 1 (default 64KiB)\n"
         "  --corrupt-every N        every Nth output is broken (truncated, bad CRC, bad length...)\n"
@@ -246,6 +251,14 @@ static int apply_flag(sw_flags_t *f, const char *name, const char *v, char *err,
         if (!strcmp(v, "http500")) f->oom_style = SW_OOM_HTTP500;
         else if (!strcmp(v, "json200")) f->oom_style = SW_OOM_JSON200;
         else BAD("http500 or json200");
+    } else if (!strcmp(name, "stream-oom-at")) {
+        if (parse_int64(v, 0, 1000000, &i64)) BAD("a chunk number (0: never)");
+        f->stream_oom_at = (unsigned)i64;
+    } else if (!strcmp(name, "stream-error-style")) {
+        if (!strcmp(v, "event")) f->stream_error_style = SW_SERR_EVENT;
+        else if (!strcmp(v, "data")) f->stream_error_style = SW_SERR_DATA;
+        else if (!strcmp(v, "llamacpp")) f->stream_error_style = SW_SERR_LLAMACPP;
+        else BAD("event, data or llamacpp");
     } else if (!strcmp(name, "output")) {
         if (!strcmp(v, "glb")) f->output = SW_OUT_GLB;
         else if (!strcmp(v, "ply")) f->output = SW_OUT_PLY;

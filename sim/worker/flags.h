@@ -33,6 +33,9 @@ typedef struct sw_scale_rule {
 
 enum sw_cache_mode { SW_CACHE_KEEP = 0, SW_CACHE_RELEASE = 1 };
 enum sw_oom_style { SW_OOM_HTTP500 = 0, SW_OOM_JSON200 = 1 };
+/* how an error inside a streamed chat answer is written: `event: error` + data (SSE's own),
+ * a data event {"error": ...} (vLLM, SGLang, OpenAI), an `error: {...}` line (llama-server) */
+enum sw_stream_error { SW_SERR_EVENT = 0, SW_SERR_DATA, SW_SERR_LLAMACPP };
 enum sw_output_kind { SW_OUT_JSON = 0, SW_OUT_GLB, SW_OUT_PLY, SW_OUT_PNG };
 
 typedef struct sw_flags {
@@ -66,6 +69,8 @@ typedef struct sw_flags {
     double fail_prob;
     uint64_t seed;
     enum sw_oom_style oom_style;
+    unsigned stream_oom_at;          /* 0 = never; else chunk N of every stream is an OOM error event */
+    enum sw_stream_error stream_error_style;
 
     enum sw_output_kind output;
     uint64_t output_size;   /* approximate output bytes at memory factor 1 */

@@ -266,6 +266,30 @@ static void job_oom(sw_job_t *j, const char *oom)
     job_free(j);
 }
 
+/* --stream-oom-at: the stream's chunk is PyTorch's OOM as an error event, and the stream
+ * ends there without data: [DONE] (as a server whose generation died mid-answer). */
+static void job_stream_oom(sw_job_t *j)
+{
+    sw_worker_t *w = j->w;
+    char oom[SW_OOM_TEXT_MAX], esc[SW_OOM_TEXT_MAX * 2], ev[SW_OOM_TEXT_MAX * 2 + 256];
+    snprintf(oom, sizeof oom, "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; simulated mid-stream)");
+    sw_jesc(oom, esc, sizeof esc);
+    static const char *const fmt[] = {
+        [SW_SERR_EVENT] = "event: error\ndata: {\"error\": {\"message\": \"%s\", \"type\": \"server_error\"}}\n\n",
+        [SW_SERR_DATA] = "data: {\"error\": {\"message\": \"%s\", \"type\": \"server_error\", \"code\": 500}}\n\n",
+        [SW_SERR_LLAMACPP] = "error: {\"code\": 500, \"message\": \"%s\", \"type\": \"server_error\"}\n\n",
+    };
+    int n = snprintf(ev, sizeof ev, fmt[w->f.stream_error_style], esc);
+    w->ooms++;
+    log_event(LOG_WARN, "request_oom", "model=%s request=%llu streamed=%B error=%s", w->f.name,
+              (unsigned long long)j->seq, true, oom);
+    job_detach(j);
+    if (n > 0 && (size_t)n < sizeof ev)
+        sw_http_stream_write(j->http, ev, (size_t)n);
+    sw_http_stream_end(j->http);
+    job_free(j);
+}
+
 static void job_failed_early(sw_job_t *j)
 {
     j->w->failures++;
@@ -373,6 +397,10 @@ static bool job_advance(sw_job_t *j)
             stream_event(j, "{\"role\": \"assistant\", \"content\": \"\"}", "null");
             break;
         case EV_CHUNK: {
+            if (w->f.stream_oom_at && j->chunks_sent + 1 == w->f.stream_oom_at) {
+                job_stream_oom(j);
+                return false;
+            }
             char delta[128];
             snprintf(delta, sizeof(delta), "{\"content\": \"%s\"}", chat_word(j->chunks_sent));
             stream_event(j, delta, "null");

@@ -3,8 +3,8 @@
  * ComfyUI reports it done (see prompt_hold.h for the rules).
  *
  * A hold is taken in the proxy's release_slot, on the loop thread, from a request whose
- * answer is held for the verdict (verdict_wants_buffer is true for prompt_hold models, so the
- * body with the prompt_id is in r->resp_body): the request's ledger entry moves to the hold's
+ * answer is held for the verdict (verdict_hold_of holds every answer of a prompt_hold model,
+ * so the body with the prompt_id is in r->resp_body): the request's ledger entry moves to the hold's
  * shadow request (released and forced back at the same GPU position in one turn: nothing
  * else can run in between), with its credit, level and size class, and r->instance is
  * cleared. The request itself then goes on as usual (the client gets the 200 at once).

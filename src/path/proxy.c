@@ -137,6 +137,16 @@ static void release_slot(request_t *r, bool worker_broken)
 
 /* ---- outcomes ---------------------------------------------------------------------- */
 
+/* A streamed answer ended (cut: its connection broke): the slot is released as what a
+ * watched stream's events said (verdict_stream_end) makes its run count. */
+static void release_watched(request_t *r, instance_t *inst, stream_watch_t *w, bool cut)
+{
+    int status = r->status, judged = verdict_stream_end(r, inst, w, cut);
+    r->status = judged ? judged : status;
+    release_slot(r, cut);
+    r->status = status;
+}
+
 static void finish_ok(upstream_t *up)
 {
     request_t *r = up->req;
@@ -153,7 +163,7 @@ static void finish_ok(upstream_t *up)
     if (up->client_chunked && !r->buffering && conn_write(c, "0\r\n\r\n", 5) != 0) {
         /* the client is gone: conn_close found no owner, so the slot is released here */
         up_close(up);
-        release_slot(r, false);
+        release_watched(r, inst, &up->watch, false);
         return;
     }
     uv_timer_stop(&up->timer);
@@ -188,10 +198,9 @@ static void finish_ok(upstream_t *up)
     log_event(LOG_INFO, "request_done", "request_id=%s model=%s status=%d queue_ms=%llu run_ms=%llu attempts=%u",
               r->id, r->model->name, r->status, (unsigned long long)request_queue_ms(r),
               (unsigned long long)(core_now() - r->t_dispatched), r->attempts);
-    release_slot(r, false);
+    release_watched(r, inst, &up->watch, false);
     conn_request_done(c);
 }
-
 
 /* The answer failed before anything reached the client: 502 worker_failed (or 504
  * worker_hang), or, for a model marked `retry: safe`, one more try from the queue. */
@@ -258,7 +267,7 @@ static void fail_request(upstream_t *up, const char *why, bool conn_broke)
               r->id, inst->model->name, inst->id, (int)inst->pid, why, r->state == REQ_STREAMING);
     bool streamed = r->state == REQ_STREAMING && !r->buffering;
     if (streamed) {
-        release_slot(r, true);
+        release_watched(r, inst, &up->watch, true); /* an OOM event before the break still counts */
         r->outcome = hang ? "worker_hang" : "worker_failed"; /* metrics: the answer broke halfway */
         conn_abort(c);
     } else {
@@ -478,7 +487,7 @@ static void process_upstream_input(upstream_t *up)
             return;
         }
         request_set_state(up->req, REQ_STREAMING);
-        if (verdict_wants_buffer(up->req)) {
+        if (verdict_hold_of(up->req, up->in.data, &msg, &up->watch) == VERDICT_HOLD) {
             proxy_hold_response_head(up, up->in.data, &msg);
         } else {
             enum fwd_result sent = proxy_send_response_head(up, up->in.data, &msg);

@@ -2,8 +2,9 @@
  * proxy_forward: the bytes that cross the proxy, written in the form the other side needs:
  * the request head for the worker (route prefix stripped, vramd's headers added), and the
  * worker's response head and body for the client (re-framed: chunked for HTTP/1.1 clients
- * when the worker's length is unknown), or held in the request for the verdict when the
- * model declares degrade/validate.
+ * when the worker's length is unknown), or held in the request for the verdict
+ * (verdict_hold_of: VERDICT_HOLD). A watched stream's bytes (VERDICT_WATCH) go to its
+ * stream_watch as they are forwarded: read, never held or changed.
  *
  * Invariants: hop-by-hop headers and Content-Length never pass either way; X-Request-Id is
  * always vramd's. Nothing here closes, fails or finishes an upstream or a request: a write
@@ -61,6 +62,7 @@ static void on_chunk(void *ctx, const char *data, size_t len)
         return;
     }
     conn_t *c = up->req->conn;
+    stream_watch_feed(&up->watch, data, len);
     int rc = up->client_chunked ? write_chunk(c, data, len) : conn_write(c, data, len);
     if (rc != 0)
         up->client_gone = true;
@@ -79,8 +81,10 @@ enum fwd_result proxy_forward_body(upstream_t *up, const char *data, size_t len,
         if (n && up->req->buffering) {
             if (!hold(up, data, n))
                 return FWD_TOO_LARGE;
-        } else if (n && !up->req->head_method && conn_write(c, data, n) != 0) {
-            return FWD_CLIENT_GONE;
+        } else if (n && !up->req->head_method) {
+            stream_watch_feed(&up->watch, data, n);
+            if (conn_write(c, data, n) != 0)
+                return FWD_CLIENT_GONE;
         }
         up->body_left -= n;
         *used = n;
@@ -102,6 +106,7 @@ enum fwd_result proxy_forward_body(upstream_t *up, const char *data, size_t len,
             if (!hold(up, data, len))
                 return FWD_TOO_LARGE;
         } else if (len) {
+            stream_watch_feed(&up->watch, data, len);
             int rc = up->client_chunked ? write_chunk(c, data, len) : conn_write(c, data, len);
             if (rc != 0)
                 return FWD_CLIENT_GONE;
@@ -167,7 +172,7 @@ enum fwd_result proxy_send_response_head(upstream_t *up, const char *buf, const 
     return rc;
 }
 
-/* A model that declares degrade/validate: keep the head (status, reason, end-to-end headers)
+/* An answer to hold (verdict_hold_of): keep the head (status, reason, end-to-end headers)
  * for the verdict instead of sending it. */
 void proxy_hold_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg)
 {

@@ -20,6 +20,7 @@
 #include "core/request.h"
 #include "http/http1.h"
 #include "path/proxy.h"
+#include "quality/stream_watch.h"
 
 #define UP_HEAD_MAX (64 * 1024)
 #define UP_MAX_HEADERS 128
@@ -49,6 +50,7 @@ struct upstream {
     bool too_big;       /* a held answer outgrew limits.max_body */
     bool client_gone;   /* a write to the client failed: the request was cancelled */
     int handles_open;
+    stream_watch_t watch; /* a watched stream's events (verdict_hold_of: VERDICT_WATCH), else kind NONE */
 };
 
 /* What proxy_send_response_head and proxy_forward_body report (one code per outcome). */
@@ -68,7 +70,7 @@ void proxy_request_head(request_t *r, buf_t *h);
 /* The worker's head goes to the client with vramd's headers and the body's framing for
  * this client. FWD_OK, FWD_CLIENT_GONE, or FWD_TOO_LARGE (the head). */
 enum fwd_result proxy_send_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg);
-/* A model that declares degrade/validate: keep the head for the verdict instead. */
+/* An answer to hold (verdict_hold_of: VERDICT_HOLD): keep the head for the verdict instead. */
 void proxy_hold_response_head(upstream_t *up, const char *buf, const http1_msg_t *msg);
 /* Forward body bytes: FWD_BODY_DONE when the body is complete, FWD_OK for more,
  * FWD_MALFORMED, FWD_TOO_LARGE when a held answer outgrew max_body, FWD_CLIENT_GONE. */

@@ -1,6 +1,8 @@
 /*
- * verdict: judging a held worker answer: deliver, retry at the next ladder level, retry
- * after an invalid output, or fail. The rules and the retry budget are in verdict.h.
+ * verdict: which answers are held (verdict_hold_of); judging a held worker answer: deliver,
+ * retry at the next ladder level, retry after an invalid output, or fail; and what a watched
+ * stream said when it ended (verdict_stream_end). The rules and the retry budget are in
+ * verdict.h.
  */
 #include "path/verdict.h"
 
@@ -19,6 +21,7 @@
 #include "proc/process.h"
 #include "quality/degrade.h"
 #include "quality/oom_message.h"
+#include "quality/stream_watch.h"
 #include "quality/validate.h"
 #include "sched/scheduler.h"
 #include "workers/model_state.h"
@@ -45,10 +48,28 @@ typedef struct validate_work {
     char why[256];
 } validate_work_t;
 
-bool verdict_wants_buffer(const request_t *r)
+enum verdict_hold verdict_hold_of(const request_t *r, const char *head, const http1_msg_t *msg,
+                                  stream_watch_t *watch)
 {
     const model_config_t *mc = r->model ? r->model->cfg : NULL;
-    return mc && !r->head_method && (mc->degrade.set || mc->prompt_hold || mc->validate.kind != VALIDATE_NONE || mc->validate.min_bytes);
+    stream_watch_init(watch, STREAM_NONE);
+    if (!mc || r->head_method)
+        return VERDICT_PASS;
+    /* the model's own config asks to judge the whole output */
+    if (mc->prompt_hold || mc->validate.kind != VALIDATE_NONE || mc->validate.min_bytes)
+        return VERDICT_HOLD;
+    if (!mc->degrade.set)
+        return VERDICT_PASS;
+    const http1_header_t *ct = http1_find_header(head, msg, "Content-Type");
+    enum stream_kind kind = ct ? stream_kind_of(head + ct->value.off, ct->value.len) : STREAM_NONE;
+    bool stream = kind != STREAM_NONE || msg->body == HTTP1_BODY_CHUNKED || msg->body == HTTP1_BODY_UNTIL_CLOSE;
+    /* an error answer, one whose head already carries an OOM signal, or a whole answer
+     * (its length declared, not SSE/NDJSON) is judged whole: an OOM there is retried */
+    if (msg->status < 200 || msg->status >= 300 || !stream ||
+        degrade_head_signal(&mc->degrade.detect, msg->status, head, msg->head_len))
+        return VERDICT_HOLD;
+    stream_watch_init(watch, kind != STREAM_NONE ? kind : STREAM_RAW);
+    return VERDICT_WATCH;
 }
 
 bool verdict_is_oom(const request_t *r)
@@ -470,4 +491,50 @@ void verdict_judge(request_t *r, bool oom)
         return;
     }
     judge_output(r);
+}
+
+/* Counted as a held OOM is (verdict_judge): the estimate grows, the `oom` event, the core's
+ * event line; only the retry is gone (the client has the answer's start). */
+static void note_streamed_oom(request_t *r, const stream_watch_t *w)
+{
+    model_t *m = r->model;
+    sched_note_oom(m, r, oom_message_need(w->error, w->error_len));
+    log_event(LOG_WARN, "oom", "request_id=%s model=%s level=%u status=%d streamed=%B next_level=%u of=%zu", r->id,
+              m->name, r->level, r->status, true, r->level, m->cfg->degrade.n_ladder);
+    core_note_event(m->core, "OOM in %s at level %u (streamed)", m->name, r->level);
+}
+
+int verdict_stream_end(request_t *r, instance_t *inst, stream_watch_t *w, bool cut)
+{
+    if (w->kind == STREAM_NONE)
+        return 0;
+    const model_config_t *mc = r->model->cfg;
+    if (!cut)
+        stream_watch_end(w);
+    enum stream_kind kind = w->kind;
+    w->kind = STREAM_NONE; /* judged once */
+    if (w->saw_error && degrade_error_is_oom(&mc->degrade.detect, w->error, w->error_len)) {
+        note_streamed_oom(r, w);
+        if (mc->recycle.on_oom)
+            instance_recycle(inst, "out of memory (recycle.on_oom)");
+        if (cut)
+            return 0; /* the caller counts the break */
+        r->outcome = "out_of_memory";
+        return 503;
+    }
+    if (cut)
+        return 0;
+    if (w->saw_error) {
+        log_event(LOG_WARN, "stream_error", "request_id=%s model=%s stream=%s error=%.*s", r->id, r->model->name,
+                  stream_kind_name(kind), (int)(w->error_len > 300 ? 300 : w->error_len), w->error);
+        r->outcome = "stream_error";
+        return 500;
+    }
+    if (stream_watch_incomplete(w)) {
+        log_event(LOG_WARN, "stream_incomplete", "request_id=%s model=%s stream=%s", r->id, r->model->name,
+                  stream_kind_name(kind));
+        r->outcome = "stream_incomplete";
+        return 500;
+    }
+    return 0;
 }

@@ -1,6 +1,9 @@
 /*
- * verdict: what happens to a worker's complete answer when its model declares `degrade`
- * or `validate` (the answer was held back, bounded by limits.max_body, instead of streamed).
+ * verdict: which answers are held and judged whole (verdict_hold_of, from the answer's
+ * head), what happens to a held answer once complete (held back, bounded by
+ * limits.max_body, instead of streamed), and what a watched stream's events said when it
+ * ended (verdict_stream_end: it was forwarded as it came; an OOM in it is counted, never
+ * retried). For a held answer:
  *
  *   OOM (degrade.detect)            -> the estimate grows (sched_note_oom), recycle.on_oom
  *                                      restarts the instance, and the request is queued again
@@ -31,9 +34,34 @@
 #include <stddef.h>
 
 #include "core/types.h"
+#include "http/http1.h"
+#include "quality/stream_watch.h"
 
-/* Should the answer to r be held and judged (model declares degrade or validate)? */
-bool verdict_wants_buffer(const request_t *r);
+/* What becomes of an answer, decided from its head (docs/api.md, "Streamed answers"):
+ *   HOLD   held whole (bounded by limits.max_body) and judged once complete: the model
+ *          declares validate or prompt_hold; or it declares degrade and the answer is an
+ *          error (not 2xx), carries a configured status/header signal, or is whole (its
+ *          length declared and not SSE/NDJSON);
+ *   WATCH  a 2xx stream of a degrade model (SSE or NDJSON by its Content-Type, or any body
+ *          of unknown length): forwarded as it comes, its events watched;
+ *   PASS   forwarded as it comes, not read.
+ * watch is (re)started for this answer: its kind, or STREAM_NONE unless WATCH. */
+enum verdict_hold { VERDICT_PASS = 0, VERDICT_HOLD, VERDICT_WATCH };
+enum verdict_hold verdict_hold_of(const request_t *r, const char *head, const http1_msg_t *msg,
+                                  stream_watch_t *watch);
+/* A watched stream (VERDICT_WATCH) ended, whole or cut (cut: the worker's connection
+ * broke; the caller counts the break). What its events said, before the caller releases the
+ * request's slot on inst:
+ *   an error event that degrade_error_is_oom calls an OOM: counted as a held OOM is (the
+ *     estimate grows, the `oom` event with streamed=true, recycle.on_oom restarts inst);
+ *     outcome out_of_memory; returns 503 (the status to release the slot with: a failed
+ *     run, no learning, not the worker's ill health);
+ *   another error event: `stream_error`, outcome stream_error, 500;
+ *   a clean end without its dialect's last event: `stream_incomplete`, outcome
+ *     stream_incomplete, 500;
+ *   none of these (or a cut stream without an OOM): 0, the status as it is.
+ * The answer itself already went to the client as it came; w is spent (judged once). */
+int verdict_stream_end(request_t *r, instance_t *inst, stream_watch_t *w, bool cut);
 /* Is the held answer (r->resp_*) an out-of-memory error by the model's degrade.detect? */
 bool verdict_is_oom(const request_t *r);
 /* Act on the complete held answer. Called after the request's slot was released (so the

@@ -14,6 +14,9 @@
  *   reads: a 500/507 or a success:false answer whose text says "out of memory".
  *   body_matches looks at the first 64 KiB of the body only (NUL bytes read as spaces);
  *   the JSON signal parses the whole body, which must be one JSON value.
+ *   An error event inside a streamed answer (degrade_error_is_oom) is an OOM when
+ *   body_matches (or its default) matches the event's text: the stream's status and
+ *   headers, a success's, are no signal.
  *
  * Rewriting (degrade_rewrite): level 0 is the request as sent; level k >= 1 applies
  * ladder[k-1].set to the body:
@@ -45,6 +48,12 @@
 bool degrade_is_oom(const config_detect_t *detect, int status, const char *headers, size_t headers_len,
                     const char *body, size_t body_len);
 /* content_type may be NULL. On success *out / *out_len hold the new body. */
+/* A configured status or header signal matches this head (what can be known before the
+ * body): the answer may be an OOM. */
+bool degrade_head_signal(const config_detect_t *detect, int status, const char *headers, size_t headers_len);
+/* The text of an error event inside a streamed answer (status and headers were a success's):
+ * an OOM when detect.body_matches matches it ("out of memory" when not configured). */
+bool degrade_error_is_oom(const config_detect_t *detect, const char *text, size_t len);
 int degrade_rewrite(const cJSON *set, const char *content_type, const char *body, size_t body_len, char **out,
                     size_t *out_len, char *why, size_t whylen);
 

@@ -9,6 +9,8 @@
  * nothing cheaper has already decided the answer. A body is JSON when it is one JSON value
  * with nothing but whitespace around it and no NUL byte (degrade_parse_json_body, which
  * degrade_rewrite.c uses too). A body_matches that does not compile matches nothing.
+ * degrade_error_is_oom: the text of an error event in a streamed answer (stream_watch.h) is
+ * an OOM when body_matches (its default when not configured) matches it.
  */
 #include "quality/degrade.h"
 #include "quality/degrade_int.h"
@@ -161,3 +163,20 @@ bool degrade_is_oom(const config_detect_t *detect, int status, const char *heade
     return hit;
 }
 
+bool degrade_error_is_oom(const config_detect_t *detect, const char *text, size_t len)
+{
+    const char *pattern = detect != NULL ? detect->body_matches : NULL;
+    if (pattern == NULL)
+        pattern = DEGRADE_DEFAULT_BODY_MATCHES;
+    return body_matches(pattern, text != NULL ? text : "", text != NULL ? len : 0);
+}
+
+bool degrade_head_signal(const config_detect_t *detect, int status, const char *headers, size_t headers_len)
+{
+    if (detect == NULL)
+        return false;
+    bool has_status = detect->statuses != NULL && detect->n_statuses > 0;
+    bool has_header = detect->header != NULL && detect->header[0] != '\0';
+    return (has_status && status_listed(detect, status)) ||
+           (has_header && header_present(headers, headers_len, detect->header));
+}
