@@ -137,8 +137,7 @@ static void release_slot(request_t *r, bool worker_broken)
 
 /* ---- outcomes ---------------------------------------------------------------------- */
 
-/* A streamed answer ended (cut: its connection broke): the slot is released as what a
- * watched stream's events said (verdict_stream_end) makes its run count. */
+/* An answer ended (cut: its connection broke); the slot released as its watched events judge it. */
 static void release_watched(request_t *r, instance_t *inst, stream_watch_t *w, bool cut)
 {
     int status = r->status, judged = verdict_stream_end(r, inst, w, cut);

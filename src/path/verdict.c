@@ -24,6 +24,7 @@
 #include "quality/stream_watch.h"
 #include "quality/validate.h"
 #include "sched/scheduler.h"
+#include "workers/instance.h"
 #include "workers/model_state.h"
 
 typedef struct validator_run {
