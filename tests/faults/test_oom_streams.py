@@ -35,6 +35,9 @@ def stream_model(faults, name, flags=(), per_request="1GiB", **overrides):
     m = faults.model(name, worker, "1536MiB", "1GiB", **overrides)
     m["preset"] = "llamacpp"
     m["health"]["path"] = "/health"
+    # simworker's cmd names no GGUF file: the env says the stand-in is a single-model server
+    # (a cmd naming no model is llama.cpp's router mode, ready only once /models says loaded)
+    m.setdefault("env", {})["LLAMA_ARG_MODEL"] = "stand-in.gguf"
     return m
 
 
