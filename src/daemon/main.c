@@ -8,7 +8,7 @@
  *                              every model that fits none of its GPUs is an error (config/fit.c):
  *                              the GPUs' sizes are --gpu-memory's (one per GPU vramd uses), else
  *                              NVML's where it answers (gpu.nvml_library, $VRAMD_NVML_LIBRARY),
- *                              else the fit is not checked (said on stderr)
+ *                              else (no NVML here) the fit is not checked
  *   vramd --version
  *
  * Exit codes: 0 after a drain or a clean stop, 1 when the config is bad or vramd cannot
@@ -99,12 +99,10 @@ static size_t gpus_from_nvml(const config_t *c, config_gpu_size_t *out, size_t c
     gpu_t *g = gpu_open(&opt, err, sizeof err);
     static gpu_snapshot_t g_snap; /* large: not on the stack */
     size_t n = 0;
+    /* no NVML (a machine without the GPUs): no card to check against; --gpu-memory gives them */
     if (g && gpu_probe_once(g, &g_snap) == 0 && g_snap.ok) {
         for (size_t i = 0; i < g_snap.n_devices && n < cap; i++)
             out[n++] = (config_gpu_size_t){g_snap.devices[i].index, g_snap.devices[i].total};
-    } else {
-        fprintf(stderr, "%s: GPU fit not checked: NVML: %s (give the cards' sizes with --gpu-memory SIZE)\n",
-                c->path, g ? g_snap.error : err);
     }
     if (g)
         gpu_close(g);
