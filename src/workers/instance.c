@@ -275,6 +275,10 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
         instance_maybe_free(inst);
         return;
     }
+    if (inst->state == INST_UNLOADING && inst->external && m->cfg->report != MODEL_REPORT_NONE) {
+        instance_report_poll(inst); /* the unload began while this check ran: the report poll goes on */
+        return;
+    }
     if (status == HTTP_CALL_LOCAL_SHORTAGE) {
         /* vramd's own shortage (EMFILE, ENFILE, ENOBUFS, ENOMEM): not the worker's failure; try later */
         core_count(m->core, CORE_CNT_LOCAL_HEALTH);
@@ -358,8 +362,12 @@ static void report_tick(uv_timer_t *t)
 {
     instance_t *inst = t->data;
     model_t *m = inst->model;
-    if (inst->health_call || inst->state != INST_UNLOADING)
+    if (inst->state != INST_UNLOADING)
         return;
+    if (inst->health_call) { /* a check begun before the unload: its answer is older than the unload */
+        uv_timer_start(&inst->timer, report_tick, m->core->cfg->gpu.poll_ms, 0);
+        return;
+    }
     http_call_req_t req = {
         .host = inst->host,
         .port = inst->port,

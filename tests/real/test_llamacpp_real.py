@@ -281,10 +281,6 @@ def router_models(w):
     return {m["id"]: m["status"]["value"] for m in json.loads(r.body)["data"]}
 
 
-@pytest.mark.skip(reason="known defect, open in issue 34's note: qb evicted 0.4 s after its reload through the "
-                         "router's /models/load kept its 9 GiB as still held (the router's report of it not yet "
-                         "refreshed), reclaim_timeout after stop_timeout, qb set failed, qa's request queued for "
-                         "30 s: failed 1 of 3 clean-clone CI runs")
 def test_router_changed_behind_vramds_back(sched):
     h = sched
     gs = h.gpu_set("12GiB")
