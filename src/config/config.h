@@ -212,6 +212,8 @@ typedef struct model_config {
     uint64_t total_deadline_ms; /* end to end, arrival to the answer's last byte; 0 = none (default) */
     int priority;         /* 0..9, default 5 */
     uint64_t keep_alive_ms; /* default 10m; CONFIG_FOREVER = pinned */
+    uint64_t max_wait_ms; /* 0 = auto (the scheduler derives it from learned load times) */
+    enum config_evicts { CFG_EVICTS_ANY = 0, CFG_EVICTS_IDLE_ONLY } evicts; /* default any */
     config_hook_t unload, reload, clear_cache;
     config_hook_t sleep, wake; /* eviction tier: the server parks its weights in host memory and back */
     bool checkpoint;           /* eviction tier: the CUDA driver parks the instance's processes */

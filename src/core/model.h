@@ -308,6 +308,10 @@ struct model {
     uint64_t retry_budget_refusals; /* 503 retry_budget_exhausted (path/verdict.c) */
     uint64_t ejections_total;  /* outlier ejections of its instances, replaced ones included */
     bool claiming;
+    /* the claim's cutoff (sched/sched_turn.c): the model's requests queued no later than it
+     * go ahead of the claim; 0 = the claimant's oldest queued request (a starving claim) */
+    uint64_t claim_cutoff_ms;
+    uint8_t claim_reason;    /* enum sched_swap_reason of the claim (sched/scheduler.h) */
     /* counters */
     uint64_t requests_total;
     uint64_t restarts_total;

@@ -60,18 +60,19 @@ void sched_clear_caches(size_t pos, const model_t *except)
 
 /* ---- admission --------------------------------------------------------------------- */
 
-/* Is r (of m) ahead of the claim on its GPU: queued no later than the claimant's oldest
- * request? No claim, or m's own: true. */
+/* Is r (of m) ahead of the claim on its GPU: queued no later than the claim's cutoff (the
+ * claimant's oldest request, or the moment a swap's bound was reached: sched_turn.c)? No
+ * claim, or m's own: true. */
 static bool ahead_of_claim(const model_t *m, const request_t *r, const ledger_gpu_t *g)
 {
     const model_t *claimant = g->claimed ? g->claim_holder : NULL;
     if (!claimant || claimant == m)
         return true;
-    uint64_t claimant_oldest = queue_oldest_ms(&claimant->queue);
+    uint64_t cutoff = sched_claim_cutoff_ms(claimant);
     uint64_t own_oldest = queue_oldest_ms(&m->queue);
     if (r->t_queued && (!own_oldest || r->t_queued < own_oldest))
         own_oldest = r->t_queued;
-    return own_oldest && (!claimant_oldest || own_oldest <= claimant_oldest);
+    return own_oldest && (!cutoff || own_oldest <= cutoff);
 }
 
 bool sched_yields_to_claim(const request_t *r, const instance_t *inst)
@@ -319,4 +320,6 @@ void sched_unblocked(model_t *m)
         return;
     ledger_unclaim(&sched_state.ledger, m);
     m->claiming = false;
+    m->claim_cutoff_ms = 0;
+    m->claim_reason = SCHED_SWAP_NONE;
 }

@@ -32,9 +32,11 @@
 /* May `in` be evicted to make room for model `for_m`? Idle (nothing in flight), not
  * pinned, not busy with a hook. A model with queued requests is normally kept (its queue
  * is about to use it), with one exception that breaks a mutual wait: `for_m` claims memory
- * (it starves) and its oldest request has waited longer than this model's oldest. Then this
- * model's queued requests are blocked by that claim and the claimant by this model's
- * queue; the older wait goes first (FIFO across models), and this model reloads after. */
+ * (it starves, or its swap is due: sched_turn.c) and this model's oldest request was queued
+ * after the claim's cutoff (sched_claim_cutoff_ms: the claimant's oldest request, or the
+ * moment a bound was reached). Then this model's queued requests are blocked by that claim
+ * and the claimant by this model's queue; what came first goes first, and this model
+ * reloads after. */
 static bool evictable(const instance_t *in, const model_t *for_m)
 {
     const model_t *m = in->model;
@@ -55,8 +57,8 @@ static bool evictable(const instance_t *in, const model_t *for_m)
         return false;
     if (m->queue.depth > 0) {
         uint64_t own_oldest = queue_oldest_ms(&m->queue);
-        uint64_t their_oldest = queue_oldest_ms(&for_m->queue);
-        if (!for_m->claiming || !their_oldest || !own_oldest || their_oldest >= own_oldest)
+        uint64_t cutoff = for_m->claiming ? sched_claim_cutoff_ms(for_m) : 0;
+        if (!cutoff || !own_oldest || cutoff >= own_oldest)
             return false; /* sched_admit lets this model's work go ahead of the claim instead */
     }
     return true;
@@ -153,9 +155,47 @@ static void claim_if_starving(model_t *m, const bool allowed[LEDGER_MAX_GPUS], u
         }
     if (any && ledger_claim(l, best, need, m) == 0) {
         m->claiming = true;
+        m->claim_cutoff_ms = 0;
+        m->claim_reason = SCHED_SWAP_MEMORY;
         log_event(LOG_INFO, "memory_claimed", "model=%s gpu=%d bytes=%llu waited_ms=%llu reason=%s", m->name,
                   l->gpus[best].index, (unsigned long long)need, (unsigned long long)(now - oldest), why);
     }
+}
+
+/* A load or wake that only a model with work would make room for: is that so on every
+ * allowed GPU it could fit? (Then the swap rule decides, not the starving rule.) */
+static bool busy_in_way_everywhere(const model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need)
+{
+    const ledger_t *l = &sched_state.ledger;
+    bool any = false;
+    for (size_t g = 0; g < l->n_gpus; g++) {
+        if (!allowed[g] || ledger_capacity(l, g) < need)
+            continue;
+        if (!sched_busy_in_way(m, g, need))
+            return false;
+        any = true;
+    }
+    return any;
+}
+
+/* The load or wake claims the GPU where the work in its way is least once its swap is due
+ * (sched_turn.c: deadline, priority, max_wait), with the cutoff its reason gives. */
+static void claim_if_swap_due(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, const char *why)
+{
+    size_t pos;
+    if (m->claiming || !sched_turn_gpu(m, allowed, need, &pos))
+        return;
+    uint64_t now = core_now();
+    enum sched_swap_reason due = sched_swap_due(m, pos, now);
+    if (due == SCHED_SWAP_NONE || ledger_claim(&sched_state.ledger, pos, need, m) != 0)
+        return;
+    uint64_t oldest = queue_oldest_ms(&m->queue);
+    m->claiming = true;
+    m->claim_cutoff_ms = sched_swap_cutoff_ms(due, now);
+    m->claim_reason = (uint8_t)due;
+    log_event(LOG_INFO, "memory_claimed", "model=%s gpu=%d bytes=%llu waited_ms=%llu reason=%s swap=%s", m->name,
+              sched_state.ledger.gpus[pos].index, (unsigned long long)need,
+              (unsigned long long)(oldest && now > oldest ? now - oldest : 0), why, sched_swap_reason_name(due));
 }
 
 /* Find room for `need` bytes for model m on one of the allowed GPUs: it fits now (FITS,
@@ -234,8 +274,9 @@ static bool clear_instead_of_evicting(model_t *m, size_t pos, uint64_t need)
 
 /* why: what asked for the room ("load waiting", "request waiting", sched_room_reason_name),
  * logged with each eviction it starts. */
+/* turn: a load or a wake, which takes the card only in its turn (sched_turn_waits). */
 static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, size_t *gpu_pos,
-                                    const char *why)
+                                    const char *why, bool turn)
 {
     ledger_t *l = &sched_state.ledger;
     placer_candidate_t *cands = sched_state.cands;
@@ -252,12 +293,24 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
     for (size_t g = 0; g < l->n_gpus; g++)
         if (allowed[g] && incoming(g) > 0 && ledger_free_for(l, g, m) + incoming(g) >= need)
             return PLACER_WAIT;
+    /* not its turn: a waiting model worth more takes the card first (sched_turn.c) */
+    if (res == PLACER_EVICT && turn && sched_turn_waits(m, plan.gpu_pos))
+        return PLACER_WAIT;
     if (res == PLACER_EVICT && clear_instead_of_evicting(m, plan.gpu_pos, need))
         return PLACER_WAIT;
     if (res == PLACER_EVICT) {
+        enum sched_swap_reason swap = m->claiming && m->claim_reason ? (enum sched_swap_reason)m->claim_reason
+                                      : turn                         ? SCHED_SWAP_IDLE
+                                                                     : SCHED_SWAP_MEMORY;
         if (ledger_claim(l, plan.gpu_pos, need, m) != 0)
             return PLACER_WAIT; /* another waiter holds this GPU's claim */
+        if (!m->claiming) {
+            m->claim_cutoff_ms = 0;
+            m->claim_reason = (uint8_t)swap;
+        }
         m->claiming = true;
+        if (plan.n_evict > 0)
+            sched_turn_swapped(plan.gpu_pos, m, swap);
         for (size_t i = 0; i < plan.n_evict; i++) {
             instance_t *victim = (instance_t *)cands[plan.evict[i]].instance;
             char evict_why[160];
@@ -280,16 +333,20 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
 /* make_room, and when it must wait, claim the memory once the model has waited longer than
  * its learned load time (a claimant may evict what it could not before: evictable). */
 static enum placer_result make_room_or_claim(model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need,
-                                             size_t *gpu_pos, const char *why)
+                                             size_t *gpu_pos, const char *why, bool turn)
 {
-    enum placer_result res = make_room(m, allowed, need, gpu_pos, why);
-    if (res == PLACER_WAIT) {
+    enum placer_result res = make_room(m, allowed, need, gpu_pos, why, turn);
+    if (res != PLACER_WAIT || m->cfg->evicts == CFG_EVICTS_IDLE_ONLY)
+        return res; /* idle_only: it never claims, so it never holds back or evicts work */
+    bool was_claiming = m->claiming;
+    if (turn && busy_in_way_everywhere(m, allowed, need)) {
+        claim_if_swap_due(m, allowed, need, why); /* models take turns on the card */
+    } else {
         uint64_t threshold = m->load_ms_ewma > STARVE_MIN_MS ? m->load_ms_ewma : STARVE_MIN_MS;
-        bool was_claiming = m->claiming;
         claim_if_starving(m, allowed, need, threshold, why);
-        if (!was_claiming && m->claiming)
-            res = make_room(m, allowed, need, gpu_pos, why);
     }
+    if (!was_claiming && m->claiming)
+        res = make_room(m, allowed, need, gpu_pos, why, turn);
     return res;
 }
 
@@ -308,7 +365,7 @@ enum placer_result sched_place(model_t *m, size_t *gpu_pos)
         return PLACER_WAIT;
     bool allowed[LEDGER_MAX_GPUS];
     sched_allowed_mask(m, allowed);
-    return make_room_or_claim(m, allowed, place_need(m), gpu_pos, "load waiting");
+    return make_room_or_claim(m, allowed, place_need(m), gpu_pos, "load waiting", true);
 }
 
 const char *sched_room_reason_name(enum sched_room_reason why)
@@ -327,7 +384,7 @@ enum placer_result sched_make_room_on(model_t *m, size_t gpu_pos, uint64_t extra
     bool only[LEDGER_MAX_GPUS] = {false};
     only[gpu_pos] = true;
     size_t pos;
-    return make_room_or_claim(m, only, extra, &pos, sched_room_reason_name(why));
+    return make_room_or_claim(m, only, extra, &pos, sched_room_reason_name(why), why == SCHED_ROOM_WAKE);
 }
 
 enum placer_result sched_place_dry(const model_t *m, sched_room_t *out)
@@ -394,16 +451,16 @@ void sched_blocked(model_t *m, request_t *r, instance_t *inst)
     bool only[LEDGER_MAX_GPUS] = {false};
     only[inst->gpu_pos] = true;
     size_t pos;
-    enum placer_result res = make_room(m, only, need, &pos, "request waiting");
+    enum placer_result res = make_room(m, only, need, &pos, "request waiting", false);
     if (res == PLACER_FITS) {
         model_schedule_pump(m); /* e.g. the claim it needed is now its own */
         return;
     }
-    if (res == PLACER_WAIT) {
+    if (res == PLACER_WAIT && m->cfg->evicts != CFG_EVICTS_IDLE_ONLY) {
         uint64_t threshold = m->run_ms_ewma > STARVE_MIN_MS ? m->run_ms_ewma : STARVE_MIN_MS;
         bool was_claiming = m->claiming;
         claim_if_starving(m, only, need, threshold, "request waiting");
-        if (!was_claiming && m->claiming && make_room(m, only, need, &pos, "request waiting") == PLACER_FITS)
+        if (!was_claiming && m->claiming && make_room(m, only, need, &pos, "request waiting", false) == PLACER_FITS)
             model_schedule_pump(m);
     }
 }
@@ -426,6 +483,7 @@ void sched_place_instance(instance_t *inst, size_t gpu_pos)
 
 void sched_instance_ready(instance_t *inst)
 {
+    sched_turn_ready(inst);
     inst->baseline = 0;
     if (inst->gpu_pos < 0 || !sched_state.ok || !sched_state.gpu)
         return;

@@ -54,7 +54,11 @@
  *
  * Anti-starvation: a queue head that does not fit and has waited longer than its model's
  * learned run time (at least 1 s) claims the memory it needs on its GPU: smaller requests
- * of other models may no longer take it. An idle instance whose model has queued requests
+ * of other models may no longer take it. A load or wake claims the same way after its
+ * learned load time when only requests hold its room; when a model with work (running or
+ * queued) holds it, models take turns instead (sched_turn.c): the claim waits until the
+ * swap is due (a deadline, a higher priority, max_wait), and an idle card goes to the
+ * waiting model worth most. An idle instance whose model has queued requests
  * is not evicted, except for a claimant whose oldest request has waited longer than that
  * model's oldest (otherwise each would wait for the other: the claim blocks that model's
  * next request, its queue blocks its eviction).
@@ -290,6 +294,55 @@ void sched_poll_now(void);
  * server's listener, or a member of its process group), at most max into out; returns how
  * many there are (more than max when out was too small; 0 without a reading). */
 size_t sched_instance_gpu_pids(const instance_t *inst, pid_t *out, size_t max);
+/* ---- models that take turns on a card (sched_turn.c) ------------------------------- */
+/* Why a model took a card from others (a swap): the card held no work (idle), its oldest
+ * request passed max_wait (bound), a deadline, a higher priority, or a running model's
+ * request starving for memory (memory). */
+enum sched_swap_reason {
+    SCHED_SWAP_NONE = 0,
+    SCHED_SWAP_IDLE,
+    SCHED_SWAP_BOUND,
+    SCHED_SWAP_DEADLINE,
+    SCHED_SWAP_PRIORITY,
+    SCHED_SWAP_MEMORY,
+    SCHED_SWAP_REASON_COUNT
+};
+const char *sched_swap_reason_name(enum sched_swap_reason r);
+/* m's max_wait in ms: its config's, or auto = max(60 s, 6 x its learned way in). */
+uint64_t sched_max_wait_ms(const model_t *m);
+/* Swaps on the GPU at ledger position pos by reason, and the ms they took (evictions to
+ * the newcomer READY); false when pos is out of range. */
+bool sched_swap_figures(size_t pos, uint64_t counts[SCHED_SWAP_REASON_COUNT], uint64_t *ms);
+/* inst became READY: a swap made for its model on its GPU ends (its seconds counted). */
+void sched_turn_ready(const instance_t *inst);
+
+/* ---- the visible queue (sched_queue.c; its model of the future is written there) ----- */
+enum sched_wait_for {
+    SCHED_WAIT_SLOT = 0, /* its model's running requests hold every slot */
+    SCHED_WAIT_MEMORY,   /* a slot is free, its reservation does not fit yet */
+    SCHED_WAIT_LOAD,     /* its model loads or wakes without displacing work */
+    SCHED_WAIT_SWAP,     /* a model with work holds the card; the swap is not due */
+    SCHED_WAIT_BOUND,    /* its swap is due (max_wait, a deadline, a priority) */
+    SCHED_WAIT_FOR_COUNT
+};
+const char *sched_wait_for_name(enum sched_wait_for w);
+typedef struct sched_queue_entry {
+    const request_t *r;
+    const model_t *m;
+    int gpu;           /* NVML index where it will run (-1: not known, or no GPU) */
+    unsigned position; /* 1.. in its model's service order */
+    uint64_t waited_ms, eta_start_ms, eta_done_ms; /* expected times from now */
+    enum sched_wait_for waiting_for;
+} sched_queue_entry_t;
+/* the waiting models planned per GPU (more wait, unplanned: their turn counts as now) */
+#define SCHED_QUEUE_TURNS_MAX 64
+/* m's queued requests in service order with their expected times, at most max into out;
+ * how many. Reads only. */
+size_t sched_queue_model(const model_t *m, sched_queue_entry_t *out, size_t max);
+/* Expected ms from now until a new request of m would start (behind its queue, after its
+ * turn on the card: what a 503's Retry-After and vramd_queue_eta_seconds say). */
+uint64_t sched_queue_eta_ms(const model_t *m);
+
 /* Pump every model that has queued requests (memory was released). */
 void sched_pump_all(core_t *d);
 

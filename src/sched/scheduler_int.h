@@ -8,11 +8,16 @@
  *                     pumping, status
  *   sched_book.c      the booking verbs: the other modules' only writes to the ledger
  *                                                                  -> scheduler.c
+ *   sched_turn.c      whose turn a card is: swaps due (deadline, priority, max_wait), the
+ *                     waiting model worth most, claims' cutoffs, swap counters -> scheduler.c
  *   sched_admit.c     asking idle instances to clear caches, admission, claims released,
- *                     learning from finished requests              -> scheduler.c
- *   sched_evict.c     placement, eviction, claims for starving work -> sched_admit.c, scheduler.c
+ *                     learning from finished requests      -> sched_turn.c, scheduler.c
+ *   sched_evict.c     placement, eviction, claims for starving work and due swaps
+ *                                                     -> sched_turn.c, sched_admit.c, scheduler.c
  *   sched_snapshot.c  NVML: start and stop, foreign usage, reclaim, learning from
  *                     measurements, recycle on growth              -> sched_admit.c, scheduler.c
+ *   sched_queue.c     the visible queue: positions and expected times (reads only)
+ *                                                                  -> sched_turn.c, scheduler.c
  *
  * All of it runs on the loop thread only; NVML is read on the thread pool by gpu/nvml.c
  * and arrives through the snapshot callback in sched_snapshot.c.
@@ -54,6 +59,13 @@ typedef struct sched_state {
     uint64_t foreign_raw[LEDGER_MAX_GPUS]; /* last raw reading: a drop needs two in a row */
     uint64_t last_identity_refresh_ms; /* instances asked to refresh their identity (sched_snapshot.c) */
     sched_actions_t actions; /* what the scheduler has the supervisor do */
+    /* swaps (sched_turn.c): evictions for another model's load, per GPU position and reason;
+     * the ms from a swap's first eviction to the newcomer READY; the swap under way (its
+     * model is compared, never followed: it may be gone) */
+    uint64_t swaps[LEDGER_MAX_GPUS][SCHED_SWAP_REASON_COUNT];
+    uint64_t swap_ms[LEDGER_MAX_GPUS];
+    uint64_t swap_since_ms[LEDGER_MAX_GPUS];
+    const void *swap_for[LEDGER_MAX_GPUS];
 } sched_state_t;
 
 extern sched_state_t sched_state;
@@ -68,6 +80,27 @@ uint64_t sched_largest_room(const model_t *m);
 /* Cached memory the instance really holds (measured, beyond its floor): what it can lend
  * to its next requests. */
 uint64_t sched_instance_cache(const instance_t *inst);
+
+/* sched_turn.c (the swap-aware order; its rules are written at its top) */
+/* m's learned way in: its park tier's way back when parked, else its load time (0 = not known). */
+uint64_t sched_way_in_ms(const model_t *m);
+/* The cutoff of claimant's claim (model_t.claim_cutoff_ms, else its oldest queued request):
+ * the models in its way go ahead with what they queued no later than this. */
+uint64_t sched_claim_cutoff_ms(const model_t *claimant);
+/* Would room for need on pos take memory a model with work (running or queued) holds? */
+bool sched_busy_in_way(const model_t *m, size_t pos, uint64_t need);
+/* Is m's swap due on pos (deadline, priority, bound), and why; SCHED_SWAP_NONE when not. */
+enum sched_swap_reason sched_swap_due(const model_t *m, size_t pos, uint64_t now);
+/* The cutoff a claim made for why at now gets (0: the claimant's oldest request). */
+uint64_t sched_swap_cutoff_ms(enum sched_swap_reason why, uint64_t now);
+/* Does a's turn on pos come before b's (worth more, or as much and its name first)? */
+bool sched_turn_before(const model_t *a, const model_t *b, size_t pos, uint64_t now);
+/* Does m wait on pos for another waiting model worth more (its turn is not yet)? */
+bool sched_turn_waits(const model_t *m, size_t pos);
+/* The allowed GPU with room for need where the work in the way is least; false: none. */
+bool sched_turn_gpu(const model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, size_t *pos);
+/* Evictions for for_m's way in started on pos (counted; its time runs until it is READY). */
+void sched_turn_swapped(size_t pos, const model_t *for_m, enum sched_swap_reason why);
 
 /* sched_admit.c */
 /* Does r, younger than the claim on its instance's GPU, wait so that its instance's cache

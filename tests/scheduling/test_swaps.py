@@ -1,0 +1,93 @@
+"""Models that take turns on a card (issue 35; sched/sched_turn.c).
+
+Three simulated models that each need most of a 24 GiB card (15.5 GiB resident + 2 GiB a
+request, 10 s load, 1 s run, concurrency 1, no park tier): requests for them interleaved are
+served in batches, one load per model, instead of a load per request; a bound (max_wait)
+holds against an endless stream of another model; a deadline-bound request goes first.
+Loads are counted from vramd's log (worker_started, and reloads).
+"""
+import random
+import time
+
+from vramdkit import sim_s
+
+LOAD_S, RUN_S = 10, 1
+
+
+def turn_model(sched, name, **over):
+    return sched.model(name, ["--resident", "15.3GiB", "--per-request", "2GiB", "--cache", "release",
+                              "--load-time", sim_s(LOAD_S), "--run-time", sim_s(RUN_S)],
+                       "15.5GiB", "2GiB", **over)
+
+
+def loads(vd, name):
+    return len(vd.events("worker_started", model=name))
+
+
+def test_interleaved_burst_is_served_in_batches(sched):
+    gpu = sched.gpu_set("24GiB")
+    names = ["a", "b", "c"]
+    vd = sched.start_vramd(gpu, {n: turn_model(sched, n) for n in names})
+    rnd = random.Random(35)
+    order = [rnd.choice(names) for _ in range(18)]
+    futs = []
+    for n in order:
+        futs.append(vd.later(n))
+        time.sleep(0.01)  # arrival order is the list's
+    for f in futs:
+        r = f.result()
+        assert r.status == 200, r
+    per_model = {n: loads(vd, n) for n in names}
+    assert sum(per_model.values()) == 3, (per_model, order)
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def busy_a_then_b(sched, b_headers, a_requests=10, a_run_s=20):
+    """a loaded and busy with a queue of a_requests (a_run_s each, simulated); then one
+    request for b (which must take the card from a) with b_headers. Returns (vd, a's
+    futures, b's response, b's latency in s)."""
+    gpu = sched.gpu_set("24GiB")
+    a = sched.model("a", ["--resident", "15.3GiB", "--per-request", "2GiB", "--cache", "release",
+                          "--load-time", sim_s(LOAD_S), "--run-time", sim_s(a_run_s)], "15.5GiB", "2GiB")
+    vd = sched.start_vramd(gpu, {"a": a, "b": turn_model(sched, "b")})
+    assert vd.generate("b").status == 200  # b's load time learned, then a takes the card
+    assert vd.generate("a").status == 200
+    futs = [vd.later("a") for _ in range(a_requests)]
+    vd.wait_in_flight("a")
+    vd.wait_queued("a", a_requests - 1)
+    t0 = time.monotonic()
+    rb = vd.generate("b", headers=b_headers)
+    return vd, futs, rb, time.monotonic() - t0
+
+
+def test_a_request_whose_deadline_would_be_missed_goes_first(sched):
+    """a's queue holds 14 s of work (real); b's request may wait 8 s. b's swap is due once
+    what is left of its deadline no longer covers its load, its run and a's running request:
+    b claims the card (swap=deadline), a's queued requests are held back (only the one
+    running finishes), a is evicted, b is served in time; then a comes back for the rest."""
+    vd, futs, rb, _ = busy_a_then_b(sched, {"X-Vramd-Deadline": "8s"}, a_requests=14)
+    assert rb.status == 200, rb  # vramd answers 504 deadline_exceeded otherwise
+    claimed = vd.events("memory_claimed", model="b")
+    assert claimed and claimed[-1].get("swap") == "deadline", claimed
+    for f in futs:
+        assert f.result().status == 200
+    assert loads(vd, "a") >= 2  # evicted for b, started again for the rest of its queue
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_a_higher_priority_model_takes_the_card_without_waiting_for_the_queue(sched):
+    """The same scene with no deadline on b but a higher priority (X-Vramd-Priority 9 over
+    a's 5): b's swap is due at once (swap=priority) and b is served after a's running
+    request and b's load, not after a's whole queue (10 s)."""
+    vd, futs, rb, _ = busy_a_then_b(sched, {"X-Vramd-Priority": "9"})
+    assert rb.status == 200, rb
+    claimed = vd.events("memory_claimed", model="b")
+    assert claimed and claimed[-1].get("swap") == "priority", claimed
+    for f in futs:
+        assert f.result().status == 200
+    a_done_before_b = [e for e in vd.events("request_done", model="a") if e["_i"] < vd.events("request_done", model="b")[-1]["_i"]]
+    assert len(a_done_before_b) <= 3, len(a_done_before_b)  # b's learned one, the warm one, the running one
+    vd.assert_no_oom()
+    sched.finish()
