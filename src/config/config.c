@@ -76,6 +76,8 @@ static config_t *parse_in_dir(const char *text, size_t len, const char *name, co
     if (rc == 0)
         rc = cfg_parse_models(&c, cfg, root);
     if (rc == 0)
+        rc = cfg_check_turns(&c, cfg, root);
+    if (rc == 0)
         rc = cfg_check_top(&c, cfg, root);
     if (rc == 0)
         rc = cfg_check_jobs(&c, cfg, root);
