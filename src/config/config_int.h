@@ -89,6 +89,10 @@ int cfg_fp_int(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
 int cfg_fp_u64(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
 int cfg_fp_size(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
 int cfg_fp_duration(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+/* route: (models and alias_of entries): a path prefix normalised to "/a/b/"; null removes it */
+int cfg_fp_route(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+/* aliases: (models and alias_of entries): a list of names without spaces; null = none */
+int cfg_parse_aliases(ctx_t *c, yaml_node_t *v, char ***aliases, size_t *n_aliases);
 
 /* model_keys.c */
 /* A listening address (listen, fleet.agent_listen): "host:port" with an IP address or
@@ -99,10 +103,6 @@ int cfg_parse_listen_address(ctx_t *c, yaml_node_t *v, const char *key, const ch
 int cfg_split_host_port(const char *s, bool port_required, int default_port, char *host, size_t host_cap,
                         int *port);
 int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root);
-/* route: (models and alias_of entries): a path prefix normalised to "/a/b/"; null removes it */
-int cfg_fp_route(ctx_t *c, yaml_node_t *v, void *field, const struct field_spec *spec);
-/* aliases: (models and alias_of entries): a list of names without spaces; null = none */
-int cfg_parse_aliases(ctx_t *c, yaml_node_t *v, char ***aliases, size_t *n_aliases);
 
 /* turn_keys.c: the keys of models that take turns on a card (max_wait, evicts, alias_of
  * entries, gpu.idle_model) */

@@ -2,8 +2,7 @@
  * turn_keys: the keys of models that take turns on a card (issue 35, SPEC section 9):
  * a model's max_wait and evicts (in its entry or `defaults:`), `alias_of:` entries of
  * models: (a name served by whichever of several models is loaded or cheapest to bring),
- * gpu.idle_model (the model brought back when a card falls idle), and
- * config_find_alias_of. The scheduler, routing and status that use them live elsewhere
+ * gpu.idle_model (the model brought back when a card falls idle). The scheduler, routing and status that use them live elsewhere
  * (src/sched, src/path, src/obs); here they are parsed and checked only.
  *
  * Invariants: max_wait is 0 (auto) or 1 s .. 24 h; an alias_of entry is kept out of
@@ -141,17 +140,30 @@ int cfg_parse_alias_of(ctx_t *c, config_alias_of_t *a, yaml_node_t *k, yaml_node
     return 0;
 }
 
-const config_alias_of_t *config_find_alias_of(const config_t *c, const char *name_or_alias)
+/* config_find_model and config_find_alias_of of config.c, here so that this file does not
+ * call up into the entry points (config.c calls cfg_check_turns) */
+static const model_config_t *find_model(const config_t *cfg, const char *name)
 {
-    if (c == NULL || name_or_alias == NULL)
-        return NULL;
-    for (size_t i = 0; i < c->n_alias_ofs; i++)
-        if (strcmp(c->alias_ofs[i].name, name_or_alias) == 0)
-            return &c->alias_ofs[i];
-    for (size_t i = 0; i < c->n_alias_ofs; i++)
-        for (size_t a = 0; a < c->alias_ofs[i].n_aliases; a++)
-            if (strcmp(c->alias_ofs[i].aliases[a], name_or_alias) == 0)
-                return &c->alias_ofs[i];
+    for (size_t i = 0; i < cfg->n_models; i++)
+        if (strcmp(cfg->models[i].name, name) == 0)
+            return &cfg->models[i];
+    for (size_t i = 0; i < cfg->n_models; i++)
+        for (size_t a = 0; a < cfg->models[i].n_aliases; a++)
+            if (strcmp(cfg->models[i].aliases[a], name) == 0)
+                return &cfg->models[i];
+    return NULL;
+}
+
+static const config_alias_of_t *find_alias_of(const config_t *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->n_alias_ofs; i++) {
+        const config_alias_of_t *a = &cfg->alias_ofs[i];
+        if (strcmp(a->name, name) == 0)
+            return a;
+        for (size_t k = 0; k < a->n_aliases; k++)
+            if (strcmp(a->aliases[k], name) == 0)
+                return a;
+    }
     return NULL;
 }
 
@@ -160,10 +172,10 @@ const config_alias_of_t *config_find_alias_of(const config_t *c, const char *nam
 static const model_config_t *real_model(ctx_t *c, const config_t *cfg, yaml_node_t *node, const char *name,
                                         const char *key)
 {
-    const model_config_t *m = config_find_model(cfg, name);
+    const model_config_t *m = find_model(cfg, name);
     if (m != NULL)
         return m;
-    if (config_find_alias_of(cfg, name) != NULL)
+    if (find_alias_of(cfg, name) != NULL)
         ydoc_fail(c, node, "\"%s\" is an alias_of entry: %s names models that have a server of their own", name, key);
     else
         ydoc_fail(c, node, "no model \"%s\" (%s names a model of this file, by its name or an alias)", name, key);
@@ -179,7 +191,7 @@ static int resolve_alias_of(ctx_t *c, const config_t *cfg, config_alias_of_t *a)
         ydoc_path_reset(c);
         ydoc_path_append(c, "models.%s.alias_of[%zu]", a->name, i);
         const char *t = a->targets[i];
-        if (config_find_alias_of(cfg, t) == a)
+        if (find_alias_of(cfg, t) == a)
             return ydoc_fail(c, item, "an alias_of entry cannot name itself");
         const model_config_t *m = real_model(c, cfg, item, t, "alias_of");
         if (m == NULL)
@@ -200,13 +212,6 @@ static int resolve_alias_of(ctx_t *c, const config_t *cfg, config_alias_of_t *a)
         }
     }
     return 0;
-}
-
-void config_summary(const config_t *c, char *out, size_t cap)
-{
-    int n = snprintf(out, cap, "%zu models", c->n_models);
-    if (c->n_alias_ofs > 0 && n >= 0 && (size_t)n < cap)
-        snprintf(out + n, cap - (size_t)n, ", %zu alias_of entr%s", c->n_alias_ofs, c->n_alias_ofs == 1 ? "y" : "ies");
 }
 
 /* ---- gpu.idle_model ---------------------------------------------------------------- */
