@@ -256,7 +256,7 @@ typedef struct model_config {
     /* FNV-1a of the text of its entry (name and value) and of `defaults:`, as written in the
      * file: a reload tells an entry that changed by it (a failed model is then tried again,
      * workers/supervisor.c). What an alias in it refers to elsewhere in the file is not
-     * part of it. */
+     * part of it, nor is what follows its last value (the next entry, a comment). */
     uint64_t source_hash;
     char *memory_at; /* "FILE:LINE:COL" of its memory: key (else of its entry), for check-config's fit errors */
 } model_config_t;

@@ -591,12 +591,32 @@ static bool model_name_ok(const char *s, size_t len)
     return true;
 }
 
-/* FNV-1a over the text from node a's start to node b's end (a NULL a: nothing), on top of h. */
-static uint64_t source_hash(const ctx_t *c, const yaml_node_t *a, const yaml_node_t *b, uint64_t h)
+/* Where node n's own text ends: a block collection's end mark is where the next token
+ * begins (the indentation of the next entry, a comment, or the end of the file), so it is
+ * taken from its last descendant instead (a loop: no recursion the input could deepen). */
+static size_t text_end(ctx_t *c, const yaml_node_t *n)
+{
+    for (;;) {
+        const yaml_node_t *last = NULL;
+        if (n->type == YAML_MAPPING_NODE && n->data.mapping.style == YAML_BLOCK_MAPPING_STYLE &&
+            ydoc_mapping_size(n) > 0)
+            last = ydoc_pair_value(c, n, ydoc_mapping_size(n) - 1);
+        else if (n->type == YAML_SEQUENCE_NODE && n->data.sequence.style == YAML_BLOCK_SEQUENCE_STYLE &&
+                 ydoc_sequence_size(n) > 0)
+            last = ydoc_sequence_item(c, n, ydoc_sequence_size(n) - 1);
+        if (last == NULL)
+            return n->end_mark.index;
+        n = last;
+    }
+}
+
+/* FNV-1a over the text from node a's start to node b's text end (a NULL a: nothing), on
+ * top of h: what follows b in the file (another entry appended) does not change it. */
+static uint64_t source_hash(ctx_t *c, const yaml_node_t *a, const yaml_node_t *b, uint64_t h)
 {
     if (a == NULL || c->text == NULL)
         return h;
-    size_t from = a->start_mark.index, to = b->end_mark.index;
+    size_t from = a->start_mark.index, to = text_end(c, b);
     for (size_t i = from; i < to && i < c->text_len; i++) {
         h ^= (unsigned char)c->text[i];
         h *= 1099511628211ULL;

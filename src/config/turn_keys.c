@@ -200,8 +200,8 @@ static int resolve_alias_of(ctx_t *c, const config_t *cfg, config_alias_of_t *a)
             if (strcmp(a->targets[j], m->name) != 0)
                 continue;
             if (strcmp(t, m->name) == 0)
-                return ydoc_fail(c, item, "model \"%s\" is listed twice", t);
-            return ydoc_fail(c, item, "\"%s\" is model \"%s\", already listed", t, m->name);
+                return ydoc_fail(c, item, "model \"%s\" is listed twice (alias_of[%zu] names it too)", t, j);
+            return ydoc_fail(c, item, "\"%s\" is model \"%s\", which alias_of[%zu] names too", t, m->name, j);
         }
         if (strcmp(t, m->name) != 0) {
             char *name = ydoc_dup_or_fail(c, item, m->name);

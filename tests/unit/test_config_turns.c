@@ -4,7 +4,8 @@
  * entries of models: (kept out of config->models, their targets resolved and checked,
  * their names, aliases and routes in the models' namespace), gpu.idle_model in its three
  * forms and gpu.idle_model_after; each bad form's error with file:line:col and key path;
- * and that an entry's source_hash (what a reload compares) follows the new keys.
+ * and that an entry's source_hash (what a reload compares) follows the new keys and only
+ * its own text.
  */
 #include "config_test.h"
 
@@ -179,9 +180,9 @@ static void test_alias_of_errors(void **state)
     expect_error("models:\n  a:\n" M "  b: {alias_of: [a, bee], aliases: [bee]}\n",
                  "test.yaml:5:21: models.b.alias_of[1]: an alias_of entry cannot name itself");
     expect_error("models:\n  a:\n" M "  b: {alias_of: [a, a]}\n",
-                 "test.yaml:5:21: models.b.alias_of[1]: model \"a\" is listed twice");
+                 "test.yaml:5:21: models.b.alias_of[1]: model \"a\" is listed twice (alias_of[0] names it too)");
     expect_error("models:\n  a:\n" M "    aliases: [ay]\n  b: {alias_of: [a, ay]}\n",
-                 "test.yaml:6:21: models.b.alias_of[1]: \"ay\" is model \"a\", already listed");
+                 "test.yaml:6:21: models.b.alias_of[1]: \"ay\" is model \"a\", which alias_of[0] names too");
     expect_error("models:\n  a:\n" M "  b: {alias_of: [a], route: [x]}\n",
                  "test.yaml:5:29: models.b.route: expected a path prefix like /trellis/, got a list");
     /* the namespace of names, aliases and routes is shared with the models */
@@ -319,6 +320,33 @@ static void test_reload_hash_follows_the_keys(void **state)
     config_unref(NULL);
 }
 
+/* What follows an entry in the file is not part of it: a block-style model written last,
+ * then followed by an appended alias_of entry (or a model, a comment, a top-level key), keeps
+ * its source_hash, so a reload that adds an entry does not retry a failed model whose entry
+ * is unchanged. Failed before: a block mapping's end is where the next token begins, and the
+ * next entry's indentation was hashed with it. */
+static void test_reload_hash_ignores_what_follows(void **state)
+{
+    (void)state;
+    static const char *const texts[] = {
+        "models:\n  a:\n    cmd: [x]\n    gpus:\n      - 0\n",
+        "models:\n  a:\n    cmd: [x]\n    gpus:\n      - 0\n  b:\n    alias_of: [a]\n",
+        "models:\n  a:\n    cmd: [x]\n    gpus:\n      - 0\n# the end\nlog: {level: info}\n",
+        "models:\n  a:\n    cmd: [x]\n    gpus:\n      - 0\n  c: {cmd: [y]}\n",
+    };
+    uint64_t h[4];
+    for (size_t i = 0; i < 4; i++) {
+        config_t *c = parse_ok(texts[i]);
+        h[i] = model(c, "a")->source_hash;
+        config_unref(c);
+    }
+    for (size_t i = 1; i < 4; i++)
+        assert_int_equal(h[i], h[0]);
+    config_t *c = parse_ok("models:\n  a:\n    cmd: [x]\n    gpus:\n      - 1\n"); /* its own text changed */
+    assert_int_not_equal(model(c, "a")->source_hash, h[0]);
+    config_unref(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -331,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_idle_model_forms),
         cmocka_unit_test(test_idle_model_errors),
         cmocka_unit_test(test_reload_hash_follows_the_keys),
+        cmocka_unit_test(test_reload_hash_ignores_what_follows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
