@@ -181,10 +181,10 @@ int cli_cmd_check_config(cli_opts_t *o, int argc, char **argv)
         cJSON_AddBoolToObject(j, "ok", c != NULL && !refused);
         if (c)
             cJSON_AddNumberToObject(j, "models", (double)c->n_models);
-        if (c && c->n_alias_ofs > 0)
-            cJSON_AddNumberToObject(j, "alias_of_entries", (double)c->n_alias_ofs);
         else
             cJSON_AddStringToObject(j, "error", err);
+        if (c && c->n_alias_ofs > 0) /* entries that name models (alias_of), not counted in models */
+            cJSON_AddNumberToObject(j, "alias_of_entries", (double)c->n_alias_ofs);
         if (c && c->n_warnings > 0) {
             cJSON *list = cJSON_AddArrayToObject(j, "warnings");
             for (size_t w = 0; list && w < c->n_warnings; w++) {

@@ -83,7 +83,7 @@ def test_check_config_takes_the_turn_keys(tmp_path):
         assert p.stdout.strip() == f"{good}: ok (3 models, 1 alias_of entry)", p
     p = vramctl("check-config", str(good), "--json")
     body = json.loads(p.stdout)
-    assert body["ok"] is True and body["models"] == 3 and body["alias_of_entries"] == 1, body
+    assert body == {"file": str(good), "ok": True, "models": 3, "alias_of_entries": 1}, body
 
     for i, (old, new, error) in enumerate(BAD):
         assert old in GOOD, old
