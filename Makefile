@@ -198,6 +198,7 @@ $(BUILD)/tests/test_validate $(BUILD)/tests/test_validate_mesh: tests/unit/valid
 $(BUILD)/tests/test_process $(BUILD)/tests/test_process_child: tests/unit/process_test_util.h
 $(BUILD)/tests/test_config_model $(BUILD)/tests/test_config_top $(BUILD)/tests/test_config_errors \
 	$(BUILD)/tests/test_config_park $(BUILD)/tests/test_config_limits $(BUILD)/tests/test_config_fleet \
+	$(BUILD)/tests/test_config_turns \
 	$(BUILD)/tests/test_preset_table: \
 	tests/unit/config_test.h
 $(BUILD)/tests/test_journal $(BUILD)/tests/test_journal_store $(BUILD)/tests/test_jstore_sqlite: tests/unit/journal_fixture.h

@@ -183,6 +183,8 @@ int cli_cmd_check_config(cli_opts_t *o, int argc, char **argv)
             cJSON_AddNumberToObject(j, "models", (double)c->n_models);
         else
             cJSON_AddStringToObject(j, "error", err);
+        if (c && c->n_alias_ofs > 0) /* entries that name models (alias_of), not counted in models */
+            cJSON_AddNumberToObject(j, "alias_of_entries", (double)c->n_alias_ofs);
         if (c && c->n_warnings > 0) {
             cJSON *list = cJSON_AddArrayToObject(j, "warnings");
             for (size_t w = 0; list && w < c->n_warnings; w++) {
@@ -207,8 +209,11 @@ int cli_cmd_check_config(cli_opts_t *o, int argc, char **argv)
     if (refused && !o->json)
         fprintf(stderr, "%s: %zu warning%s (--strict makes warnings errors)\n", pos[0], c->n_warnings,
                 c->n_warnings == 1 ? "" : "s");
-    else if (!o->json)
-        printf("%s: ok (%zu models)\n", pos[0], c->n_models);
+    else if (!o->json) {
+        char summary[96];
+        config_summary(c, summary, sizeof summary);
+        printf("%s: ok (%s)\n", pos[0], summary);
+    }
     config_unref(c);
     return refused ? CLI_EXIT_ERROR : CLI_OK;
 }

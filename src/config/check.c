@@ -200,30 +200,30 @@ int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_nod
     return 0;
 }
 
-/* Names and aliases are one namespace; routes are unique. */
-int cfg_check_names_and_routes(ctx_t *c, config_t *cfg, yaml_node_t **model_nodes, yaml_node_t **key_nodes)
+/* Names and aliases of models and alias_of entries are one namespace; routes are unique. */
+int cfg_check_names_and_routes(ctx_t *c, const cfg_entry_t *entries, size_t n)
 {
-    for (size_t i = 0; i < cfg->n_models; i++) {
-        model_config_t *m = &cfg->models[i];
-        yaml_node_t *where = model_nodes[i] && !ydoc_is_null(model_nodes[i]) ? model_nodes[i] : key_nodes[i];
-        for (size_t a = 0; a < m->n_aliases; a++) {
-            const char *alias = m->aliases[a];
+    for (size_t i = 0; i < n; i++) {
+        const cfg_entry_t *e = &entries[i];
+        for (size_t a = 0; a < e->n_aliases; a++) {
+            const char *alias = e->aliases[a];
             const char *clash = NULL, *clash_kind = NULL;
-            for (size_t j = 0; j < cfg->n_models && clash == NULL; j++) {
-                if (strcmp(cfg->models[j].name, alias) == 0) {
-                    clash = cfg->models[j].name;
-                    clash_kind = "the name of model";
+            for (size_t j = 0; j < n && clash == NULL; j++) {
+                const cfg_entry_t *o = &entries[j];
+                if (strcmp(o->name, alias) == 0) {
+                    clash = o->name;
+                    clash_kind = o->alias_of ? "the name of alias_of entry" : "the name of model";
                 }
-                size_t limit = j < i ? cfg->models[j].n_aliases : (j == i ? a : 0);
+                size_t limit = j < i ? o->n_aliases : (j == i ? a : 0);
                 for (size_t b = 0; b < limit && clash == NULL; b++) {
-                    if (strcmp(cfg->models[j].aliases[b], alias) == 0) {
-                        clash = cfg->models[j].name;
-                        clash_kind = "already an alias of model";
+                    if (strcmp(o->aliases[b], alias) == 0) {
+                        clash = o->name;
+                        clash_kind = o->alias_of ? "already an alias of alias_of entry" : "already an alias of model";
                     }
                 }
             }
             if (clash != NULL) {
-                yaml_node_t *list = cfg_model_key_node(c, m->name, where, "aliases");
+                yaml_node_t *list = cfg_model_key_node(c, e->name, e->where, "aliases");
                 yaml_node_t *item = list;
                 if (list->type == YAML_SEQUENCE_NODE && a < ydoc_sequence_size(list)) {
                     item = ydoc_sequence_item(c, list, a);
@@ -232,10 +232,11 @@ int cfg_check_names_and_routes(ctx_t *c, config_t *cfg, yaml_node_t **model_node
                 return ydoc_fail(c, item, "alias \"%s\" is %s \"%s\"", alias, clash_kind, clash);
             }
         }
-        for (size_t j = 0; m->route != NULL && j < i; j++) {
-            if (cfg->models[j].route != NULL && strcmp(cfg->models[j].route, m->route) == 0) {
-                yaml_node_t *n = cfg_model_key_node(c, m->name, where, "route");
-                return ydoc_fail(c, n, "route %s is already used by model \"%s\"", m->route, cfg->models[j].name);
+        for (size_t j = 0; e->route != NULL && j < i; j++) {
+            if (entries[j].route != NULL && strcmp(entries[j].route, e->route) == 0) {
+                yaml_node_t *node = cfg_model_key_node(c, e->name, e->where, "route");
+                return ydoc_fail(c, node, "route %s is already used by %s \"%s\"", e->route,
+                                 entries[j].alias_of ? "alias_of entry" : "model", entries[j].name);
             }
         }
     }

@@ -1,6 +1,7 @@
 /*
  * config: parse vramd's YAML configuration (SPEC section 2) into an immutable config_t;
- * the entry points (config_load, config_parse, config_ref/unref, config_find_model).
+ * the entry points (config_load, config_parse, config_ref/unref, config_find_model,
+ * config_find_alias_of, config_summary).
  *
  * How it works: a first pass over libyaml's events refuses nesting deeper than 64 (libyaml's
  * scanner is slow on deep flow nesting); then libyaml loads the text into a document (every
@@ -75,6 +76,8 @@ static config_t *parse_in_dir(const char *text, size_t len, const char *name, co
         rc = cfg_apply_mapping(&c, root, &cfg_top_section, cfg);
     if (rc == 0)
         rc = cfg_parse_models(&c, cfg, root);
+    if (rc == 0)
+        rc = cfg_check_turns(&c, cfg, root);
     if (rc == 0)
         rc = cfg_check_top(&c, cfg, root);
     if (rc == 0)
@@ -205,4 +208,26 @@ const model_config_t *config_find_model(const config_t *c, const char *name_or_a
             if (strcmp(c->models[i].aliases[a], name_or_alias) == 0)
                 return &c->models[i];
     return NULL;
+}
+
+/* Names before aliases, as config_find_model: a name is never also an alias (check.c). */
+const config_alias_of_t *config_find_alias_of(const config_t *c, const char *name_or_alias)
+{
+    if (c == NULL || name_or_alias == NULL)
+        return NULL;
+    for (size_t i = 0; i < c->n_alias_ofs; i++)
+        if (strcmp(c->alias_ofs[i].name, name_or_alias) == 0)
+            return &c->alias_ofs[i];
+    for (size_t i = 0; i < c->n_alias_ofs; i++)
+        for (size_t a = 0; a < c->alias_ofs[i].n_aliases; a++)
+            if (strcmp(c->alias_ofs[i].aliases[a], name_or_alias) == 0)
+                return &c->alias_ofs[i];
+    return NULL;
+}
+
+void config_summary(const config_t *c, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%zu models", c->n_models);
+    if (c->n_alias_ofs > 0 && n >= 0 && (size_t)n < cap)
+        snprintf(out + n, cap - (size_t)n, ", %zu alias_of entr%s", c->n_alias_ofs, c->n_alias_ofs == 1 ? "y" : "ies");
 }

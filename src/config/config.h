@@ -212,7 +212,12 @@ typedef struct model_config {
     uint64_t total_deadline_ms; /* end to end, arrival to the answer's last byte; 0 = none (default) */
     int priority;         /* 0..9, default 5 */
     uint64_t keep_alive_ms; /* default 10m; CONFIG_FOREVER = pinned */
+    /* max_wait: the longest a request waits while other models hold the card before its
+     * model's turn comes (it then claims the card; the holder finishes what it had queued);
+     * 1 s .. 24 h (config/turn_keys.c) */
     uint64_t max_wait_ms; /* 0 = auto (the scheduler derives it from learned load times) */
+    /* evicts: idle_only: its loads and wakes take only idle memory: never evict (or hold
+     * back) a model with requests running or queued, and never claim the card */
     enum config_evicts { CFG_EVICTS_ANY = 0, CFG_EVICTS_IDLE_ONLY } evicts; /* default any */
     config_hook_t unload, reload, clear_cache;
     config_hook_t sleep, wake; /* eviction tier: the server parks its weights in host memory and back */
@@ -251,10 +256,30 @@ typedef struct model_config {
     /* FNV-1a of the text of its entry (name and value) and of `defaults:`, as written in the
      * file: a reload tells an entry that changed by it (a failed model is then tried again,
      * workers/supervisor.c). What an alias in it refers to elsewhere in the file is not
-     * part of it. */
+     * part of it, nor is what follows its last value (the next entry, a comment). */
     uint64_t source_hash;
     char *memory_at; /* "FILE:LINE:COL" of its memory: key (else of its entry), for check-config's fit errors */
 } model_config_t;
+
+/* An `alias_of:` entry of models: (config/turn_keys.c): a name with no server of its own,
+ * served by whichever of its targets is loaded or cheapest to bring. Not in config->models
+ * (config_find_model never returns one): config_find_alias_of finds it. */
+typedef struct config_alias_of {
+    char *name;
+    char *route; /* normalised like a model's route; NULL = none */
+    bool strip;  /* default true (or defaults: strip) */
+    char **aliases;
+    size_t n_aliases;
+    char **targets; /* the real models' names (an alias in the file is resolved), 1..16, distinct */
+    size_t n_targets;
+    char *where; /* "FILE:LINE:COL" of its entry */
+} config_alias_of_t;
+
+/* gpu.idle_model: the model brought back when a card falls idle */
+typedef struct config_idle_model {
+    int gpu; /* -1 = every GPU (the model's gpus: narrow it) */
+    char *model; /* a real model's name (an alias in the file is resolved) */
+} config_idle_model_t;
 
 /* A warning of the warnings pass (config/warnings.c): legal, but likely a mistake.
  * `vramd --check-config --strict` treats them as errors. */
@@ -297,6 +322,12 @@ typedef struct config {
          * checkpoint tier copies through vramd's pinned pool, gpu/cuda_storage.h; default)
          * | driver (the driver's own copy) */
         bool custom_storage;
+        /* idle_model: by GPU (one entry with gpu -1 for a scalar); at most one per GPU */
+        config_idle_model_t *idle_models;
+        size_t n_idle_models;
+        /* idle_model_after: how long a card must have had no request queued or running
+         * before its idle model is brought back; default 30s, 1s .. 24h */
+        uint64_t idle_model_after_ms;
     } gpu;
     struct {
         uint64_t max_body;       /* default 64MiB */
@@ -351,6 +382,8 @@ typedef struct config {
     } jobs;
     model_config_t *models;
     size_t n_models;
+    config_alias_of_t *alias_ofs; /* models: entries with alias_of (no server of their own) */
+    size_t n_alias_ofs;
     /* limits.per_client (absent or null: off): caps per client and a fair order between
      * clients (policy/client_limit.h, path/dispatch.c) */
     struct {
@@ -411,6 +444,10 @@ const char *config_preset_fraction_flag(enum config_preset p);
 const char *const *config_preset_denied_paths(enum config_preset p);
 
 const model_config_t *config_find_model(const config_t *c, const char *name_or_alias);
+/* The alias_of entry named name_or_alias (its name, else one of its aliases); NULL if none. */
+const config_alias_of_t *config_find_alias_of(const config_t *c, const char *name_or_alias);
+/* "3 models" or "3 models, 1 alias_of entry": what --check-config's ok line counts. */
+void config_summary(const config_t *c, char *out, size_t cap);
 
 /* One GPU's size for config_fit_errors: its index (as gpus: and gpu.devices name it) and total bytes. */
 typedef struct config_gpu_size {

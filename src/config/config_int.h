@@ -89,6 +89,10 @@ int cfg_fp_int(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
 int cfg_fp_u64(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
 int cfg_fp_size(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
 int cfg_fp_duration(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+/* route: (models and alias_of entries): a path prefix normalised to "/a/b/"; null removes it */
+int cfg_fp_route(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
+/* aliases: (models and alias_of entries): a list of names without spaces; null = none */
+int cfg_parse_aliases(ctx_t *c, yaml_node_t *v, char ***aliases, size_t *n_aliases);
 
 /* model_keys.c */
 /* A listening address (listen, fleet.agent_listen): "host:port" with an IP address or
@@ -99,6 +103,23 @@ int cfg_parse_listen_address(ctx_t *c, yaml_node_t *v, const char *key, const ch
 int cfg_split_host_port(const char *s, bool port_required, int default_port, char *host, size_t host_cap,
                         int *port);
 int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root);
+
+/* turn_keys.c: the keys of models that take turns on a card (max_wait, evicts, alias_of
+ * entries, gpu.idle_model) */
+#define ALIAS_OF_TARGETS_MAX 16
+int cfg_fp_max_wait(ctx_t *c, yaml_node_t *v, void *field, const struct field_spec *spec);
+int cfg_fp_evicts(ctx_t *c, yaml_node_t *v, void *field, const struct field_spec *spec);
+/* gpu.idle_model (the field is the config_t): its shape only; cfg_check_turns checks the models */
+int cfg_fp_idle_model(ctx_t *c, yaml_node_t *v, void *field, const struct field_spec *spec);
+/* Is this models: entry's value an alias_of entry (a mapping with an alias_of: key)? */
+bool cfg_is_alias_of_entry(ctx_t *c, const yaml_node_t *v);
+/* An alias_of entry's own keys (a zeroed or freeable a; freeable on any return); its targets
+ * are kept as written until cfg_check_turns resolves them. */
+int cfg_parse_alias_of(ctx_t *c, config_alias_of_t *a, yaml_node_t *k, yaml_node_t *v);
+void cfg_alias_of_free(config_alias_of_t *a);
+/* After every model is built: alias_of targets and gpu.idle_model resolved to real models
+ * and checked. 0 or -1 after ydoc_fail. */
+int cfg_check_turns(ctx_t *c, config_t *cfg, yaml_node_t *root);
 
 /* quality_keys.c */
 int cfg_fp_degrade(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
@@ -144,7 +165,17 @@ void cfg_config_free(config_t *cfg);
 
 /* check.c */
 int cfg_check_model(ctx_t *c, model_config_t *m, yaml_node_t *key_node, yaml_node_t *model_node);
-int cfg_check_names_and_routes(ctx_t *c, config_t *cfg, yaml_node_t **model_nodes, yaml_node_t **key_nodes);
+/* One models: entry for the namespace check (a model or an alias_of entry), in file order. */
+typedef struct cfg_entry {
+    const char *name;
+    const char *route;
+    char *const *aliases;
+    size_t n_aliases;
+    yaml_node_t *where; /* its mapping, or its key when it has none */
+    bool alias_of;
+} cfg_entry_t;
+/* Names and aliases of every entry are one namespace; routes are unique. */
+int cfg_check_names_and_routes(ctx_t *c, const cfg_entry_t *entries, size_t n);
 int cfg_check_top(ctx_t *c, config_t *cfg, yaml_node_t *root);
 int cfg_check_jobs(ctx_t *c, config_t *cfg, yaml_node_t *root);
 /* Where a model key was last set: the model's own mapping, else `defaults:`, else the model

@@ -55,6 +55,8 @@ int cfg_model_init_builtin(model_config_t *m)
     m->prompt_poll_ms = 250; /* path/prompt_hold.c: ComfyUI's /history poll */
     m->cuda_shim = CUDA_SHIM_OFF; /* off until the real-GPU suite passed with PyTorch (docs/shim.md) */
     m->grant_wait_ms = 5000;
+    m->max_wait_ms = 0;          /* auto: max(60 s, 6 x its learned load or wake time), by the scheduler */
+    m->evicts = CFG_EVICTS_ANY;
     m->retry_budget.percent = 20;
     m->retry_budget.min = 3;
     m->container.cgroup_parent = -1;             /* auto: podman yes, docker no */
@@ -105,6 +107,12 @@ void cfg_config_free(config_t *cfg)
     for (size_t i = 0; i < cfg->n_models; i++)
         cfg_model_free(&cfg->models[i]);
     free(cfg->models);
+    for (size_t i = 0; i < cfg->n_alias_ofs; i++)
+        cfg_alias_of_free(&cfg->alias_ofs[i]);
+    free(cfg->alias_ofs);
+    for (size_t i = 0; i < cfg->gpu.n_idle_models; i++)
+        free(cfg->gpu.idle_models[i].model);
+    free(cfg->gpu.idle_models);
     for (size_t i = 0; i < cfg->n_warnings; i++) {
         free(cfg->warnings[i].model);
         free(cfg->warnings[i].key);
@@ -166,6 +174,7 @@ config_t *cfg_config_new_builtin(void)
     cfg->gpu.custom_storage = true; /* only where the driver has it (CUDA 13.4) */
     cfg->gpu.driver_limits = false; /* off until vramd books what a worker still runs for clients that left (docs/shim.md) */
     cfg->gpu.foreign_measure = true;
+    cfg->gpu.idle_model_after_ms = 30 * 1000; /* no idle model unless gpu.idle_model */
     cfg->limits.max_body = 64ULL << 20;
     cfg->limits.max_header = 16ULL << 10;
     cfg->limits.max_header_count = 100;

@@ -3,9 +3,11 @@
  *
  * cfg_apply_mapping() walks a mapping against a section's table (field_spec_t) and calls
  * each key's parser on the field at its offset; the cfg_fp_* parsers read one value kind
- * (string, HTTP path, bool, integers within [min, max], size, duration); cfg_parse_*
- * are the same checks for callers that are not table entries, and cfg_parse_argv()
- * reads a list of words (a model's cmd, a validate cmd) that cfg_free_argv() frees.
+ * (string, HTTP path, bool, integers within [min, max], size, duration, a route);
+ * cfg_parse_* are the same checks for callers that are not table entries,
+ * cfg_parse_argv() reads a list of words (a model's cmd, a validate cmd) that
+ * cfg_free_argv() frees, and cfg_parse_aliases() a list of names (a model's or an
+ * alias_of entry's aliases).
  * Invariants: an unknown key is an error (naming the closest known key, when one is
  * within an edit distance of 2, of 1 for keys of up to 4 characters); a parser returns 0
  * or -1 after ydoc_fail(), and a string field is replaced only once its new value is
@@ -320,5 +322,82 @@ int cfg_set_choice_name(ctx_t *c, yaml_node_t *v, const char *const *names, char
         return -1;
     free(*field);
     *field = copy;
+    return 0;
+}
+
+/* A route is normalised to "/a/b/": leading and trailing '/', no "//". */
+int cfg_fp_route(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
+{
+    char **route = field;
+    if (ydoc_is_null(v)) {
+        free(*route);
+        *route = NULL;
+        return 0;
+    }
+    if (ydoc_need_scalar(c, v, "a path prefix like /trellis/") != 0)
+        return -1;
+    const char *s = ydoc_scalar_text(v);
+    char d[DESCRIBE_MAX];
+    size_t len = strlen(s);
+    char *norm = malloc(len + 3);
+    if (norm == NULL)
+        return ydoc_fail(c, v, "out of memory");
+    size_t o = 0;
+    norm[o++] = '/';
+    for (const char *p = s; *p; p++) {
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f || *p == '?' || *p == '#') {
+            free(norm);
+            return ydoc_fail(c, v, "a route may not contain spaces, control characters, '?' or '#', got %s",
+                             ydoc_describe(v, d, sizeof d));
+        }
+        if (*p == '/' && norm[o - 1] == '/')
+            continue;
+        norm[o++] = *p;
+    }
+    if (norm[o - 1] != '/')
+        norm[o++] = '/';
+    norm[o] = '\0';
+    free(*route);
+    *route = norm;
+    return 0;
+}
+
+/* A list of names (aliases: of a model or an alias_of entry), no spaces nor control
+ * characters, at most ALIASES_MAX; null = none. */
+int cfg_parse_aliases(ctx_t *c, yaml_node_t *v, char ***aliases, size_t *n_aliases)
+{
+    if (ydoc_is_null(v)) {
+        cfg_free_argv(*aliases, *n_aliases);
+        *aliases = NULL;
+        *n_aliases = 0;
+        return 0;
+    }
+    if (ydoc_need_sequence(c, v, "a list of names", 0, ALIASES_MAX) != 0)
+        return -1;
+    size_t n = ydoc_sequence_size(v);
+    char **names = calloc(n + 1, sizeof *names);
+    if (names == NULL)
+        return ydoc_fail(c, v, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        yaml_node_t *item = ydoc_sequence_item(c, v, i);
+        size_t saved = ydoc_path_push_index(c, i);
+        rc = ydoc_need_scalar(c, item, "a name");
+        for (const char *p = rc == 0 ? ydoc_scalar_text(item) : ""; rc == 0 && *p; p++)
+            if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+                rc = ydoc_fail(c, item, "an alias may not contain spaces or control characters");
+        if (rc == 0 && item->data.scalar.length == 0)
+            rc = ydoc_fail(c, item, "an alias must not be empty");
+        if (rc == 0 && (names[i] = ydoc_dup_or_fail(c, item, ydoc_scalar_text(item))) == NULL)
+            rc = -1;
+        ydoc_path_pop(c, saved);
+    }
+    if (rc != 0) {
+        cfg_free_argv(names, n);
+        return -1;
+    }
+    cfg_free_argv(*aliases, *n_aliases);
+    *aliases = names;
+    *n_aliases = n;
     return 0;
 }

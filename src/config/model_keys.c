@@ -3,9 +3,11 @@
  * stop_cmd come from container_keys.c), health, timeouts,
  * gpus, memory, concurrency, queue, deadline (and total_deadline), priority, keep_alive, hooks, recycle,
  * checkpoint, park_keep_alive; the quality keys degrade, validate and retry come from quality_keys.c,
- * preset from presets.c), the model table, and cfg_parse_models(), which builds every
- * model: built-in defaults, then its preset (presets.c), then `defaults:`, then the
- * model's own mapping, then the per-model and cross-model checks (check.c).
+ * preset from presets.c, max_wait and evicts from turn_keys.c), the model table, and
+ * cfg_parse_models(), which builds every model: built-in defaults, then its preset
+ * (presets.c), then `defaults:`, then the model's own mapping, then the per-model and
+ * cross-model checks (check.c). An entry with `alias_of:` is no model: it goes to
+ * config->alias_ofs (turn_keys.c) and shares only the namespace of names, aliases and routes.
  *
  * Invariants: lists (cmd, aliases, gpus) are replaced whole and env overlays per
  * variable (a null value is kept as {name, NULL}: the worker must not inherit it); null
@@ -39,40 +41,7 @@ static int fp_model_cmd(ctx_t *c, yaml_node_t *v, void *field, const field_spec_
 static int fp_aliases(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
 {
     model_config_t *m = field;
-    if (ydoc_is_null(v)) {
-        cfg_free_argv(m->aliases, m->n_aliases);
-        m->aliases = NULL;
-        m->n_aliases = 0;
-        return 0;
-    }
-    if (ydoc_need_sequence(c, v, "a list of names", 0, ALIASES_MAX) != 0)
-        return -1;
-    size_t n = ydoc_sequence_size(v);
-    char **names = calloc(n + 1, sizeof *names);
-    if (names == NULL)
-        return ydoc_fail(c, v, "out of memory");
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        yaml_node_t *item = ydoc_sequence_item(c, v, i);
-        size_t saved = ydoc_path_push_index(c, i);
-        rc = ydoc_need_scalar(c, item, "a name");
-        for (const char *p = rc == 0 ? ydoc_scalar_text(item) : ""; rc == 0 && *p; p++)
-            if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-                rc = ydoc_fail(c, item, "an alias may not contain spaces or control characters");
-        if (rc == 0 && item->data.scalar.length == 0)
-            rc = ydoc_fail(c, item, "an alias must not be empty");
-        if (rc == 0 && (names[i] = ydoc_dup_or_fail(c, item, ydoc_scalar_text(item))) == NULL)
-            rc = -1;
-        ydoc_path_pop(c, saved);
-    }
-    if (rc != 0) {
-        cfg_free_argv(names, n);
-        return -1;
-    }
-    cfg_free_argv(m->aliases, m->n_aliases);
-    m->aliases = names;
-    m->n_aliases = n;
-    return 0;
+    return cfg_parse_aliases(c, v, &m->aliases, &m->n_aliases);
 }
 
 static bool env_name_ok(const char *s)
@@ -143,43 +112,6 @@ static int fp_env(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spe
         if (rc != 0)
             return -1;
     }
-    return 0;
-}
-
-/* A route is normalised to "/a/b/": leading and trailing '/', no "//". */
-static int fp_route(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)
-{
-    char **route = field;
-    if (ydoc_is_null(v)) {
-        free(*route);
-        *route = NULL;
-        return 0;
-    }
-    if (ydoc_need_scalar(c, v, "a path prefix like /trellis/") != 0)
-        return -1;
-    const char *s = ydoc_scalar_text(v);
-    char d[DESCRIBE_MAX];
-    size_t len = strlen(s);
-    char *norm = malloc(len + 3);
-    if (norm == NULL)
-        return ydoc_fail(c, v, "out of memory");
-    size_t o = 0;
-    norm[o++] = '/';
-    for (const char *p = s; *p; p++) {
-        if ((unsigned char)*p <= 0x20 || *p == 0x7f || *p == '?' || *p == '#') {
-            free(norm);
-            return ydoc_fail(c, v, "a route may not contain spaces, control characters, '?' or '#', got %s",
-                             ydoc_describe(v, d, sizeof d));
-        }
-        if (*p == '/' && norm[o - 1] == '/')
-            continue;
-        norm[o++] = *p;
-    }
-    if (norm[o - 1] != '/')
-        norm[o++] = '/';
-    norm[o] = '\0';
-    free(*route);
-    *route = norm;
     return 0;
 }
 
@@ -598,7 +530,7 @@ static const section_t memory_section = SECTION(memory_fields);
 static const section_t recycle_section = SECTION(recycle_fields);
 
 static const field_spec_t model_fields[] = {
-    {"route", fp_route, offsetof(model_config_t, route), 0, 0, NULL},
+    {"route", cfg_fp_route, offsetof(model_config_t, route), 0, 0, NULL},
     {"strip", cfg_fp_bool, offsetof(model_config_t, strip), 0, 0, NULL},
     {"upgrade", fp_upgrade, 0, 0, 0, NULL},
     {"aliases", fp_aliases, 0, 0, 0, NULL},
@@ -644,6 +576,8 @@ static const field_spec_t model_fields[] = {
     {"cuda_shim", fp_cuda_shim, offsetof(model_config_t, cuda_shim), 0, 0, NULL},
     {"grant_wait", fp_grant_wait, offsetof(model_config_t, grant_wait_ms), 0, 0, NULL},
     {"shim_park", cfg_fp_bool, offsetof(model_config_t, shim_park), 0, 0, NULL},
+    {"max_wait", cfg_fp_max_wait, offsetof(model_config_t, max_wait_ms), 0, 0, NULL},
+    {"evicts", cfg_fp_evicts, offsetof(model_config_t, evicts), 0, 0, NULL},
 };
 static const section_t model_section = SECTION(model_fields);
 
@@ -657,18 +591,73 @@ static bool model_name_ok(const char *s, size_t len)
     return true;
 }
 
-/* FNV-1a over the text from node a's start to node b's end (a NULL a: nothing), on top of h. */
-static uint64_t source_hash(const ctx_t *c, const yaml_node_t *a, const yaml_node_t *b, uint64_t h)
+/* Where node n's own text ends: a block collection's end mark is where the next token
+ * begins (the indentation of the next entry, a comment, or the end of the file), so it is
+ * taken from its last descendant instead (a loop: no recursion the input could deepen). */
+static size_t text_end(ctx_t *c, const yaml_node_t *n)
+{
+    for (;;) {
+        const yaml_node_t *last = NULL;
+        if (n->type == YAML_MAPPING_NODE && n->data.mapping.style == YAML_BLOCK_MAPPING_STYLE &&
+            ydoc_mapping_size(n) > 0)
+            last = ydoc_pair_value(c, n, ydoc_mapping_size(n) - 1);
+        else if (n->type == YAML_SEQUENCE_NODE && n->data.sequence.style == YAML_BLOCK_SEQUENCE_STYLE &&
+                 ydoc_sequence_size(n) > 0)
+            last = ydoc_sequence_item(c, n, ydoc_sequence_size(n) - 1);
+        if (last == NULL)
+            return n->end_mark.index;
+        n = last;
+    }
+}
+
+/* FNV-1a over the text from node a's start to node b's text end (a NULL a: nothing), on
+ * top of h: what follows b in the file (another entry appended) does not change it. */
+static uint64_t source_hash(ctx_t *c, const yaml_node_t *a, const yaml_node_t *b, uint64_t h)
 {
     if (a == NULL || c->text == NULL)
         return h;
-    size_t from = a->start_mark.index, to = b->end_mark.index;
+    size_t from = a->start_mark.index, to = text_end(c, b);
     for (size_t i = from; i < to && i < c->text_len; i++) {
         h ^= (unsigned char)c->text[i];
         h *= 1099511628211ULL;
     }
     h ^= 0xff; /* the end of one span: "ab" + "c" differs from "a" + "bc" */
     return h * 1099511628211ULL;
+}
+
+/* One model (not an alias_of entry): built-in defaults, its preset, `defaults:`, its own
+ * keys, then its checks; m is zeroed or freeable on entry and freeable on any return. */
+static int parse_model(ctx_t *c, model_config_t *m, yaml_node_t *k, yaml_node_t *v)
+{
+    const char *name = ydoc_scalar_text(k);
+    if (cfg_model_init_builtin(m) != 0 || (m->name = strdup(name)) == NULL)
+        return ydoc_fail(c, k, "out of memory");
+    /* the preset first: `defaults:` and the model's own keys override what it fills */
+    int rc = cfg_apply_preset(c, m, cfg_preset_of(c, v), k);
+    if (rc == 0 && c->defaults_node != NULL) {
+        ydoc_path_reset(c);
+        ydoc_path_push_key(c, "defaults");
+        rc = cfg_apply_mapping(c, c->defaults_node, &model_section, m);
+        ydoc_path_reset(c);
+        ydoc_path_append(c, "models.%s", name);
+    }
+    if (rc == 0 && !ydoc_is_null(v) && ydoc_need_mapping(c, v, "a mapping of model keys") != 0)
+        rc = -1;
+    if (rc == 0)
+        rc = cfg_apply_mapping(c, v, &model_section, m);
+    if (rc == 0)
+        rc = cfg_preset_finish(c, m, !ydoc_is_null(v) ? v : k);
+    if (rc == 0)
+        rc = cfg_check_model(c, m, k, v);
+    uint64_t h = source_hash(c, c->defaults_node, c->defaults_node, 14695981039346656037ULL);
+    m->source_hash = source_hash(c, k, v, h);
+    const yaml_node_t *mem = rc == 0 && !ydoc_is_null(v) ? ydoc_find_value(c, v, "memory") : NULL;
+    const yaml_node_t *at = mem ? mem : k;
+    char where[CONFIG_ERR_MAX / 4];
+    snprintf(where, sizeof where, "%s:%zu:%zu", c->name, at->start_mark.line + 1, at->start_mark.column + 1);
+    if (rc == 0 && (m->memory_at = strdup(where)) == NULL)
+        rc = ydoc_fail(c, k, "out of memory");
+    return rc;
 }
 
 int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
@@ -701,58 +690,37 @@ int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
         return -1;
     if (n == 0)
         return 0;
-    cfg->models = calloc(n, sizeof *cfg->models);
-    yaml_node_t **model_nodes = calloc(n, sizeof *model_nodes);
-    yaml_node_t **key_nodes = calloc(n, sizeof *key_nodes);
+    size_t n_alias_of = 0; /* alias_of entries go to cfg->alias_ofs, not cfg->models */
+    for (size_t i = 0; i < n; i++)
+        n_alias_of += cfg_is_alias_of_entry(c, ydoc_pair_value(c, models, i));
+    cfg->models = calloc(n - n_alias_of + 1, sizeof *cfg->models);
+    cfg->alias_ofs = calloc(n_alias_of + 1, sizeof *cfg->alias_ofs);
+    cfg_entry_t *entries = calloc(n, sizeof *entries);
     int rc = 0;
-    if (cfg->models == NULL || model_nodes == NULL || key_nodes == NULL)
+    if (cfg->models == NULL || cfg->alias_ofs == NULL || entries == NULL)
         rc = ydoc_fail(c, models, "out of memory");
     for (size_t i = 0; rc == 0 && i < n; i++) {
         yaml_node_t *k = ydoc_pair_key(c, models, i), *v = ydoc_pair_value(c, models, i);
         const char *name = ydoc_scalar_text(k);
-        key_nodes[i] = k;
-        model_nodes[i] = v;
         ydoc_path_reset(c);
         ydoc_path_append(c, "models.%s", name);
         if (!model_name_ok(name, k->data.scalar.length)) {
             rc = ydoc_fail(c, k, "a model name is 1 to %d of A-Z a-z 0-9 . _ -", MODEL_NAME_MAX);
             break;
         }
-        model_config_t *m = &cfg->models[i];
-        cfg->n_models = i + 1;
-        if (cfg_model_init_builtin(m) != 0 || (m->name = strdup(name)) == NULL) {
-            rc = ydoc_fail(c, k, "out of memory");
-            break;
+        yaml_node_t *where = !ydoc_is_null(v) ? v : k;
+        if (cfg_is_alias_of_entry(c, v)) {
+            config_alias_of_t *a = &cfg->alias_ofs[cfg->n_alias_ofs++];
+            rc = cfg_parse_alias_of(c, a, k, v);
+            entries[i] = (cfg_entry_t){a->name, a->route, a->aliases, a->n_aliases, where, true};
+        } else {
+            model_config_t *m = &cfg->models[cfg->n_models++];
+            rc = parse_model(c, m, k, v);
+            entries[i] = (cfg_entry_t){m->name, m->route, m->aliases, m->n_aliases, where, false};
         }
-        /* the preset first: `defaults:` and the model's own keys override what it fills */
-        rc = cfg_apply_preset(c, m, cfg_preset_of(c, v), k);
-        if (rc == 0 && c->defaults_node != NULL) {
-            ydoc_path_reset(c);
-            ydoc_path_push_key(c, "defaults");
-            rc = cfg_apply_mapping(c, c->defaults_node, &model_section, m);
-            ydoc_path_reset(c);
-            ydoc_path_append(c, "models.%s", name);
-        }
-        if (rc == 0 && !ydoc_is_null(v) && ydoc_need_mapping(c, v, "a mapping of model keys") != 0)
-            rc = -1;
-        if (rc == 0)
-            rc = cfg_apply_mapping(c, v, &model_section, m);
-        if (rc == 0)
-            rc = cfg_preset_finish(c, m, !ydoc_is_null(v) ? v : k);
-        if (rc == 0)
-            rc = cfg_check_model(c, m, k, v);
-        uint64_t h = source_hash(c, c->defaults_node, c->defaults_node, 14695981039346656037ULL);
-        m->source_hash = source_hash(c, k, v, h);
-        const yaml_node_t *mem = rc == 0 && !ydoc_is_null(v) ? ydoc_find_value(c, v, "memory") : NULL;
-        const yaml_node_t *at = mem ? mem : k;
-        char where[CONFIG_ERR_MAX / 4];
-        snprintf(where, sizeof where, "%s:%zu:%zu", c->name, at->start_mark.line + 1, at->start_mark.column + 1);
-        if (rc == 0 && (m->memory_at = strdup(where)) == NULL)
-            rc = ydoc_fail(c, k, "out of memory");
     }
     if (rc == 0)
-        rc = cfg_check_names_and_routes(c, cfg, model_nodes, key_nodes);
-    free(model_nodes);
-    free(key_nodes);
+        rc = cfg_check_names_and_routes(c, entries, n);
+    free(entries);
     return rc;
 }

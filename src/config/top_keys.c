@@ -201,6 +201,8 @@ static const field_spec_t gpu_fields[] = {
     {"foreign_usage", fp_foreign_usage, offsetof(config_t, gpu.foreign_measure), 0, 0, NULL},
     {"driver_limits", fp_driver_limits, offsetof(config_t, gpu.driver_limits), 0, 0, NULL},
     {"checkpoint_storage", fp_checkpoint_storage, offsetof(config_t, gpu.custom_storage), 0, 0, NULL},
+    {"idle_model", cfg_fp_idle_model, 0, 0, 0, NULL}, /* turn_keys.c; checked with the models */
+    {"idle_model_after", cfg_fp_duration, offsetof(config_t, gpu.idle_model_after_ms), 1000, 0, NULL},
 };
 
 /* limits.per_client.key: address | token | header:NAME */

@@ -207,7 +207,8 @@ static int warn_bare_numbers(ctx_t *c, config_t *cfg, const model_config_t *m, y
                 {NULL, "deadline", false},      {NULL, "keep_alive", false},     {NULL, "startup_timeout", false},
                 {NULL, "stop_timeout", false},  {NULL, "response_timeout", false}, {NULL, "max_client_deadline", false},
                 {NULL, "park_keep_alive", false}, {"health", "interval", false}, {"health", "timeout", false},
-                {"recycle", "hang_timeout", false}, {NULL, "total_deadline", false}};
+                {"recycle", "hang_timeout", false}, {NULL, "total_deadline", false},
+                {NULL, "max_wait", false}};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         yaml_node_t *n = set_value(c, m->name, where, keys[i].section, keys[i].key);
         if (!is_bare_number(n))

@@ -163,7 +163,9 @@ static int check_config(int argc, char **argv, int from)
                 c->n_warnings == 1 ? "" : "s");
         rc = 1;
     } else {
-        printf("%s: ok (%zu models)\n", file, c->n_models);
+        char summary[96];
+        config_summary(c, summary, sizeof summary);
+        printf("%s: ok (%s)\n", file, summary);
     }
     config_unref(c);
     return rc;
