@@ -64,7 +64,7 @@ void wiring_connect(core_t *core, const wiring_root_t *root)
         .clear_cache = instance_clear_cache,
         .return_cost_ms = instance_return_cost_ms, .way_out_ms = instance_way_out_ms,
         .evict_leaves = instance_evict_leaves,
-        .refresh_identity = instance_refresh_identity};
+        .refresh_identity = instance_refresh_identity, .bring_back = model_bring_back};
     sched_init(core, &actions);
     api_init(core, &root->admin);
     shim_grants_init(core); /* the CUDA shims' grant socket (gate/shim_grants.h) */

@@ -1,6 +1,8 @@
 /*
  * router: model routes, then the JSON "model" field (a model's name, alias, or served_model).
- * See router.h. A path with a dot
+ * See router.h. An alias_of entry (config.h) is a name or route served by whichever of its
+ * models is loaded or cheapest to bring (alias_target); a body naming it is renamed to the
+ * chosen model's name for its server. A path with a dot
  * segment ("." or "..", also percent-encoded) is refused with 400 before either: it never
  * reaches a worker (http/http_path.h says which paths), nor is a path that is one of the
  * model's memory levers (its sleep, wake, unload or reload hook, or what its preset names):
@@ -22,7 +24,22 @@
 #include "core/request.h"
 #include "http/http_path.h"
 #include "net/conn.h"
+#include "common/log.h"
 #include "path/dispatch.h"
+#include "sched/scheduler.h"
+
+static bool model_member(const char *s, size_t len, size_t *open, size_t *vstart, size_t *vend);
+static bool splice_body(request_t *r, size_t from, size_t to, const char *text);
+
+/* The length of route (normalised: ends with '/') when it is a prefix of path (the path
+ * itself without the '/', or followed by a query), else 0. */
+static size_t route_match(const char *route, const char *path, size_t len)
+{
+    size_t rl = strlen(route);
+    bool match = (len >= rl && memcmp(path, route, rl) == 0) || (len == rl - 1 && memcmp(path, route, rl - 1) == 0) ||
+                 (len > rl - 1 && memcmp(path, route, rl - 1) == 0 && path[rl - 1] == '?');
+    return match ? rl : 0;
+}
 
 model_t *router_find_model_by_path(core_t *d, const char *path, size_t len, size_t *prefix_len)
 {
@@ -30,14 +47,10 @@ model_t *router_find_model_by_path(core_t *d, const char *path, size_t len, size
     size_t best_len = 0;
     list_foreach(it, &d->models) {
         model_t *m = list_entry(it, model_t, link);
-        const char *route = m->cfg->route;
-        if (!route || m->removed)
+        if (!m->cfg->route || m->removed)
             continue;
-        size_t rl = strlen(route); /* ends with '/' */
-        bool match = (len >= rl && memcmp(path, route, rl) == 0) ||
-                     (len == rl - 1 && memcmp(path, route, rl - 1) == 0) ||
-                     (len > rl - 1 && memcmp(path, route, rl - 1) == 0 && path[rl - 1] == '?');
-        if (match && rl > best_len) {
+        size_t rl = route_match(m->cfg->route, path, len);
+        if (rl > best_len) {
             best = m;
             best_len = rl;
         }
@@ -45,6 +58,68 @@ model_t *router_find_model_by_path(core_t *d, const char *path, size_t len, size
     if (prefix_len)
         *prefix_len = best_len ? best_len - 1 : 0;
     return best;
+}
+
+/* ---- alias_of entries: a name served by whichever of several models ----------------- */
+
+/* The alias_of entry whose route is the longest prefix of path, longer than `longer_than`
+ * (the best model route's length); NULL when none. */
+static const config_alias_of_t *alias_by_path(const config_t *cfg, const char *path, size_t len, size_t longer_than,
+                                              size_t *prefix_len)
+{
+    const config_alias_of_t *best = NULL;
+    size_t best_len = longer_than;
+    for (size_t i = 0; i < cfg->n_alias_ofs; i++) {
+        const config_alias_of_t *a = &cfg->alias_ofs[i];
+        size_t rl = a->route ? route_match(a->route, path, len) : 0;
+        if (rl > best_len) {
+            best = a;
+            best_len = rl;
+        }
+    }
+    if (best && prefix_len)
+        *prefix_len = best_len - 1;
+    return best;
+}
+
+/* The target an alias_of entry is served by: the one whose new request would start first
+ * (sched_queue_eta_ms: its queue, its turn on the card, its way in, so a loaded model before
+ * a parked one before a stopped one), ties to the first listed; failed targets only when
+ * every one has failed (its 503 then says why). NULL when none is configured now. */
+static model_t *alias_target(core_t *d, const config_alias_of_t *a)
+{
+    model_t *best = NULL, *any = NULL;
+    uint64_t best_eta = 0;
+    for (size_t i = 0; i < a->n_targets; i++) {
+        model_t *m = model_find(d, a->targets[i]);
+        if (!m || m->removed)
+            continue;
+        if (!any)
+            any = m;
+        if (m->failed)
+            continue;
+        uint64_t eta = sched_queue_eta_ms(m);
+        if (!best || eta < best_eta) {
+            best = m;
+            best_eta = eta;
+        }
+    }
+    if (best || any)
+        log_event(LOG_DEBUG, "alias_routed", "alias=%s model=%s eta_ms=%llu", a->name, (best ? best : any)->name,
+                  (unsigned long long)best_eta);
+    return best ? best : any;
+}
+
+/* A JSON body's "model" that names the alias is set to the chosen model's own name for its
+ * server (served_model, else its name), the rest byte for byte; false: over limits.max_body. */
+static bool alias_rename(request_t *r, const model_t *m)
+{
+    size_t open = 0, vs = 0, ve = 0;
+    if (!r->body.len || !model_member(r->body.data, r->body.len, &open, &vs, &ve))
+        return true;
+    char quoted[200];
+    snprintf(quoted, sizeof quoted, "\"%s\"", m->cfg->served_model ? m->cfg->served_model : m->name);
+    return splice_body(r, vs, ve, quoted);
 }
 
 /* The model whose served_model is name (the server's own name for it, "qwen3:8b"): the first
@@ -331,6 +406,9 @@ bool router_head_refused(conn_t *c, request_t *r)
         return true;
     size_t prefix = 0;
     model_t *m = router_find_model_by_path(c->core, path, r->msg.target.len, &prefix);
+    const config_alias_of_t *alias = alias_by_path(c->core->cfg, path, r->msg.target.len, m ? prefix + 1 : 0, &prefix);
+    if (alias)
+        m = alias_target(c->core, alias);
     if (m && refused_hook_path(c, m, path, qpos, prefix))
         return true;
     if (m)
@@ -351,6 +429,12 @@ void router_route(conn_t *c, request_t *r)
         return;
     size_t prefix = 0;
     model_t *m = router_find_model_by_path(d, path, plen, &prefix);
+    const config_alias_of_t *alias = alias_by_path(d->cfg, path, plen, m ? prefix + 1 : 0, &prefix);
+    if (alias && (m = alias_target(d, alias)) != NULL) {
+        if (!refused_hook_path(c, m, path, qpos, prefix) && !pin_refused(c, r, m, path, qpos))
+            dispatch_admit(c, r, m, alias->strip ? prefix : 0);
+        return;
+    }
     if (m) {
         if (!refused_hook_path(c, m, path, qpos, prefix) && !pin_refused(c, r, m, path, qpos))
             dispatch_admit(c, r, m, prefix);
@@ -360,6 +444,12 @@ void router_route(conn_t *c, request_t *r)
         bool bad_json;
         char name[128];
         m = model_from_body(c, r, &bad_json, name, sizeof name);
+        const config_alias_of_t *named = !m && name[0] ? config_find_alias_of(d->cfg, name) : NULL;
+        if (named && (m = alias_target(d, named)) != NULL && !alias_rename(r, m)) {
+            conn_respond_error(c, 413, "body_too_large", m->name, -1, false,
+                               "the body with its \"model\" set to %s is over limits.max_body", m->name);
+            return;
+        }
         if (m) {
             if (!refused_hook_path(c, m, path, qpos, 0) && !pin_refused(c, r, m, path, qpos))
                 dispatch_admit(c, r, m, 0);

@@ -332,6 +332,7 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
         }
     }
     sched_pump_all(d);
+    sched_idle_models_tick();
 }
 
 /* ---- NVML: start, snapshots, stop ---------------------------------------------------- */

@@ -101,6 +101,9 @@ typedef struct sched_actions {
      * listener may have changed); asked before a snapshot is attributed, every few seconds
      * at most. Required: the scheduler only reads identities, the supervisor writes them */
     void (*refresh_identity)(instance_t *inst);
+    /* gpu.idle_model: load m as an admin load would (it waits for memory like one); NULL:
+     * idle models are never brought back */
+    void (*bring_back)(model_t *m);
 } sched_actions_t;
 
 void sched_init(core_t *d, const sched_actions_t *actions);
@@ -342,6 +345,12 @@ size_t sched_queue_model(const model_t *m, sched_queue_entry_t *out, size_t max)
 /* Expected ms from now until a new request of m would start (behind its queue, after its
  * turn on the card: what a 503's Retry-After and vramd_queue_eta_seconds say). */
 uint64_t sched_queue_eta_ms(const model_t *m);
+
+/* ---- gpu.idle_model (sched_idle_model.c) --------------------------------------------- */
+/* After a snapshot: cards idle for gpu.idle_model_after bring their idle model back. */
+void sched_idle_models_tick(void);
+/* Is inst's model the idle model of its GPU (kept past its keep_alive while it is)? */
+bool sched_is_idle_model(const instance_t *inst);
 
 /* Pump every model that has queued requests (memory was released). */
 void sched_pump_all(core_t *d);

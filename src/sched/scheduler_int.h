@@ -16,6 +16,8 @@
  *                                                     -> sched_turn.c, sched_admit.c, scheduler.c
  *   sched_snapshot.c  NVML: start and stop, foreign usage, reclaim, learning from
  *                     measurements, recycle on growth              -> sched_admit.c, scheduler.c
+ *   sched_idle_model.c  gpu.idle_model: a card idle long enough brings its model back
+ *                                                                  -> scheduler.c
  *   sched_queue.c     the visible queue: positions and expected times (reads only)
  *                                                                  -> sched_turn.c, scheduler.c
  *
@@ -66,6 +68,7 @@ typedef struct sched_state {
     uint64_t swap_ms[LEDGER_MAX_GPUS];
     uint64_t swap_since_ms[LEDGER_MAX_GPUS];
     const void *swap_for[LEDGER_MAX_GPUS];
+    uint64_t idle_since_ms[LEDGER_MAX_GPUS]; /* sched_idle_model.c: the card idle since (0 = busy) */
 } sched_state_t;
 
 extern sched_state_t sched_state;

@@ -179,7 +179,7 @@ static void on_idle_timeout(uv_timer_t *t)
     instance_t *inst = t->data;
     model_t *m = inst->model;
     if (inst->in_flight == 0 && m->queue.depth == 0 && inst->state == INST_READY && !inst->stop_requested &&
-        !model_pinned(m))
+        !model_pinned(m) && !sched_is_idle_model(inst))
         (void)park_or_free(inst, UNLOAD_IDLE, "idle");
 }
 
@@ -192,8 +192,8 @@ void model_arm_idle_timers(model_t *m)
         instance_t *in = list_entry(it, instance_t, link);
         if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->park_clearing)
             continue;
-        if (model_pinned(m))
-            continue;
+        if (model_pinned(m) || sched_is_idle_model(in))
+            continue; /* an idle model stays while it is its card's (sched_idle_model.c) */
         if (mc->keep_alive_ms == 0) {
             (void)park_or_free(in, UNLOAD_IDLE, "keep_alive 0");
             continue;

@@ -89,6 +89,15 @@ void model_load(model_t *m)
     model_schedule_pump(m); /* loads_total counts when an instance becomes ready, not here */
 }
 
+void model_bring_back(model_t *m)
+{
+    if (m->failed || m->removed || m->core->stopping)
+        return;
+    m->unload_requested = false;
+    m->load_requested = true;
+    model_schedule_pump(m);
+}
+
 /* A model with a url: one instance for the external server, READY until its health checks
  * say otherwise, booked on its allowed GPU with the most room. */
 static void model_ensure_external(model_t *m)

@@ -74,6 +74,9 @@ int supervisor_tend(model_t *m);
 
 /* Admin load: clear FAILED and backoff, start an instance if none. */
 void model_load(model_t *m);
+/* gpu.idle_model brings m back (sched_idle_model.c): an admin load, less clearing a failed
+ * state (a failed model is not brought back). */
+void model_bring_back(model_t *m);
 /* Clear FAILED (logged with why), the failure count and the backoff: the next request or
  * load starts an instance (admin load; a reload that changed the model's config). */
 void model_clear_failed(model_t *m, const char *why);

@@ -7,6 +7,7 @@ holds against an endless stream of another model; a deadline-bound request goes 
 Loads are counted from vramd's log (worker_started, and reloads).
 """
 import random
+import threading
 import time
 
 from vramdkit import sim_s
@@ -89,5 +90,110 @@ def test_a_higher_priority_model_takes_the_card_without_waiting_for_the_queue(sc
         assert f.result().status == 200
     a_done_before_b = [e for e in vd.events("request_done", model="a") if e["_i"] < vd.events("request_done", model="b")[-1]["_i"]]
     assert len(a_done_before_b) <= 3, len(a_done_before_b)  # b's learned one, the warm one, the running one
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_max_wait_bounds_the_wait_against_an_endless_stream(sched):
+    """a's queue never runs dry (three clients back to back, concurrency 1). b (max_wait 2s)
+    waits its turn, not forever: once its request has waited past its bound it claims the
+    card (swap=bound, waited_ms past 2 s), a serves only what it had queued by then (one
+    batch: at most its three clients' requests), a is evicted, b is served while a's stream
+    still runs."""
+    gpu = sched.gpu_set("24GiB")
+    vd = sched.start_vramd(gpu, {"a": turn_model(sched, "a"), "b": turn_model(sched, "b", max_wait="2s")})
+    assert vd.generate("b").status == 200  # b's load time learned
+    stop = threading.Event()
+    done = []
+
+    def client():
+        while not stop.is_set():
+            done.append(vd.generate("a").status)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        vd.wait_in_flight("a")
+        vd.wait_queued("a", 2)
+        rb = vd.generate("b")
+        a_now = vd.model("a")
+        still = a_now["queue"]["depth"] + a_now["in_flight"] > 0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert rb.status == 200, rb
+    assert still
+    claimed = [e for e in vd.events("memory_claimed", model="b") if e.get("swap")]
+    assert claimed and claimed[-1]["swap"] == "bound" and claimed[-1]["waited_ms"] >= 2000, claimed
+    ev = [e for e in vd.events("eviction", model="a") if e["for"] == "b"]
+    assert ev, "a was never evicted for b"
+    batch = [e for e in vd.events("request_done", model="a") if claimed[-1]["_i"] < e["_i"] < ev[-1]["_i"]]
+    assert len(batch) <= 4, len(batch)  # what a had queued at the claim (3 clients) and the one running
+    assert all(s == 200 for s in done), done
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_idle_only_model_never_takes_a_card_from_work(sched):
+    """embed (evicts: idle_only) waits while a has work, however long; once a is idle (its
+    queue served), embed takes the card; it never claims."""
+    gpu = sched.gpu_set("24GiB")
+    vd = sched.start_vramd(gpu, {"a": turn_model(sched, "a"),
+                                 "embed": turn_model(sched, "embed", evicts="idle_only", max_wait="1s")})
+    assert vd.generate("a").status == 200
+    futs = [vd.later("a") for _ in range(8)]
+    vd.wait_queued("a", 3)
+    re = vd.generate("embed")
+    assert re.status == 200, re
+    for f in futs:
+        assert f.result().status == 200
+    assert not vd.events("memory_claimed", model="embed")
+    ev = [e for e in vd.events("eviction", model="a") if e["for"] == "embed"]
+    a_done = vd.events("request_done", model="a")
+    assert ev and all(e["_i"] < ev[0]["_i"] for e in a_done), "embed evicted a before its queue was served"
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_alias_is_served_by_the_loaded_model(sched):
+    """chat-any (alias_of: [a, b]): with a loaded, requests for chat-any (its route, or a
+    body naming it) go to a, no load of b; with b loaded instead, to b. A target with
+    pin_model is reached through the alias too (the body's model is renamed)."""
+    gpu = sched.gpu_set("24GiB")
+    models = {"a": turn_model(sched, "a"), "b": turn_model(sched, "b", served_model="bee", pin_model=True),
+              "chat-any": {"alias_of": ["a", "b"], "route": "/any/"}}
+    vd = sched.start_vramd(gpu, models)
+    assert vd.generate("a").status == 200
+    for _ in range(3):
+        assert vd.post("/any/generate", {}).status == 200
+    assert loads(vd, "b") == 0
+    assert len(vd.events("request_done", model="a")) == 4
+    assert vd.generate("b").status == 200  # b takes the card (a idle)
+    r = vd.post("/v1/chat/completions", {"model": "chat-any", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status == 200, r
+    assert len(vd.events("request_done", model="b")) == 2
+    assert loads(vd, "a") == 1
+    vd.assert_no_oom()
+    sched.finish()
+
+
+def test_idle_model_comes_back_when_the_card_falls_idle(sched):
+    """gpu.idle_model: a; idle_model_after: 1s. b takes the card (a is evicted); once the card
+    has been idle for a second, a is brought back (idle_model_back) and stays past its
+    keep_alive."""
+    gpu = sched.gpu_set("24GiB")
+    vd = sched.start_vramd(gpu, {"a": turn_model(sched, "a", keep_alive="1s"), "b": turn_model(sched, "b")},
+                           gpu={"idle_model": "a", "idle_model_after": "1s"})
+    vd.wait_event("idle_model_back", model="a", timeout=20)
+    vd.wait_model("a", lambda m: any(i["state"] == "ready" for i in m.get("instances", [])), 20, "a ready")
+    assert vd.generate("b").status == 200
+    assert [e for e in vd.events("eviction", model="a") if e["for"] == "b"]
+    before = len(vd.events("idle_model_back", model="a"))
+    vd.wait_model("a", lambda m: any(i["state"] == "ready" for i in m.get("instances", [])), 30, "a back")
+    assert len(vd.events("idle_model_back", model="a")) == before + 1
+    time.sleep(2.5)  # past a's keep_alive of 1 s: still loaded, it is the card's idle model
+    assert any(i["state"] == "ready" for i in vd.instances("a"))
     vd.assert_no_oom()
     sched.finish()
