@@ -16,6 +16,7 @@
 #include "gpu/cuda.h"
 #include "path/dispatch_clients.h"
 #include "path/proxy_upgrade.h"
+#include "path/router.h"
 #include "proc/cgroup.h"
 #include "sched/scheduler.h"
 #include "workers/host_book.h"
@@ -308,6 +309,9 @@ static cJSON *model_json(model_t *m, uint64_t now)
     cJSON_AddNumberToObject(exp, "queued", (double)m->deadline_expiries[0]);
     cJSON_AddNumberToObject(exp, "running", (double)m->deadline_expiries[1]);
     cJSON_AddNumberToObject(o, "priority", m->cfg->priority);
+    cJSON_AddNumberToObject(o, "max_wait_ms", (double)sched_max_wait_ms(m)); /* resolved (auto: learned) */
+    cJSON_AddBoolToObject(o, "max_wait_auto", m->cfg->max_wait_ms == 0);
+    cJSON_AddStringToObject(o, "evicts", m->cfg->evicts == CFG_EVICTS_IDLE_ONLY ? "idle_only" : "any");
     cJSON_AddBoolToObject(o, "pinned", model_pinned(m));
     if (model_pinned_by_config(m))
         cJSON_AddStringToObject(o, "pinned_by", "config");
@@ -434,6 +438,29 @@ static void host_memory_json(cJSON *o, const config_t *cfg)
     cJSON_AddStringToObject(m, "source", host_book_source());
 }
 
+/* The alias_of entries: name, route, targets, and the model serving it now. */
+static void alias_of_json(cJSON *arr, core_t *d)
+{
+    for (size_t i = 0; i < d->cfg->n_alias_ofs; i++) {
+        const config_alias_of_t *a = &d->cfg->alias_ofs[i];
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "name", a->name);
+        if (a->route)
+            cJSON_AddStringToObject(j, "route", a->route);
+        else
+            cJSON_AddNullToObject(j, "route");
+        cJSON *t = cJSON_AddArrayToObject(j, "targets");
+        for (size_t k = 0; k < a->n_targets; k++)
+            cJSON_AddItemToArray(t, cJSON_CreateString(a->targets[k]));
+        const model_t *m = router_alias_target(d, a);
+        if (m)
+            cJSON_AddStringToObject(j, "serving", m->name);
+        else
+            cJSON_AddNullToObject(j, "serving");
+        cJSON_AddItemToArray(arr, j);
+    }
+}
+
 char *status_render(core_t *d)
 {
     uint64_t now = core_now();
@@ -515,6 +542,7 @@ char *status_render(core_t *d)
         model_t *m = list_entry(it, model_t, link);
         cJSON_AddItemToArray(ms, model_json(m, now));
     }
+    alias_of_json(cJSON_AddArrayToObject(o, "alias_of"), d);
     cJSON *ev = cJSON_AddArrayToObject(o, "events");
     unsigned n = d->notes_count;
     for (unsigned i = 0; i < n; i++) {

@@ -82,11 +82,7 @@ static const config_alias_of_t *alias_by_path(const config_t *cfg, const char *p
     return best;
 }
 
-/* The target an alias_of entry is served by: the one whose new request would start first
- * (sched_queue_eta_ms: its queue, its turn on the card, its way in, so a loaded model before
- * a parked one before a stopped one), ties to the first listed; failed targets only when
- * every one has failed (its 503 then says why). NULL when none is configured now. */
-static model_t *alias_target(core_t *d, const config_alias_of_t *a)
+model_t *router_alias_target(core_t *d, const config_alias_of_t *a)
 {
     model_t *best = NULL, *any = NULL;
     uint64_t best_eta = 0;
@@ -104,10 +100,16 @@ static model_t *alias_target(core_t *d, const config_alias_of_t *a)
             best_eta = eta;
         }
     }
-    if (best || any)
-        log_event(LOG_DEBUG, "alias_routed", "alias=%s model=%s eta_ms=%llu", a->name, (best ? best : any)->name,
-                  (unsigned long long)best_eta);
     return best ? best : any;
+}
+
+/* The alias's target for a request (logged at debug level). */
+static model_t *alias_target(core_t *d, const config_alias_of_t *a)
+{
+    model_t *m = router_alias_target(d, a);
+    if (m)
+        log_event(LOG_DEBUG, "alias_routed", "alias=%s model=%s", a->name, m->name);
+    return m;
 }
 
 /* A JSON body's "model" that names the alias is set to the chosen model's own name for its

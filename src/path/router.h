@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "config/config.h"
 #include "core/types.h"
 
 void router_route(conn_t *c, request_t *r);
@@ -26,5 +27,12 @@ void router_route(conn_t *c, request_t *r);
 bool router_head_refused(conn_t *c, request_t *r);
 /* The model whose route is the longest prefix of path: NULL when none. */
 model_t *router_find_model_by_path(core_t *d, const char *path, size_t len, size_t *prefix_len);
+
+/* The model an alias_of entry (config.h) is served by now: the target whose new request
+ * would start first (sched_queue_eta_ms: its queue, its turn on the card, its way in, so a
+ * loaded model before a parked one before a stopped one), ties to the first listed; failed
+ * targets only when every one has failed (its 503 then says why). NULL when none of its
+ * targets is configured now. */
+model_t *router_alias_target(core_t *d, const config_alias_of_t *a);
 
 #endif

@@ -18,6 +18,8 @@
 
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/list.h"
 #include "common/log.h"
 #include "core/core.h"
@@ -113,4 +115,17 @@ bool sched_is_idle_model(const instance_t *inst)
         return false;
     const char *name = idle_model_name(d->cfg, inst->gpu);
     return name && strcmp(name, inst->model->name) == 0;
+}
+
+void sched_idle_model_status_json(size_t pos, void *gpu_obj)
+{
+    cJSON *o = gpu_obj;
+    const core_t *d = sched_state.core;
+    const char *name = d && d->cfg ? idle_model_name(d->cfg, sched_state.ledger.gpus[pos].index) : NULL;
+    if (name)
+        cJSON_AddStringToObject(o, "idle_model", name);
+    else
+        cJSON_AddNullToObject(o, "idle_model");
+    uint64_t since = sched_state.idle_since_ms[pos], now = core_now();
+    cJSON_AddNumberToObject(o, "idle_ms", (double)(since && now > since ? now - since : 0));
 }

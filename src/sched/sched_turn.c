@@ -35,6 +35,8 @@
 
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/list.h"
 #include "core/core.h"
 #include "core/request.h"
@@ -330,4 +332,23 @@ bool sched_swap_figures(size_t pos, uint64_t counts[SCHED_SWAP_REASON_COUNT], ui
         counts[r] = sched_state.swaps[pos][r];
     *ms = sched_state.swap_ms[pos];
     return true;
+}
+
+void sched_turn_status_json(size_t pos, void *gpu_obj)
+{
+    cJSON *o = gpu_obj;
+    const ledger_gpu_t *g = &sched_state.ledger.gpus[pos];
+    const model_t *holder = g->claimed ? g->claim_holder : NULL;
+    if (holder) {
+        cJSON *c = cJSON_AddObjectToObject(o, "claim");
+        cJSON_AddStringToObject(c, "model", holder->name);
+        cJSON_AddStringToObject(c, "reason", sched_swap_reason_name((enum sched_swap_reason)holder->claim_reason));
+        cJSON_AddNumberToObject(c, "bytes", (double)g->claimed);
+    } else {
+        cJSON_AddNullToObject(o, "claim");
+    }
+    cJSON *sw = cJSON_AddObjectToObject(o, "swaps");
+    for (unsigned r = SCHED_SWAP_IDLE; r < SCHED_SWAP_REASON_COUNT; r++)
+        cJSON_AddNumberToObject(sw, sched_swap_reason_name((enum sched_swap_reason)r), (double)sched_state.swaps[pos][r]);
+    cJSON_AddNumberToObject(o, "swap_seconds", (double)sched_state.swap_ms[pos] / 1000.0);
 }

@@ -18,6 +18,8 @@
  *                     measurements, recycle on growth              -> sched_admit.c, scheduler.c
  *   sched_idle_model.c  gpu.idle_model: a card idle long enough brings its model back
  *                                                                  -> scheduler.c
+ *   sched_status.c    /v1/status's GPUs: figures, ledger, claim, swaps, idle model
+ *                                      -> sched_turn.c, sched_idle_model.c, scheduler.c
  *   sched_queue.c     the visible queue: positions and expected times (reads only)
  *                                                                  -> sched_turn.c, scheduler.c
  *
@@ -104,6 +106,12 @@ bool sched_turn_waits(const model_t *m, size_t pos);
 bool sched_turn_gpu(const model_t *m, const bool allowed[LEDGER_MAX_GPUS], uint64_t need, size_t *pos);
 /* Evictions for for_m's way in started on pos (counted; its time runs until it is READY). */
 void sched_turn_swapped(size_t pos, const model_t *for_m, enum sched_swap_reason why);
+
+/* sched_turn.c, sched_idle_model.c: a GPU's turn figures for /v1/status (sched_status.c; cJSON *gpu_obj):
+ * its claim (model, reason, bytes; null), swaps by reason and their seconds; its idle
+ * model (null) and how long the card has been idle */
+void sched_turn_status_json(size_t pos, void *gpu_obj);
+void sched_idle_model_status_json(size_t pos, void *gpu_obj);
 
 /* sched_admit.c */
 /* Does r, younger than the claim on its instance's GPU, wait so that its instance's cache

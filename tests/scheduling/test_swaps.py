@@ -197,3 +197,25 @@ def test_idle_model_comes_back_when_the_card_falls_idle(sched):
     assert any(i["state"] == "ready" for i in vd.instances("a"))
     vd.assert_no_oom()
     sched.finish()
+
+
+def test_status_shows_the_turns(sched):
+    """/v1/status: a model's resolved max_wait and evicts, a GPU's claim, swaps by reason and
+    idle model, the alias_of entries with the model serving them now."""
+    gpu = sched.gpu_set("24GiB")
+    vd = sched.start_vramd(gpu, {"a": turn_model(sched, "a", max_wait="3s"),
+                                 "b": turn_model(sched, "b", evicts="idle_only"),
+                                 "both": {"alias_of": ["b", "a"], "route": "/both/"}},
+                           gpu={"idle_model": {"0": "b"}, "idle_model_after": "1h"})
+    assert vd.generate("a").status == 200
+    assert vd.generate("b").status == 200  # a idle: b takes the card (swap, reason idle)
+    st = vd.status()
+    a, b = vd.model("a", st), vd.model("b", st)
+    assert a["max_wait_ms"] == 3000 and a["max_wait_auto"] is False and a["evicts"] == "any", a
+    assert b["max_wait_auto"] is True and b["max_wait_ms"] >= 60000 and b["evicts"] == "idle_only", b
+    g = st["gpus"][0]
+    assert g["idle_model"] == "b" and g["claim"] is None, g
+    assert g["swaps"]["idle"] == 1 and g["swap_seconds"] > 0, g
+    assert set(g["swaps"]) == {"idle", "bound", "deadline", "priority", "memory"}, g
+    assert st["alias_of"] == [{"name": "both", "route": "/both/", "targets": ["b", "a"], "serving": "b"}], st["alias_of"]
+    sched.finish()
