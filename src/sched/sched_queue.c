@@ -174,7 +174,8 @@ static bool planned_gpu(const model_t *m, size_t *pos)
 
 /* How long until card pos is free for the waiting model w: the served models there with
  * work have drained, at w's bound at the latest... unless their arrivals alone keep them
- * busy (arrivals faster than their slots serve them): then at w's bound. */
+ * busy (arrivals faster than their slots serve them: their learned gap, or the time since
+ * the last one when longer, sched_expected_gap_ms): then at w's bound. */
 static uint64_t card_free_ms(const model_t *w, size_t pos, uint64_t now)
 {
     uint64_t free_at = 0;
@@ -185,7 +186,7 @@ static uint64_t card_free_ms(const model_t *w, size_t pos, uint64_t now)
         if (om == w || !in || in->gpu_pos != (int)pos || (om->queue.depth == 0 && om->in_flight == 0))
             continue;
         uint64_t d = drain_ms(om, now);
-        uint64_t gap = om->arrival_gap_ms, run = om->run_ms_ewma;
+        uint64_t gap = sched_expected_gap_ms(om), run = om->run_ms_ewma; /* a rate that stopped fades */
         if (gap && run && gap * slots_of(om, ready) < run) {
             uint64_t oldest = queue_oldest_ms(&w->queue);
             uint64_t bound_at = (oldest ? oldest : now) + sched_max_wait_ms(w);
