@@ -82,7 +82,10 @@ static uint64_t first_slot_free_ms(const model_t *m, unsigned slots, uint64_t no
 }
 
 /* The k-th (from 0) queued request's start and end, from a turn starting at t0 on a model
- * with `slots` slots, `busy` of them running requests that free their slot from first_free. */
+ * with `slots` slots, `busy` of them running requests that free their slot from first_free.
+ * The requests that take the free slots at t0 free theirs one run later; a request behind
+ * them takes the slot that frees first: in each round of `slots` requests, the busy slots'
+ * (first_free) before those taken at t0 (run), one run later per round. */
 static void eta_at(const model_t *m, size_t k, unsigned slots, unsigned busy, uint64_t t0, uint64_t first_free,
                    uint64_t *start, uint64_t *done)
 {
@@ -91,8 +94,9 @@ static void eta_at(const model_t *m, size_t k, unsigned slots, unsigned busy, ui
     if (k < free_now) {
         *start = t0;
     } else {
-        size_t behind = k - free_now; /* requests that wait for a running one's slot */
-        *start = t0 + first_free + (uint64_t)(behind / slots) * run;
+        size_t behind = k - free_now; /* requests that wait for a slot to free */
+        uint64_t first = behind % slots < busy ? first_free : run;
+        *start = t0 + first + (uint64_t)(behind / slots) * run;
     }
     *done = *start + run;
 }
