@@ -10,7 +10,7 @@
 #   source contrib/completions/vramctl.bash
 # Kept in step with src/cli/vramctl.c by tests/cli/test_completion.py.
 
-_vramctl_commands="status top ps logs load unload pin unpin restart drain reload jobs check-config help"
+_vramctl_commands="status top ps queue logs load unload pin unpin restart drain reload jobs check-config help"
 _vramctl_global_opts="--url --token --token-file --json --timeout --help --version"
 
 # The model names of the vramd that the line's --url (else $VRAMD_URL) names, one per line.
@@ -105,6 +105,7 @@ _vramctl()
         status) opts="--events" ;;
         top) opts="--interval -n --iterations --events" ;;
         ps) opts="" ;;
+        queue) opts="--limit" ;;
         logs) opts="-n --lines -f --follow --for -t --timestamps" ;;
         load | unload | pin | unpin | restart | reload) opts="" ;;
         drain) opts="--wait" ;;
@@ -136,7 +137,7 @@ _vramctl()
     fi
     if ((args == 0)); then
         case $cmd in
-            logs | load | unload | pin | unpin | restart) COMPREPLY=($(compgen -W "$(_vramctl_models)" -- "$cur")) ;;
+            queue | logs | load | unload | pin | unpin | restart) COMPREPLY=($(compgen -W "$(_vramctl_models)" -- "$cur")) ;;
             check-config)
                 compopt -o filenames 2>/dev/null
                 COMPREPLY=($(compgen -f -- "$cur"))

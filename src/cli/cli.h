@@ -153,6 +153,7 @@ int cli_cmd_status(cli_opts_t *o, int argc, char **argv);
 int cli_status_fleet(cli_opts_t *o, bool color, int width);
 int cli_cmd_top(cli_opts_t *o, int argc, char **argv);
 int cli_cmd_ps(cli_opts_t *o, int argc, char **argv); /* cli_ps.c */
+int cli_cmd_queue(cli_opts_t *o, int argc, char **argv); /* cli_queue.c */
 int cli_cmd_logs(cli_opts_t *o, int argc, char **argv); /* cli_logs.c */
 int cli_cmd_jobs(cli_opts_t *o, int argc, char **argv);
 int cli_cmd_model_admin(cli_opts_t *o, int argc, char **argv); /* load | unload */

@@ -1,6 +1,6 @@
 /*
  * vramctl: the command-line client of vramd. This file holds main: the help texts, the
- * command table, and the dispatch to the commands (cli_status.c, cli_ps.c, cli_logs.c,
+ * command table, and the dispatch to the commands (cli_status.c, cli_ps.c, cli_queue.c, cli_logs.c,
  * cli_admin.c,
  * cli_jobs.c);
  * the global options (which may appear anywhere on the line) and their defaults from the
@@ -22,6 +22,7 @@ static const char usage_text[] =
     "  status                 GPUs with memory bars, models, queues, recent events\n"
     "  top                    the status view, refreshed every second (q or Ctrl-C quits)\n"
     "  ps                     one line per worker instance: state, GPU, GiB, keep-alive, pid\n"
+    "  queue [MODEL]          the waiting requests per GPU: position, expected start and end\n"
     "  logs MODEL             a model's recent worker output (-f follows)\n"
     "  load MODEL             load a model now (answers when it is ready)\n"
     "  unload MODEL           unload a model now (answers when its memory is back)\n"
@@ -96,6 +97,18 @@ static const struct command_help {
      "\n"
      "Example:\n"
      "  vramctl ps --json\n"},
+    {"queue",
+     "usage: vramctl queue [MODEL] [--limit N] [--json]\n"
+     "\n"
+     "The waiting requests, from GET /v1/queue: per GPU a table of MODEL, request ID (\"job\"\n"
+     "for a job's attempt unless --token shows it), POS (its place in its model's queue), WAITED,\n"
+     "START IN and DONE IN (expected, from the learned load and run times), WAITING FOR (slot,\n"
+     "memory, load, swap, bound); then per model how many wait and when a new request would\n"
+     "start. MODEL: that model alone. --limit N: at most N requests listed per model (default\n"
+     "100, at most 1000). --json: vramd's answer.\n"
+     "\n"
+     "Example:\n"
+     "  vramctl queue trellis\n"},
     {"logs",
      "usage: vramctl logs MODEL [-n N] [-f [--for DURATION]] [--timestamps] [--json]\n"
      "\n"
@@ -234,6 +247,7 @@ static const struct command {
     int (*run)(cli_opts_t *o, int argc, char **argv);
 } commands[] = {
     {"status", cli_cmd_status},     {"top", cli_cmd_top},       {"ps", cli_cmd_ps},
+    {"queue", cli_cmd_queue},
     {"logs", cli_cmd_logs},         {"load", cli_cmd_model_admin},
     {"unload", cli_cmd_model_admin}, {"pin", cli_cmd_model_admin}, {"unpin", cli_cmd_model_admin},
     {"restart", cli_cmd_model_admin}, {"drain", cli_cmd_drain},  {"reload", cli_cmd_reload},

@@ -70,6 +70,13 @@ struct result_store *jobs_results(jobs_t *J);
 /* Cancel a job's attempt in flight, if it has one (after jstore_cancel succeeded). */
 void jobs_cancel_attempt(jobs_t *J, const char *id);
 
+/* For a queued job's place (serve/queue_api.c): the request id of job id's attempt in
+ * flight here that has not reached a worker yet (into request_id); false when it has none. */
+bool jobs_attempt_sent(jobs_t *J, const char *id, char *request_id, size_t len);
+/* How many attempts of `model` are in flight here and have not reached a worker yet (they
+ * are still "queued" in the job store, and in the model's queue or on their way to it). */
+size_t jobs_attempts_sent(const jobs_t *J, const char *model);
+
 /* The jobs' clock, in unix-epoch milliseconds: the wall clock read once when the runner
  * starts (jobs_clock_start), advanced by the monotonic clock since. Job deadlines,
  * running and finishing times, results_ttl and records_ttl are measured on it, so a step

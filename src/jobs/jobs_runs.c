@@ -76,6 +76,28 @@ job_run_t *jobs_run_find(jobs_t *J, const char *id)
     return NULL;
 }
 
+bool jobs_attempt_sent(jobs_t *J, const char *id, char *request_id, size_t len)
+{
+    const job_run_t *run = J ? jobs_run_find(J, id) : NULL;
+    if (!run || run->cancelled || run->state != RUN_SENT)
+        return false;
+    snprintf(request_id, len, "%s", run->request_id);
+    return true;
+}
+
+size_t jobs_attempts_sent(const jobs_t *J, const char *model)
+{
+    size_t n = 0;
+    if (!J)
+        return 0;
+    list_foreach(it, &J->runs) {
+        const job_run_t *run = list_entry(it, job_run_t, link);
+        if (run->state == RUN_SENT && !run->cancelled && strcmp(run->model, model) == 0)
+            n++;
+    }
+    return n;
+}
+
 void jobs_run_free(job_run_t *run)
 {
     buf_free(&run->excerpt);

@@ -157,6 +157,8 @@ const char *const jnl_stmt_sql[ST_COUNT] = {
                    " ORDER BY deadline_ms, rowid_ LIMIT ?1",
     [ST_COUNTS] = "SELECT state, count(*) FROM jobs GROUP BY state",
     [ST_COUNT_BY_MODEL] = "SELECT model, count(*) FROM jobs WHERE state = ?1 GROUP BY model ORDER BY model",
+    [ST_QUEUED_AHEAD] = "SELECT count(*) FROM jobs WHERE state = 'queued' AND model = ?1"
+                        " AND (priority > ?2 OR (priority = ?2 AND rowid_ < ?3))",
     [ST_RESULT_REMOVED] = "UPDATE jobs SET result_state = 'removed' WHERE id = ?1 AND result_state = 'stored'",
     [ST_PURGE_SELECT] = "SELECT id FROM jobs WHERE finished_ms > 0 AND finished_ms < ?1"
                         " AND state IN " FINAL_STATES " ORDER BY finished_ms, rowid_ LIMIT ?2",
@@ -288,6 +290,7 @@ void job_record_init(job_record_t *r)
 {
     memset(r, 0, sizeof *r);
     r->gpu = -1;
+    r->queue_ahead = -1;
 }
 
 void job_record_clear(job_record_t *r)

@@ -99,6 +99,9 @@ typedef struct job_record {
     uint64_t est_bytes;          /* (in) GPU memory a request of its model was estimated to need
                                     at submit (claims by fit; the SQLite journal ignores it) */
     char token[40];              /* lease token of a claim (jobstore/jstore.h); "" = none */
+    int64_t queue_ahead;         /* a queued job read by get (journal_get without its body,
+                                    jstore_get): the queued jobs of its model before it in run
+                                    order; -1 = not read (any other read, another state) */
 } job_record_t;
 
 /* What ended an attempt: the argument of journal_mark_finished. */

@@ -73,6 +73,19 @@ int journal_insert(journal_t *j, const job_record_t *rec)
     return rc;
 }
 
+/* A queued job's place: the queued jobs of its model before it in run order (priority,
+ * then insertion: the order the runner takes them in), into r->queue_ahead (-1 on a
+ * failure: the place is only shown, nothing depends on it). */
+static void queued_ahead(journal_t *j, job_record_t *r)
+{
+    sqlite3_stmt *s = jnl_stmt(j, ST_QUEUED_AHEAD);
+    sqlite3_bind_text(s, 1, r->model ? r->model : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, r->priority);
+    sqlite3_bind_int64(s, 3, r->seq);
+    r->queue_ahead = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+    jnl_done(s);
+}
+
 int journal_get(journal_t *j, const char *id, bool with_body, job_record_t *out)
 {
     job_record_init(out);
@@ -89,6 +102,8 @@ int journal_get(journal_t *j, const char *id, bool with_body, job_record_t *out)
     else
         out_rc = jnl_fail_sqlite(j, "get job");
     jnl_done(s);
+    if (out_rc == JOURNAL_OK && !with_body && out->state == JOB_QUEUED)
+        queued_ahead(j, out);
     return out_rc;
 }
 

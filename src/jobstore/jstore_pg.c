@@ -130,19 +130,31 @@ static void done_get(jstore_pg_t *p, pg_query_t *q, PGresult *res)
     }
     job_record_t rec;
     pg_read_record(res, 0, &rec, false);
+    if (rec.state == JOB_QUEUED && PQnfields(res) > PG_N_COLS && !PQgetisnull(res, 0, PG_N_COLS))
+        rec.queue_ahead = pg_col_int(res, 0, PG_N_COLS);
     cb(q->ctx, JOURNAL_OK, "", &rec);
     job_record_clear(&rec);
 }
 
+/* One job and, while it is queued, the queued jobs of its model before it in the claims'
+ * run order (aged priority desc, then seq): its place in the job queue. */
+static const char SQL_GET[] =
+    "SELECT " COLS ", CASE WHEN j.state = 'queued' THEN (SELECT count(*) FROM vramd_jobs a "
+    "WHERE a.state = 'queued' AND a.model = j.model AND (vramd_aged_priority(a.priority, a.created_at, $2::int8) > "
+    "vramd_aged_priority(j.priority, j.created_at, $2::int8) OR (vramd_aged_priority(a.priority, a.created_at, "
+    "$2::int8) = vramd_aged_priority(j.priority, j.created_at, $2::int8) AND a.seq < j.seq))) END::int8 "
+    "FROM vramd_jobs j WHERE j.id = $1";
+
 static void pg_get(jstore_t *s, const char *id, jstore_rec_cb cb, void *ctx)
 {
     jstore_pg_t *p = P_(s);
-    pg_query_t *q = pg_new_q(p, "SELECT " COLS " FROM vramd_jobs WHERE id = $1", done_get, (void (*)(void))cb, ctx, id);
+    pg_query_t *q = pg_new_q(p, SQL_GET, done_get, (void (*)(void))cb, ctx, id);
     if (!q) {
         cb(ctx, JOURNAL_ERROR, "out of memory", NULL);
         return;
     }
     pg_param(q, id);
+    pg_param_i64(q, (int64_t)p->aging_ms);
     pg_submit(p, q);
 }
 

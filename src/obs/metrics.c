@@ -250,6 +250,41 @@ static void gpu_metrics(buf_t *b)
     free(f);
 }
 
+/* Models that take turns on a card (sched/sched_turn.c): swaps per GPU and reason, the
+ * seconds they took; and the visible queue's expected wait of a new request per model
+ * (sched/sched_queue.c). */
+static void turn_metrics(buf_t *b, core_t *d)
+{
+    size_t n = sched_gpu_count();
+    const ledger_t *l = sched_ledger();
+    uint64_t counts[SCHED_SWAP_REASON_COUNT], ms[LEDGER_MAX_GPUS] = {0};
+    char idx[16];
+    family(b, "vramd_swaps_total", "counter",
+           "Swaps: a model took the card from models with work or idle ones, by reason (idle, bound, deadline, "
+           "priority, memory).");
+    for (size_t pos = 0; l && pos < n && pos < LEDGER_MAX_GPUS; pos++) {
+        if (!sched_swap_figures(pos, counts, &ms[pos]))
+            continue;
+        snprintf(idx, sizeof idx, "%d", l->gpus[pos].index);
+        for (int r = SCHED_SWAP_NONE + 1; r < SCHED_SWAP_REASON_COUNT; r++)
+            sample_u64(b, "vramd_swaps_total", "gpu", idx, "reason", sched_swap_reason_name((enum sched_swap_reason)r),
+                       counts[r]);
+    }
+    family(b, "vramd_swap_seconds_total", "counter",
+           "Seconds the swaps took, from the first eviction for the newcomer to the newcomer ready.");
+    for (size_t pos = 0; l && pos < n && pos < LEDGER_MAX_GPUS; pos++) {
+        snprintf(idx, sizeof idx, "%d", l->gpus[pos].index);
+        sample_double(b, "vramd_swap_seconds_total", "gpu", idx, (double)ms[pos] / 1000.0);
+    }
+    family(b, "vramd_queue_eta_seconds", "gauge",
+           "Expected wait of a new request before it starts: its model's queue and its turn on the card, from the "
+           "learned times (0 until they are learned; GET /v1/queue eta_new_ms).");
+    list_foreach(it, &d->models) {
+        const model_t *m = list_entry(it, model_t, link);
+        sample_double(b, "vramd_queue_eta_seconds", "model", m->name, (double)sched_queue_eta_ms(m) / 1000.0);
+    }
+}
+
 /* A per-model family whose value is one uint64_t read by `get`. */
 typedef uint64_t (*model_value_fn)(const model_t *m);
 
@@ -629,6 +664,7 @@ static char *render(core_t *d, size_t *len)
     daemon_metrics(&b, d);
     guard_metrics(&b, d);
     gpu_metrics(&b);
+    turn_metrics(&b, d);
     model_metrics(&b, d);
     instance_metrics(&b, d);
     job_metrics(&b, d);

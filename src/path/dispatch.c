@@ -158,9 +158,22 @@ static void fail_queued(model_t *m, int status, const char *code)
 
 /* ---- admission ------------------------------------------------------------------------- */
 
+/* Seconds, rounded up and bounded 1..RETRY_AFTER_MAX_S, of ms > 0. */
+#define RETRY_AFTER_MAX_S 3600
+static int retry_after_s(uint64_t ms)
+{
+    uint64_t s = (ms + 999) / 1000;
+    return s < 1 ? 1 : s > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S : (int)s;
+}
+
+/* A full queue's Retry-After: when a new request would start (sched_queue_eta_ms: the queue
+ * ahead and the model's turn on its card, from the learned times); before anything is
+ * learned (an estimate of 0), the queue ahead times a nominal second each. */
 static int retry_after_for(const model_t *m)
 {
-    /* A rough, honest hint: the queue ahead times a nominal second each, at least 1 s. */
+    uint64_t eta = sched_queue_eta_ms(m);
+    if (eta > 0)
+        return retry_after_s(eta);
     size_t depth = m->queue.depth;
     unsigned slots = m->cfg->concurrency * (m->n_instances ? m->n_instances : 1);
     int s = (int)(depth / (slots ? slots : 1)) + 1;
@@ -295,8 +308,10 @@ static bool check_predicted_start(conn_t *c, request_t *r, model_t *m, uint64_t 
     }
     if (predicted <= deadline)
         return true;
-    uint64_t over = (predicted - deadline + 999) / 1000;
-    conn_respond_error(c, 503, "deadline_unmeetable", m->name, (int)(over > 3600 ? 3600 : over), false,
+    /* retry once the queue's expected wait would meet the deadline (the visible queue's
+     * figure when it says so, else the admission's prediction) */
+    uint64_t eta = sched_queue_eta_ms(m), over = eta > deadline ? eta - deadline : predicted - deadline;
+    conn_respond_error(c, 503, "deadline_unmeetable", m->name, retry_after_s(over), false,
                        "model %s: predicted start in %llu ms is past the deadline of %llu ms", m->name,
                        (unsigned long long)predicted, (unsigned long long)deadline);
     m->deadline_rejections++;

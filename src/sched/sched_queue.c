@@ -82,7 +82,10 @@ static uint64_t first_slot_free_ms(const model_t *m, unsigned slots, uint64_t no
 }
 
 /* The k-th (from 0) queued request's start and end, from a turn starting at t0 on a model
- * with `slots` slots, `busy` of them running requests that free their slot from first_free. */
+ * with `slots` slots, `busy` of them running requests that free their slot from first_free.
+ * The requests that take the free slots at t0 free theirs one run later; a request behind
+ * them takes the slot that frees first: in each round of `slots` requests, the busy slots'
+ * (first_free) before those taken at t0 (run), one run later per round. */
 static void eta_at(const model_t *m, size_t k, unsigned slots, unsigned busy, uint64_t t0, uint64_t first_free,
                    uint64_t *start, uint64_t *done)
 {
@@ -91,8 +94,9 @@ static void eta_at(const model_t *m, size_t k, unsigned slots, unsigned busy, ui
     if (k < free_now) {
         *start = t0;
     } else {
-        size_t behind = k - free_now; /* requests that wait for a running one's slot */
-        *start = t0 + first_free + (uint64_t)(behind / slots) * run;
+        size_t behind = k - free_now; /* requests that wait for a slot to free */
+        uint64_t first = behind % slots < busy ? first_free : run;
+        *start = t0 + first + (uint64_t)(behind / slots) * run;
     }
     *done = *start + run;
 }
@@ -174,7 +178,8 @@ static bool planned_gpu(const model_t *m, size_t *pos)
 
 /* How long until card pos is free for the waiting model w: the served models there with
  * work have drained, at w's bound at the latest... unless their arrivals alone keep them
- * busy (arrivals faster than their slots serve them): then at w's bound. */
+ * busy (arrivals faster than their slots serve them: their learned gap, or the time since
+ * the last one when longer, sched_expected_gap_ms): then at w's bound. */
 static uint64_t card_free_ms(const model_t *w, size_t pos, uint64_t now)
 {
     uint64_t free_at = 0;
@@ -185,7 +190,7 @@ static uint64_t card_free_ms(const model_t *w, size_t pos, uint64_t now)
         if (om == w || !in || in->gpu_pos != (int)pos || (om->queue.depth == 0 && om->in_flight == 0))
             continue;
         uint64_t d = drain_ms(om, now);
-        uint64_t gap = om->arrival_gap_ms, run = om->run_ms_ewma;
+        uint64_t gap = sched_expected_gap_ms(om), run = om->run_ms_ewma; /* a rate that stopped fades */
         if (gap && run && gap * slots_of(om, ready) < run) {
             uint64_t oldest = queue_oldest_ms(&w->queue);
             uint64_t bound_at = (oldest ? oldest : now) + sched_max_wait_ms(w);

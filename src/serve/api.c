@@ -24,6 +24,7 @@
 #include "sched/scheduler.h"
 #include "serve/jobs_api.h"
 #include "serve/model_logs.h"
+#include "serve/queue_api.h"
 #include "serve/route_table.h"
 #include "workers/model_state.h"
 #include "workers/supervisor.h"
@@ -422,6 +423,7 @@ static const api_route_t own_routes[] = {
     {GET_HEAD, "/v1/models/*/ready", route_model_ready, API_PUBLIC, .reserve = false},
     {GET_HEAD, "/v1/status", route_status, API_PUBLIC, .reserve = true},
     {GET_HEAD, "/v1/models", route_models, API_PUBLIC, .reserve = false},
+    {GET_HEAD, "/v1/queue", queue_route, API_PUBLIC, .reserve = false},
     {GET_HEAD, "/", route_page, API_PUBLIC, .reserve = false},
     {GET_HEAD, "/metrics", route_metrics, API_PUBLIC, .reserve = true},
     {GET_HEAD, "/v1/models/*/logs", model_logs_route, API_ADMIN, .reserve = true},

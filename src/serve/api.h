@@ -1,7 +1,8 @@
 /*
  * api: vramd's own HTTP routes: health and readiness (vramd's and one model's), status,
  * the model list, the status page, metrics, and the admin routes (load, unload, pin, unpin,
- * restart, drain, reload); the durable jobs' routes are serve/jobs_api.h's. What each answers: docs/api.md.
+ * restart, drain, reload); the visible queue is serve/queue_api.h's, the durable jobs'
+ * routes are serve/jobs_api.h's. What each answers: docs/api.md.
  *
  * The routes are the rows of one table (serve/route_table.h): own_routes in api.c, then the
  * rows jobs_api.c exports; docs/api.md lists the same rows. api_on_request matches a request

@@ -31,6 +31,7 @@
 #include "path/router.h"
 #include "policy/client_limit.h"
 #include "sched/scheduler.h"
+#include "serve/queue_api.h"
 #include "serve/result_send.h"
 
 #define JOBS_LIST_DEFAULT 100
@@ -550,6 +551,15 @@ static void store_failed(conn_t *c, const char *err)
     conn_respond_error(c, 503, "jobs_unavailable", NULL, 5, false, "the job store failed: %s", err);
 }
 
+/* The job and, while it is queued, its place (serve/queue_api.h). */
+static cJSON *job_with_place(conn_t *c, const job_record_t *rec)
+{
+    cJSON *o = render_job(rec);
+    if (o)
+        queue_job_fields(o, c->core, rec);
+    return o;
+}
+
 static void after_get(void *ctx, int rc, const char *err, const job_record_t *rec)
 {
     api_wait_t *w = ctx;
@@ -559,7 +569,7 @@ static void after_get(void *ctx, int rc, const char *err, const job_record_t *re
         else if (rc != JOURNAL_OK)
             store_failed(w->c, err);
         else
-            respond_json(w->c, 200, render_job(rec), NULL);
+            respond_json(w->c, 200, job_with_place(w->c, rec), NULL);
     }
     free(w);
 }

@@ -244,6 +244,10 @@ def test_status_page_in_chromium(sched, tmp_path):
         assert firstm["gen"]["in_flight"] == 1 and firstm["gen"]["queue_depth"] == 2
         queues = {q["name"]: q for q in first["queues"]}
         assert queues["gen"]["by_priority"] == "priority 8: 1, priority 5: 1", queues["gen"]
+        # the waiting requests' table, from /v1/queue: gen's two, in service order
+        assert first["queue_polls"] >= 1 and first["waiting_note"] == "2 waiting", first["waiting_note"]
+        assert [(w["model"], w["gpu"], w["position"], w["waiting_for"]) for w in first["waiting"]] == \
+            [("gen", "0", 1, "slot"), ("gen", "0", 2, "slot")], first["waiting"]
 
         # it refreshed by itself: captioner loaded through the admin route shows up
         assert out["load_status"] == 200, out.get("load_body")
@@ -252,6 +256,14 @@ def test_status_page_in_chromium(sched, tmp_path):
         assert {m["name"]: m for m in after["models"]}["captioner"]["state"] == "ready"
         assert "resident:captioner" in {s["segment"] for s in after["gpus"][0]["segments"]}
         check_page_matches_status(after, out["status_after"])
+        want = [(r["id"], r["model"], r["position"], r["waiting_for"])
+                for g in out["queue_after"]["gpus"] for m in g["models"] for r in m["requests"]]
+        assert [(w["id"], w["model"], w["position"], w["waiting_for"]) for w in after["waiting"]] == want, \
+            (after["waiting"], out["queue_after"])
+        for w in after["waiting"]:
+            assert w["cells"]["id"] == w["id"] and w["cells"]["position"] == str(w["position"]), w
+            assert all(re.fullmatch(r"\d+\.\d s|\d+m \d\ds", w["cells"][k]) for k in
+                       ("waited", "eta_start", "eta_done")), w
         st = vd.status()  # nothing changed since: same figures
         assert {k: expected_segments(g) for k, g in enumerate(st["gpus"])} == \
             {k: expected_segments(g) for k, g in enumerate(out["status_after"]["gpus"])}

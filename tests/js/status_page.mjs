@@ -95,6 +95,20 @@ function readPage() {
       max: Number(field(tr, 'max')),
       by_priority: field(tr, 'by_priority'),
     })),
+    queue_polls: Number(document.body.dataset.queuePolls || 0),
+    waiting_note: text(document, '#waiting-note'),
+    waiting: [...document.querySelectorAll('#waiting tbody tr[data-request]')].map((tr) => ({
+      id: tr.dataset.request,
+      model: tr.dataset.model,
+      gpu: tr.dataset.gpu,
+      position: Number(tr.dataset.position),
+      waiting_for: tr.dataset.waitingFor,
+      cells: {
+        model: field(tr, 'model'), id: field(tr, 'id'), position: field(tr, 'position'),
+        waited: field(tr, 'waited'), eta_start: field(tr, 'eta_start'), eta_done: field(tr, 'eta_done'),
+        waiting_for: field(tr, 'waiting_for'),
+      },
+    })),
     events: [...document.querySelectorAll('#events li[data-ts]')].map((li) => ({
       ts_ms: Number(li.dataset.ts),
       text: text(li, '.text'),
@@ -131,6 +145,7 @@ async function main() {
     out.headers = { 'content-type': h['content-type'], 'cache-control': h['cache-control'],
                     'content-security-policy': h['content-security-policy'] || null };
     await page.waitForFunction(() => Number(document.body.dataset.polls) >= 1 &&
+                               Number(document.body.dataset.queuePolls) >= 1 &&
                                document.querySelector('#gpus [data-gpu] .bar [data-segment]'));
     out.first = await page.evaluate(readPage);
 
@@ -150,6 +165,7 @@ async function main() {
     await page.waitForFunction((n) => Number(document.body.dataset.polls) >= n + 2, polls);
     out.after = await page.evaluate(readPage);
     out.status_after = await (await fetch(`${origin}/v1/status`)).json();
+    out.queue_after = await (await fetch(`${origin}/v1/queue`)).json();
     await page.screenshot({ path: opts.screenshot, fullPage: true });
     out.screenshot = opts.screenshot;
 
