@@ -10,8 +10,11 @@ path answers 200, then forwards. That is what llama-swap does without groups, an
 user who puts llama-swap in front of models that take turns on one card gets.
 
 Invariants: at most one server process runs at any time (the next one starts only after the
-previous one has exited); requests are forwarded in the order they were received (a ticket
-taken as the request's head and body are read: its arrival); a swap is counted for every
+previous one has exited); requests are forwarded in the order they arrived: a connection's
+place in the queue is taken when it is accepted (the accept loop is one thread, so handler
+threads scheduled out of order on a loaded machine cannot reorder a burst), and given up if
+its first request is not one to forward; a later request on a kept-alive connection takes a
+place when it is read; a swap is counted for every
 server start, so the first load on an empty card counts as one (a change from nothing); the
 running server is stopped when the swapper ends (SIGTERM or SIGINT); every wait is bounded
 (start: startup_timeout_s, stop: stop_timeout_s then SIGKILL, forward: request_timeout_s).
@@ -77,7 +80,7 @@ class Swapper:
         self.cond = threading.Condition()
         self.queue = collections.deque()
         self.next_ticket = 0
-        self.order = []
+        self.models_of = {}      # ticket -> model, for the arrival order
         self.current = None      # model name of the running server
         self.proc = None
         self.port = None
@@ -94,13 +97,28 @@ class Swapper:
         self.log.flush()
 
     # queue -----------------------------------------------------------------------------
-    def take_ticket(self, model):
+    def reserve(self):
+        """A place at the end of the queue, its model not known yet (a connection accepted)."""
         with self.cond:
             ticket = self.next_ticket
             self.next_ticket += 1
             self.queue.append(ticket)
-            self.order.append(model)
             return ticket
+
+    def assign(self, ticket, model):
+        with self.cond:
+            self.models_of[ticket] = model
+
+    def cancel(self, ticket):
+        """Gives a reserved place up (the connection's request was not one to forward)."""
+        with self.cond:
+            self.queue.remove(ticket)
+            self.cond.notify_all()
+
+    def take_ticket(self, model):
+        ticket = self.reserve()
+        self.assign(ticket, model)
+        return ticket
 
     def wait_head(self, ticket):
         with self.cond:
@@ -189,7 +207,8 @@ class Swapper:
 
     def stats(self):
         with self.cond:
-            return {"swaps": self.swaps, "swaps_by_model": dict(self.swaps_by_model), "order": list(self.order),
+            order = [self.models_of[t] for t in sorted(self.models_of)]
+            return {"swaps": self.swaps, "swaps_by_model": dict(self.swaps_by_model), "order": order,
                     "served": self.served, "failed": self.failed, "swap_log": list(self.swap_log),
                     "queued": len(self.queue), "running": self.current}
 
@@ -211,9 +230,30 @@ def route(swapper, path, body):
     return None, "no model in the body or the path"
 
 
-def make_handler(swapper):
+def make_handler(swapper, swapper_server_tickets):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = 30  # a connection that holds a reserved place must send its request within this
+
+        def setup(self):
+            super().setup()
+            self.reserved = swapper_server_tickets.pop(id(self.request), None)
+
+        def finish(self):
+            self.give_up_place()
+            super().finish()
+
+        def give_up_place(self):
+            if self.reserved is not None:
+                swapper.cancel(self.reserved)
+                self.reserved = None
+
+        def place(self, model):
+            if self.reserved is not None:
+                ticket, self.reserved = self.reserved, None
+                swapper.assign(ticket, model)
+                return ticket
+            return swapper.take_ticket(model)
 
         def log_message(self, fmt, *args):
             pass
@@ -227,6 +267,8 @@ def make_handler(swapper):
             self.wfile.write(body)
 
         def do_GET(self):
+            if self.path.startswith("/swapper/"):
+                self.give_up_place()
             if self.path == "/swapper/stats":
                 self.answer(200, json.dumps(swapper.stats()).encode(), [("Content-Type", "application/json")])
             elif self.path == "/swapper/health":
@@ -242,10 +284,11 @@ def make_handler(swapper):
             arrived = time.monotonic()
             model, path = route(swapper, self.path, body)
             if model is None:
+                self.give_up_place()
                 self.answer(404, json.dumps({"error": path}).encode(), [("Content-Type", "application/json")])
                 return
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
-            ticket = swapper.take_ticket(model)
+            ticket = self.place(model)
             swapper.wait_head(ticket)
             ok = False
             try:
@@ -272,8 +315,18 @@ def make_handler(swapper):
 
 
 class Server(http.server.ThreadingHTTPServer):
+    """Reserves each accepted connection's place in the queue in the accept thread."""
     daemon_threads = True
     request_queue_size = 1024  # a burst of requests must not meet a backlog of 5
+
+    def __init__(self, address, swapper):
+        self.swapper = swapper
+        self.tickets = {}
+        super().__init__(address, make_handler(swapper, self.tickets))
+
+    def process_request(self, request, client_address):
+        self.tickets[id(request)] = self.swapper.reserve()
+        super().process_request(request, client_address)
 
 
 def main(argv=None):
@@ -289,7 +342,7 @@ def main(argv=None):
         return 2
     log = open(a.log, "a") if a.log else sys.stderr
     swapper = Swapper(cfg, log)
-    server = Server(("127.0.0.1", a.port), make_handler(swapper))
+    server = Server(("127.0.0.1", a.port), swapper)
 
     def on_signal(signum, frame):
         threading.Thread(target=server.shutdown, daemon=True).start()

@@ -84,7 +84,7 @@ NAMES = "abcdefghij"
 BURST_GAP_REAL_S = 0.002
 HEALTH_INTERVAL_REAL = "50ms"        # vramd's health interval and the swapper's poll, real time
 REQUEST_TIMEOUT_REAL_S = 900.0
-LLAMA_MAX_TOKENS = 32
+LLAMA_MAX_TOKENS = 256
 PATTERNS = ("burst", "open", "poisson")
 SETUPS = ("vramd", "fifo", "bound", "llamacpp")
 
@@ -683,7 +683,8 @@ def main(argv=None):
                     else:
                         with bl.ForeignLoad([]) as fl:
                             r["setups"][setup] = runners[setup](ctx, seq, times, pattern, names)
-                        r["setups"][setup]["others_core_frac"] = round(fl.foreign_core_frac, 3)
+                        if "skipped" not in r["setups"][setup]:
+                            r["setups"][setup]["others_core_frac"] = round(fl.foreign_core_frac, 3)
                     s = r["setups"][setup]
                     print(" %s (%.0f s real)" % (("skipped: " + s["skipped"]) if "skipped" in s else
                                                  "%s loads" % s["loads"], time.monotonic() - t), flush=True)
