@@ -42,7 +42,6 @@ import collections
 import http.client
 import http.server
 import json
-import os
 import signal
 import socket
 import subprocess
