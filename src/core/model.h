@@ -42,8 +42,7 @@
 #include "policy/queue.h"
 #include "proc/attrib.h"
 
-#define MODEL_PEAK_SAMPLES 32
-#define INSTANCE_PARK_PIDS_MAX 8 /* checkpoint tier: GPU processes of one instance it parks at most */ /* per-request peaks remembered for the estimate (scheduler) */
+#define MODEL_PEAK_SAMPLES 32 /* per-request peaks remembered for the estimate (scheduler) */
 
 enum instance_state {
     INST_STARTING = 0,
@@ -63,6 +62,10 @@ enum instance_state {
  * model_t.park_stats. A new tier is one value here (before PARK_TIER_COUNT), one file and one
  * row of that table. PARK_NONE: not parked. */
 enum park_tier { PARK_SLEEP = 0, PARK_SHIM, PARK_CHECKPOINT, PARK_TIER_COUNT, PARK_NONE = PARK_TIER_COUNT };
+
+/* A park tier's private state for one instance: the tier's own struct, which begins with this
+ * head (defined in workers/park_tier.h); made and freed by the tier, never read by others. */
+typedef struct park_tier_state park_tier_state_t;
 
 /* What a model learned of one park tier (workers/park.c, park_cost.c): both halves of its
  * round trip (EWMA 0.7/0.3) and how often each was taken. */
@@ -192,7 +195,6 @@ struct instance {
     struct http_call *hook_call;  /* the one hook call in flight (workers/hooks.c) */
     enum hook_kind hook_kind;     /* which hook it is */
     uint64_t hook_deadline_ms;    /* when its timeout runs out (core_now() clock) */
-    unsigned confirm_asked;       /* GET /is_sleeping calls of this confirmation (park_sleep.c) */
     /* whom its answer goes to after it is counted and logged (an http_call_cb) */
     void (*hook_cb)(void *ctx, int status, const char *body, size_t len, const char *error);
     unsigned in_flight;
@@ -226,19 +228,9 @@ struct instance {
     uint64_t wake_seq;       /* RESUMING: the first NVML snapshot (sched_snapshot_seq) read after the wake answered */
     bool wake_found;         /* RESUMING an external server found at start (maybe left asleep) */
     host_entry_t parked_host; /* the host memory it holds while parked (workers/host_book.c) */
-    /* checkpoint tier (workers/park.c): the processes the CUDA driver parked (NVML's list of
-     * the instance's GPU processes when the park began), driver calls in flight (the
-     * instance is not freed before they answer) and what they said */
-    pid_t park_pids[INSTANCE_PARK_PIDS_MAX];
-    unsigned n_park_pids;
-    unsigned cuda_ops;
-    unsigned shim_park_ops;  /* shim tier (workers/park_shim.c): commands on control connections in flight */
-    uint64_t shim_round_ns, shim_round_bytes; /* its current round: began (uv_hrtime), bytes moved */
-    bool park_pid_done[INSTANCE_PARK_PIDS_MAX]; /* parked (PARKING) / restored (RESUMING) */
-    bool cuda_failed, cuda_no_memory, cuda_undoing;
-    char cuda_error[160];
-    uint64_t park_measured;  /* what NVML showed its processes holding when the checkpoint began */
-    uint64_t cuda_copy_us;   /* the longest driver copy of the current park or restore */
+    /* each tier's private state (workers/park_tier.h), indexed by enum park_tier: made by the
+     * tier on first use, freed with the instance; NULL = none yet */
+    park_tier_state_t *tier_state[PARK_TIER_COUNT];
     /* an eviction's park waits for the clear_cache hook and a fresh NVML reading first
      * (workers/park.c): not evicted again meanwhile, its memory counted as on its way */
     bool park_clearing;

@@ -39,6 +39,7 @@
 #include "workers/host_book.h"
 #include "workers/instance.h"
 #include "workers/model_state.h"
+#include "workers/park_tier.h"
 #include "workers/supervisor_int.h"
 
 #define STARTUP_POLL_MS 100
@@ -56,6 +57,7 @@ static void on_instance_handle_closed(uv_handle_t *h)
     if (--inst->closing_handles > 0)
         return;
     model_t *m = inst->model;
+    park_tier_release(inst); /* the tiers' states live as long as the instance */
     free(inst);
     m->instances_closing--;
     model_maybe_free(m);
@@ -65,7 +67,7 @@ static void on_instance_handle_closed(uv_handle_t *h)
 void instance_maybe_free(instance_t *inst)
 {
     if (inst->proc || inst->in_flight > 0 || inst->closing_handles > 0 || inst->health_call || inst->hook_call ||
-        inst->cuda_ops > 0 || inst->cmd_proc || sched_instance_holds_memory(inst) || driver_limit_starting(inst))
+        park_tier_holds(inst) || inst->cmd_proc || sched_instance_holds_memory(inst) || driver_limit_starting(inst))
         return;
     model_t *m = inst->model;
     host_book_release(inst); /* released at its last state change already; never outlives it */

@@ -56,6 +56,15 @@ static const park_tier_ops_t *tier_ops(const instance_t *inst)
     return park_tier_ops(inst->park_tier);
 }
 
+/* What its tier measured of the current way (park_tier.h's measured): held 0 = not known. */
+static void tier_measured(const instance_t *inst, uint64_t *held, uint64_t *copy_us)
+{
+    const park_tier_ops_t *t = tier_ops(inst);
+    *held = *copy_us = 0;
+    if (t && t->measured)
+        t->measured(inst, held, copy_us);
+}
+
 /* Book the park of an idle instance on the host (what it holds on the GPU now) and set the
  * park fields; false (refused: counted, logged park_refused) when the host cannot afford it. */
 static bool park_book(instance_t *inst, enum park_tier tier, enum unload_reason reason)
@@ -80,8 +89,6 @@ static bool park_book(instance_t *inst, enum park_tier tier, enum unload_reason 
     inst->park_before = bytes;
     inst->park_left = 0;
     inst->park_since_ms = core_now();
-    inst->cuda_copy_us = 0;
-    inst->park_measured = 0; /* the checkpoint tier sets what its processes hold */
     return true;
 }
 
@@ -91,9 +98,10 @@ static void parked(instance_t *inst)
 {
     model_t *m = inst->model;
     uint64_t left = inst->mem.gpu >= 0 ? inst->mem.bytes : 0;
-    uint64_t before = inst->park_before;
-    if (inst->park_measured && inst->park_measured < before)
-        before = inst->park_measured; /* the driver copies what the processes hold, not what was booked */
+    uint64_t before = inst->park_before, held, copy_us;
+    tier_measured(inst, &held, &copy_us);
+    if (held && held < before)
+        before = held; /* the driver copies what the processes hold, not what was booked */
     inst->park_before = before; /* what comes back: the way back waits for half of it (wake_target) */
     uint64_t freed = before > left ? before - left : 0;
     inst->park_left = left;
@@ -104,7 +112,7 @@ static void parked(instance_t *inst)
     log_event(LOG_INFO, "parked", "model=%s instance=%u tier=%s freed=%llu left_on_gpu=%llu host=%llu wait_ms=%llu "
               "copy_ms=%llu", m->name, inst->id, tier_ops(inst)->name, (unsigned long long)freed, (unsigned long long)left,
               (unsigned long long)inst->parked_host.bytes, (unsigned long long)(core_now() - inst->park_since_ms),
-              (unsigned long long)(inst->cuda_copy_us / 1000));
+              (unsigned long long)(copy_us / 1000));
     core_note_event(m->core, "parked %s instance %u (%s): %llu MiB to host memory, %llu MiB left on GPU %d",
                     m->name, inst->id, tier_ops(inst)->name, (unsigned long long)(freed >> 20),
                     (unsigned long long)(left >> 20), inst->gpu);
@@ -242,14 +250,15 @@ static void resumed(instance_t *inst)
 {
     model_t *m = inst->model;
     uint64_t now = core_now();
-    uint64_t took = now - inst->park_since_ms;
+    uint64_t took = now - inst->park_since_ms, held, copy_us;
+    tier_measured(inst, &held, &copy_us);
     park_tier_stats_t *st = &m->park_stats[inst->park_tier];
     st->back_ms_ewma = st->back_ms_ewma ? (st->back_ms_ewma * 7 + took * 3) / 10 : took;
     m->wakes_total++;
     st->returns++;
     log_event(LOG_INFO, "resumed", "model=%s instance=%u tier=%s measured=%llu wake_ms=%llu copy_ms=%llu", m->name,
               inst->id, tier_ops(inst)->name, (unsigned long long)inst->measured, (unsigned long long)took,
-              (unsigned long long)(inst->cuda_copy_us / 1000));
+              (unsigned long long)(copy_us / 1000));
     inst->ready_ms = now;
     inst->health_failures = 0;
     inst->wake_found = false;
@@ -323,7 +332,7 @@ void park_wake_found(instance_t *inst)
 void park_wake(instance_t *inst)
 {
     model_t *m = inst->model;
-    if (inst->state != INST_PARKED || inst->hook_call || inst->cuda_ops || m->failed ||
+    if (inst->state != INST_PARKED || inst->hook_call || park_tier_holds(inst) || m->failed ||
         core_now() < inst->local_retry_ms)
         return;
     const park_tier_ops_t *t = tier_ops(inst);

@@ -59,7 +59,7 @@ static void on_host_keep_alive(uv_timer_t *t)
         uv_timer_start(&inst->idle_timer, on_host_keep_alive, ka - parked_for, 0);
         return;
     }
-    if (inst->hook_call || inst->cuda_ops) { /* a call still in flight: look again shortly */
+    if (inst->hook_call || park_tier_holds(inst)) { /* a call still in flight: look again shortly */
         uv_timer_start(&inst->idle_timer, on_host_keep_alive, 100, 0);
         return;
     }
@@ -125,7 +125,7 @@ static size_t candidates(instance_t *inst, host_cand_t *out, uint64_t now)
             continue;
         list_foreach(ii, &m->instances) {
             instance_t *c = list_entry(ii, instance_t, link);
-            if (c == inst || c->state != INST_PARKED || c->external || c->hook_call || c->cuda_ops ||
+            if (c == inst || c->state != INST_PARKED || c->external || c->hook_call || park_tier_holds(c) ||
                 c->in_flight || !c->parked_host.held || n >= HOST_ROOM_CANDIDATES)
                 continue;
             uint64_t ka = m->cfg->park_keep_alive_ms, left = CONFIG_FOREVER;

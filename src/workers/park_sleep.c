@@ -30,6 +30,7 @@
  * instance.c, model_state.c; reports to park.c only through inst->park_report.
  */
 #include <cjson/cJSON.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -43,6 +44,18 @@
 #define PARK_WAKE_GUESS_MS 1000 /* a wake before one was measured (vLLM: 0.1-6 s) */
 
 #define CONFIRM_RETRY_MS 100
+
+/* The tier's private state of an instance (park_tier.h). */
+typedef struct sleep_state {
+    park_tier_state_t head;
+    unsigned confirm_asked; /* GET /is_sleeping calls of this confirmation */
+} sleep_state_t;
+
+/* inst's state, made on first use (confirm_start); NULL when out of memory. */
+static sleep_state_t *state_of(instance_t *inst)
+{
+    return park_tier_state(inst, &park_tier_sleep, sizeof(sleep_state_t));
+}
 
 static bool confirm_call(instance_t *inst);
 
@@ -73,7 +86,8 @@ static void on_confirm_answer(void *ctx, int status, const char *body, size_t le
 {
     instance_t *inst = ctx;
     inst->hook_call = NULL;
-    inst->confirm_asked++;
+    sleep_state_t *sl = state_of(inst); /* made by confirm_start */
+    sl->confirm_asked++;
     bool parking = inst->hook_kind == HOOK_SLEEP;
     int said = is_sleeping_of(status, body, len);
     bool ok = said == (parking ? 1 : 0);
@@ -84,7 +98,7 @@ static void on_confirm_answer(void *ctx, int status, const char *body, size_t le
     }
     log_event(ok ? LOG_INFO : LOG_WARN, "sleep_confirm", "model=%s instance=%u after=%s status=%d is_sleeping=%s "
               "asked=%u outcome=%s error=%s", inst->model->name, inst->id, parking ? "sleep" : "wake", status,
-              said < 0 ? "unknown" : said ? "true" : "false", inst->confirm_asked, ok ? "ok" : "failed",
+              said < 0 ? "unknown" : said ? "true" : "false", sl->confirm_asked, ok ? "ok" : "failed",
               error ? error : "");
     if (!here)
         return;
@@ -110,11 +124,12 @@ static bool confirm_call(instance_t *inst)
         .max_response = 4096,
     };
     char err[160];
+    const sleep_state_t *sl = state_of(inst); /* made by confirm_start */
     if (http_call_start(m->core->loop, &req, on_confirm_answer, inst, &inst->hook_call, err, sizeof err) == 0)
         return true;
     inst->hook_call = NULL;
     log_event(LOG_WARN, "sleep_confirm", "model=%s instance=%u after=%s asked=%u outcome=failed error=%s", m->name,
-              inst->id, inst->hook_kind == HOOK_SLEEP ? "sleep" : "wake", inst->confirm_asked, err);
+              inst->id, inst->hook_kind == HOOK_SLEEP ? "sleep" : "wake", sl->confirm_asked, err);
     return false;
 }
 
@@ -126,8 +141,14 @@ static bool confirm_start(instance_t *inst, enum hook_kind after)
 {
     if (config_preset(inst->model->cfg->preset)->sleep_confirm == NULL)
         return false;
+    sleep_state_t *sl = state_of(inst);
+    if (!sl) {
+        log_event(LOG_WARN, "sleep_confirm", "model=%s instance=%u after=%s asked=0 outcome=failed error=out of memory",
+                  inst->model->name, inst->id, after == HOOK_SLEEP ? "sleep" : "wake");
+        return false;
+    }
     inst->hook_kind = after;
-    inst->confirm_asked = 0;
+    sl->confirm_asked = 0;
     inst->hook_deadline_ms = core_now() + hooks_timeout_ms(inst->model, after);
     return confirm_call(inst);
 }
@@ -260,6 +281,11 @@ static uint64_t sleep_back_guess_ms(uint64_t bytes)
     return PARK_WAKE_GUESS_MS;
 }
 
+static void sleep_state_free(park_tier_state_t *s)
+{
+    free(s);
+}
+
 const park_tier_ops_t park_tier_sleep = {
     .tier = PARK_SLEEP,
     .name = "sleep",
@@ -275,4 +301,7 @@ const park_tier_ops_t park_tier_sleep = {
     .found = sleep_found,
     .lost = sleep_lost,
     .back_guess_ms = sleep_back_guess_ms,
+    .state_free = sleep_state_free,
+    .holds = NULL,     /* its hook calls hold the instance through inst->hook_call */
+    .measured = NULL,  /* copies nothing itself */
 };
