@@ -19,7 +19,7 @@
  * answers), and its state (checkpoint_state_t, park_tier.h) lives as long as the instance;
  * a failed park or restore is counted (checkpoint_failures, RESTART_PARK_FAILED) and ends
  * here, without a report. Calls the driver (gpu/cuda.h), the scheduler's process list,
- * instance.c, model_state.c; reports to park.c only through inst->park_report.
+ * instance.c, model_state.c; reports to park.c only through inst->park.park_report.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,9 +60,9 @@ static bool checkpoint_can(const instance_t *inst)
 {
     const model_t *m = inst->model;
     return m->cfg->checkpoint && m->cfg->park_keep_alive_ms != 0 && m->core->cuda && cuda_available(m->core->cuda) &&
-           inst->state == INST_READY &&
-           inst->in_flight == 0 && !inst->stop_requested && !inst->hook_call && calls_in_flight(inst) == 0 &&
-           inst->gpu_pos >= 0;
+           inst->life.state == INST_READY &&
+           inst->path.in_flight == 0 && !inst->life.stop_requested && !inst->hook.hook_call && calls_in_flight(inst) == 0 &&
+           inst->memory.gpu_pos >= 0;
 }
 
 /* How long the driver's lock may wait for the processes' CUDA calls to stop. */
@@ -89,9 +89,9 @@ static void cuda_tier_failed(instance_t *inst, const char *event, const char *wh
         instance_stop(inst, why); /* its exit's verified reclaim frees the GPU entry */
         return;
     }
-    if (inst->state == INST_PARKING)
+    if (inst->life.state == INST_PARKING)
         instance_set_state(inst, INST_READY, why);
-    else if (inst->state == INST_RESUMING)
+    else if (inst->life.state == INST_RESUMING)
         instance_set_state(inst, INST_PARKED, why);
     model_set_failed(m, why);
 }
@@ -104,7 +104,7 @@ static void cuda_round_done(instance_t *inst);
  * instance has no process either: it is freed only once stopped. */
 static void release_if_gone(instance_t *inst)
 {
-    if (inst->state == INST_STOPPING || (!inst->proc && !inst->external))
+    if (inst->life.state == INST_STOPPING || (!inst->life.proc && !inst->external))
         instance_maybe_free(inst);
 }
 
@@ -185,7 +185,7 @@ static void park_round_done(instance_t *inst)
         cuda_tier_failed(inst, "checkpoint_failed", "checkpoint failed");
         return;
     }
-    inst->park_report(inst, PARK_TIER_OUT_DONE, "every process checkpointed");
+    inst->park.park_report(inst, PARK_TIER_OUT_DONE, "every process checkpointed");
 }
 
 /* RESUMING (checkpoint): every process restored and unlocked, reported (park.c: READY once
@@ -194,8 +194,8 @@ static void park_round_done(instance_t *inst)
 static void restore_round_done(instance_t *inst)
 {
     const checkpoint_state_t *ck = state_of(inst);
-    if (ck->procs.failed && inst->wake_found) {
-        inst->park_report(inst, PARK_TIER_BACK_FAILED, "restore at start failed"); /* its health checks decide */
+    if (ck->procs.failed && inst->park.wake_found) {
+        inst->park.park_report(inst, PARK_TIER_BACK_FAILED, "restore at start failed"); /* its health checks decide */
         return;
     }
     if (ck->procs.failed) {
@@ -203,16 +203,16 @@ static void restore_round_done(instance_t *inst)
                          ck->cuda_no_memory ? "restore: the GPU memory is no longer free" : "restore failed");
         return;
     }
-    inst->park_report(inst, PARK_TIER_BACK_DONE, "every process restored");
+    inst->park.park_report(inst, PARK_TIER_BACK_DONE, "every process restored");
 }
 
 /* A round ended: carry on in the state it was made for; an instance that left it meanwhile
  * (stopped, its process gone) is freed once nothing refers to it any more. */
 static void cuda_round_done(instance_t *inst)
 {
-    if (inst->state == INST_PARKING)
+    if (inst->life.state == INST_PARKING)
         park_round_done(inst);
-    else if (inst->state == INST_RESUMING && inst->park_tier == PARK_CHECKPOINT)
+    else if (inst->life.state == INST_RESUMING && inst->park.park_tier == PARK_CHECKPOINT)
         restore_round_done(inst);
     else
         release_if_gone(inst);
@@ -250,11 +250,11 @@ static int checkpoint_park(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     checkpoint_state_t *ck = state_of(inst);
-    ck->procs.measured = inst->measured;
+    ck->procs.measured = inst->memory.measured;
     ck->procs.undoing = false;
     instance_set_state(inst, INST_PARKING, why);
     log_event(LOG_INFO, "checkpoint_started", "model=%s instance=%u pids=%u first_pid=%d bytes=%llu lock_timeout_ms=%llu",
-              m->name, inst->id, ck->procs.n, (int)ck->procs.pids[0], (unsigned long long)inst->park_before,
+              m->name, inst->id, ck->procs.n, (int)ck->procs.pids[0], (unsigned long long)inst->park.park_before,
               (unsigned long long)lock_timeout_ms(m));
     cuda_round(inst, true, false);
     return 0;
@@ -284,14 +284,14 @@ static void on_found_state(void *ctx, const cuda_result_t *res)
     bool parked = res->status == CUDA_OK && (res->state == CUDA_STATE_CHECKPOINTED || res->state == CUDA_STATE_LOCKED);
     log_event(LOG_INFO, "cuda_found", "model=%s instance=%u pid=%d status=%s state=%s", m->name, inst->id,
               (int)res->pid, cuda_status_name(res->status), cuda_state_name(res->state));
-    if (!parked || inst->state != INST_READY || inst->hook_call || ck->cuda_ops) {
+    if (!parked || inst->life.state != INST_READY || inst->hook.hook_call || ck->cuda_ops) {
         release_if_gone(inst);
         return;
     }
-    inst->park_tier = PARK_CHECKPOINT;
-    inst->park_before = inst->park_left = 0; /* nothing known: READY at the first reading after the restore */
-    inst->park_since_ms = core_now();
-    inst->wake_found = true;
+    inst->park.park_tier = PARK_CHECKPOINT;
+    inst->park.park_before = inst->park.park_left = 0; /* nothing known: READY at the first reading after the restore */
+    inst->park.park_since_ms = core_now();
+    inst->park.wake_found = true;
     ck->procs.pids[0] = res->pid;
     ck->procs.done[0] = true;
     ck->procs.n = 1;
@@ -302,7 +302,7 @@ static void on_found_state(void *ctx, const cuda_result_t *res)
 static void found_checkpointed(instance_t *inst)
 {
     model_t *m = inst->model;
-    pid_t pid = attrib_listener(&inst->ident);
+    pid_t pid = attrib_listener(&inst->life.ident);
     checkpoint_state_t *ck = state_of(inst);
     if (pid <= 0 || !ck || ck->cuda_ops)
         return;
@@ -316,7 +316,7 @@ static bool checkpoint_found(instance_t *inst)
 {
     model_t *m = inst->model;
     if (!inst->external || !m->cfg->checkpoint || !m->core->cuda || !cuda_available(m->core->cuda) ||
-        inst->state != INST_READY)
+        inst->life.state != INST_READY)
         return false;
     found_checkpointed(inst);
     return true;

@@ -20,7 +20,7 @@
  * once the instance's shim state is dropped, so a freed instance is never called back (the
  * commands do not hold it). Its private state (shim_tier_state_t, park_tier.h) lives as long
  * as the instance. Calls shim_control.c, the scheduler's
- * process list, instance.c, model_state.c; reports to park.c only through inst->park_report.
+ * process list, instance.c, model_state.c; reports to park.c only through inst->park.park_report.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,9 +68,9 @@ static bool shim_can(const instance_t *inst)
     const model_t *m = inst->model;
     const shim_tier_state_t *sh = park_tier_state_peek(inst, PARK_SHIM);
     pid_t pid;
-    return m->cfg->shim_park && m->cfg->park_keep_alive_ms != 0 && inst->state == INST_READY && inst->in_flight == 0 &&
-           !inst->stop_requested && !inst->hook_call && !park_tier_holds(inst) && (!sh || sh->shim_park_ops == 0) &&
-           inst->gpu_pos >= 0 && shim_control_pids(inst, &pid, 1) == 1;
+    return m->cfg->shim_park && m->cfg->park_keep_alive_ms != 0 && inst->life.state == INST_READY && inst->path.in_flight == 0 &&
+           !inst->life.stop_requested && !inst->hook.hook_call && !park_tier_holds(inst) && (!sh || sh->shim_park_ops == 0) &&
+           inst->memory.gpu_pos >= 0 && shim_control_pids(inst, &pid, 1) == 1;
 }
 
 /* Every process NVML shows holding GPU memory for the instance must have a control
@@ -152,15 +152,15 @@ static void round_done(instance_t *inst)
     shim_tier_state_t *sh = state_of(inst);
     log_event(sh->procs.failed ? LOG_WARN : LOG_INFO, "shim_round", "model=%s instance=%u op=%s ok=%s bytes=%llu "
               "copy_ms=%f total_ms=%f", inst->model->name, inst->id,
-              inst->state == INST_PARKING && !sh->procs.undoing ? "park" : "restore",
+              inst->life.state == INST_PARKING && !sh->procs.undoing ? "park" : "restore",
               sh->procs.failed ? "false" : "true", (unsigned long long)sh->shim_round_bytes,
               (double)sh->procs.copy_us / 1000.0, (double)(uv_hrtime() - sh->shim_round_ns) / 1e6);
-    if (inst->state == INST_PARKING && sh->procs.undoing) {
+    if (inst->life.state == INST_PARKING && sh->procs.undoing) {
         sh->procs.undoing = false;
-        inst->park_report(inst, PARK_TIER_OUT_FAILED, "shim park failed: the next tier");
+        inst->park.park_report(inst, PARK_TIER_OUT_FAILED, "shim park failed: the next tier");
         return;
     }
-    if (inst->state == INST_PARKING && sh->procs.failed) {
+    if (inst->life.state == INST_PARKING && sh->procs.failed) {
         bool any = false;
         for (unsigned i = 0; i < sh->procs.n; i++)
             any = any || sh->procs.done[i];
@@ -171,18 +171,18 @@ static void round_done(instance_t *inst)
                 return;
             sh->procs.undoing = false;
         }
-        inst->park_report(inst, PARK_TIER_OUT_FAILED, "shim park failed: the next tier");
+        inst->park.park_report(inst, PARK_TIER_OUT_FAILED, "shim park failed: the next tier");
         return;
     }
-    if (inst->state == INST_PARKING) {
-        inst->park_report(inst, PARK_TIER_OUT_DONE, "every process parked by its shim");
+    if (inst->life.state == INST_PARKING) {
+        inst->park.park_report(inst, PARK_TIER_OUT_DONE, "every process parked by its shim");
         return;
     }
-    if (inst->state == INST_RESUMING && inst->park_tier == PARK_SHIM) {
+    if (inst->life.state == INST_RESUMING && inst->park.park_tier == PARK_SHIM) {
         if (sh->procs.failed)
             shim_failed(inst, "shim restore failed");
         else
-            inst->park_report(inst, PARK_TIER_BACK_DONE, "every process restored by its shim");
+            inst->park.park_report(inst, PARK_TIER_BACK_DONE, "every process restored by its shim");
     }
 }
 
@@ -219,11 +219,11 @@ static int shim_park(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     shim_tier_state_t *sh = state_of(inst);
-    sh->procs.measured = inst->measured;
+    sh->procs.measured = inst->memory.measured;
     sh->procs.undoing = false;
     instance_set_state(inst, INST_PARKING, why);
     log_event(LOG_INFO, "shim_park_started", "model=%s instance=%u pids=%u first_pid=%d bytes=%llu", m->name,
-              inst->id, sh->procs.n, (int)sh->procs.pids[0], (unsigned long long)inst->park_before);
+              inst->id, sh->procs.n, (int)sh->procs.pids[0], (unsigned long long)inst->park.park_before);
     shim_round(inst, SHIM_MSG_PARK, false);
     if (sh->shim_park_ops == 0) { /* not one command went out: this tier cannot */
         instance_set_state(inst, INST_READY, "shim park could not start");

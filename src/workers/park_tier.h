@@ -31,7 +31,7 @@
  *   - leaves(inst): what its park keeps on the GPU (park_cost.c's instance_evict_leaves, for
  *     the scheduler's plan of how much an eviction frees); NULL: nothing.
  *   - After park() returned 0 (and after resume() or a found() that went RESUMING), the
- *     tier reports EXACTLY ONCE through inst->park_report (set by park.c before the call),
+ *     tier reports EXACTLY ONCE through inst->park.park_report (set by park.c before the call),
  *     later, from the loop: PARK_TIER_OUT_DONE / OUT_FAILED for a way out, BACK_DONE /
  *     BACK_FAILED for a way back, with a reason (never NULL, valid during the call); OR it
  *     ends the park itself, without a report, by moving inst out of PARKING/RESUMING with
@@ -40,7 +40,7 @@
  *     nothing while inst has left that state meanwhile (stopped, died).
  *   - A tier's private state for an instance (what it must remember between the calls:
  *     the processes it parks, its calls in flight, what they said) is its own struct, which
- *     begins with a park_tier_state_t and sits in inst->tier_state[its tier]: the tier
+ *     begins with a park_tier_state_t and sits in inst->park.tier_state[its tier]: the tier
  *     makes it on first use (park_tier_state; NULL when out of memory: the tier cannot
  *     park now, -2), and it is freed through state_free when the instance is freed
  *     (instance.c's last close, park_tier_release), never before: it lives as long as the
@@ -74,7 +74,7 @@
 
 #define PARK_PIDS_MAX 8 /* GPU processes of one instance a per-process tier (shim, checkpoint) parks at most */
 
-/* How a tier's way out or back ended (inst->park_report's outcome). */
+/* How a tier's way out or back ended (inst->park.park_report's outcome). */
 enum park_tier_outcome {
     PARK_TIER_OUT_DONE,    /* the way out answered: the memory is leaving the GPU (still PARKING) */
     PARK_TIER_OUT_FAILED,  /* it did not park (still PARKING): the memory is still needed, take the next tier */
@@ -126,7 +126,7 @@ typedef struct park_procs {
  * first needs it; NULL when out of memory. */
 static inline void *park_tier_state(instance_t *inst, const park_tier_ops_t *ops, size_t size)
 {
-    park_tier_state_t **slot = &inst->tier_state[ops->tier];
+    park_tier_state_t **slot = &inst->park.tier_state[ops->tier];
     if (!*slot && (*slot = calloc(1, size)) != NULL)
         (*slot)->ops = ops;
     return *slot;
@@ -135,14 +135,14 @@ static inline void *park_tier_state(instance_t *inst, const park_tier_ops_t *ops
 /* inst's state of tier t as it is (NULL: the tier has not needed one yet). */
 static inline const void *park_tier_state_peek(const instance_t *inst, enum park_tier t)
 {
-    return inst->tier_state[t];
+    return inst->park.tier_state[t];
 }
 
 /* Whether a tier's calls in flight hold inst (its ops' holds). */
 static inline bool park_tier_holds(const instance_t *inst)
 {
     for (unsigned t = 0; t < PARK_TIER_COUNT; t++) {
-        const park_tier_state_t *s = inst->tier_state[t];
+        const park_tier_state_t *s = inst->park.tier_state[t];
         if (s && s->ops->holds && s->ops->holds(inst))
             return true;
     }
@@ -153,8 +153,8 @@ static inline bool park_tier_holds(const instance_t *inst)
 static inline void park_tier_release(instance_t *inst)
 {
     for (unsigned t = 0; t < PARK_TIER_COUNT; t++) {
-        park_tier_state_t *s = inst->tier_state[t];
-        inst->tier_state[t] = NULL;
+        park_tier_state_t *s = inst->park.tier_state[t];
+        inst->park.tier_state[t] = NULL;
         if (s)
             s->ops->state_free(s);
     }

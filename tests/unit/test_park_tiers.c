@@ -31,9 +31,9 @@ static fixture_t *fixture_new(void)
     f->m.cfg = &f->mc;
     f->m.core = &f->d;
     f->in.model = &f->m;
-    f->in.state = INST_READY;
-    f->in.gpu_pos = 0;
-    f->in.park_tier = PARK_NONE;
+    f->in.life.state = INST_READY;
+    f->in.memory.gpu_pos = 0;
+    f->in.park.park_tier = PARK_NONE;
     return f;
 }
 
@@ -92,12 +92,12 @@ static void test_walk_skips_unmet(void **state)
     assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
     f->mc.wake.set = true;
     /* not idle, not READY, or park_keep_alive 0: no tier */
-    f->in.in_flight = 1;
+    f->in.path.in_flight = 1;
     assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
-    f->in.in_flight = 0;
-    f->in.state = INST_STARTING;
+    f->in.path.in_flight = 0;
+    f->in.life.state = INST_STARTING;
     assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
-    f->in.state = INST_READY;
+    f->in.life.state = INST_READY;
     f->mc.park_keep_alive_ms = 0;
     assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
     free(f);
@@ -109,16 +109,16 @@ static void test_instance_tier_name(void **state)
     (void)state;
     fixture_t *f = fixture_new();
     assert_string_equal(instance_tier_name(&f->in), "resident");
-    f->in.state = INST_PARKED;
-    f->in.park_tier = PARK_CHECKPOINT;
+    f->in.life.state = INST_PARKED;
+    f->in.park.park_tier = PARK_CHECKPOINT;
     assert_string_equal(instance_tier_name(&f->in), "checkpointed");
-    f->in.park_tier = PARK_SHIM;
+    f->in.park.park_tier = PARK_SHIM;
     assert_string_equal(instance_tier_name(&f->in), "shim_parked");
-    f->in.state = INST_RESUMING;
-    f->in.park_tier = PARK_SLEEP;
+    f->in.life.state = INST_RESUMING;
+    f->in.park.park_tier = PARK_SLEEP;
     assert_string_equal(instance_tier_name(&f->in), "sleeping");
-    f->in.state = INST_UNLOADED;
-    f->in.park_tier = PARK_NONE;
+    f->in.life.state = INST_UNLOADED;
+    f->in.park.park_tier = PARK_NONE;
     assert_string_equal(instance_tier_name(&f->in), "unloaded");
     free(f);
 }
