@@ -4,21 +4,25 @@
  * queues into model->queue and holds slots on instances, the scheduler books their memory,
  * the supervisor runs their lifecycle, the services show them.
  *
- * Who writes what: the supervisor (workers/) owns the lifecycle fields (state, proc, pid,
- * timers, failures, counters of starts and stops); the dispatcher (path/dispatch.c) owns
- * the queue and the in-flight counts (instance->in_flight, model->in_flight); the scheduler
- * (sched/) owns the memory fields (gpu, gpu_pos, mem, grant_extra, measured, baseline,
- * run_peak, credit_used, cancelled_*, running_reserved, unverified, reclaim_*) and is the
- * only writer of the GPU ledger their entries are on: the supervisor, the shim grants and
- * the request path book through its sched_book_* verbs (sched/scheduler.h "Who holds
- * what"). The supervisor only initialises them when it makes an instance (no GPU, entries
- * unlinked) and clears `reclaiming` before it hands an exit to sched_instance_unloading.
- * The identity (ident: which processes are the instance's) is the supervisor's too, written
- * only through proc/attrib.h; the scheduler reads it to attribute GPU memory.
- * The states and the restart policy are described in workers/supervisor.h.
+ * Who writes what: an instance's state is in parts, each a struct type below whose head
+ * names its one writer, so that who may change a field is where the field is declared:
+ *   inst->life    the process and its lifecycle: the supervisor (workers/: instance.c,
+ *                 model_state.c, worker_cmds.c, ...); its identity (ident) through proc/attrib.h
+ *   inst->memory  its GPU memory: the scheduler (sched/), also the only writer of the GPU
+ *                 ledger those entries are on (everyone else books through its sched_book_*
+ *                 verbs, sched/scheduler.h "Who holds what")
+ *   inst->park    its park: the parking files (workers/park*.c, host_book.c); a park tier's
+ *                 own state sits behind park.tier_state, made and freed by the tier
+ *                 (workers/park_tier.h): a new tier adds no field here
+ *   inst->hook    its hook calls: workers/hooks.c
+ *   inst->gate    the CUDA shim's and the driver limit's state: gate/shim_grants.c, driver_limit.c
+ *   inst->path    its requests (slots, counts, idle connections): the request path (path/)
+ * link, model, id and external are set when the supervisor makes it. The dispatcher
+ * (path/dispatch.c) owns the queue and the in-flight counts (inst->path.in_flight,
+ * model->in_flight). The states and the restart policy are described in workers/supervisor.h.
  *
- * Invariants: instance->in_flight <= cfg->concurrency; model->in_flight is the sum of its
- * instances' in_flight; model->queue.depth counts the requests in QUEUED state of that
+ * Invariants: inst->path.in_flight <= cfg->concurrency; model->in_flight is the sum of its
+ * instances' path.in_flight; model->queue.depth counts the requests in QUEUED state of that
  * model; model->n_instances counts every instance object (any state) and never exceeds
  * cfg->instances.
  */
@@ -42,8 +46,7 @@
 #include "policy/queue.h"
 #include "proc/attrib.h"
 
-#define MODEL_PEAK_SAMPLES 32
-#define INSTANCE_PARK_PIDS_MAX 8 /* checkpoint tier: GPU processes of one instance it parks at most */ /* per-request peaks remembered for the estimate (scheduler) */
+#define MODEL_PEAK_SAMPLES 32 /* per-request peaks remembered for the estimate (scheduler) */
 
 enum instance_state {
     INST_STARTING = 0,
@@ -54,7 +57,7 @@ enum instance_state {
     INST_UNLOADED,  /* process (or external server) up, models unloaded; reload hook brings it back */
     INST_RELOADING, /* reload hook called */
     INST_PARKING,   /* a park tier started (sleep hook called); waiting for NVML to show the memory gone */
-    INST_PARKED,    /* parked: the process lives, its weights in host memory (inst->park_tier says how) */
+    INST_PARKED,    /* parked: the process lives, its weights in host memory (inst->park.park_tier says how) */
     INST_RESUMING,  /* the tier's return started (wake hook); waiting for NVML to show the memory back */
 };
 
@@ -63,6 +66,10 @@ enum instance_state {
  * model_t.park_stats. A new tier is one value here (before PARK_TIER_COUNT), one file and one
  * row of that table. PARK_NONE: not parked. */
 enum park_tier { PARK_SLEEP = 0, PARK_SHIM, PARK_CHECKPOINT, PARK_TIER_COUNT, PARK_NONE = PARK_TIER_COUNT };
+
+/* A park tier's private state for one instance: the tier's own struct, which begins with this
+ * head (defined in workers/park_tier.h); made and freed by the tier, never read by others. */
+typedef struct park_tier_state park_tier_state_t;
 
 /* What a model learned of one park tier (workers/park.c, park_cost.c): both halves of its
  * round trip (EWMA 0.7/0.3) and how often each was taken. */
@@ -142,25 +149,62 @@ enum restart_reason {
 #define MODEL_OUTCOME_NAME_MAX 32
 #define MODEL_DEGRADE_LEVELS 33    /* ladder levels 0..32 (config's LADDER_MAX is 32) */
 
-struct instance {
-    list_t link; /* model->instances */
-    model_t *model;
-    unsigned id;             /* per model, increasing */
+/* An instance's state comes in parts, each written by one module (named at its type; the
+ * others only read it). instance_new (workers/instance.c) makes the instance zeroed and
+ * sets each part's first values through its owner where it has one (sched_instance_init). */
+
+/* The process and its lifecycle. Written only by the supervisor (src/workers: instance.c
+ * for start, health, exit, stop, outliers and the request slot's release; model_state.c's
+ * instance_set_state for `state`; worker_cmds.c for the stop commands; server_report.c for
+ * server_vram; hooks.c, park*.c and supervisor.c for why it is stopped or unloaded);
+ * `ident` only through proc/attrib.h. */
+typedef struct instance_life {
     enum instance_state state;
-    bool external;
     struct process *proc;    /* supervised: the process; NULL once exited */
     pid_t pid;
     char host[64];
     int port;
-    int gpu;                 /* NVML index, -1 = not assigned (model uses no GPU memory) */
-    int gpu_pos;             /* position in the ledger, -1 = none */
-    ledger_entry_t mem;      /* RESIDENT reservation (scheduler.h says when it is held) */
-    attrib_identity_t ident; /* which processes are its (proc/attrib.h): the supervisor's, set and
-                              * refreshed through attrib only; the scheduler reads it */
-    uint64_t measured;       /* bytes NVML shows for its processes (last snapshot) */
+    attrib_identity_t ident; /* which processes are its (proc/attrib.h): set and refreshed through
+                              * attrib only; the scheduler reads it */
     int64_t server_vram;     /* what the server itself reports for this model (Ollama's /api/ps
                               * size_vram, read from its health answers); -1 = never reported */
     uint64_t server_vram_ms; /* when that answer came (core_now) */
+    unsigned failed_in_row;  /* consecutive requests that ended in a worker failure or 5xx */
+    uint64_t started_ms, ready_ms;
+    bool stop_requested;     /* vramd asked it to stop: its exit is not a crash */
+    bool suspect;            /* its connection broke (or it hung): no new requests until a health check passes */
+    const char *stop_reason;
+    unsigned health_failures;
+    struct http_call *health_call;
+    enum unload_reason unload_reason; /* why vramd stops it (set with stop_requested) */
+    enum restart_reason kill_reason;  /* RESTART_HANG / UNHEALTHY when vramd killed it; else CRASH */
+    uv_timer_t timer;        /* startup polling / health interval (the sleep tier's confirmation retry) */
+    uv_timer_t idle_timer;   /* keep_alive (park_evict.c), park_keep_alive (park_host.c) */
+    int closing_handles;     /* uv handles still to close before the instance is freed */
+    /* outlier ejection (workers/instance.c): out of rotation until ejected_until_ms */
+    uint64_t ejected_until_ms;
+    unsigned ejections;      /* times it was ejected; the next ejection lasts 30 s x this */
+    bool hang_killed;        /* SIGABRT sent (a hang or failing health checks); SIGKILL follows after stop_timeout */
+    /* stop commands (workers/worker_cmds.c): stop_cmd, and a container's removal, run one
+     * after another while STOPPING; the instance is not freed before the last one ends */
+    struct process *cmd_proc;   /* the command running; NULL = none */
+    unsigned cmd_next;          /* the next step of the sequence */
+    bool container_removed;     /* `ENGINE rm -f NAME` ran for this instance */
+    void (*cmd_done)(instance_t *inst); /* called once the sequence ended */
+} instance_life_t;
+
+/* Its GPU memory. Written only by the scheduler (src/sched), which is also the only writer of
+ * the GPU ledger its entries are on (sched/scheduler.h "Who holds what"); sched_instance_init
+ * sets the first values (no GPU, entries unlinked). */
+typedef struct instance_memory {
+    int gpu;                 /* NVML index, -1 = not assigned (model uses no GPU memory) */
+    int gpu_pos;             /* position in the ledger, -1 = none */
+    ledger_entry_t mem;      /* RESIDENT reservation (scheduler.h says when it is held) */
+    /* the CUDA shim (gate/shim_grants.c asks, sched_book_grant books): memory granted to its
+     * processes' allocations past their grant while requests ran (a REQUEST entry; folded into
+     * mem once it is idle) */
+    ledger_entry_t grant_extra;
+    uint64_t measured;       /* bytes NVML shows for its processes (last snapshot) */
     uint64_t baseline;       /* measured when it became ready (nothing cached yet) */
     bool baseline_pending;   /* READY, waiting for the first snapshot to take the baseline */
     uint64_t run_peak;       /* peak measured while requests ran */
@@ -171,13 +215,6 @@ struct instance {
     uint64_t cancelled_held;
     uint64_t cancelled_until;
     uint64_t running_reserved; /* sum of the REQUEST entries of its running requests */
-    /* the CUDA shim (gate/shim_grants.c): memory granted to its processes' allocations past
-     * their grant while requests ran (a REQUEST entry; folded into mem once it is idle), and
-     * the shim's own state (NULL = no shim) */
-    ledger_entry_t grant_extra;
-    struct shim_inst *shim;
-    /* the driver's per-cgroup limit on its leaf (gate/driver_limit.c); NULL = none */
-    struct driver_limit *dlimit;
     uint64_t unverified;     /* bytes assumed cached at request ends, not yet measured */
     uint64_t unverified_ms;  /* loop clock of the last such request end: a reading that began
                               * before it may show that request still running */
@@ -188,34 +225,14 @@ struct instance {
     uint64_t reclaim_keep;   /* what its processes are known to keep after an unload or sleep hook
                               * (CUDA context, residue): the least NVML showed while it started,
                               * or what a settled reclaim left; 0 = not known (sched_snapshot.c) */
-    uint64_t last_clear_cache_ms;
-    struct http_call *hook_call;  /* the one hook call in flight (workers/hooks.c) */
-    enum hook_kind hook_kind;     /* which hook it is */
-    uint64_t hook_deadline_ms;    /* when its timeout runs out (core_now() clock) */
-    unsigned confirm_asked;       /* GET /is_sleeping calls of this confirmation (park_sleep.c) */
-    /* whom its answer goes to after it is counted and logged (an http_call_cb) */
-    void (*hook_cb)(void *ctx, int status, const char *body, size_t len, const char *error);
-    unsigned in_flight;
-    uint64_t requests_total;
-    unsigned failed_in_row;  /* consecutive requests that ended in a worker failure or 5xx */
-    uint64_t started_ms, ready_ms, last_used_ms;
-    bool stop_requested;     /* vramd asked it to stop: its exit is not a crash */
-    bool suspect;            /* its connection broke (or it hung): no new requests until a health check passes */
-    const char *stop_reason;
-    unsigned health_failures;
-    struct http_call *health_call;
-    enum unload_reason unload_reason; /* why vramd stops it (set with stop_requested) */
-    enum restart_reason kill_reason;  /* RESTART_HANG / UNHEALTHY when vramd killed it; else CRASH */
-    uv_timer_t timer;        /* startup polling / health interval */
-    uv_timer_t idle_timer;   /* keep_alive */
-    list_t pool;             /* idle upstream_t connections to this instance */
-    unsigned pool_size;
-    int closing_handles;     /* uv handles still to close before the instance is freed */
-    /* outlier ejection (workers/instance.c): out of rotation until ejected_until_ms */
-    uint64_t ejected_until_ms;
-    unsigned ejections;      /* times it was ejected; the next ejection lasts 30 s x this */
-    bool hang_killed;        /* SIGABRT sent (a hang or failing health checks); SIGKILL follows after stop_timeout */
-    /* parking (workers/park.c): set while PARKING, PARKED or RESUMING */
+} instance_memory_t;
+
+/* Its park (SPEC 4.1). Written only by the parking files (src/workers: park.c, park_evict.c,
+ * park_host.c, the tiers park_<name>.c, host_book.c for parked_host); model_state.c's
+ * instance_set_state clears park_clearing at any state change; instance_new sets park_tier
+ * PARK_NONE. A tier's own state is behind tier_state, never a field here. */
+typedef struct instance_park {
+    /* set while PARKING, PARKED or RESUMING */
     enum park_tier park_tier;
     /* where the tier reports how its call ended (workers/park_tier.h), set by park.c before
      * each tier call: an enum park_tier_outcome and a reason */
@@ -226,32 +243,59 @@ struct instance {
     uint64_t wake_seq;       /* RESUMING: the first NVML snapshot (sched_snapshot_seq) read after the wake answered */
     bool wake_found;         /* RESUMING an external server found at start (maybe left asleep) */
     host_entry_t parked_host; /* the host memory it holds while parked (workers/host_book.c) */
-    /* checkpoint tier (workers/park.c): the processes the CUDA driver parked (NVML's list of
-     * the instance's GPU processes when the park began), driver calls in flight (the
-     * instance is not freed before they answer) and what they said */
-    pid_t park_pids[INSTANCE_PARK_PIDS_MAX];
-    unsigned n_park_pids;
-    unsigned cuda_ops;
-    unsigned shim_park_ops;  /* shim tier (workers/park_shim.c): commands on control connections in flight */
-    uint64_t shim_round_ns, shim_round_bytes; /* its current round: began (uv_hrtime), bytes moved */
-    bool park_pid_done[INSTANCE_PARK_PIDS_MAX]; /* parked (PARKING) / restored (RESUMING) */
-    bool cuda_failed, cuda_no_memory, cuda_undoing;
-    char cuda_error[160];
-    uint64_t park_measured;  /* what NVML showed its processes holding when the checkpoint began */
-    uint64_t cuda_copy_us;   /* the longest driver copy of the current park or restore */
+    /* each tier's private state (workers/park_tier.h), indexed by enum park_tier: made by the
+     * tier on first use, freed with the instance; NULL = none yet */
+    park_tier_state_t *tier_state[PARK_TIER_COUNT];
     /* an eviction's park waits for the clear_cache hook and a fresh NVML reading first
-     * (workers/park.c): not evicted again meanwhile, its memory counted as on its way */
+     * (workers/park_evict.c): not evicted again meanwhile, its memory counted as on its way */
     bool park_clearing;
     uint64_t park_clear_seq, park_clear_since_ms, park_clear_before;
     char park_clear_why[96];
     enum unload_reason park_clear_reason; /* who asked for the park: eviction, admin unload, keep_alive */
+} instance_park_t;
+
+/* Its hook calls. Written only by workers/hooks.c (every hook call, and the sleep tier's
+ * confirmation through hooks_confirm_*): at most one call in flight. */
+typedef struct instance_hook {
+    struct http_call *hook_call;  /* the one hook call in flight */
+    enum hook_kind hook_kind;     /* which hook it is */
+    uint64_t hook_deadline_ms;    /* when its timeout runs out (core_now() clock) */
+    /* whom its answer goes to after it is counted and logged (an http_call_cb) */
+    void (*hook_cb)(void *ctx, int status, const char *body, size_t len, const char *error);
     uint64_t local_retry_ms; /* a hook failed for vramd's own shortage (EMFILE ...): no new try before this */
-    /* stop commands (workers/worker_cmds.c): stop_cmd, and a container's removal, run one
-     * after another while STOPPING; the instance is not freed before the last one ends */
-    struct process *cmd_proc;   /* the command running; NULL = none */
-    unsigned cmd_next;          /* the next step of the sequence */
-    bool container_removed;     /* `ENGINE rm -f NAME` ran for this instance */
-    void (*cmd_done)(instance_t *inst); /* called once the sequence ended */
+    uint64_t last_clear_cache_ms; /* its last clear_cache hook call (the scheduler reads it) */
+} instance_hook_t;
+
+/* The gate between its processes and the GPU (src/gate): each written only by its own file. */
+typedef struct instance_gate {
+    struct shim_inst *shim;           /* the CUDA shim's state (gate/shim_grants.c); NULL = no shim */
+    struct driver_limit *dlimit;      /* the driver's per-cgroup limit on its leaf (gate/driver_limit.c); NULL = none */
+} instance_gate_t;
+
+/* Its requests. Written only by the request path: path/dispatch.c takes a slot (in_flight,
+ * requests_total, last_used_ms), instance_request_done (workers/instance.c, which the proxy
+ * calls once per slot) gives it back; path/proxy.c keeps the idle connections (pool, pool_size;
+ * instance_new makes the list empty). */
+typedef struct instance_path {
+    unsigned in_flight;
+    uint64_t requests_total;
+    uint64_t last_used_ms;
+    list_t pool;             /* idle upstream_t connections to this instance */
+    unsigned pool_size;
+} instance_path_t;
+
+struct instance {
+    /* fixed when workers/instance.c makes it (link: its place on the model's list) */
+    list_t link; /* model->instances */
+    model_t *model;
+    unsigned id;             /* per model, increasing */
+    bool external;
+    instance_life_t life;
+    instance_memory_t memory;
+    instance_park_t park;
+    instance_hook_t hook;
+    instance_gate_t gate;
+    instance_path_t path;
 };
 
 struct model {

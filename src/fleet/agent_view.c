@@ -23,14 +23,14 @@ static void model_room(const model_t *m, agent_figures_t *f)
         const instance_t *in = list_entry(it, instance_t, link);
         if (instance_usable(in, now)) {
             ready_slots += mc->concurrency;
-            if (in->in_flight < mc->concurrency) {
-                free_slots += mc->concurrency - in->in_flight;
+            if (in->path.in_flight < mc->concurrency) {
+                free_slots += mc->concurrency - in->path.in_flight;
                 fits_now = fits_now || sched_request_fits_now(in);
             }
-        } else if ((in->state == INST_STARTING || in->state == INST_RELOADING || in->state == INST_RESUMING) &&
-                   !in->stop_requested) {
+        } else if ((in->life.state == INST_STARTING || in->life.state == INST_RELOADING || in->life.state == INST_RESUMING) &&
+                   !in->life.stop_requested) {
             warming_slots += mc->concurrency;
-        } else if ((in->state == INST_UNLOADED || in->state == INST_PARKED) && !in->stop_requested) {
+        } else if ((in->life.state == INST_UNLOADED || in->life.state == INST_PARKED) && !in->life.stop_requested) {
             parked = true; /* unloaded by its hook, or parked in host memory (sleep, checkpoint) */
         }
     }

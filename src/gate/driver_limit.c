@@ -75,7 +75,7 @@ void driver_limit_shutdown(void)
         dlim_t *d = list_entry(it, dlim_t, link);
         list_remove(&d->link);
         if (d->inst)
-            d->inst->dlimit = NULL;
+            d->inst->gate.dlimit = NULL;
         free(d);
     }
     if (driver_limit_state.timer_init) {
@@ -100,7 +100,7 @@ static void drop(dlim_t *d)
 {
     list_remove(&d->link);
     if (d->inst)
-        d->inst->dlimit = NULL;
+        d->inst->gate.dlimit = NULL;
     free(d);
     driver_limit_state.totals.active = driver_limit_state.totals.active ? driver_limit_state.totals.active - 1 : 0;
     timer_want();
@@ -126,8 +126,8 @@ static const char *unavailable(void)
 static uint64_t target_of(const instance_t *in)
 {
     uint64_t b = sched_instance_booked(in);
-    if (in->state == INST_STARTING && in->gpu_pos >= 0)
-        b += ledger_free(sched_ledger(), (size_t)in->gpu_pos);
+    if (in->life.state == INST_STARTING && in->memory.gpu_pos >= 0)
+        b += ledger_free(sched_ledger(), (size_t)in->memory.gpu_pos);
     return b;
 }
 
@@ -206,7 +206,7 @@ static void issue(dlim_t *d)
     if (d->in_flight)
         return;
     d->calling = d->target;
-    d->calling_loose = d->inst && d->inst->state == INST_STARTING;
+    d->calling_loose = d->inst && d->inst->life.state == INST_STARTING;
     d->call_since_ms = core_now();
     d->lower_since_ms = 0;
     if (gpu_limit_set(sched_gpu_handle(), d->nvml_index, d->dir, d->calling, on_call_done, d) == 0) {
@@ -261,7 +261,7 @@ static void on_tick(uv_timer_t *t)
 int driver_limit_before_start(instance_t *inst, const char *leaf, void (*ready)(instance_t *inst))
 {
     const char *no = unavailable();
-    if (no || inst->gpu_pos < 0 || inst->external)
+    if (no || inst->memory.gpu_pos < 0 || inst->external)
         return 0;
     dlim_t *d = calloc(1, sizeof *d);
     if (!d)
@@ -276,11 +276,11 @@ int driver_limit_before_start(instance_t *inst, const char *leaf, void (*ready)(
     snprintf(d->leaf, sizeof d->leaf, "%s", leaf);
     d->id = inst->id;
     d->inst = inst;
-    d->nvml_index = sched_ledger()->gpus[inst->gpu_pos].index;
+    d->nvml_index = sched_ledger()->gpus[inst->memory.gpu_pos].index;
     d->applied = GPU_LIMIT_NONE;
     d->target = target_of(inst);
     d->ready = ready;
-    inst->dlimit = d;
+    inst->gate.dlimit = d;
     list_insert_tail(&driver_limit_state.all, &d->link);
     driver_limit_state.totals.active++;
     timer_want();
@@ -293,7 +293,7 @@ int driver_limit_before_start(instance_t *inst, const char *leaf, void (*ready)(
 
 bool driver_limit_covers(instance_t *inst)
 {
-    dlim_t *d = inst->dlimit;
+    dlim_t *d = inst->gate.dlimit;
     if (!d || d->failed || d->stuck || d->exited)
         return true;
     uint64_t b = target_of(inst);
@@ -301,7 +301,7 @@ bool driver_limit_covers(instance_t *inst)
      * to the booking before the first request, so that request is held to its booking), or
      * a lowering is in the driver that would take it below this booking (the request waits
      * for it and the raise after it: on_call_done sets the target next) */
-    if (d->applied != GPU_LIMIT_NONE && d->applied >= b && !(d->loose && inst->state != INST_STARTING) &&
+    if (d->applied != GPU_LIMIT_NONE && d->applied >= b && !(d->loose && inst->life.state != INST_STARTING) &&
         !(d->in_flight && d->calling < b))
         return true;
     d->target = b;
@@ -314,12 +314,12 @@ bool driver_limit_covers(instance_t *inst)
 
 bool driver_limit_starting(const instance_t *inst)
 {
-    return inst->dlimit && inst->dlimit->ready;
+    return inst->gate.dlimit && inst->gate.dlimit->ready;
 }
 
 void driver_limit_exited(instance_t *inst, struct process *p)
 {
-    dlim_t *d = inst->dlimit;
+    dlim_t *d = inst->gate.dlimit;
     if (!d || d->exited)
         return;
     d->exited = true;
@@ -333,10 +333,10 @@ void driver_limit_exited(instance_t *inst, struct process *p)
 
 void driver_limit_free(instance_t *inst)
 {
-    dlim_t *d = inst->dlimit;
+    dlim_t *d = inst->gate.dlimit;
     if (!d)
         return;
-    inst->dlimit = NULL;
+    inst->gate.dlimit = NULL;
     d->inst = NULL;
     d->ready = NULL;
     if (!d->in_flight && !d->leaf_kept)
@@ -345,7 +345,7 @@ void driver_limit_free(instance_t *inst)
 
 bool driver_limit_figures(const instance_t *inst, driver_limit_figures_t *out)
 {
-    const dlim_t *d = inst->dlimit;
+    const dlim_t *d = inst->gate.dlimit;
     if (!d)
         return false;
     memset(out, 0, sizeof *out);

@@ -57,7 +57,7 @@ void shim_control_answer(void *ctx, grant_conn_t *c, void *owner, const shim_msg
 
 size_t shim_control_pids(const instance_t *inst, pid_t *pids, size_t cap)
 {
-    const shim_inst_t *si = inst->shim;
+    const shim_inst_t *si = inst->gate.shim;
     size_t n = 0;
     if (!si || !si->page)
         return 0;
@@ -72,7 +72,7 @@ size_t shim_control_pids(const instance_t *inst, pid_t *pids, size_t cap)
 
 int shim_control_command(instance_t *inst, pid_t pid, enum shim_msg_type cmd, shim_control_done_fn done)
 {
-    shim_inst_t *si = inst->shim;
+    shim_inst_t *si = inst->gate.shim;
     if (!si || !si->page || pid <= 0)
         return -1;
     for (unsigned s = 0; s < SHIM_PAGE_PROCS; s++) {

@@ -169,15 +169,15 @@ static void settle_idle(shim_inst_t *si)
     si->extra_run = 0;
     si->ran_alone = false;
     uint64_t live = shim_page_live(si->page);
-    if (in->measured == 0 || in->state != INST_READY || !snapshot_since_idle(si))
+    if (in->memory.measured == 0 || in->life.state != INST_READY || !snapshot_since_idle(si))
         return; /* NVML's last reading may be of a moment its last request still allocated */
-    si->context = in->measured > live ? in->measured - live : 0;
-    if (live > in->measured + SHIM_GRANTS_MISMATCH_SLACK) {
+    si->context = in->memory.measured > live ? in->memory.measured - live : 0;
+    if (live > in->memory.measured + SHIM_GRANTS_MISMATCH_SLACK) {
         si->mismatches++;
         shim_grants_state.totals.mismatches++;
         if (!si->mismatch_logged)
             log_event(LOG_WARN, "shim_mismatch", "model=%s instance=%u shim_bytes=%llu nvml_bytes=%llu", in->model->name,
-                      in->id, (unsigned long long)live, (unsigned long long)in->measured);
+                      in->id, (unsigned long long)live, (unsigned long long)in->memory.measured);
         si->mismatch_logged = true;
     }
 }
@@ -188,7 +188,7 @@ static void refresh_all(void)
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
-            shim_inst_t *si = in->shim;
+            shim_inst_t *si = in->gate.shim;
             if (!si || !si->page)
                 continue;
             for (unsigned s = 0; s < SHIM_PAGE_PROCS; s++) { /* slots without a connection: pid gone? */
@@ -196,7 +196,7 @@ static void refresh_all(void)
                 if (pid > 0 && !si->slot_conn[s] && pid_gone(pid))
                     shim_page_clear_slot(si->page, s);
             }
-            if (in->in_flight == 0) {
+            if (in->path.in_flight == 0) {
                 if (!si->idle_since_ms)
                     si->idle_since_ms = core_now();
                 settle_idle(si);
@@ -222,8 +222,8 @@ static uint64_t deficit(const shim_inst_t *si, uint64_t bytes)
 /* Would it hold more than its GPU's capacity with need more? Refused at once, nothing evicted. */
 static bool past_capacity(const instance_t *in, uint64_t need)
 {
-    return in && in->gpu_pos >= 0 &&
-           units_sat_add(sched_instance_booked(in), need) > ledger_capacity(sched_ledger(), (size_t)in->gpu_pos);
+    return in && in->memory.gpu_pos >= 0 &&
+           units_sat_add(sched_instance_booked(in), need) > ledger_capacity(sched_ledger(), (size_t)in->memory.gpu_pos);
 }
 
 /* ---- asks ----------------------------------------------------------------------------- */
@@ -280,7 +280,7 @@ static void grant(shim_inst_t *si, grant_conn_t *c, uint32_t seq, uint64_t bytes
 {
     instance_t *in = si->inst;
     sched_book_grant(in, bytes); /* the caller checked it against the page (deficit) */
-    if (in->in_flight > 0)
+    if (in->path.in_flight > 0)
         si->extra_run += bytes;
     refresh_grant(si);
     si->granted++;
@@ -366,11 +366,11 @@ static ask_t *deadlocked(int pos)
         const model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             const instance_t *in = list_entry(ii, instance_t, link);
-            if (in->gpu_pos != pos)
+            if (in->memory.gpu_pos != pos)
                 continue;
-            if (in->reclaiming || in->state == INST_PARKING || in->state == INST_STOPPING || in->park_clearing)
+            if (in->memory.reclaiming || in->life.state == INST_PARKING || in->life.state == INST_STOPPING || in->park.park_clearing)
                 return NULL;
-            if (in->in_flight > 0 && !ask_waits(in))
+            if (in->path.in_flight > 0 && !ask_waits(in))
                 return NULL;
         }
     }
@@ -440,7 +440,7 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
     instance_t *in = si->inst;
     si->asks++;
     shim_grants_state.totals.asks++;
-    if (!in || (in->state != INST_READY && in->state != INST_STARTING) || in->stop_requested) {
+    if (!in || (in->life.state != INST_READY && in->life.state != INST_STARTING) || in->life.stop_requested) {
         refuse(si, c, m->seq, m->bytes, SHIM_REFUSE_STOPPING);
         return;
     }
@@ -459,7 +459,7 @@ static void on_ask(void *ctx, grant_conn_t *c, void *owner, const shim_msg_t *m)
         return;
     }
     uint64_t now = core_now();
-    *a = (ask_t){.si = si, .conn = c, .seq = m->seq, .bytes = m->bytes, .since_ms = now, .pos = in->gpu_pos,
+    *a = (ask_t){.si = si, .conn = c, .seq = m->seq, .bytes = m->bytes, .since_ms = now, .pos = in->memory.gpu_pos,
                  .deadline_ms = now + in->model->cfg->grant_wait_ms};
     list_insert_tail(&shim_grants_state.asks, &a->link);
     shim_grants_state.n_asks++;
@@ -484,13 +484,13 @@ static shim_inst_t *by_token(const uint8_t *token)
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
-            if (!in->shim)
+            if (!in->gate.shim)
                 continue;
             unsigned char diff = 0; /* every byte compared: the time says nothing of the token */
             for (unsigned k = 0; k < SHIM_TOKEN_LEN; k++)
-                diff |= (unsigned char)(in->shim->token[k] ^ token[k]);
+                diff |= (unsigned char)(in->gate.shim->token[k] ^ token[k]);
             if (diff == 0)
-                return in->shim;
+                return in->gate.shim;
         }
     }
     return NULL;
@@ -524,8 +524,8 @@ static void fail_worker(shim_inst_t *si, const char *why)
     si->failed = true;
     snprintf(si->why, sizeof si->why, "%s", why);
     log_event(LOG_ERROR, "shim_malformed", "model=%s instance=%u reason=%s", in->model->name, in->id, why);
-    if (in->proc)
-        process_signal(in->proc, SIGKILL); /* its exit is a crash: restarted with the usual backoff */
+    if (in->life.proc)
+        process_signal(in->life.proc, SIGKILL); /* its exit is a crash: restarted with the usual backoff */
 }
 
 /* The shim instance whose worker the process pid belongs to (its strongest claimant). */
@@ -541,10 +541,10 @@ static shim_inst_t *by_pid(pid_t pid)
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
-            enum attrib_claim cl = in->shim ? attrib_claim(&in->ident, pid, &cache) : ATTRIB_NONE;
+            enum attrib_claim cl = in->gate.shim ? attrib_claim(&in->life.ident, pid, &cache) : ATTRIB_NONE;
             if (cl > strongest) {
                 strongest = cl;
-                best = in->shim;
+                best = in->gate.shim;
             }
         }
     }
@@ -585,19 +585,19 @@ static void on_request_event(void *ctx, enum core_event ev, void *subject)
 {
     (void)ctx;
     request_t *r = subject;
-    if (!r || !r->instance || !r->instance->shim)
+    if (!r || !r->instance || !r->instance->gate.shim)
         return;
     instance_t *in = r->instance;
-    shim_inst_t *si = in->shim;
+    shim_inst_t *si = in->gate.shim;
     if (ev != CORE_EV_REQUEST_DISPATCHED)
         return; /* an end is seen at the next refresh (the slot is released before it) */
-    if (in->in_flight <= 1) {
+    if (in->path.in_flight <= 1) {
         /* it was idle until now: NVML's last reading and the page agree on a still worker, so
          * the context is known before the request's first allocation (the first request
          * after a load may come before the refresh tick learned it) */
         uint64_t live = si->page ? shim_page_live(si->page) : 0;
-        if (in->measured > 0 && in->state == INST_READY && snapshot_since_idle(si))
-            si->context = in->measured > live ? in->measured - live : 0;
+        if (in->memory.measured > 0 && in->life.state == INST_READY && snapshot_since_idle(si))
+            si->context = in->memory.measured > live ? in->memory.measured - live : 0;
         si->idle_since_ms = 0;
         si->run_since_ms = core_now();
         si->ran_alone = true;
@@ -627,7 +627,7 @@ static const char *unavailable_for(const instance_t *inst)
     const model_t *m = inst->model;
     if (m->cfg->container.set)
         return "container workers do not get the shim yet";
-    if (inst->gpu_pos < 0)
+    if (inst->memory.gpu_pos < 0)
         return "not memory-gated: no GPU memory is booked for it, so nothing to grant";
     if (shim_grants_state.unavailable[0])
         return shim_grants_state.unavailable;
@@ -659,12 +659,12 @@ int shim_grants_prepare(instance_t *inst, config_kv_t *env, size_t cap, size_t *
         return m->cfg->cuda_shim == CUDA_SHIM_REQUIRED ? -1 : 0;
     }
     si->inst = inst;
-    inst->shim = si;
+    inst->gate.shim = si;
     const char *no = unavailable_for(inst);
     char err[256] = "";
     if (!no) {
         snprintf(si->page_path, sizeof si->page_path, "%s/%s-%u.page", shim_grants_state.dir, m->name, inst->id);
-        uint64_t total = inst->gpu_pos >= 0 ? sched_ledger()->gpus[inst->gpu_pos].total : 0;
+        uint64_t total = inst->memory.gpu_pos >= 0 ? sched_ledger()->gpus[inst->memory.gpu_pos].total : 0;
         if (shim_page_create(si->page_path, shim_grants_state.epoch, total, &si->page, err, sizeof err) != 0 ||
             getrandom(si->token, sizeof si->token, 0) != (ssize_t)sizeof si->token) {
             no = err[0] ? err : "no random bytes for its token";
@@ -705,7 +705,7 @@ int shim_grants_prepare(instance_t *inst, config_kv_t *env, size_t cap, size_t *
 
 void shim_grants_exited(instance_t *inst)
 {
-    shim_inst_t *si = inst->shim;
+    shim_inst_t *si = inst->gate.shim;
     if (!si)
         return;
     list_foreach_safe(it, tmp, &shim_grants_state.asks) {
@@ -724,11 +724,11 @@ void shim_grants_exited(instance_t *inst)
 
 void shim_grants_free(instance_t *inst)
 {
-    shim_inst_t *si = inst->shim;
+    shim_inst_t *si = inst->gate.shim;
     if (!si)
         return;
     shim_grants_exited(inst);
-    inst->shim = NULL;
+    inst->gate.shim = NULL;
     si->inst = NULL;
     shim_page_destroy(si->page, si->page_path[0] ? si->page_path : NULL);
     si->page = NULL;
@@ -739,12 +739,12 @@ void shim_grants_free(instance_t *inst)
 
 uint64_t shim_grants_context(const instance_t *inst)
 {
-    return inst->shim ? inst->shim->context : 0;
+    return inst->gate.shim ? inst->gate.shim->context : 0;
 }
 
 bool shim_grants_figures(const instance_t *inst, shim_figures_t *out)
 {
-    const shim_inst_t *si = inst->shim;
+    const shim_inst_t *si = inst->gate.shim;
     memset(out, 0, sizeof *out);
     out->why = "";
     if (!si) {
@@ -758,7 +758,7 @@ bool shim_grants_figures(const instance_t *inst, shim_figures_t *out)
     out->live = f.live;
     out->parked = f.parked;
     out->context = si->context;
-    out->extra = inst->grant_extra.gpu >= 0 ? inst->grant_extra.bytes : 0;
+    out->extra = inst->memory.grant_extra.gpu >= 0 ? inst->memory.grant_extra.bytes : 0;
     out->processes = f.attached + f.detached;
     out->asks = si->asks;
     out->granted = si->granted;

@@ -103,7 +103,7 @@ static void on_request_dispatched(void *ctx, enum core_event ev, void *subject)
     }
     if (!run || run->cancelled)
         return;
-    int gpu = r->instance ? r->instance->gpu : -1;
+    int gpu = r->instance ? r->instance->memory.gpu : -1;
     run->gpu = gpu;
     if (run->state != RUN_SENT) {
         /* vramd retried it (degradation ladder, invalid output): the same attempt */

@@ -559,16 +559,16 @@ static void instance_metrics(buf_t *b, core_t *d)
                 const instance_t *in = list_entry(ii, instance_t, link);
                 char id[16];
                 snprintf(id, sizeof id, "%u", in->id);
-                bool ejected = in->ejected_until_ms > now;
+                bool ejected = in->life.ejected_until_ms > now;
                 if (k == 2) {
-                    double until = ejected ? (double)(d->started_wall_ms + (in->ejected_until_ms - d->started_ms)) / 1000.0 : 0;
+                    double until = ejected ? (double)(d->started_wall_ms + (in->life.ejected_until_ms - d->started_ms)) / 1000.0 : 0;
                     series(b, fams[k].name, "model", m->name, "instance", id);
                     char num[40];
                     format_double(num, sizeof num, until);
                     buf_printf(b, " %s\n", num);
                     continue;
                 }
-                uint64_t v = k == 0 ? in->suspect : k == 1 ? ejected : in->ejections;
+                uint64_t v = k == 0 ? in->life.suspect : k == 1 ? ejected : in->life.ejections;
                 sample_u64(b, fams[k].name, "model", m->name, "instance", id, v);
             }
         }
@@ -609,8 +609,8 @@ static void fleet_metrics(buf_t *b, core_t *d)
         uint64_t bytes = 0;
         list_foreach(ii, &m->instances) {
             const instance_t *in = list_entry(ii, instance_t, link);
-            bytes += (in->mem.gpu >= 0 ? in->mem.bytes : 0) + in->running_reserved +
-                     (in->grant_extra.gpu >= 0 ? in->grant_extra.bytes : 0);
+            bytes += (in->memory.mem.gpu >= 0 ? in->memory.mem.bytes : 0) + in->memory.running_reserved +
+                     (in->memory.grant_extra.gpu >= 0 ? in->memory.grant_extra.bytes : 0);
         }
         sample_u64(b, "vramd_model_memory_bytes", "model", m->name, NULL, NULL, bytes);
     }

@@ -28,17 +28,17 @@
 static void outlier_json(cJSON *j, const instance_t *in, uint64_t now)
 {
     const core_t *d = in->model->core;
-    bool ejected = in->ejected_until_ms > now;
-    cJSON_AddBoolToObject(j, "suspect", in->suspect);
+    bool ejected = in->life.ejected_until_ms > now;
+    cJSON_AddBoolToObject(j, "suspect", in->life.suspect);
     cJSON_AddBoolToObject(j, "ejected", ejected);
     if (ejected) {
-        cJSON_AddNumberToObject(j, "ejected_for_ms", (double)(in->ejected_until_ms - now));
-        cJSON_AddNumberToObject(j, "ejected_until", (double)(d->started_wall_ms + (in->ejected_until_ms - d->started_ms)));
+        cJSON_AddNumberToObject(j, "ejected_for_ms", (double)(in->life.ejected_until_ms - now));
+        cJSON_AddNumberToObject(j, "ejected_until", (double)(d->started_wall_ms + (in->life.ejected_until_ms - d->started_ms)));
     } else {
         cJSON_AddNumberToObject(j, "ejected_for_ms", 0);
         cJSON_AddNullToObject(j, "ejected_until");
     }
-    cJSON_AddNumberToObject(j, "ejections", in->ejections);
+    cJSON_AddNumberToObject(j, "ejections", in->life.ejections);
 }
 
 /* A model's memory: declared, learned, and the estimate of each known request class. */
@@ -112,11 +112,11 @@ static void parking_json(cJSON *pk, const model_t *m)
 static int64_t keep_alive_left_ms(instance_t *in)
 {
     const model_t *m = in->model;
-    if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->park_clearing ||
+    if (in->life.state != INST_READY || in->path.in_flight > 0 || in->life.stop_requested || in->park.park_clearing ||
         m->queue.depth > 0 || model_pinned(m) ||
-        !uv_is_active((uv_handle_t *)&in->idle_timer))
+        !uv_is_active((uv_handle_t *)&in->life.idle_timer))
         return -1;
-    return (int64_t)uv_timer_get_due_in(&in->idle_timer);
+    return (int64_t)uv_timer_get_due_in(&in->life.idle_timer);
 }
 
 /* The CUDA shim of an instance (gate/shim_grants.h): null when its model has none. */
@@ -172,41 +172,41 @@ static cJSON *instance_json(instance_t *in, uint64_t now)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "id", in->id);
-    cJSON_AddStringToObject(j, "state", instance_state_name(in->state));
+    cJSON_AddStringToObject(j, "state", instance_state_name(in->life.state));
     cJSON_AddStringToObject(j, "tier", instance_tier_name(in));
-    cJSON_AddNumberToObject(j, "parked_bytes", (double)(in->parked_host.held ? in->parked_host.bytes : 0));
-    if (in->pid > 0)
-        cJSON_AddNumberToObject(j, "pid", in->pid);
+    cJSON_AddNumberToObject(j, "parked_bytes", (double)(in->park.parked_host.held ? in->park.parked_host.bytes : 0));
+    if (in->life.pid > 0)
+        cJSON_AddNumberToObject(j, "pid", in->life.pid);
     else
         cJSON_AddNullToObject(j, "pid");
-    if (in->ident.cgroup[0])
-        cJSON_AddStringToObject(j, "cgroup", in->ident.cgroup);
+    if (in->life.ident.cgroup[0])
+        cJSON_AddStringToObject(j, "cgroup", in->life.ident.cgroup);
     else
         cJSON_AddNullToObject(j, "cgroup");
-    cJSON_AddStringToObject(j, "host", in->host);
-    cJSON_AddNumberToObject(j, "port", in->port);
-    if (in->gpu >= 0)
-        cJSON_AddNumberToObject(j, "gpu", in->gpu);
+    cJSON_AddStringToObject(j, "host", in->life.host);
+    cJSON_AddNumberToObject(j, "port", in->life.port);
+    if (in->memory.gpu >= 0)
+        cJSON_AddNumberToObject(j, "gpu", in->memory.gpu);
     else
         cJSON_AddNullToObject(j, "gpu");
-    cJSON_AddNumberToObject(j, "in_flight", in->in_flight);
-    cJSON_AddNumberToObject(j, "reserved_bytes", (double)in->mem.bytes);
-    cJSON_AddNumberToObject(j, "measured_bytes", (double)in->measured);
-    if (in->server_vram >= 0) { /* the server's own figure (Ollama's /api/ps size_vram) and its age */
-        cJSON_AddNumberToObject(j, "server_vram_bytes", (double)in->server_vram);
-        cJSON_AddNumberToObject(j, "server_vram_age_ms", (double)(now - in->server_vram_ms));
+    cJSON_AddNumberToObject(j, "in_flight", in->path.in_flight);
+    cJSON_AddNumberToObject(j, "reserved_bytes", (double)in->memory.mem.bytes);
+    cJSON_AddNumberToObject(j, "measured_bytes", (double)in->memory.measured);
+    if (in->life.server_vram >= 0) { /* the server's own figure (Ollama's /api/ps size_vram) and its age */
+        cJSON_AddNumberToObject(j, "server_vram_bytes", (double)in->life.server_vram);
+        cJSON_AddNumberToObject(j, "server_vram_age_ms", (double)(now - in->life.server_vram_ms));
     } else {
         cJSON_AddNullToObject(j, "server_vram_bytes");
     }
-    cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->baseline);
+    cJSON_AddNumberToObject(j, "baseline_bytes", (double)in->memory.baseline);
     cJSON_AddNumberToObject(j, "cancelled_held_bytes", (double)sched_instance_cancelled(in, now));
     shim_json(j, in);
     driver_limit_json(j, in);
-    cJSON_AddNumberToObject(j, "requests_total", (double)in->requests_total);
-    cJSON_AddNumberToObject(j, "failed_in_row", in->failed_in_row);
+    cJSON_AddNumberToObject(j, "requests_total", (double)in->path.requests_total);
+    cJSON_AddNumberToObject(j, "failed_in_row", in->life.failed_in_row);
     outlier_json(j, in, now);
-    cJSON_AddNumberToObject(j, "idle_connections", in->pool_size);
-    cJSON_AddNumberToObject(j, "uptime_ms", in->started_ms ? (double)(now - in->started_ms) : 0);
+    cJSON_AddNumberToObject(j, "idle_connections", in->path.pool_size);
+    cJSON_AddNumberToObject(j, "uptime_ms", in->life.started_ms ? (double)(now - in->life.started_ms) : 0);
     int64_t left = keep_alive_left_ms(in);
     if (left >= 0) {
         const core_t *d = in->model->core;
@@ -354,8 +354,8 @@ char *status_model_brief(model_t *m)
          * memory: its state and tier are the model's real state (vramctl shows the same) */
         list_foreach(it, &m->instances) {
             const instance_t *in = list_entry(it, instance_t, link);
-            if (in->state == INST_PARKED) {
-                state = instance_state_name(in->state);
+            if (in->life.state == INST_PARKED) {
+                state = instance_state_name(in->life.state);
                 tier = instance_tier_name(in);
                 break;
             }

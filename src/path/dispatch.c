@@ -32,6 +32,7 @@
 #include "sched/scheduler.h"
 #include "workers/instance.h"
 #include "workers/model_state.h"
+#include "workers/park_evict.h"
 #include "workers/supervisor.h"
 
 static request_t *request_of(queue_entry_t *e) { return (request_t *)((char *)e - offsetof(request_t, qe)); }
@@ -442,8 +443,8 @@ static void check_model(const model_t *m)
     unsigned sum = 0;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        CHECK_IF(in->in_flight > m->cfg->concurrency && !in->stop_requested);
-        sum += in->in_flight;
+        CHECK_IF(in->path.in_flight > m->cfg->concurrency && !in->life.stop_requested);
+        sum += in->path.in_flight;
     }
     CHECK_IF(sum > m->in_flight); /* instances that left the list may still hold slots */
     CHECK_IF(m->queue.depth > 0 && queue_peek(&m->queue, core_now()) == NULL);
@@ -461,11 +462,11 @@ static instance_t *free_instance(model_t *m)
         instance_t *in = list_entry(it, instance_t, link);
         /* not one that is stopping, suspect (its connection just broke: a retry must not
          * land on a dying worker before its exit is reaped) or ejected */
-        if (!instance_usable(in, now) || in->in_flight >= m->cfg->concurrency)
+        if (!instance_usable(in, now) || in->path.in_flight >= m->cfg->concurrency)
             continue;
-        if (in->baseline_pending && sched_gpu_ok())
+        if (in->memory.baseline_pending && sched_gpu_ok())
             continue; /* one NVML read away: its post-load baseline is being measured */
-        if (!best || in->in_flight < best->in_flight)
+        if (!best || in->path.in_flight < best->path.in_flight)
             best = in;
     }
     return best;
@@ -484,14 +485,14 @@ static void dispatch_to(request_t *r, instance_t *inst)
     if (r->attempts == 0 && r->t_queued) /* metrics: queued -> first dispatch (the end listener counts the rest) */
         histogram_observe(&m->queue_wait_hist, (double)(r->t_dispatched - r->t_queued) / 1000.0);
     r->attempts++;
-    inst->in_flight++;
+    inst->path.in_flight++;
     m->in_flight++;
-    BUG_ON(inst->in_flight > m->cfg->concurrency);
-    inst->requests_total++;
-    inst->last_used_ms = r->t_dispatched;
-    uv_timer_stop(&inst->idle_timer);
+    BUG_ON(inst->path.in_flight > m->cfg->concurrency);
+    inst->path.requests_total++;
+    inst->path.last_used_ms = r->t_dispatched;
+    instance_keep_alive_stop(inst);
     r->instance = inst;
-    r->gpu = inst->gpu;
+    r->gpu = inst->memory.gpu;
     dispatch_clients_dispatched(r);
     request_set_ops(r, NULL); /* the proxy sets its own */
     core_emit(m->core, CORE_EV_REQUEST_DISPATCHED, r);

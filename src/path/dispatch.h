@@ -15,7 +15,7 @@
  *                     the proxy and the verdict call it through core_requeue).
  *
  * It owns the queues: model->queue.depth is the number of that model's requests in QUEUED
- * state. A dispatch takes a slot (instance->in_flight and model->in_flight + 1) that the
+ * state. A dispatch takes a slot (instance->path.in_flight and model->in_flight + 1) that the
  * proxy gives back exactly once (instance_request_done). The totals are derived
  * (core_queued_total, core_in_flight_total).
  * A queued request's answer is the dispatcher's (its ops: cancel = out of the queue); its

@@ -17,7 +17,7 @@
  *   gone        the instance went down (CORE_EV_INSTANCE_DOWN: ended on the next turn, by
  *               the hold's timer), or HOLD_FAILS_MAX polls in a row got no answer;
  *   timeout     prompt_hold_timeout (0: response_timeout; both 0: HOLD_DEFAULT_MS) passed.
- * Invariants: a live hold has inst->in_flight counted once and its shadow.mem linked (or
+ * Invariants: a live hold has inst->path.in_flight counted once and its shadow.mem linked (or
  * never reserved); hold_end releases both through sched_request_finished and
  * instance_request_done, as the proxy would have, and touches inst no more afterwards.
  */
@@ -172,8 +172,8 @@ static void hold_poll(uv_timer_t *t)
     snprintf(path, sizeof path, "/history/%s", h->prompt_id);
     uint64_t left = h->deadline > core_now() ? h->deadline - core_now() : 1;
     http_call_req_t req = {
-        .host = inst->host,
-        .port = inst->port,
+        .host = inst->life.host,
+        .port = inst->life.port,
         .method = "GET",
         .path = path,
         .timeout_ms = left < HOLD_CALL_MAX_MS ? left : HOLD_CALL_MAX_MS,

@@ -94,7 +94,7 @@ static void up_close(upstream_t *up)
         return;
     if (up->state == UP_IDLE && list_linked(&up->link)) {
         list_remove(&up->link);
-        up->inst->pool_size--;
+        up->inst->path.pool_size--;
     }
     up_set_state(up, UP_CLOSED);
     up->req = NULL;
@@ -110,7 +110,7 @@ void proxy_pool_close(void *ctx, enum core_event ev, void *subject)
     instance_t *inst = subject;
     (void)ctx;
     (void)ev;
-    list_foreach_safe(it, tmp, &inst->pool) {
+    list_foreach_safe(it, tmp, &inst->path.pool) {
         upstream_t *up = list_entry(it, upstream_t, link);
         up_close(up);
     }
@@ -167,14 +167,14 @@ static void finish_ok(upstream_t *up)
     }
     uv_timer_stop(&up->timer);
     bool reusable = up->upstream_keep_alive && up->framing != HTTP1_BODY_UNTIL_CLOSE &&
-                    up->in.len == 0 && inst->state == INST_READY && !inst->stop_requested &&
-                    inst->pool_size < PROXY_POOL_MAX;
+                    up->in.len == 0 && inst->life.state == INST_READY && !inst->life.stop_requested &&
+                    inst->path.pool_size < PROXY_POOL_MAX;
     if (reusable) {
         up_set_state(up, UP_IDLE);
         up->got_bytes = false;
         up->scan_from = 0;
-        list_insert_head(&inst->pool, &up->link);
-        inst->pool_size++;
+        list_insert_head(&inst->path.pool, &up->link);
+        inst->path.pool_size++;
         if (up->paused)
             up_read_start(up);
     } else {
@@ -243,10 +243,10 @@ static void fail_request(upstream_t *up, const char *why, bool conn_broke)
     bool retry = up->reused && !up->got_bytes && up->state != UP_BODY;
     /* vramd killed the worker as wedged (failing health checks; a request's own timeout
      * answers in on_worker_silent): what that kill cut ends as a hang, not a crash */
-    bool hang = inst->hang_killed;
+    bool hang = inst->life.hang_killed;
     char hang_why[200];
     if (hang) {
-        snprintf(hang_why, sizeof hang_why, "worker killed as hung (%s): %s", restart_reason_name(inst->kill_reason),
+        snprintf(hang_why, sizeof hang_why, "worker killed as hung (%s): %s", restart_reason_name(inst->life.kill_reason),
                  why);
         why = hang_why;
     }
@@ -254,7 +254,7 @@ static void fail_request(upstream_t *up, const char *why, bool conn_broke)
     up->req = NULL;
     request_set_ops(r, NULL);
     up_close(up);
-    if (retry && inst->state == INST_READY && !hang) {
+    if (retry && inst->life.state == INST_READY && !hang) {
         log_event(LOG_DEBUG, "upstream_retry", "request_id=%s model=%s reason=%s", r->id,
                   inst->model->name, why);
         proxy_start_attempt(r, inst, false);
@@ -263,7 +263,7 @@ static void fail_request(upstream_t *up, const char *why, bool conn_broke)
     if (conn_broke)
         instance_mark_suspect(inst, why);
     log_event(LOG_WARN, "upstream_failed", "request_id=%s model=%s instance=%u pid=%d reason=%s streamed=%B",
-              r->id, inst->model->name, inst->id, (int)inst->pid, why, r->state == REQ_STREAMING);
+              r->id, inst->model->name, inst->id, (int)inst->life.pid, why, r->state == REQ_STREAMING);
     bool streamed = r->state == REQ_STREAMING && !r->buffering;
     if (streamed) {
         release_watched(r, inst, &up->watch, true); /* an OOM event before the break still counts */
@@ -296,7 +296,7 @@ static void fail_local(upstream_t *up, const char *why)
     up_close(up);
     core_count(m->core, CORE_CNT_LOCAL_PROXY);
     log_event(LOG_WARN, "local_resource_exhausted", "request_id=%s model=%s instance=%u pid=%d call=%s error=%s",
-              r->id, m->name, inst->id, (int)inst->pid, "proxy", why);
+              r->id, m->name, inst->id, (int)inst->life.pid, "proxy", why);
     if (r->instance) {
         instance_t *held = r->instance;
         r->instance = NULL;
@@ -385,7 +385,7 @@ static void on_worker_silent(uv_timer_t *t)
              (unsigned long long)ms);
     log_event(LOG_WARN, "worker_hang",
               "request_id=%s model=%s instance=%u pid=%d timeout=%s timeout_ms=%llu hang_timeout_ms=%llu", r->id,
-              inst->model->name, inst->id, (int)inst->pid, head_wait ? "response_timeout" : "hang_timeout",
+              inst->model->name, inst->id, (int)inst->life.pid, head_wait ? "response_timeout" : "hang_timeout",
               (unsigned long long)ms, (unsigned long long)mc->recycle.hang_timeout_ms);
     bool streamed = r->state == REQ_STREAMING && !r->buffering;
     r->up = NULL;
@@ -744,11 +744,11 @@ void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_pooled)
 {
     upstream_t *up = NULL;
     if (allow_pooled) {
-        list_t *first = list_first(&inst->pool);
+        list_t *first = list_first(&inst->path.pool);
         if (first) {
             up = list_entry(first, upstream_t, link);
             list_remove(&up->link);
-            inst->pool_size--;
+            inst->path.pool_size--;
             up->reused = true;
         }
     }
@@ -785,10 +785,10 @@ void proxy_start_attempt(request_t *req, instance_t *inst, bool allow_pooled)
     request_set_state(req, REQ_CONNECTING);
     struct sockaddr_storage addr;
     int rc;
-    if (strchr(inst->host, ':'))
-        rc = uv_ip6_addr(inst->host, inst->port, (struct sockaddr_in6 *)&addr);
+    if (strchr(inst->life.host, ':'))
+        rc = uv_ip6_addr(inst->life.host, inst->life.port, (struct sockaddr_in6 *)&addr);
     else
-        rc = uv_ip4_addr(strcmp(inst->host, "localhost") == 0 ? "127.0.0.1" : inst->host, inst->port,
+        rc = uv_ip4_addr(strcmp(inst->life.host, "localhost") == 0 ? "127.0.0.1" : inst->life.host, inst->life.port,
                          (struct sockaddr_in *)&addr);
     if (rc == 0)
         rc = uv_tcp_connect(&up->connect_req, &up->tcp, (struct sockaddr *)&addr, on_connected);

@@ -28,7 +28,7 @@
 enum up_state { UP_CONNECTING = 0, UP_SENDING, UP_HEAD, UP_BODY, UP_IDLE, UP_CLOSED };
 
 struct upstream {
-    list_t link; /* inst->pool while IDLE */
+    list_t link; /* inst->path.pool while IDLE */
     instance_t *inst;
     request_t *req;
     enum up_state state;

@@ -539,10 +539,10 @@ static int tunnel_connect(tunnel_t *t, instance_t *inst)
     t->connect_req.data = t;
     struct sockaddr_storage addr;
     int rc;
-    if (strchr(inst->host, ':'))
-        rc = uv_ip6_addr(inst->host, inst->port, (struct sockaddr_in6 *)&addr);
+    if (strchr(inst->life.host, ':'))
+        rc = uv_ip6_addr(inst->life.host, inst->life.port, (struct sockaddr_in6 *)&addr);
     else
-        rc = uv_ip4_addr(strcmp(inst->host, "localhost") == 0 ? "127.0.0.1" : inst->host, inst->port,
+        rc = uv_ip4_addr(strcmp(inst->life.host, "localhost") == 0 ? "127.0.0.1" : inst->life.host, inst->life.port,
                          (struct sockaddr_in *)&addr);
     if (rc == 0)
         rc = uv_tcp_connect(&t->connect_req, &t->tcp, (struct sockaddr *)&addr, on_connected);

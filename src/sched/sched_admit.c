@@ -46,9 +46,9 @@ void sched_clear_caches(size_t pos, const model_t *except)
             continue;
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
-            if (in->gpu_pos != (int)pos || in->state != INST_READY || in->in_flight > 0 || in->hook_call ||
+            if (in->memory.gpu_pos != (int)pos || in->life.state != INST_READY || in->path.in_flight > 0 || in->hook.hook_call ||
                 sched_instance_cache(in) < SCHED_YIELD_MIN_BYTES ||
-                now - in->last_clear_cache_ms < SCHED_CLEAR_CACHE_MIN_INTERVAL_MS)
+                now - in->hook.last_clear_cache_ms < SCHED_CLEAR_CACHE_MIN_INTERVAL_MS)
                 continue;
             uint64_t cached = sched_instance_cache(in);
             if (sched_state.actions.clear_cache(in))
@@ -78,15 +78,15 @@ static bool ahead_of_claim(const model_t *m, const request_t *r, const ledger_gp
 bool sched_yields_to_claim(const request_t *r, const instance_t *inst)
 {
     const model_t *m = inst->model;
-    if (inst->gpu_pos < 0 || !sched_uses_gpu(m))
+    if (inst->memory.gpu_pos < 0 || !sched_uses_gpu(m))
         return false;
     const ledger_t *l = &sched_state.ledger;
-    const ledger_gpu_t *g = &l->gpus[inst->gpu_pos];
+    const ledger_gpu_t *g = &l->gpus[inst->memory.gpu_pos];
     if (!g->claimed || ahead_of_claim(m, r, g))
         return false;
     uint64_t est = sched_request_need(m, r);
     uint64_t cache = sched_instance_cache(inst);
-    uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
+    uint64_t avail = cache > inst->memory.credit_used ? cache - inst->memory.credit_used : 0;
     uint64_t credit = est < avail ? est : avail;
     uint64_t left = avail - credit; /* cache this request would leave unused, but locked in */
     if (credit == 0 || left < SCHED_YIELD_MIN_BYTES || m->cfg->clear_cache.set == false)
@@ -95,22 +95,22 @@ bool sched_yields_to_claim(const request_t *r, const instance_t *inst)
      * readings after it, the cache still there) is not waited for: the request runs as
      * before, so a pinned model whose hook frees nothing cannot be held back for good */
     uint64_t now = core_now();
-    if (inst->last_clear_cache_ms && inst->last_used_ms < inst->last_clear_cache_ms && !inst->hook_call &&
-        now - inst->last_clear_cache_ms > 3 * sched_state.core->cfg->gpu.poll_ms)
+    if (inst->hook.last_clear_cache_ms && inst->path.last_used_ms < inst->hook.last_clear_cache_ms && !inst->hook.hook_call &&
+        now - inst->hook.last_clear_cache_ms > 3 * sched_state.core->cfg->gpu.poll_ms)
         return false;
-    uint64_t claimant_free = ledger_free_for(l, (size_t)inst->gpu_pos, g->claim_holder);
+    uint64_t claimant_free = ledger_free_for(l, (size_t)inst->memory.gpu_pos, g->claim_holder);
     return claimant_free < g->claimed && claimant_free + left >= g->claimed;
 }
 
 bool sched_admit(request_t *r, instance_t *inst)
 {
     model_t *m = inst->model;
-    if (inst->gpu_pos < 0 || !sched_uses_gpu(m))
+    if (inst->memory.gpu_pos < 0 || !sched_uses_gpu(m))
         return true;
     sched_read_size(m, r);
     uint64_t est = sched_request_need(m, r);
     uint64_t cache = sched_instance_cache(inst);
-    uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
+    uint64_t avail = cache > inst->memory.credit_used ? cache - inst->memory.credit_used : 0;
     uint64_t credit = est < avail ? est : avail;
     uint64_t need = est - credit;
     ledger_t *l = &sched_state.ledger;
@@ -126,28 +126,28 @@ bool sched_admit(request_t *r, instance_t *inst)
      * running one at a time, kept TRELLIS.2's older requests waiting for its whole queue. */
     if (sched_yields_to_claim(r, inst))
         return false;
-    if (ledger_reserve(l, (size_t)inst->gpu_pos, &r->mem, LEDGER_REQUEST, need, m->name, m) != 0) {
+    if (ledger_reserve(l, (size_t)inst->memory.gpu_pos, &r->mem, LEDGER_REQUEST, need, m->name, m) != 0) {
         /* A claim holds back models whose oldest waiting request is younger than the
          * claimant's oldest, not older (ties: not held back). evictable() is the exact
          * complement (it evicts a queued model only for a strictly older claimant), so a
          * model whose queue blocks its own eviction and a claimant waiting for that
          * eviction can never wait for each other. */
-        const ledger_gpu_t *g = &l->gpus[inst->gpu_pos];
+        const ledger_gpu_t *g = &l->gpus[inst->memory.gpu_pos];
         const model_t *claimant = g->claimed ? g->claim_holder : NULL;
         if (!claimant || claimant == m)
             return false;
-        if (!ahead_of_claim(m, r, g) || ledger_reserve_ahead_of_claim(l, (size_t)inst->gpu_pos, &r->mem,
+        if (!ahead_of_claim(m, r, g) || ledger_reserve_ahead_of_claim(l, (size_t)inst->memory.gpu_pos, &r->mem,
                                                                       LEDGER_REQUEST, need, m->name, m) != 0)
             return false;
     }
     r->credit = credit;
-    inst->credit_used += credit;
-    inst->running_reserved += need;
-    if (inst->in_flight == 0) {
-        inst->run_peak = inst->measured;
-        inst->run_alone = true;
+    inst->memory.credit_used += credit;
+    inst->memory.running_reserved += need;
+    if (inst->path.in_flight == 0) {
+        inst->memory.run_peak = inst->memory.measured;
+        inst->memory.run_alone = true;
     } else {
-        inst->run_alone = false;
+        inst->memory.run_alone = false;
     }
     sched_unblocked(m);
     return true;
@@ -197,20 +197,20 @@ static void hold_cancelled(const request_t *r, instance_t *inst, uint64_t bytes)
 {
     model_t *m = inst->model;
     uint64_t hold = sched_cancelled_hold_ms(m);
-    if (!bytes || !hold || inst->state != INST_READY || inst->stop_requested)
+    if (!bytes || !hold || inst->life.state != INST_READY || inst->life.stop_requested)
         return;
     uint64_t now = core_now();
     uint64_t ran = r->t_dispatched && now > r->t_dispatched ? now - r->t_dispatched : 0;
     uint64_t until = now + (hold > ran + hold / 2 ? hold - ran : hold / 2);
-    if (inst->cancelled_until <= now)
-        inst->cancelled_held = 0;
-    inst->cancelled_held += bytes;
+    if (inst->memory.cancelled_until <= now)
+        inst->memory.cancelled_held = 0;
+    inst->memory.cancelled_held += bytes;
     m->cancelled_holds++;
-    if (until > inst->cancelled_until)
-        inst->cancelled_until = until;
+    if (until > inst->memory.cancelled_until)
+        inst->memory.cancelled_until = until;
     log_event(LOG_INFO, "cancelled_hold", "request_id=%s model=%s instance=%u bytes=%llu held=%llu until_ms=%llu",
-              r->id, m->name, inst->id, (unsigned long long)bytes, (unsigned long long)inst->cancelled_held,
-              (unsigned long long)(inst->cancelled_until - now));
+              r->id, m->name, inst->id, (unsigned long long)bytes, (unsigned long long)inst->memory.cancelled_held,
+              (unsigned long long)(inst->memory.cancelled_until - now));
 }
 
 void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, bool ok)
@@ -221,25 +221,25 @@ void sched_request_finished(request_t *r, instance_t *inst, uint64_t run_ms, boo
     if (r->abandoned && (held || r->credit))
         hold_cancelled(r, inst, (held ? released : 0) + r->credit);
     ledger_release(&sched_state.ledger, &r->mem);
-    inst->running_reserved = inst->running_reserved > released ? inst->running_reserved - released : 0;
+    inst->memory.running_reserved = inst->memory.running_reserved > released ? inst->memory.running_reserved - released : 0;
     /* Until NVML says otherwise, assume the framework kept what the request allocated
      * (PyTorch's caching allocator does): the instance holds it now. The next idle
      * snapshot sets the entry to what is really measured, so this never under-counts. */
-    if (held && released && inst->mem.gpu >= 0 && inst->state == INST_READY && !inst->stop_requested) {
-        ledger_resize(&sched_state.ledger, &inst->mem, inst->mem.bytes + released);
-        inst->unverified += released;
-        inst->unverified_ms = core_now();
+    if (held && released && inst->memory.mem.gpu >= 0 && inst->life.state == INST_READY && !inst->life.stop_requested) {
+        ledger_resize(&sched_state.ledger, &inst->memory.mem, inst->memory.mem.bytes + released);
+        inst->memory.unverified += released;
+        inst->memory.unverified_ms = core_now();
     }
-    inst->credit_used = inst->credit_used > r->credit ? inst->credit_used - r->credit : 0;
+    inst->memory.credit_used = inst->memory.credit_used > r->credit ? inst->memory.credit_used - r->credit : 0;
     r->credit = 0;
     if (ok) {
         m->run_ms_ewma = m->run_ms_ewma ? (m->run_ms_ewma * 7 + run_ms * 3) / 10 : run_ms;
         unsigned cls = r->size_level == r->level + 1 ? r->size_class : 0;
-        if (inst->run_alone && held) {
-            uint64_t floor = inst->baseline ? inst->baseline : m->cfg->memory.resident;
-            if (inst->run_peak > floor) {
-                learn_peak(m, inst->run_peak - floor);
-                est_learn(&m->est, r->level, cls, inst->run_peak - floor);
+        if (inst->memory.run_alone && held) {
+            uint64_t floor = inst->memory.baseline ? inst->memory.baseline : m->cfg->memory.resident;
+            if (inst->memory.run_peak > floor) {
+                learn_peak(m, inst->memory.run_peak - floor);
+                est_learn(&m->est, r->level, cls, inst->memory.run_peak - floor);
             }
         }
         if (held)

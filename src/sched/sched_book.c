@@ -13,34 +13,42 @@
 #include "core/request.h"
 #include "sched/scheduler_int.h"
 
-void sched_book_release(instance_t *inst) { ledger_release(&sched_state.ledger, &inst->mem); }
+void sched_instance_init(instance_t *inst)
+{
+    inst->memory.gpu = -1;
+    inst->memory.gpu_pos = -1;
+    ledger_entry_init(&inst->memory.mem);
+    ledger_entry_init(&inst->memory.grant_extra);
+}
 
-void sched_book_resize(instance_t *inst, uint64_t bytes) { ledger_resize(&sched_state.ledger, &inst->mem, bytes); }
+void sched_book_release(instance_t *inst) { ledger_release(&sched_state.ledger, &inst->memory.mem); }
+
+void sched_book_resize(instance_t *inst, uint64_t bytes) { ledger_resize(&sched_state.ledger, &inst->memory.mem, bytes); }
 
 void sched_book_request_release(request_t *r) { ledger_release(&sched_state.ledger, &r->mem); }
 
 void sched_book_grant(instance_t *inst, uint64_t bytes)
 {
-    if (inst->gpu_pos < 0 || bytes == 0)
+    if (inst->memory.gpu_pos < 0 || bytes == 0)
         return;
     ledger_t *l = &sched_state.ledger;
-    if (inst->grant_extra.gpu >= 0)
-        ledger_resize(l, &inst->grant_extra, inst->grant_extra.bytes + bytes);
+    if (inst->memory.grant_extra.gpu >= 0)
+        ledger_resize(l, &inst->memory.grant_extra, inst->memory.grant_extra.bytes + bytes);
     else
-        ledger_force(l, (size_t)inst->gpu_pos, &inst->grant_extra, LEDGER_REQUEST, bytes, inst->model->name, inst);
+        ledger_force(l, (size_t)inst->memory.gpu_pos, &inst->memory.grant_extra, LEDGER_REQUEST, bytes, inst->model->name, inst);
 }
 
 void sched_book_grant_settle(instance_t *inst)
 {
     ledger_t *l = &sched_state.ledger;
-    if (inst->grant_extra.gpu < 0)
+    if (inst->memory.grant_extra.gpu < 0)
         return;
-    if (inst->mem.gpu >= 0)
-        ledger_resize(l, &inst->mem, inst->mem.bytes + inst->grant_extra.bytes);
-    ledger_release(l, &inst->grant_extra);
+    if (inst->memory.mem.gpu >= 0)
+        ledger_resize(l, &inst->memory.mem, inst->memory.mem.bytes + inst->memory.grant_extra.bytes);
+    ledger_release(l, &inst->memory.grant_extra);
 }
 
-void sched_book_grant_drop(instance_t *inst) { ledger_release(&sched_state.ledger, &inst->grant_extra); }
+void sched_book_grant_drop(instance_t *inst) { ledger_release(&sched_state.ledger, &inst->memory.grant_extra); }
 
 void sched_book_asks(const uint64_t per_gpu[LEDGER_MAX_GPUS])
 {

@@ -41,15 +41,15 @@ static bool evictable(const instance_t *in, const model_t *for_m)
 {
     const model_t *m = in->model;
     /* a supervised worker left unloaded with memory still held (residue): stop it */
-    if (in->state == INST_UNLOADED && !in->external && in->proc && in->mem.gpu >= 0 && in->mem.bytes > 0 &&
-        !in->hook_call)
+    if (in->life.state == INST_UNLOADED && !in->external && in->life.proc && in->memory.mem.gpu >= 0 && in->memory.mem.bytes > 0 &&
+        !in->hook.hook_call)
         return m->queue.depth == 0;
     /* parked (asleep) with memory still on the GPU: the next tier frees it (workers/park.c) */
-    if (in->state == INST_PARKED && in->mem.gpu >= 0 && in->mem.bytes > 0 && !in->hook_call &&
+    if (in->life.state == INST_PARKED && in->memory.mem.gpu >= 0 && in->memory.mem.bytes > 0 && !in->hook.hook_call &&
         (!in->external || m->cfg->unload.set))
         return m->queue.depth == 0;
-    if (in->state != INST_READY || in->in_flight > 0 || in->stop_requested || in->gpu_pos < 0 || in->hook_call ||
-        in->park_clearing)
+    if (in->life.state != INST_READY || in->path.in_flight > 0 || in->life.stop_requested || in->memory.gpu_pos < 0 || in->hook.hook_call ||
+        in->park.park_clearing)
         return false;
     if (model_pinned(m))
         return false;
@@ -69,7 +69,7 @@ static bool evictable(const instance_t *in, const model_t *for_m)
 static uint64_t evict_frees(const instance_t *in)
 {
     uint64_t leaves = sched_state.actions.evict_leaves ? sched_state.actions.evict_leaves(in) : 0;
-    return in->mem.bytes > leaves ? in->mem.bytes - leaves : 0;
+    return in->memory.mem.bytes > leaves ? in->memory.mem.bytes - leaves : 0;
 }
 
 uint64_t sched_room_with_evictions(size_t pos)
@@ -84,7 +84,7 @@ uint64_t sched_room_with_evictions(size_t pos)
             continue; /* its queue is about to use it */
         list_foreach(ii, &om->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
-            if (in->gpu_pos == (int)pos && in->mem.gpu >= 0 && evictable(in, om))
+            if (in->memory.gpu_pos == (int)pos && in->memory.mem.gpu >= 0 && evictable(in, om))
                 room += evict_frees(in);
         }
     }
@@ -97,7 +97,7 @@ static uint64_t keep_alive_left(const instance_t *in, uint64_t now)
     uint64_t ka = in->model->cfg->keep_alive_ms;
     if (model_pinned(in->model))
         return UINT64_MAX / 4;
-    uint64_t idle = now > in->last_used_ms ? now - in->last_used_ms : 0;
+    uint64_t idle = now > in->path.last_used_ms ? now - in->path.last_used_ms : 0;
     return ka > idle ? ka - idle : 0;
 }
 
@@ -106,8 +106,8 @@ static uint64_t keep_alive_left(const instance_t *in, uint64_t now)
  * A hook that frees nothing stops counting once the interval has passed. */
 static bool clearing(const instance_t *in)
 {
-    return in->state == INST_READY && in->in_flight == 0 && in->last_clear_cache_ms &&
-           core_now() - in->last_clear_cache_ms < SCHED_CLEAR_CACHE_MIN_INTERVAL_MS &&
+    return in->life.state == INST_READY && in->path.in_flight == 0 && in->hook.last_clear_cache_ms &&
+           core_now() - in->hook.last_clear_cache_ms < SCHED_CLEAR_CACHE_MIN_INTERVAL_MS &&
            sched_instance_cache(in) >= SCHED_YIELD_MIN_BYTES;
 }
 
@@ -120,13 +120,13 @@ static uint64_t incoming(size_t pos)
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
-            if (in->gpu_pos != (int)pos || in->mem.gpu < 0)
+            if (in->memory.gpu_pos != (int)pos || in->memory.mem.gpu < 0)
                 continue;
-            if (in->state == INST_PARKING)
+            if (in->life.state == INST_PARKING)
                 sum += evict_frees(in); /* a shim park leaves the context */
-            else if (in->reclaiming || in->park_clearing || in->state == INST_UNLOADING ||
-                     in->state == INST_STOPPING || (in->stop_requested && in->state == INST_READY))
-                sum += in->mem.bytes;
+            else if (in->memory.reclaiming || in->park.park_clearing || in->life.state == INST_UNLOADING ||
+                     in->life.state == INST_STOPPING || (in->life.stop_requested && in->life.state == INST_READY))
+                sum += in->memory.mem.bytes;
             else if (clearing(in))
                 sum += sched_instance_cache(in);
         }
@@ -217,10 +217,10 @@ static size_t gather_candidates(const model_t *m)
             if (n >= PLACER_MAX_EVICT || !evictable(in, m))
                 continue;
             cands[n++] = (placer_candidate_t){.instance = in,
-                                              .gpu_pos = (size_t)in->gpu_pos,
+                                              .gpu_pos = (size_t)in->memory.gpu_pos,
                                               .bytes = evict_frees(in),
                                               .priority = om->cfg->priority,
-                                              .last_used_ms = in->last_used_ms,
+                                              .last_used_ms = in->path.last_used_ms,
                                               .return_cost_ms = sched_state.actions.return_cost_ms
                                                                     ? sched_state.actions.return_cost_ms(in)
                                                                     : om->load_ms_ewma,
@@ -247,9 +247,9 @@ static uint64_t clearable(size_t pos, const model_t *m)
         list_foreach(ii, &om->instances) {
             const instance_t *in = list_entry(ii, instance_t, link);
             uint64_t cache = sched_instance_cache(in);
-            if (in->gpu_pos == (int)pos && in->state == INST_READY && in->in_flight == 0 && !in->hook_call &&
-                !in->park_clearing && cache >= SCHED_YIELD_MIN_BYTES &&
-                now - in->last_clear_cache_ms >= SCHED_CLEAR_CACHE_MIN_INTERVAL_MS)
+            if (in->memory.gpu_pos == (int)pos && in->life.state == INST_READY && in->path.in_flight == 0 && !in->hook.hook_call &&
+                !in->park.park_clearing && cache >= SCHED_YIELD_MIN_BYTES &&
+                now - in->hook.last_clear_cache_ms >= SCHED_CLEAR_CACHE_MIN_INTERVAL_MS)
                 sum += cache;
         }
     }
@@ -316,9 +316,9 @@ static enum placer_result make_room(model_t *m, const bool allowed[LEDGER_MAX_GP
             char evict_why[160];
             snprintf(evict_why, sizeof evict_why, "evicted for %s", m->name);
             log_event(LOG_INFO, "eviction", "model=%s instance=%u gpu=%d bytes=%llu for=%s reason=%s",
-                      victim->model->name, victim->id, victim->gpu, (unsigned long long)victim->mem.bytes, m->name,
+                      victim->model->name, victim->id, victim->memory.gpu, (unsigned long long)victim->memory.mem.bytes, m->name,
                       why);
-            core_note_event(sched_state.core, "evicting %s from GPU %d for %s", victim->model->name, victim->gpu,
+            core_note_event(sched_state.core, "evicting %s from GPU %d for %s", victim->model->name, victim->memory.gpu,
                             m->name);
             sched_state.actions.evict(victim, evict_why);
         }
@@ -415,22 +415,22 @@ enum placer_result sched_place_dry(const model_t *m, sched_room_t *out)
 bool sched_request_fits_now(const instance_t *inst)
 {
     const model_t *m = inst->model;
-    if (inst->gpu_pos < 0 || !sched_uses_gpu(m))
+    if (inst->memory.gpu_pos < 0 || !sched_uses_gpu(m))
         return true;
     if (!sched_state.ok)
         return false;
     uint64_t est = sched_request_estimate(m);
     uint64_t cache = sched_instance_cache(inst);
-    uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
+    uint64_t avail = cache > inst->memory.credit_used ? cache - inst->memory.credit_used : 0;
     uint64_t need = est - (est < avail ? est : avail);
     if (sched_gpu_stale())
         return need == 0; /* as sched_admit: only what is booked already */
-    return ledger_fits(&sched_state.ledger, (size_t)inst->gpu_pos, need, m);
+    return ledger_fits(&sched_state.ledger, (size_t)inst->memory.gpu_pos, need, m);
 }
 
 void sched_blocked(model_t *m, request_t *r, instance_t *inst)
 {
-    if (inst->gpu_pos < 0 || !sched_state.ok || sched_gpu_stale())
+    if (inst->memory.gpu_pos < 0 || !sched_state.ok || sched_gpu_stale())
         return; /* stale: no eviction or claim on figures that may be wrong */
     /* it waits for the claimant, whose own blocked path clears this instance's cache once
      * it is idle; the claimant's admission or the next snapshot pumps it again */
@@ -438,18 +438,18 @@ void sched_blocked(model_t *m, request_t *r, instance_t *inst)
         return;
     uint64_t est = sched_request_need(m, r);
     uint64_t cache = sched_instance_cache(inst);
-    uint64_t avail = cache > inst->credit_used ? cache - inst->credit_used : 0;
+    uint64_t avail = cache > inst->memory.credit_used ? cache - inst->memory.credit_used : 0;
     uint64_t need = est - (est < avail ? est : avail);
     /* Memory the last request left cached is lent only once a snapshot has measured it.
      * When that unverified part would cover this request, evicting another model for it
      * would be a waste (a reload later): measure now, the snapshot pumps again. */
-    if (inst->unverified > 0 && sched_state.gpu &&
-        need <= inst->unverified + ledger_free_for(&sched_state.ledger, (size_t)inst->gpu_pos, m)) {
+    if (inst->memory.unverified > 0 && sched_state.gpu &&
+        need <= inst->memory.unverified + ledger_free_for(&sched_state.ledger, (size_t)inst->memory.gpu_pos, m)) {
         gpu_poll_now(sched_state.gpu);
         return;
     }
     bool only[LEDGER_MAX_GPUS] = {false};
-    only[inst->gpu_pos] = true;
+    only[inst->memory.gpu_pos] = true;
     size_t pos;
     enum placer_result res = make_room(m, only, need, &pos, "request waiting", false);
     if (res == PLACER_FITS) {
@@ -471,36 +471,36 @@ void sched_place_instance(instance_t *inst, size_t gpu_pos)
 {
     model_t *m = inst->model;
     if (!sched_uses_gpu(m) || gpu_pos >= sched_state.ledger.n_gpus) {
-        inst->gpu_pos = -1;
+        inst->memory.gpu_pos = -1;
         return;
     }
     sched_unblocked(m);
-    inst->gpu_pos = (int)gpu_pos;
-    inst->gpu = sched_state.ledger.gpus[gpu_pos].index;
-    ledger_force(&sched_state.ledger, gpu_pos, &inst->mem, LEDGER_RESIDENT, m->cfg->memory.resident, m->name,
+    inst->memory.gpu_pos = (int)gpu_pos;
+    inst->memory.gpu = sched_state.ledger.gpus[gpu_pos].index;
+    ledger_force(&sched_state.ledger, gpu_pos, &inst->memory.mem, LEDGER_RESIDENT, m->cfg->memory.resident, m->name,
                  inst);
 }
 
 void sched_instance_ready(instance_t *inst)
 {
     sched_turn_ready(inst);
-    inst->baseline = 0;
-    if (inst->gpu_pos < 0 || !sched_state.ok || !sched_state.gpu)
+    inst->memory.baseline = 0;
+    if (inst->memory.gpu_pos < 0 || !sched_state.ok || !sched_state.gpu)
         return;
-    inst->baseline_pending = true;
+    inst->memory.baseline_pending = true;
     gpu_poll_now(sched_state.gpu);
 }
 
 void sched_instance_unloading(instance_t *inst)
 {
-    if (inst->mem.gpu < 0)
+    if (inst->memory.mem.gpu < 0)
         return;
-    inst->reclaim_last = UINT64_MAX;
-    inst->reclaim_stable = 0;
-    inst->reclaiming = true;
-    inst->reclaim_since_ms = core_now();
+    inst->memory.reclaim_last = UINT64_MAX;
+    inst->memory.reclaim_stable = 0;
+    inst->memory.reclaiming = true;
+    inst->memory.reclaim_since_ms = core_now();
     if (sched_state.gpu)
         gpu_poll_now(sched_state.gpu);
 }
 
-bool sched_instance_holds_memory(const instance_t *inst) { return inst->mem.gpu >= 0; }
+bool sched_instance_holds_memory(const instance_t *inst) { return inst->memory.mem.gpu >= 0; }

@@ -47,9 +47,9 @@ static bool card_busy(size_t pos)
         bool here = false;
         list_foreach(it, &m->instances) {
             const instance_t *in = list_entry(it, instance_t, link);
-            if (in->gpu_pos == (int)pos && in->mem.gpu >= 0) {
+            if (in->memory.gpu_pos == (int)pos && in->memory.mem.gpu >= 0) {
                 here = true;
-                if (in->in_flight > 0)
+                if (in->path.in_flight > 0)
                     return true;
             }
         }
@@ -68,8 +68,8 @@ static bool serving_or_coming(const model_t *m)
 {
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (!in->stop_requested && (in->state == INST_READY || in->state == INST_STARTING ||
-                                    in->state == INST_RELOADING || in->state == INST_RESUMING))
+        if (!in->life.stop_requested && (in->life.state == INST_READY || in->life.state == INST_STARTING ||
+                                    in->life.state == INST_RELOADING || in->life.state == INST_RESUMING))
             return true;
     }
     return false;
@@ -111,9 +111,9 @@ void sched_idle_models_tick(void)
 bool sched_is_idle_model(const instance_t *inst)
 {
     const core_t *d = sched_state.core;
-    if (!d || !d->cfg || d->cfg->gpu.n_idle_models == 0 || inst->gpu < 0)
+    if (!d || !d->cfg || d->cfg->gpu.n_idle_models == 0 || inst->memory.gpu < 0)
         return false;
-    const char *name = idle_model_name(d->cfg, inst->gpu);
+    const char *name = idle_model_name(d->cfg, inst->memory.gpu);
     return name && strcmp(name, inst->model->name) == 0;
 }
 

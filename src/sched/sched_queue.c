@@ -51,7 +51,7 @@ static const instance_t *serving_instance(const model_t *m, unsigned *ready)
     *ready = 0;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_READY && !in->stop_requested) {
+        if (in->life.state == INST_READY && !in->life.stop_requested) {
             (*ready)++;
             if (!first)
                 first = in;
@@ -74,8 +74,8 @@ static uint64_t first_slot_free_ms(const model_t *m, unsigned slots, uint64_t no
     uint64_t newest = 0;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_READY && in->in_flight > 0 && (!newest || in->last_used_ms < newest))
-            newest = in->last_used_ms; /* the longest-running slot frees first */
+        if (in->life.state == INST_READY && in->path.in_flight > 0 && (!newest || in->path.last_used_ms < newest))
+            newest = in->path.last_used_ms; /* the longest-running slot frees first */
     }
     uint64_t ran = newest && now > newest ? now - newest : 0;
     return ran < m->run_ms_ewma ? m->run_ms_ewma - ran : 0;
@@ -159,8 +159,8 @@ static bool planned_gpu(const model_t *m, size_t *pos)
         }
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->gpu_pos >= 0 && (size_t)in->gpu_pos < l->n_gpus) {
-            *pos = (size_t)in->gpu_pos;
+        if (in->memory.gpu_pos >= 0 && (size_t)in->memory.gpu_pos < l->n_gpus) {
+            *pos = (size_t)in->memory.gpu_pos;
             return true;
         }
     }
@@ -187,7 +187,7 @@ static uint64_t card_free_ms(const model_t *w, size_t pos, uint64_t now)
         const model_t *om = list_entry(mi, model_t, link);
         unsigned ready;
         const instance_t *in = serving_instance(om, &ready);
-        if (om == w || !in || in->gpu_pos != (int)pos || (om->queue.depth == 0 && om->in_flight == 0))
+        if (om == w || !in || in->memory.gpu_pos != (int)pos || (om->queue.depth == 0 && om->in_flight == 0))
             continue;
         uint64_t d = drain_ms(om, now);
         uint64_t gap = sched_expected_gap_ms(om), run = om->run_ms_ewma; /* a rate that stopped fades */
@@ -270,9 +270,9 @@ static void turn_of(const model_t *m, uint64_t now, uint64_t *start, enum sched_
 static uint64_t held_back_until(const model_t *m, const instance_t *in, uint64_t now, uint64_t *cutoff)
 {
     *cutoff = 0;
-    if (in->gpu_pos < 0 || (size_t)in->gpu_pos >= sched_state.ledger.n_gpus)
+    if (in->memory.gpu_pos < 0 || (size_t)in->memory.gpu_pos >= sched_state.ledger.n_gpus)
         return 0;
-    const ledger_gpu_t *lg = &sched_state.ledger.gpus[in->gpu_pos];
+    const ledger_gpu_t *lg = &sched_state.ledger.gpus[in->memory.gpu_pos];
     const model_t *c = lg->claimed ? lg->claim_holder : NULL;
     if (!c || c == m)
         return 0;
@@ -299,7 +299,7 @@ size_t sched_queue_model(const model_t *m, sched_queue_entry_t *out, size_t max)
     unsigned slots = slots_of(m, ready), busy = in ? m->in_flight : 0;
     uint64_t t0 = 0, first_free = in ? first_slot_free_ms(m, slots, now) : 0, cutoff = 0, held = 0;
     enum sched_wait_for why = SCHED_WAIT_LOAD;
-    int gpu = in ? in->gpu : -1;
+    int gpu = in ? in->memory.gpu : -1;
     size_t pos;
     if (in)
         held = held_back_until(m, in, now, &cutoff);

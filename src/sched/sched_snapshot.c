@@ -46,7 +46,7 @@ static instance_t *owner_of(pid_t pid, attrib_cache_t *cache)
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
-            enum attrib_claim c = attrib_claim(&in->ident, pid, cache);
+            enum attrib_claim c = attrib_claim(&in->life.ident, pid, cache);
             if (c > best) {
                 best = c;
                 owner = in;
@@ -101,7 +101,7 @@ static uint64_t settled_foreign(size_t pos, uint64_t raw)
 static bool reports_own_vram(const instance_t *in)
 {
     const model_config_t *mc = in->model->cfg;
-    return in->external && mc->report != MODEL_REPORT_NONE && mc->served_model && in->server_vram >= 0;
+    return in->external && mc->report != MODEL_REPORT_NONE && mc->served_model && in->life.server_vram >= 0;
 }
 
 /* The reporting instances on GPU pos get their reports as measured; returns how much of
@@ -113,9 +113,9 @@ static uint64_t shared_reports(size_t pos, uint64_t shared)
         model_t *m = list_entry(mi, model_t, link);
         list_foreach(ii, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
-            if (reports_own_vram(in) && in->gpu_pos == (int)pos) {
-                in->measured = (uint64_t)in->server_vram;
-                reported += in->measured;
+            if (reports_own_vram(in) && in->memory.gpu_pos == (int)pos) {
+                in->memory.measured = (uint64_t)in->life.server_vram;
+                reported += in->memory.measured;
             }
         }
     }
@@ -128,7 +128,7 @@ static void measure_gpus(core_t *d, const gpu_snapshot_t *snap)
 {
     list_foreach(mi, &d->models) {
         model_t *m = list_entry(mi, model_t, link);
-        list_foreach(ii, &m->instances) list_entry(ii, instance_t, link)->measured = 0;
+        list_foreach(ii, &m->instances) list_entry(ii, instance_t, link)->memory.measured = 0;
     }
     attrib_cache_t cache;
     attrib_cache_init(&cache);
@@ -148,7 +148,7 @@ static void measure_gpus(core_t *d, const gpu_snapshot_t *snap)
                 shared += dev->procs[p].used; /* a server of several models: split by its reports */
                 continue;
             }
-            in->measured += dev->procs[p].used;
+            in->memory.measured += dev->procs[p].used;
             attributed += dev->procs[p].used;
         }
         attributed += shared_reports(pos, shared);
@@ -166,43 +166,43 @@ static void measure_gpus(core_t *d, const gpu_snapshot_t *snap)
  * to what it still holds, and the supervisor is told. The instance may be gone after. */
 static void check_reclaim(model_t *m, instance_t *in, uint64_t now)
 {
-    bool process_gone = !in->proc && !in->external;
+    bool process_gone = !in->life.proc && !in->external;
     bool settled = false, by_keep = false;
     if (process_gone) {
-        settled = in->measured == 0;
+        settled = in->memory.measured == 0;
     } else {
         /* a hook or a checkpoint: the process stays (CUDA context, residue); settled once
          * at least half came back and either it is down to what the process is known to
          * keep or its usage held still (reclaim_rule.h); until then keep waiting, up to
          * stop_timeout, after which the reclaim is declared incomplete below */
-        reclaim_watch_t w = {.last = in->reclaim_last, .stable = in->reclaim_stable};
-        settled = reclaim_settled(&w, in->mem.bytes, in->reclaim_keep, in->measured, &by_keep);
-        in->reclaim_last = w.last;
-        in->reclaim_stable = w.stable;
-        if (settled && !by_keep && in->measured > in->reclaim_keep)
-            in->reclaim_keep = in->measured; /* what it keeps, learned: the next reclaim ends there */
+        reclaim_watch_t w = {.last = in->memory.reclaim_last, .stable = in->memory.reclaim_stable};
+        settled = reclaim_settled(&w, in->memory.mem.bytes, in->memory.reclaim_keep, in->memory.measured, &by_keep);
+        in->memory.reclaim_last = w.last;
+        in->memory.reclaim_stable = w.stable;
+        if (settled && !by_keep && in->memory.measured > in->memory.reclaim_keep)
+            in->memory.reclaim_keep = in->memory.measured; /* what it keeps, learned: the next reclaim ends there */
     }
     if (settled) {
         log_event(LOG_INFO, "memory_reclaimed", "model=%s instance=%u gpu=%d wait_ms=%llu remaining=%llu keep=%llu "
-                  "by_keep=%B", m->name, in->id, in->gpu, (unsigned long long)(now - in->reclaim_since_ms),
-                  (unsigned long long)in->measured, (unsigned long long)in->reclaim_keep, by_keep);
-        in->reclaiming = false;
+                  "by_keep=%B", m->name, in->id, in->memory.gpu, (unsigned long long)(now - in->memory.reclaim_since_ms),
+                  (unsigned long long)in->memory.measured, (unsigned long long)in->memory.reclaim_keep, by_keep);
+        in->memory.reclaiming = false;
         if (process_gone && !in->external)
-            ledger_release(&sched_state.ledger, &in->mem);
+            ledger_release(&sched_state.ledger, &in->memory.mem);
         else
-            ledger_resize(&sched_state.ledger, &in->mem, in->measured);
+            ledger_resize(&sched_state.ledger, &in->memory.mem, in->memory.measured);
         sched_state.actions.reclaimed(in, true);
-    } else if (now - in->reclaim_since_ms > m->cfg->stop_timeout_ms + (process_gone ? RECLAIM_GRACE_MS : 0)) {
+    } else if (now - in->memory.reclaim_since_ms > m->cfg->stop_timeout_ms + (process_gone ? RECLAIM_GRACE_MS : 0)) {
         /* bounded by stop_timeout (SPEC 4); an exited process also gets the
          * driver's release lag */
         log_event(LOG_WARN, "reclaim_timeout", "model=%s instance=%u gpu=%d still_held=%llu waited_ms=%llu", m->name,
-                  in->id, in->gpu, (unsigned long long)in->measured,
-                  (unsigned long long)(now - in->reclaim_since_ms));
-        in->reclaiming = false;
+                  in->id, in->memory.gpu, (unsigned long long)in->memory.measured,
+                  (unsigned long long)(now - in->memory.reclaim_since_ms));
+        in->memory.reclaiming = false;
         if (process_gone && !in->external)
-            ledger_release(&sched_state.ledger, &in->mem); /* what is still held shows as foreign */
+            ledger_release(&sched_state.ledger, &in->memory.mem); /* what is still held shows as foreign */
         else
-            ledger_resize(&sched_state.ledger, &in->mem, in->measured);
+            ledger_resize(&sched_state.ledger, &in->memory.mem, in->memory.measured);
         sched_state.actions.reclaimed(in, false);
     }
 }
@@ -217,23 +217,23 @@ static bool recycle_on_growth(core_t *d, model_t *m, instance_t *in, uint64_t no
     uint64_t growth_cap = m->cfg->recycle.max_growth;
     if (growth_cap && !m->cfg->clear_cache.set)
         growth_cap += sched_request_estimate(m);
-    if (!growth_cap || !in->baseline || in->measured <= in->baseline + growth_cap)
+    if (!growth_cap || !in->memory.baseline || in->memory.measured <= in->memory.baseline + growth_cap)
         return false;
     /* cleared: asked back a few readings ago, and no request has run since (one that took
      * the cache again right after the clear leaves it as cache, not growth) */
     bool cache_cleared = !m->cfg->clear_cache.set ||
-                         (in->last_clear_cache_ms && now - in->last_clear_cache_ms < 10000 &&
-                          now - in->last_clear_cache_ms > 3 * d->cfg->gpu.poll_ms && !in->hook_call &&
-                          in->last_used_ms < in->last_clear_cache_ms);
+                         (in->hook.last_clear_cache_ms && now - in->hook.last_clear_cache_ms < 10000 &&
+                          now - in->hook.last_clear_cache_ms > 3 * d->cfg->gpu.poll_ms && !in->hook.hook_call &&
+                          in->path.last_used_ms < in->hook.last_clear_cache_ms);
     if (cache_cleared) {
         char why[96];
         snprintf(why, sizeof why, "memory grew by %llu MiB since load",
-                 (unsigned long long)((in->measured - in->baseline) >> 20));
+                 (unsigned long long)((in->memory.measured - in->memory.baseline) >> 20));
         sched_state.actions.recycle(in, why);
         return true;
     }
-    if (!in->hook_call && now - in->last_clear_cache_ms >= SCHED_CLEAR_CACHE_MIN_INTERVAL_MS)
-        sched_clear_caches((size_t)in->gpu_pos, NULL);
+    if (!in->hook.hook_call && now - in->hook.last_clear_cache_ms >= SCHED_CLEAR_CACHE_MIN_INTERVAL_MS)
+        sched_clear_caches((size_t)in->memory.gpu_pos, NULL);
     return false;
 }
 
@@ -241,36 +241,36 @@ static bool recycle_on_growth(core_t *d, model_t *m, instance_t *in, uint64_t no
  * check while idle, its peak while running (learning), and its RESIDENT entry. */
 static void book_ready(core_t *d, model_t *m, instance_t *in, uint64_t now)
 {
-    if (in->cancelled_held && in->cancelled_until <= now) {
+    if (in->memory.cancelled_held && in->memory.cancelled_until <= now) {
         /* the requests let go of would have ended: their memory is cache again (this
          * snapshot's pump of every waiting model lends it) */
         log_event(LOG_INFO, "cancelled_hold_end", "model=%s instance=%u bytes=%llu", m->name, in->id,
-                  (unsigned long long)in->cancelled_held);
-        in->cancelled_held = 0;
+                  (unsigned long long)in->memory.cancelled_held);
+        in->memory.cancelled_held = 0;
     }
     /* A reading that began before its last request ended may show that request's memory
      * still allocated: taken as the idle instance's, it would be lent as verified cache to
      * the next request (a framework that freed it has none) and look like growth. The next
      * reading, begun after the end, verifies what was assumed. */
-    if (in->in_flight == 0 && in->unverified > 0 && sched_state.fresh_ms <= in->unverified_ms)
+    if (in->path.in_flight == 0 && in->memory.unverified > 0 && sched_state.fresh_ms <= in->memory.unverified_ms)
         return;
-    if (in->in_flight == 0) {
+    if (in->path.in_flight == 0) {
         /* the post-load baseline: taken from the first snapshot after READY (its
          * first request waited for it), and it only ever falls afterwards */
-        if (in->baseline_pending || (!in->baseline && in->requests_total == 0) ||
-            (in->baseline && in->measured < in->baseline))
-            in->baseline = in->measured;
-        if (in->baseline_pending) {
-            in->baseline_pending = false;
+        if (in->memory.baseline_pending || (!in->memory.baseline && in->path.requests_total == 0) ||
+            (in->memory.baseline && in->memory.measured < in->memory.baseline))
+            in->memory.baseline = in->memory.measured;
+        if (in->memory.baseline_pending) {
+            in->memory.baseline_pending = false;
             model_schedule_pump(m);
         }
         if (recycle_on_growth(d, m, in, now))
             return;
     } else {
-        if (in->measured > in->run_peak)
-            in->run_peak = in->measured;
-        if (in->in_flight > 1)
-            in->run_alone = false;
+        if (in->memory.measured > in->memory.run_peak)
+            in->memory.run_peak = in->memory.measured;
+        if (in->path.in_flight > 1)
+            in->memory.run_alone = false;
     }
     /* what it holds beyond its running requests' reservations (cache included),
      * never less than its floor plus the cache already lent to running requests and what
@@ -278,15 +278,15 @@ static void book_ready(core_t *d, model_t *m, instance_t *in, uint64_t now)
      * runs them later: a reading without them does not lower the booking, nor the driver's
      * limit that follows it, before memory.cancelled_hold is over) */
     uint64_t declared = m->cfg->memory.resident;
-    uint64_t booked_apart = in->running_reserved + (in->grant_extra.gpu >= 0 ? in->grant_extra.bytes : 0);
-    uint64_t held = in->measured > booked_apart ? in->measured - booked_apart : 0;
-    uint64_t lent = sched_instance_floor(in) + in->credit_used + sched_instance_cancelled(in, now);
+    uint64_t booked_apart = in->memory.running_reserved + (in->memory.grant_extra.gpu >= 0 ? in->memory.grant_extra.bytes : 0);
+    uint64_t held = in->memory.measured > booked_apart ? in->memory.measured - booked_apart : 0;
+    uint64_t lent = sched_instance_floor(in) + in->memory.credit_used + sched_instance_cancelled(in, now);
     uint64_t b = held > lent ? held : lent;
     if (b < declared)
         b = declared;
-    in->unverified = 0;
-    if (b != in->mem.bytes)
-        ledger_resize(&sched_state.ledger, &in->mem, b);
+    in->memory.unverified = 0;
+    if (b != in->memory.mem.bytes)
+        ledger_resize(&sched_state.ledger, &in->memory.mem, b);
 }
 
 /* One instance that holds a ledger entry, by its state. The instance may be gone after
@@ -294,25 +294,25 @@ static void book_ready(core_t *d, model_t *m, instance_t *in, uint64_t now)
 static void book_instance(core_t *d, model_t *m, instance_t *in, uint64_t now)
 {
     uint64_t declared = m->cfg->memory.resident;
-    if (in->reclaiming) {
+    if (in->memory.reclaiming) {
         check_reclaim(m, in, now);
-    } else if (in->state == INST_STARTING) {
-        in->reclaim_keep = reclaim_keep_from_start(in->reclaim_keep, in->measured); /* its context */
-        uint64_t apart = in->grant_extra.gpu >= 0 ? in->grant_extra.bytes : 0; /* granted past its load */
-        uint64_t held = in->measured > apart ? in->measured - apart : 0;
+    } else if (in->life.state == INST_STARTING) {
+        in->memory.reclaim_keep = reclaim_keep_from_start(in->memory.reclaim_keep, in->memory.measured); /* its context */
+        uint64_t apart = in->memory.grant_extra.gpu >= 0 ? in->memory.grant_extra.bytes : 0; /* granted past its load */
+        uint64_t held = in->memory.measured > apart ? in->memory.measured - apart : 0;
         uint64_t b = held > declared ? held : declared;
-        if (b != in->mem.bytes)
-            ledger_resize(&sched_state.ledger, &in->mem, b);
-    } else if (in->state == INST_READY && !in->stop_requested) {
+        if (b != in->memory.mem.bytes)
+            ledger_resize(&sched_state.ledger, &in->memory.mem, b);
+    } else if (in->life.state == INST_READY && !in->life.stop_requested) {
         book_ready(d, m, in, now);
-    } else if (in->in_flight > 0) {
-        if (in->measured > in->run_peak)
-            in->run_peak = in->measured;
-    } else if (in->state == INST_UNLOADED || in->state == INST_DOWN || in->state == INST_PARKED) {
+    } else if (in->path.in_flight > 0) {
+        if (in->memory.measured > in->memory.run_peak)
+            in->memory.run_peak = in->memory.measured;
+    } else if (in->life.state == INST_UNLOADED || in->life.state == INST_DOWN || in->life.state == INST_PARKED) {
         /* unloaded or parked (residue, context) or an external server that is down: vramd does
          * not control it, so it is booked at exactly what NVML shows it holding */
-        if (in->measured != in->mem.bytes)
-            ledger_resize(&sched_state.ledger, &in->mem, in->measured);
+        if (in->memory.measured != in->memory.mem.bytes)
+            ledger_resize(&sched_state.ledger, &in->memory.mem, in->memory.measured);
     }
 }
 
@@ -327,7 +327,7 @@ static void apply_snapshot(const gpu_snapshot_t *snap)
         model_t *m = list_entry(mi, model_t, link);
         list_foreach_safe(ii, tmp, &m->instances) {
             instance_t *in = list_entry(ii, instance_t, link);
-            if (in->mem.gpu >= 0)
+            if (in->memory.mem.gpu >= 0)
                 book_instance(d, m, in, now);
         }
     }

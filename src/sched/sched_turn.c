@@ -59,9 +59,9 @@ uint64_t sched_way_in_ms(const model_t *m)
 {
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if ((in->state == INST_PARKED || in->state == INST_RESUMING) && in->park_tier < PARK_TIER_COUNT &&
-            m->park_stats[in->park_tier].back_ms_ewma)
-            return m->park_stats[in->park_tier].back_ms_ewma;
+        if ((in->life.state == INST_PARKED || in->life.state == INST_RESUMING) && in->park.park_tier < PARK_TIER_COUNT &&
+            m->park_stats[in->park.park_tier].back_ms_ewma)
+            return m->park_stats[in->park.park_tier].back_ms_ewma;
     }
     return m->load_ms_ewma;
 }
@@ -87,7 +87,7 @@ static bool on_gpu(const model_t *om, size_t pos)
 {
     list_foreach(it, &om->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->gpu_pos == (int)pos && in->mem.gpu >= 0)
+        if (in->memory.gpu_pos == (int)pos && in->memory.mem.gpu >= 0)
             return true;
     }
     return false;
@@ -129,8 +129,8 @@ static in_the_way_t work_in_the_way(const model_t *m, size_t pos)
         w.work_ms += (om->queue.depth + om->in_flight) * run / (om->cfg->concurrency ? om->cfg->concurrency : 1);
         list_foreach(it, &om->instances) {
             const instance_t *in = list_entry(it, instance_t, link);
-            if (in->gpu_pos == (int)pos && in->mem.gpu >= 0)
-                w.bytes += in->mem.bytes;
+            if (in->memory.gpu_pos == (int)pos && in->memory.mem.gpu >= 0)
+                w.bytes += in->memory.mem.bytes;
         }
     }
     return w;
@@ -200,10 +200,10 @@ static bool waits_for_card(const model_t *om, size_t pos, const bool allowed[LED
         return false;
     list_foreach(it, &om->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->stop_requested)
+        if (in->life.stop_requested)
             continue;
-        if (in->state == INST_READY || in->state == INST_STARTING || in->state == INST_RELOADING ||
-            in->state == INST_RESUMING)
+        if (in->life.state == INST_READY || in->life.state == INST_STARTING || in->life.state == INST_RELOADING ||
+            in->life.state == INST_RESUMING)
             return false;
     }
     return om->cfg->memory.resident + sched_smallest_estimate(om) <= ledger_capacity(&sched_state.ledger, pos);
@@ -314,9 +314,9 @@ void sched_turn_swapped(size_t pos, const model_t *for_m, enum sched_swap_reason
 
 void sched_turn_ready(const instance_t *inst)
 {
-    if (inst->gpu_pos < 0 || inst->gpu_pos >= LEDGER_MAX_GPUS)
+    if (inst->memory.gpu_pos < 0 || inst->memory.gpu_pos >= LEDGER_MAX_GPUS)
         return;
-    size_t pos = (size_t)inst->gpu_pos;
+    size_t pos = (size_t)inst->memory.gpu_pos;
     if (!sched_state.swap_since_ms[pos] || sched_state.swap_for[pos] != (const void *)inst->model)
         return;
     sched_state.swap_ms[pos] += core_now() - sched_state.swap_since_ms[pos];

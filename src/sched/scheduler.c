@@ -189,9 +189,9 @@ unsigned sched_level_fitting_now(const model_t *m)
         uint64_t est = sched_level_estimate(m, level);
         list_foreach(it, &m->instances) {
             const instance_t *in = list_entry(it, instance_t, link);
-            if (in->state != INST_READY || in->stop_requested || in->in_flight >= m->cfg->concurrency)
+            if (in->life.state != INST_READY || in->life.stop_requested || in->path.in_flight >= m->cfg->concurrency)
                 continue;
-            if (in->gpu_pos < 0 || ledger_fits(&sched_state.ledger, (size_t)in->gpu_pos, est, m))
+            if (in->memory.gpu_pos < 0 || ledger_fits(&sched_state.ledger, (size_t)in->memory.gpu_pos, est, m))
                 return level;
         }
     }
@@ -206,11 +206,11 @@ uint64_t sched_predicted_start_ms(const model_t *m)
     uint64_t back = 0;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_READY && !in->stop_requested)
+        if (in->life.state == INST_READY && !in->life.stop_requested)
             ready++;
-        if ((in->state == INST_PARKED || in->state == INST_RESUMING) && in->park_tier < PARK_TIER_COUNT) {
+        if ((in->life.state == INST_PARKED || in->life.state == INST_RESUMING) && in->park.park_tier < PARK_TIER_COUNT) {
             parked = true;
-            back = m->park_stats[in->park_tier].back_ms_ewma;
+            back = m->park_stats[in->park.park_tier].back_ms_ewma;
         }
     }
     unsigned slots = m->cfg->concurrency * (ready ? ready : 1);
@@ -228,7 +228,7 @@ uint64_t sched_predicted_start_ms(const model_t *m)
 uint64_t sched_instance_floor(const instance_t *inst)
 {
     uint64_t floor = inst->model->cfg->memory.resident;
-    return inst->baseline > floor ? inst->baseline : floor;
+    return inst->memory.baseline > floor ? inst->memory.baseline : floor;
 }
 
 uint64_t sched_cancelled_hold_ms(const model_t *m)
@@ -244,7 +244,7 @@ uint64_t sched_cancelled_hold_ms(const model_t *m)
 
 uint64_t sched_instance_cancelled(const instance_t *inst, uint64_t now)
 {
-    return now < inst->cancelled_until ? inst->cancelled_held : 0;
+    return now < inst->memory.cancelled_until ? inst->memory.cancelled_held : 0;
 }
 
 /* Cached memory the instance really holds (measured), excluding what is only assumed
@@ -253,7 +253,7 @@ uint64_t sched_instance_cancelled(const instance_t *inst, uint64_t now)
 uint64_t sched_instance_cache(const instance_t *inst)
 {
     uint64_t floor = sched_instance_floor(inst) + sched_instance_cancelled(inst, core_now());
-    uint64_t verified = inst->mem.bytes > inst->unverified ? inst->mem.bytes - inst->unverified : 0;
+    uint64_t verified = inst->memory.mem.bytes > inst->memory.unverified ? inst->memory.mem.bytes - inst->memory.unverified : 0;
     return verified > floor ? verified - floor : 0;
 }
 
@@ -273,13 +273,13 @@ size_t sched_gpu_count(void) { return sched_state.ledger.n_gpus; }
 
 uint64_t sched_instance_booked(const instance_t *in)
 {
-    if (in->gpu_pos < 0)
+    if (in->memory.gpu_pos < 0)
         return 0;
-    uint64_t b = in->running_reserved;
-    if (in->mem.gpu >= 0)
-        b += in->mem.bytes;
-    if (in->grant_extra.gpu >= 0)
-        b += in->grant_extra.bytes;
+    uint64_t b = in->memory.running_reserved;
+    if (in->memory.mem.gpu >= 0)
+        b += in->memory.mem.bytes;
+    if (in->memory.grant_extra.gpu >= 0)
+        b += in->memory.grant_extra.bytes;
     return b;
 }
 
@@ -294,12 +294,12 @@ double sched_model_reserved_ratio(const model_t *m)
     bool seen[LEDGER_MAX_GPUS] = {false};
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->gpu_pos < 0 || (size_t)in->gpu_pos >= sched_state.ledger.n_gpus)
+        if (in->memory.gpu_pos < 0 || (size_t)in->memory.gpu_pos >= sched_state.ledger.n_gpus)
             continue;
-        used += in->running_reserved + (in->grant_extra.gpu >= 0 ? in->grant_extra.bytes : 0);
-        if (!seen[in->gpu_pos]) {
-            seen[in->gpu_pos] = true;
-            room += ledger_free_for(&sched_state.ledger, (size_t)in->gpu_pos, m);
+        used += in->memory.running_reserved + (in->memory.grant_extra.gpu >= 0 ? in->memory.grant_extra.bytes : 0);
+        if (!seen[in->memory.gpu_pos]) {
+            seen[in->memory.gpu_pos] = true;
+            room += ledger_free_for(&sched_state.ledger, (size_t)in->memory.gpu_pos, m);
         }
     }
     if (used + room == 0)

@@ -6,7 +6,7 @@
  * other modules book through the sched_book_* verbs below and read it through the const
  * sched_ledger(); `make lint` (mk/lint_ledger.py) fails a ledger write outside sched/.
  * Entries, each embedded in its holder:
- *   - RESIDENT, inst->mem: an instance that needs GPU memory holds one from the moment it
+ *   - RESIDENT, inst->memory.mem: an instance that needs GPU memory holds one from the moment it
  *     is placed (sched_place_instance, before its process starts) until NVML shows its
  *     memory returned after it stopped (verified reclaim) — or, bounded, stop_timeout + 5 s
  *     after its exit; released at once (sched_book_release) when its worker never ran or
@@ -26,7 +26,7 @@
  *     ComfyUI prompt keeps its request's slot past the answer; the answered request's
  *     entry moves to the hold's shadow (sched_book_hold) and is released through
  *     sched_request_finished when the prompt is done, gone with its worker or timed out.
- *   - shim grant extra, inst->grant_extra (a REQUEST entry; gate/shim_grants.c): what the
+ *   - shim grant extra, inst->memory.grant_extra (a REQUEST entry; gate/shim_grants.c): what the
  *     CUDA shim was granted past the instance's bookings (sched_book_grant), folded into
  *     the RESIDENT entry once the instance is idle and a reading measured it
  *     (sched_book_grant_settle), dropped when its worker exits (sched_book_grant_drop).
@@ -34,7 +34,7 @@
  *   - asked, per GPU: the bytes the shim's waiting asks lack (sched_book_asks): no new
  *     reservation may take them;
  *   - claimed, per GPU: a starving queue head's or load's claim (below; sched/ only);
- *   - cancelled hold, per instance (inst->cancelled_held/until, sched_admit.c): what requests
+ *   - cancelled hold, per instance (inst->memory.cancelled_held/until, sched_admit.c): what requests
  *     let go of while the worker had them is folded into the RESIDENT entry like any ended
  *     request, and not lent as cache before memory.cancelled_hold is over;
  *   - parks (workers/park*.c): a tier books nothing itself; the RESIDENT entry follows
@@ -223,6 +223,9 @@ bool sched_request_fits_now(const instance_t *inst);
  * shows the memory back. */
 void sched_instance_unloading(instance_t *inst);
 bool sched_instance_holds_memory(const instance_t *inst);
+/* A new instance's memory part (inst->memory, the scheduler's alone): no GPU, no ledger
+ * position, its entries unlinked (the supervisor calls it when it makes the instance). */
+void sched_instance_init(instance_t *inst);
 /* What an instance holds at least: max(declared resident, post-load baseline); what it
  * holds beyond that is cache (or growth). */
 uint64_t sched_instance_floor(const instance_t *inst);

@@ -42,10 +42,10 @@ static int idle_model_gpu(const model_t *m)
     int any = -1;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->gpu >= 0 && in->state == INST_READY)
-            return in->gpu;
-        if (in->gpu >= 0 && any < 0)
-            any = in->gpu;
+        if (in->memory.gpu >= 0 && in->life.state == INST_READY)
+            return in->memory.gpu;
+        if (in->memory.gpu >= 0 && any < 0)
+            any = in->memory.gpu;
     }
     return any;
 }
@@ -353,7 +353,7 @@ void queue_job_fields(cJSON *o, core_t *d, const job_record_t *rec)
     unsigned ready = 0;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        ready += in->state == INST_READY && !in->stop_requested;
+        ready += in->life.state == INST_READY && !in->life.stop_requested;
     }
     unsigned conc = m->cfg->concurrency ? m->cfg->concurrency : 1;
     uint64_t slots = (uint64_t)conc * (ready ? ready : 1);

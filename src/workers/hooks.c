@@ -17,7 +17,7 @@
  * scheduler's clear (instance_clear_cache) is followed by an NVML reading at its answer.
  *
  * The unload hook is also the tier after a park (park.c): from PARKING or PARKED.
- * Invariants: at most one hook call per instance is pending (inst->hook_call, cleared when
+ * Invariants: at most one hook call per instance is pending (inst->hook.hook_call, cleared when
  * it answers, before its caller's callback runs); an answer that arrives after the instance
  * left UNLOADING or RELOADING is only logged. A supervised worker whose memory does not
  * come back is killed; an external server is marked failed. Calls instance.c and
@@ -60,13 +60,13 @@ static void hook_local_shortage(instance_t *inst, const char *hook, const char *
     model_t *m = inst->model;
     core_count(m->core, CORE_CNT_LOCAL_HOOK);
     log_event(LOG_WARN, "local_resource_exhausted", "model=%s instance=%u pid=%d call=%s error=%s", m->name,
-              inst->id, (int)inst->pid, hook, error);
-    inst->local_retry_ms = core_now() + HOOK_LOCAL_RETRY_MS;
+              inst->id, (int)inst->life.pid, hook, error);
+    inst->hook.local_retry_ms = core_now() + HOOK_LOCAL_RETRY_MS;
     if (!uv_is_active((uv_handle_t *)&m->backoff_timer))
         uv_timer_start(&m->backoff_timer, on_local_retry, HOOK_LOCAL_RETRY_MS, 0);
 }
 
-static bool hook_cooling(const instance_t *inst) { return core_now() < inst->local_retry_ms; }
+static bool hook_cooling(const instance_t *inst) { return core_now() < inst->hook.local_retry_ms; }
 
 /* What each hook is: its config, the timeout when it sets none, its answer's log event. */
 static const config_hook_t *hook_config(const model_t *m, enum hook_kind k)
@@ -102,14 +102,14 @@ static void on_hook_answer(void *ctx, int status, const char *body, size_t len, 
 {
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    enum hook_kind kind = inst->hook_kind;
-    http_call_cb cb = inst->hook_cb;
-    inst->hook_call = NULL;
-    inst->hook_cb = NULL;
+    enum hook_kind kind = inst->hook.hook_kind;
+    http_call_cb cb = inst->hook.hook_cb;
+    inst->hook.hook_call = NULL;
+    inst->hook.hook_cb = NULL;
     const char *done_text = hook_config(m, kind)->nothing_to_do;
     bool nothing = status >= 300 && done_text && body && memmem(body, len, done_text, strlen(done_text)) != NULL;
     int seen = nothing ? 200 : status; /* "already so" (the hook's nothing_to_do): done */
-    enum hook_outcome o = hook_outcome_of(seen, core_now() >= inst->hook_deadline_ms);
+    enum hook_outcome o = hook_outcome_of(seen, core_now() >= inst->hook.hook_deadline_ms);
     hook_count(inst, kind, o);
     log_event(o == HOOK_OK ? LOG_INFO : LOG_WARN, hook_done_event(kind),
               "model=%s instance=%u hook=%s status=%d outcome=%s nothing_to_do=%B error=%s", m->name, inst->id,
@@ -125,8 +125,8 @@ int instance_call_hook(instance_t *inst, enum hook_kind kind, http_call_cb cb)
     const config_hook_t *hook = hook_config(m, kind);
     char *body = hook->body ? worker_cmds_subst(inst, hook->body) : NULL; /* {served_model}, {port}, ... */
     http_call_req_t req = {
-        .host = inst->host,
-        .port = inst->port,
+        .host = inst->life.host,
+        .port = inst->life.port,
         .method = hook->method ? hook->method : "POST",
         .path = hook->path,
         .body = body ? body : hook->body,
@@ -136,16 +136,16 @@ int instance_call_hook(instance_t *inst, enum hook_kind kind, http_call_cb cb)
     };
     log_event(LOG_INFO, "hook_call", "model=%s instance=%u hook=%s method=%s path=%s body_bytes=%zu", m->name,
               inst->id, hook_kind_name(kind), req.method, req.path, req.body_len);
-    inst->hook_kind = kind;
-    inst->hook_cb = cb;
-    inst->hook_deadline_ms = core_now() + req.timeout_ms; /* the client's timer runs on the same clock */
+    inst->hook.hook_kind = kind;
+    inst->hook.hook_cb = cb;
+    inst->hook.hook_deadline_ms = core_now() + req.timeout_ms; /* the client's timer runs on the same clock */
     char err[160];
-    int rc = http_call_start(m->core->loop, &req, on_hook_answer, inst, &inst->hook_call, err, sizeof err);
+    int rc = http_call_start(m->core->loop, &req, on_hook_answer, inst, &inst->hook.hook_call, err, sizeof err);
     free(body); /* the call keeps its own copy of the request */
     if (rc == 0)
         return 0;
-    inst->hook_call = NULL;
-    inst->hook_cb = NULL;
+    inst->hook.hook_call = NULL;
+    inst->hook.hook_cb = NULL;
     hook_count(inst, kind, rc == -2 ? HOOK_LOCAL_SHORTAGE : HOOK_FAILED);
     if (rc == -2)
         hook_local_shortage(inst, hook->path, err);
@@ -153,6 +153,41 @@ int instance_call_hook(instance_t *inst, enum hook_kind kind, http_call_cb cb)
         log_event(LOG_WARN, "hook_failed", "model=%s instance=%u hook=%s path=%s error=%s", m->name, inst->id,
                   hook_kind_name(kind), hook->path, err);
     return rc;
+}
+
+void hooks_confirm_begin(instance_t *inst, enum hook_kind after)
+{
+    inst->hook.hook_kind = after;
+    inst->hook.hook_deadline_ms = core_now() + hooks_timeout_ms(inst->model, after);
+}
+
+static void on_confirm_answer(void *ctx, int status, const char *body, size_t len, const char *error)
+{
+    instance_t *inst = ctx;
+    http_call_cb cb = inst->hook.hook_cb;
+    inst->hook.hook_call = NULL;
+    inst->hook.hook_cb = NULL;
+    cb(inst, status, body, len, error);
+}
+
+int hooks_confirm_get(instance_t *inst, const char *path, http_call_cb cb, char *err, size_t errlen)
+{
+    uint64_t now = core_now();
+    http_call_req_t req = {
+        .host = inst->life.host,
+        .port = inst->life.port,
+        .method = "GET",
+        .path = path,
+        .timeout_ms = inst->hook.hook_deadline_ms > now ? inst->hook.hook_deadline_ms - now : 1,
+        .max_response = 4096,
+    };
+    inst->hook.hook_cb = cb;
+    if (http_call_start(inst->model->core->loop, &req, on_confirm_answer, inst, &inst->hook.hook_call, err,
+                        errlen) == 0)
+        return 0;
+    inst->hook.hook_call = NULL;
+    inst->hook.hook_cb = NULL;
+    return -1;
 }
 
 static void on_clear_answer(void *ctx, int status, const char *body, size_t len, const char *error)
@@ -172,9 +207,9 @@ bool instance_clear_cache(instance_t *inst)
 
 int hooks_clear_cache(instance_t *inst, http_call_cb cb)
 {
-    if (!inst->model->cfg->clear_cache.set || inst->state != INST_READY || inst->hook_call || hook_cooling(inst))
+    if (!inst->model->cfg->clear_cache.set || inst->life.state != INST_READY || inst->hook.hook_call || hook_cooling(inst))
         return -1;
-    inst->last_clear_cache_ms = core_now();
+    inst->hook.last_clear_cache_ms = core_now();
     return instance_call_hook(inst, HOOK_CLEAR_CACHE, cb);
 }
 
@@ -186,14 +221,14 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
     model_t *m = inst->model;
     bool ok = hook_outcome_of(status, false) == HOOK_OK;
     if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* counted and held back (on_hook_answer) */
-        if (inst->state != INST_UNLOADING)
+        if (inst->life.state != INST_UNLOADING)
             return;
-        if (inst->unload_reason == UNLOAD_ADMIN)
+        if (inst->life.unload_reason == UNLOAD_ADMIN)
             m->unload_local_failed = true; /* before the state change answers the admin call */
         instance_set_state(inst, INST_READY, "unload hook not made: vramd short of descriptors or memory");
         return;
     }
-    if (inst->state != INST_UNLOADING)
+    if (inst->life.state != INST_UNLOADING)
         return;
     if (!ok) {
         if (inst->external) {
@@ -208,7 +243,7 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
         return;
     }
     m->unloads_total++;
-    m->unloads_by_reason[inst->unload_reason]++;
+    m->unloads_by_reason[inst->life.unload_reason]++;
     if (!sched_instance_holds_memory(inst)) {
         hooks_reclaimed(inst, true); /* no GPU memory booked: the hook's 2xx is the answer */
         return;
@@ -220,8 +255,8 @@ static void on_unload_answer(void *ctx, int status, const char *body, size_t len
 int instance_unload(instance_t *inst, enum unload_reason reason, const char *why)
 {
     model_t *m = inst->model;
-    bool parked = inst->state == INST_PARKING || inst->state == INST_PARKED; /* the next tier after a park */
-    if (!m->cfg->unload.set || (inst->state != INST_READY && !parked) || inst->hook_call)
+    bool parked = inst->life.state == INST_PARKING || inst->life.state == INST_PARKED; /* the next tier after a park */
+    if (!m->cfg->unload.set || (inst->life.state != INST_READY && !parked) || inst->hook.hook_call)
         return -1;
     if (hook_cooling(inst)) {
         if (reason == UNLOAD_ADMIN) {
@@ -230,8 +265,8 @@ int instance_unload(instance_t *inst, enum unload_reason reason, const char *why
         }
         return -2;
     }
-    uv_timer_stop(&inst->idle_timer);
-    inst->unload_reason = reason;
+    uv_timer_stop(&inst->life.idle_timer);
+    inst->life.unload_reason = reason;
     instance_set_state(inst, INST_UNLOADING, why);
     int rc = instance_call_hook(inst, HOOK_UNLOAD, on_unload_answer);
     if (rc == 0)
@@ -252,15 +287,15 @@ int instance_unload(instance_t *inst, enum unload_reason reason, const char *why
 void hooks_evict(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
-    uv_timer_stop(&inst->idle_timer);
-    inst->unload_reason = UNLOAD_EVICTED;
-    if (inst->state == INST_UNLOADED && !inst->external) {
+    uv_timer_stop(&inst->life.idle_timer);
+    inst->life.unload_reason = UNLOAD_EVICTED;
+    if (inst->life.state == INST_UNLOADED && !inst->external) {
         /* unloaded but still holding residue: only stopping it gives that back */
-        inst->stop_requested = true;
-        inst->stop_reason = why;
+        inst->life.stop_requested = true;
+        inst->life.stop_reason = why;
         instance_set_state(inst, INST_STOPPING, why);
-        if (inst->proc)
-            process_stop(inst->proc, m->cfg->stop_timeout_ms);
+        if (inst->life.proc)
+            process_stop(inst->life.proc, m->cfg->stop_timeout_ms);
         return;
     }
     int rc = instance_unload(inst, UNLOAD_EVICTED, why);
@@ -276,9 +311,9 @@ void hooks_evict(instance_t *inst, const char *why)
 void hooks_reclaimed(instance_t *inst, bool ok)
 {
     model_t *m = inst->model;
-    if (!inst->proc && !inst->external) {
+    if (!inst->life.proc && !inst->external) {
         instance_maybe_free(inst);
-    } else if (inst->state == INST_UNLOADING) {
+    } else if (inst->life.state == INST_UNLOADING) {
         if (ok) {
             instance_set_state(inst, INST_UNLOADED, "memory reclaimed");
         } else if (inst->external) {
@@ -286,12 +321,12 @@ void hooks_reclaimed(instance_t *inst, bool ok)
             model_set_failed(m, "external server did not give its memory back after unload");
         } else {
             log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s", m->name, inst->id,
-                      (int)inst->pid, "memory not returned after unload");
-            inst->stop_requested = true;
-            inst->stop_reason = "memory not returned after unload";
+                      (int)inst->life.pid, "memory not returned after unload");
+            inst->life.stop_requested = true;
+            inst->life.stop_reason = "memory not returned after unload";
             instance_set_state(inst, INST_STOPPING, "memory not returned after unload");
-            if (inst->proc)
-                process_signal(inst->proc, SIGKILL);
+            if (inst->life.proc)
+                process_signal(inst->life.proc, SIGKILL);
         }
     }
     sched_pump_all(m->core);
@@ -305,11 +340,11 @@ static void on_reload_answer(void *ctx, int status, const char *body, size_t len
     model_t *m = inst->model;
     bool ok = hook_outcome_of(status, false) == HOOK_OK;
     if (status == HTTP_CALL_LOCAL_SHORTAGE) { /* counted and held back (on_hook_answer) */
-        if (inst->state == INST_RELOADING)
+        if (inst->life.state == INST_RELOADING)
             instance_set_state(inst, INST_UNLOADED, "reload hook not made: vramd short of descriptors or memory");
         return;
     }
-    if (inst->state != INST_RELOADING)
+    if (inst->life.state != INST_RELOADING)
         return;
     if (!ok) {
         instance_set_state(inst, INST_UNLOADED, "reload hook failed");
@@ -317,9 +352,9 @@ static void on_reload_answer(void *ctx, int status, const char *body, size_t len
         return;
     }
     /* back to health checking: READY once it answers */
-    inst->started_ms = core_now();
+    inst->life.started_ms = core_now();
     instance_set_state(inst, INST_STARTING, "reloaded");
-    uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+    uv_timer_start(&inst->life.timer, instance_health_tick, 0, 0);
 }
 
 void instance_reload(instance_t *inst)
@@ -328,11 +363,11 @@ void instance_reload(instance_t *inst)
     const ledger_t *l = sched_ledger();
     if (hook_cooling(inst))
         return; /* vramd's own shortage a moment ago: on_local_retry pumps again */
-    if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
+    if (inst->memory.gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
         uint64_t want = m->cfg->memory.resident + sched_request_estimate(m);
-        uint64_t held = inst->mem.bytes;
+        uint64_t held = inst->memory.mem.bytes;
         uint64_t extra = want > held ? want - held : 0;
-        if (!ledger_fits(l, (size_t)inst->gpu_pos, extra, m)) {
+        if (!ledger_fits(l, (size_t)inst->memory.gpu_pos, extra, m)) {
             size_t pos;
             (void)sched_place(m, &pos); /* starts evictions when that makes room */
             return;
@@ -344,7 +379,7 @@ void instance_reload(instance_t *inst)
     if (!m->cfg->reload.set) {
         /* nothing to call: the server reloads on its own; check its health */
         instance_set_state(inst, INST_STARTING, "reload (no hook)");
-        uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+        uv_timer_start(&inst->life.timer, instance_health_tick, 0, 0);
         return;
     }
     instance_set_state(inst, INST_RELOADING, "needed again");

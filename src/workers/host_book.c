@@ -66,18 +66,18 @@ enum host_verdict host_book_park(instance_t *inst, uint64_t bytes)
 {
     sync_limits(inst->model->core->cfg);
     uint64_t room = host_mem_room(NULL, NULL, NULL);
-    return host_ledger_book(&g_book, &inst->parked_host, bytes, room, inst->model->name, inst);
+    return host_ledger_book(&g_book, &inst->park.parked_host, bytes, room, inst->model->name, inst);
 }
 
 void host_book_settle(instance_t *inst, uint64_t bytes)
 {
-    host_ledger_settle(&g_book, &inst->parked_host, bytes);
+    host_ledger_settle(&g_book, &inst->park.parked_host, bytes);
 }
 
 void host_book_release(instance_t *inst)
 {
     if (g_init)
-        host_ledger_release(&g_book, &inst->parked_host);
+        host_ledger_release(&g_book, &inst->park.parked_host);
 }
 
 uint64_t host_book_parked_by(const char *name)

@@ -7,7 +7,7 @@
  * (at start: /v1/status asks at once), HOST_BOOK_FALLBACK when neither can be read; a reload
  * re-applies an explicit value (auto keeps the figure measured at start).
  *
- * Invariants: an instance holds at most one entry (inst->host), booked only by
+ * Invariants: an instance holds at most one entry (inst->park.parked_host), booked only by
  * host_book_park and given back by host_book_release, which instance_set_state calls for
  * every state but PARKING, PARKED and RESUMING, so every way a park ends releases it.
  * Loop thread only. The lowest file of the supervisor (see supervisor_int.h).

@@ -39,6 +39,7 @@
 #include "workers/host_book.h"
 #include "workers/instance.h"
 #include "workers/model_state.h"
+#include "workers/park_tier.h"
 #include "workers/supervisor_int.h"
 
 #define STARTUP_POLL_MS 100
@@ -53,9 +54,10 @@ static void instance_kill_wedged(instance_t *inst, enum restart_reason why);
 static void on_instance_handle_closed(uv_handle_t *h)
 {
     instance_t *inst = h->data;
-    if (--inst->closing_handles > 0)
+    if (--inst->life.closing_handles > 0)
         return;
     model_t *m = inst->model;
+    park_tier_release(inst); /* the tiers' states live as long as the instance */
     free(inst);
     m->instances_closing--;
     model_maybe_free(m);
@@ -64,8 +66,8 @@ static void on_instance_handle_closed(uv_handle_t *h)
 /* Free the instance once nothing refers to it any more. */
 void instance_maybe_free(instance_t *inst)
 {
-    if (inst->proc || inst->in_flight > 0 || inst->closing_handles > 0 || inst->health_call || inst->hook_call ||
-        inst->cuda_ops > 0 || inst->cmd_proc || sched_instance_holds_memory(inst) || driver_limit_starting(inst))
+    if (inst->life.proc || inst->path.in_flight > 0 || inst->life.closing_handles > 0 || inst->life.health_call || inst->hook.hook_call ||
+        park_tier_holds(inst) || inst->life.cmd_proc || sched_instance_holds_memory(inst) || driver_limit_starting(inst))
         return;
     model_t *m = inst->model;
     host_book_release(inst); /* released at its last state change already; never outlives it */
@@ -77,11 +79,11 @@ void instance_maybe_free(instance_t *inst)
     if (m->unload_requested && !model_has_live_instances(m))
         m->unload_requested = false; /* the admin unload is complete: demand may start it again */
     core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
-    inst->closing_handles = 2;
-    uv_timer_stop(&inst->timer);
-    uv_timer_stop(&inst->idle_timer);
-    uv_close((uv_handle_t *)&inst->timer, on_instance_handle_closed);
-    uv_close((uv_handle_t *)&inst->idle_timer, on_instance_handle_closed);
+    inst->life.closing_handles = 2;
+    uv_timer_stop(&inst->life.timer);
+    uv_timer_stop(&inst->life.idle_timer);
+    uv_close((uv_handle_t *)&inst->life.timer, on_instance_handle_closed);
+    uv_close((uv_handle_t *)&inst->life.idle_timer, on_instance_handle_closed);
     core_emit(m->core, CORE_EV_MODEL_CHANGED, m);
     core_emit(m->core, CORE_EV_INSTANCE_GONE, inst);
     model_schedule_pump(m);
@@ -109,18 +111,15 @@ instance_t *instance_new(model_t *m)
         return NULL;
     inst->model = m;
     inst->id = ++m->next_instance_id;
-    inst->gpu = -1;
-    inst->gpu_pos = -1;
-    inst->server_vram = -1;
-    inst->park_tier = PARK_NONE;
-    ledger_entry_init(&inst->mem);
-    ledger_entry_init(&inst->grant_extra);
-    host_entry_init(&inst->parked_host);
-    list_init(&inst->pool);
-    uv_timer_init(m->core->loop, &inst->timer);
-    uv_timer_init(m->core->loop, &inst->idle_timer);
-    inst->timer.data = inst;
-    inst->idle_timer.data = inst;
+    sched_instance_init(inst); /* the memory part is the scheduler's */
+    inst->life.server_vram = -1;
+    inst->park.park_tier = PARK_NONE;
+    host_entry_init(&inst->park.parked_host);
+    list_init(&inst->path.pool);
+    uv_timer_init(m->core->loop, &inst->life.timer);
+    uv_timer_init(m->core->loop, &inst->life.idle_timer);
+    inst->life.timer.data = inst;
+    inst->life.idle_timer.data = inst;
     list_insert_tail(&m->instances, &inst->link);
     m->n_instances++;
     return inst;
@@ -130,17 +129,17 @@ instance_t *instance_new(model_t *m)
 static void health_became_ready(instance_t *inst, uint64_t now)
 {
     model_t *m = inst->model;
-    inst->ready_ms = now;
-    inst->health_failures = 0;
+    inst->life.ready_ms = now;
+    inst->life.health_failures = 0;
     m->consecutive_failures = 0;
     m->loads_total++;
-    sched_note_load(m, now - inst->started_ms);
+    sched_note_load(m, now - inst->life.started_ms);
     sched_instance_ready(inst);
     log_event(LOG_INFO, "worker_ready", "model=%s instance=%u pid=%d port=%d startup_ms=%llu",
-              m->name, inst->id, (int)inst->pid, inst->port,
-              (unsigned long long)(now - inst->started_ms));
+              m->name, inst->id, (int)inst->life.pid, inst->life.port,
+              (unsigned long long)(now - inst->life.started_ms));
     instance_set_state(inst, INST_READY, "health check passed");
-    uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
+    uv_timer_start(&inst->life.timer, instance_health_tick, m->cfg->health.interval_ms, 0);
     model_schedule_pump(m);
 }
 
@@ -153,14 +152,14 @@ static void health_startup_timeout(instance_t *inst, const char *error)
              (unsigned long long)m->cfg->startup_timeout_ms,
              error ? error : "non-200 answer");
     log_event(LOG_WARN, "worker_startup_timeout", "model=%s instance=%u pid=%d reason=%s", m->name,
-              inst->id, (int)inst->pid, why);
-    inst->stop_reason = "startup_timeout";
-    model_record_worker_failure(m, RESTART_STARTUP_TIMEOUT, "startup timeout", inst->pid);
-    inst->unload_reason = UNLOAD_FAILED;
-    inst->stop_requested = true; /* counted already: its exit is not another crash */
+              inst->id, (int)inst->life.pid, why);
+    inst->life.stop_reason = "startup_timeout";
+    model_record_worker_failure(m, RESTART_STARTUP_TIMEOUT, "startup timeout", inst->life.pid);
+    inst->life.unload_reason = UNLOAD_FAILED;
+    inst->life.stop_requested = true; /* counted already: its exit is not another crash */
     instance_set_state(inst, INST_STOPPING, "startup timeout");
-    if (inst->proc)
-        process_stop(inst->proc, 0);
+    if (inst->life.proc)
+        process_stop(inst->life.proc, 0);
     instance_maybe_free(inst);
 }
 
@@ -170,20 +169,20 @@ static void health_startup_timeout(instance_t *inst, const char *error)
 static void health_passed(instance_t *inst)
 {
     model_t *m = inst->model;
-    inst->health_failures = 0;
-    if (inst->suspect && !inst->hang_killed) {
-        inst->suspect = false;
+    inst->life.health_failures = 0;
+    if (inst->life.suspect && !inst->life.hang_killed) {
+        inst->life.suspect = false;
         log_event(LOG_INFO, "worker_suspect_cleared", "model=%s instance=%u pid=%d", m->name, inst->id,
-                  (int)inst->pid);
+                  (int)inst->life.pid);
         model_schedule_pump(m);
     }
-    if (inst->ejected_until_ms && inst->ejected_until_ms <= core_now()) {
-        inst->ejected_until_ms = 0;
+    if (inst->life.ejected_until_ms && inst->life.ejected_until_ms <= core_now()) {
+        inst->life.ejected_until_ms = 0;
         log_event(LOG_INFO, "worker_ejection_ended", "model=%s instance=%u pid=%d ejections=%u", m->name, inst->id,
-                  (int)inst->pid, inst->ejections);
+                  (int)inst->life.pid, inst->life.ejections);
         model_schedule_pump(m);
     }
-    if (inst->state == INST_DOWN) {
+    if (inst->life.state == INST_DOWN) {
         instance_set_state(inst, INST_READY, "health check passed");
         if (m->failed && inst->external) {
             m->failed = false;
@@ -200,22 +199,22 @@ static void health_passed(instance_t *inst)
 static bool health_failed(instance_t *inst, int status, const char *error)
 {
     model_t *m = inst->model;
-    inst->health_failures++;
+    inst->life.health_failures++;
     log_event(LOG_WARN, "health_check_failed", "model=%s instance=%u pid=%d status=%d error=%s failures=%u",
-              m->name, inst->id, (int)inst->pid, status, error, inst->health_failures);
-    if (inst->health_failures < m->cfg->health.failures)
+              m->name, inst->id, (int)inst->life.pid, status, error, inst->life.health_failures);
+    if (inst->life.health_failures < m->cfg->health.failures)
         return true;
     if (inst->external) {
-        if (inst->state != INST_DOWN || !m->failed) {
+        if (inst->life.state != INST_DOWN || !m->failed) {
             instance_set_state(inst, INST_DOWN, "health checks failing");
             char reason[160];
-            snprintf(reason, sizeof reason, "external server %s:%d failing health checks", inst->host,
-                     inst->port);
+            snprintf(reason, sizeof reason, "external server %s:%d failing health checks", inst->life.host,
+                     inst->life.port);
             model_set_failed(m, reason);
         }
-    } else if (inst->state == INST_READY) {
+    } else if (inst->life.state == INST_READY) {
         log_event(LOG_WARN, "worker_unhealthy", "model=%s instance=%u pid=%d", m->name, inst->id,
-                  (int)inst->pid);
+                  (int)inst->life.pid);
         instance_kill_wedged(inst, RESTART_UNHEALTHY); /* its exit is then handled as a failure */
         return false;
     }
@@ -230,10 +229,10 @@ static bool health_failed(instance_t *inst, int status, const char *error)
  * is taken as the worker's. */
 static bool port_is_the_workers(instance_t *inst)
 {
-    if (attrib_port_is_workers(&inst->ident))
+    if (attrib_port_is_workers(&inst->life.ident))
         return true;
     log_event(LOG_WARN, "worker_port_taken", "model=%s instance=%u pid=%d port=%d", inst->model->name, inst->id,
-              (int)inst->pid, inst->port);
+              (int)inst->life.pid, inst->life.port);
     return false;
 }
 
@@ -244,10 +243,10 @@ static bool port_is_the_workers(instance_t *inst)
 static bool server_model_gone(instance_t *inst)
 {
     if (!inst->external || inst->model->cfg->report == MODEL_REPORT_NONE || !inst->model->cfg->served_model ||
-        inst->state != INST_READY ||
-        inst->in_flight > 0 || inst->server_vram != 0 || inst->hook_call || inst->stop_requested)
+        inst->life.state != INST_READY ||
+        inst->path.in_flight > 0 || inst->life.server_vram != 0 || inst->hook.hook_call || inst->life.stop_requested)
         return false;
-    uv_timer_stop(&inst->idle_timer);
+    uv_timer_stop(&inst->life.idle_timer);
     instance_set_state(inst, INST_UNLOADING, "the server reports the model not loaded");
     if (!sched_instance_holds_memory(inst)) {
         instance_set_state(inst, INST_UNLOADED, "nothing booked");
@@ -262,7 +261,7 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
 {
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    inst->health_call = NULL;
+    inst->life.health_call = NULL;
     uint64_t now = core_now();
     bool ok = status == 200;
     enum server_said said = ok && body && m->cfg->report != MODEL_REPORT_NONE ? server_report_note(inst, body, body_len)
@@ -271,11 +270,11 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
         ok = false;
         error = "the server says the model's last load failed";
     }
-    if (inst->state == INST_STOPPING) {
+    if (inst->life.state == INST_STOPPING) {
         instance_maybe_free(inst);
         return;
     }
-    if (inst->state == INST_UNLOADING && inst->external && m->cfg->report != MODEL_REPORT_NONE) {
+    if (inst->life.state == INST_UNLOADING && inst->external && m->cfg->report != MODEL_REPORT_NONE) {
         instance_report_poll(inst); /* the unload began while this check ran: the report poll goes on */
         return;
     }
@@ -283,11 +282,11 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
         /* vramd's own shortage (EMFILE, ENFILE, ENOBUFS, ENOMEM): not the worker's failure; try later */
         core_count(m->core, CORE_CNT_LOCAL_HEALTH);
         log_event(LOG_WARN, "local_resource_exhausted", "model=%s instance=%u pid=%d call=%s error=%s", m->name,
-                  inst->id, (int)inst->pid, "health", error);
-        uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
+                  inst->id, (int)inst->life.pid, "health", error);
+        uv_timer_start(&inst->life.timer, instance_health_tick, m->cfg->health.interval_ms, 0);
         return;
     }
-    if (inst->state == INST_STARTING) {
+    if (inst->life.state == INST_STARTING) {
         if (ok && said == SERVER_SAID_LOADING) {
             ok = false; /* ready once the server says the model is loaded */
             error = "the server is still loading the model";
@@ -296,10 +295,10 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
             ok = false; /* another process answered: wait for ours (it exits if it cannot bind) */
         if (ok)
             health_became_ready(inst, now);
-        else if (now - inst->started_ms >= m->cfg->startup_timeout_ms)
+        else if (now - inst->life.started_ms >= m->cfg->startup_timeout_ms)
             health_startup_timeout(inst, error);
         else
-            uv_timer_start(&inst->timer, instance_health_tick, STARTUP_POLL_MS, 0);
+            uv_timer_start(&inst->life.timer, instance_health_tick, STARTUP_POLL_MS, 0);
         return;
     }
     /* READY or DOWN: periodic checks */
@@ -309,29 +308,29 @@ static void on_health_answer(void *ctx, int status, const char *body, size_t bod
         return;
     if (ok && server_model_gone(inst))
         return;
-    uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
+    uv_timer_start(&inst->life.timer, instance_health_tick, m->cfg->health.interval_ms, 0);
 }
 
 void instance_health_tick(uv_timer_t *t)
 {
     instance_t *inst = t->data;
     model_t *m = inst->model;
-    if (inst->health_call || inst->state == INST_STOPPING || inst->state == INST_UNLOADING ||
-        inst->state == INST_UNLOADED || inst->state == INST_RELOADING || inst->state == INST_PARKING ||
-        inst->state == INST_PARKED || inst->state == INST_RESUMING)
+    if (inst->life.health_call || inst->life.state == INST_STOPPING || inst->life.state == INST_UNLOADING ||
+        inst->life.state == INST_UNLOADED || inst->life.state == INST_RELOADING || inst->life.state == INST_PARKING ||
+        inst->life.state == INST_PARKED || inst->life.state == INST_RESUMING)
         return;
     http_call_req_t req = {
-        .host = inst->host,
-        .port = inst->port,
+        .host = inst->life.host,
+        .port = inst->life.port,
         .method = "GET",
         .path = m->cfg->health.path,
         .timeout_ms = m->cfg->health.timeout_ms,
         .max_response = 64 * 1024,
     };
     char err[160];
-    int rc = http_call_start(m->core->loop, &req, on_health_answer, inst, &inst->health_call, err, sizeof err);
+    int rc = http_call_start(m->core->loop, &req, on_health_answer, inst, &inst->life.health_call, err, sizeof err);
     if (rc != 0) {
-        inst->health_call = NULL;
+        inst->life.health_call = NULL;
         on_health_answer(inst, rc == -2 ? HTTP_CALL_LOCAL_SHORTAGE : -1, NULL, 0, err);
     }
 }
@@ -347,89 +346,88 @@ static void on_report_answer(void *ctx, int status, const char *body, size_t bod
 {
     (void)error;
     instance_t *inst = ctx;
-    inst->health_call = NULL;
-    if (inst->state == INST_STOPPING) {
+    inst->life.health_call = NULL;
+    if (inst->life.state == INST_STOPPING) {
         instance_maybe_free(inst);
         return;
     }
     if (status == 200 && body)
         server_report_note(inst, body, body_len);
-    if (inst->state == INST_UNLOADING)
-        uv_timer_start(&inst->timer, report_tick, inst->model->core->cfg->gpu.poll_ms, 0);
+    if (inst->life.state == INST_UNLOADING)
+        uv_timer_start(&inst->life.timer, report_tick, inst->model->core->cfg->gpu.poll_ms, 0);
 }
 
 static void report_tick(uv_timer_t *t)
 {
     instance_t *inst = t->data;
     model_t *m = inst->model;
-    if (inst->state != INST_UNLOADING)
+    if (inst->life.state != INST_UNLOADING)
         return;
-    if (inst->health_call) { /* a check begun before the unload: its answer is older than the unload */
-        uv_timer_start(&inst->timer, report_tick, m->core->cfg->gpu.poll_ms, 0);
+    if (inst->life.health_call) { /* a check begun before the unload: its answer is older than the unload */
+        uv_timer_start(&inst->life.timer, report_tick, m->core->cfg->gpu.poll_ms, 0);
         return;
     }
     http_call_req_t req = {
-        .host = inst->host,
-        .port = inst->port,
+        .host = inst->life.host,
+        .port = inst->life.port,
         .method = "GET",
         .path = m->cfg->health.path,
         .timeout_ms = m->cfg->health.timeout_ms,
         .max_response = 64 * 1024,
     };
     char err[160];
-    if (http_call_start(m->core->loop, &req, on_report_answer, inst, &inst->health_call, err, sizeof err) != 0) {
-        inst->health_call = NULL;
-        uv_timer_start(&inst->timer, report_tick, m->core->cfg->gpu.poll_ms, 0);
+    if (http_call_start(m->core->loop, &req, on_report_answer, inst, &inst->life.health_call, err, sizeof err) != 0) {
+        inst->life.health_call = NULL;
+        uv_timer_start(&inst->life.timer, report_tick, m->core->cfg->gpu.poll_ms, 0);
     }
 }
 
 void instance_report_poll(instance_t *inst)
 {
-    if (inst->external && inst->model->cfg->report != MODEL_REPORT_NONE && inst->state == INST_UNLOADING)
-        uv_timer_start(&inst->timer, report_tick, 0, 0);
+    if (inst->external && inst->model->cfg->report != MODEL_REPORT_NONE && inst->life.state == INST_UNLOADING)
+        uv_timer_start(&inst->life.timer, report_tick, 0, 0);
 }
 
 static void on_process_exit(process_t *p, int exit_status, int term_signal, void *ctx)
 {
     instance_t *inst = ctx;
     model_t *m = inst->model;
-    inst->proc = NULL;
+    inst->life.proc = NULL;
     driver_limit_exited(inst, p); /* its leaf stays until the driver's limit on it is reset */
-    bool expected = inst->stop_requested;
+    bool expected = inst->life.stop_requested;
     log_event(expected ? LOG_INFO : LOG_WARN, "worker_exit",
               "model=%s instance=%u pid=%d exit_status=%d signal=%d expected=%B state=%s", m->name, inst->id,
-              (int)inst->pid, exit_status, term_signal, expected, instance_state_name(inst->state));
-    if (inst->health_call) {
-        http_call_cancel(inst->health_call);
-        inst->health_call = NULL;
+              (int)inst->life.pid, exit_status, term_signal, expected, instance_state_name(inst->life.state));
+    if (inst->life.health_call) {
+        http_call_cancel(inst->life.health_call);
+        inst->life.health_call = NULL;
     }
-    uv_timer_stop(&inst->timer);
-    uv_timer_stop(&inst->idle_timer);
+    uv_timer_stop(&inst->life.timer);
+    uv_timer_stop(&inst->life.idle_timer);
     if (!expected) {
         char why[96];
         if (term_signal)
             snprintf(why, sizeof why, "%s killed by signal %d",
-                     inst->state == INST_STARTING ? "start failed:" : "crash:", term_signal);
+                     inst->life.state == INST_STARTING ? "start failed:" : "crash:", term_signal);
         else
             snprintf(why, sizeof why, "%s exited with status %d",
-                     inst->state == INST_STARTING ? "start failed:" : "crash:", exit_status);
-        inst->stop_requested = true;
-        enum restart_reason kind = inst->state == INST_STARTING ? RESTART_START_FAILED : RESTART_CRASH;
-        if (inst->kill_reason != RESTART_CRASH)
-            kind = inst->kill_reason;
-        model_record_worker_failure(m, kind, why, inst->pid);
+                     inst->life.state == INST_STARTING ? "start failed:" : "crash:", exit_status);
+        inst->life.stop_requested = true;
+        enum restart_reason kind = inst->life.state == INST_STARTING ? RESTART_START_FAILED : RESTART_CRASH;
+        if (inst->life.kill_reason != RESTART_CRASH)
+            kind = inst->life.kill_reason;
+        model_record_worker_failure(m, kind, why, inst->life.pid);
     } else {
         m->unloads_total++;
-        m->unloads_by_reason[inst->unload_reason]++;
+        m->unloads_by_reason[inst->life.unload_reason]++;
     }
     shim_grants_exited(inst);
     core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
-    instance_set_state(inst, INST_STOPPING, expected ? (inst->stop_reason ? inst->stop_reason : "stopped") : "exited");
+    instance_set_state(inst, INST_STOPPING, expected ? (inst->life.stop_reason ? inst->life.stop_reason : "stopped") : "exited");
     if (sched_instance_holds_memory(inst)) {
         /* verified reclaim only while it can matter: not once vramd is stopping (nothing is
          * admitted any more, and a hung NVML would hold the exit until the forced stop) */
         if (sched_gpu_ok() && !m->core->stopping) {
-            inst->reclaiming = false;
             sched_instance_unloading(inst); /* entry released when NVML shows the memory back */
         } else {
             sched_book_release(inst);
@@ -450,7 +448,7 @@ static void spawn_worker(instance_t *inst);
  * starts, unless it was stopped meanwhile. */
 static void limit_ready(instance_t *inst)
 {
-    if (inst->state == INST_STOPPING || inst->stop_requested || inst->model->removed || inst->model->core->stopping) {
+    if (inst->life.state == INST_STOPPING || inst->life.stop_requested || inst->model->removed || inst->model->core->stopping) {
         driver_limit_exited(inst, NULL); /* reset; the leaf, made for a child that never ran, is swept */
         instance_set_state(inst, INST_STOPPING, "stopped before it started");
         sched_book_release(inst);
@@ -466,9 +464,9 @@ void instance_start(model_t *m, size_t gpu_pos)
     if (!inst)
         return;
     sched_place_instance(inst, gpu_pos);
-    snprintf(inst->host, sizeof inst->host, "127.0.0.1");
-    inst->port = pick_free_port();
-    inst->started_ms = core_now(); /* STARTING since instance_new */
+    snprintf(inst->life.host, sizeof inst->life.host, "127.0.0.1");
+    inst->life.port = pick_free_port();
+    inst->life.started_ms = core_now(); /* STARTING since instance_new */
     char leaf[200];
     worker_cmds_leaf(inst, leaf, sizeof leaf);
     if (driver_limit_before_start(inst, leaf, limit_ready) == 1)
@@ -487,19 +485,19 @@ static void spawn_worker(instance_t *inst)
     worker_cmds_leaf(inst, leaf, sizeof leaf);
     config_kv_t *env = calloc(n_env, sizeof *env);
     char portbuf[16], gpubuf[16];
-    snprintf(portbuf, sizeof portbuf, "%d", inst->port);
-    snprintf(gpubuf, sizeof gpubuf, "%d", inst->gpu);
+    snprintf(portbuf, sizeof portbuf, "%d", inst->life.port);
+    snprintf(gpubuf, sizeof gpubuf, "%d", inst->memory.gpu);
     char pidfile[4096];
     snprintf(pidfile, sizeof pidfile, "%s/pids/%s.%u.pid", m->core->cfg->state_dir, m->name, inst->id);
     char err[256] = "";
     int rc = -1;
-    if (argv && argv[0] && env && inst->port > 0) {
+    if (argv && argv[0] && env && inst->life.port > 0) {
         env[0].key = "PORT";
         env[0].value = portbuf;
         env[1].key = "VRAMD_MODEL";
         env[1].value = m->name;
         size_t k = 2;
-        if (inst->gpu >= 0) {
+        if (inst->memory.gpu >= 0) {
             env[k].key = "CUDA_VISIBLE_DEVICES";
             env[k].value = gpubuf;
             k++;
@@ -527,10 +525,10 @@ static void spawn_worker(instance_t *inst)
             .cgroups = m->core->cgroups,
             .cgroup_leaf = leaf,
         };
-        rc = process_spawn(m->core->loop, &spec, on_process_exit, inst, &inst->proc, err, sizeof err);
+        rc = process_spawn(m->core->loop, &spec, on_process_exit, inst, &inst->life.proc, err, sizeof err);
         n_env = n_model_env;
     } else {
-        snprintf(err, sizeof err, "%s", inst->port <= 0 ? "no free port" : "out of memory");
+        snprintf(err, sizeof err, "%s", inst->life.port <= 0 ? "no free port" : "out of memory");
     }
 spawn_failed:
     worker_cmds_free_argv(argv);
@@ -542,7 +540,7 @@ spawn_failed:
         log_event(LOG_ERROR, "worker_spawn_failed", "model=%s instance=%u error=%s", m->name, inst->id, err);
         char why[200];
         snprintf(why, sizeof why, "start failed: %s", err);
-        inst->proc = NULL;
+        inst->life.proc = NULL;
         model_record_failure(m, RESTART_START_FAILED, why);
         driver_limit_exited(inst, NULL); /* reset what was set on the leaf */
         instance_set_state(inst, INST_STOPPING, why);
@@ -550,30 +548,30 @@ spawn_failed:
         instance_maybe_free(inst);
         return;
     }
-    inst->pid = process_pid(inst->proc);
+    inst->life.pid = process_pid(inst->life.proc);
     /* it leads its own process group, in a cgroup leaf of its own when vramd has a tree */
-    attrib_set_worker(&inst->ident, inst->pid, inst->port, m->core->cgroups, leaf);
-    inst->ident.container = mc->container.set;
+    attrib_set_worker(&inst->life.ident, inst->life.pid, inst->life.port, m->core->cgroups, leaf);
+    inst->life.ident.container = mc->container.set;
     log_event(LOG_INFO, "worker_started", "model=%s instance=%u pid=%d port=%d gpu=%d", m->name, inst->id,
-              (int)inst->pid, inst->port, inst->gpu);
+              (int)inst->life.pid, inst->life.port, inst->memory.gpu);
     instance_set_state(inst, INST_STARTING, "started");
-    uv_timer_start(&inst->timer, instance_health_tick, STARTUP_POLL_MS, 0);
+    uv_timer_start(&inst->life.timer, instance_health_tick, STARTUP_POLL_MS, 0);
 }
 
 void instance_refresh_identity(instance_t *inst)
 {
-    if (!attrib_refresh(&inst->ident))
+    if (!attrib_refresh(&inst->life.ident))
         return;
-    if (inst->ident.external) /* its listener changed (restarted, or found for the first time) */
-        log_event(LOG_INFO, "external_pid", "model=%s port=%d pid=%d", inst->model->name, inst->port,
-                  (int)inst->ident.external_pid);
+    if (inst->life.ident.external) /* its listener changed (restarted, or found for the first time) */
+        log_event(LOG_INFO, "external_pid", "model=%s port=%d pid=%d", inst->model->name, inst->life.port,
+                  (int)inst->life.ident.external_pid);
 }
 
 /* The stop commands ended: signal what is left (the group, the cgroup), or free. */
 static void after_stop_cmds(instance_t *inst)
 {
-    if (inst->proc)
-        process_stop(inst->proc, inst->model->cfg->stop_timeout_ms);
+    if (inst->life.proc)
+        process_stop(inst->life.proc, inst->model->cfg->stop_timeout_ms);
     else
         instance_maybe_free(inst);
 }
@@ -581,39 +579,39 @@ static void after_stop_cmds(instance_t *inst)
 void instance_stop(instance_t *inst, const char *reason)
 {
     model_t *m = inst->model;
-    if (inst->external || inst->state == INST_STOPPING)
+    if (inst->external || inst->life.state == INST_STOPPING)
         return;
-    inst->stop_requested = true;
-    inst->stop_reason = reason;
-    uv_timer_stop(&inst->idle_timer);
-    if (inst->in_flight > 0) {
+    inst->life.stop_requested = true;
+    inst->life.stop_reason = reason;
+    uv_timer_stop(&inst->life.idle_timer);
+    if (inst->path.in_flight > 0) {
         /* draining: no new requests (stop_requested), stop once in-flight ones finish */
-        instance_set_state(inst, inst->state, reason);
+        instance_set_state(inst, inst->life.state, reason);
         return;
     }
-    uv_timer_stop(&inst->timer);
-    if (inst->health_call) {
-        http_call_cancel(inst->health_call);
-        inst->health_call = NULL;
+    uv_timer_stop(&inst->life.timer);
+    if (inst->life.health_call) {
+        http_call_cancel(inst->life.health_call);
+        inst->life.health_call = NULL;
     }
     core_emit(inst->model->core, CORE_EV_INSTANCE_DOWN, inst);
     instance_set_state(inst, INST_STOPPING, reason);
-    if (!inst->proc)
+    if (!inst->life.proc)
         instance_maybe_free(inst);
     else if (!worker_cmds_stop(inst, after_stop_cmds)) /* stop_cmd, a container's removal */
-        process_stop(inst->proc, m->cfg->stop_timeout_ms);
+        process_stop(inst->life.proc, m->cfg->stop_timeout_ms);
 }
 
 void instance_recycle(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
-    if (inst->external || inst->stop_requested || inst->state == INST_STOPPING)
+    if (inst->external || inst->life.stop_requested || inst->life.state == INST_STOPPING)
         return;
     m->recycles_total++;
     m->restarts_by_reason[RESTART_RECYCLE]++;
-    inst->unload_reason = UNLOAD_RECYCLE;
+    inst->life.unload_reason = UNLOAD_RECYCLE;
     log_event(LOG_INFO, "worker_recycle", "model=%s instance=%u pid=%d reason=%s requests=%llu in_flight=%u", m->name,
-              inst->id, (int)inst->pid, why, (unsigned long long)inst->requests_total, inst->in_flight);
+              inst->id, (int)inst->life.pid, why, (unsigned long long)inst->path.requests_total, inst->path.in_flight);
     core_note_event(m->core, "recycling %s instance %u: %s", m->name, inst->id, why);
     instance_stop(inst, why); /* drains first: new requests go elsewhere, in-flight ones finish */
     model_schedule_pump(m);   /* a replacement starts when there is demand */
@@ -622,39 +620,39 @@ void instance_recycle(instance_t *inst, const char *why)
 /* Why vramd kills a wedged worker, as its worker_kill lines say. */
 static const char *wedged_reason(const instance_t *inst)
 {
-    return inst->kill_reason == RESTART_UNHEALTHY ? "health checks failing" : "request hang";
+    return inst->life.kill_reason == RESTART_UNHEALTHY ? "health checks failing" : "request hang";
 }
 
 /* The grace after SIGABRT ran out (a stopped or wedged worker does not act on it). */
 static void on_wedged_grace(uv_timer_t *t)
 {
     instance_t *inst = t->data;
-    if (!inst->proc)
+    if (!inst->life.proc)
         return;
     log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s signal=%d", inst->model->name, inst->id,
-              (int)inst->pid, wedged_reason(inst), SIGKILL);
-    process_signal(inst->proc, SIGKILL);
+              (int)inst->life.pid, wedged_reason(inst), SIGKILL);
+    process_signal(inst->life.proc, SIGKILL);
 }
 
 static void instance_kill_wedged(instance_t *inst, enum restart_reason why)
 {
     model_t *m = inst->model;
-    if (inst->external || !inst->proc || inst->hang_killed)
+    if (inst->external || !inst->life.proc || inst->life.hang_killed)
         return;
-    inst->hang_killed = true;
-    inst->suspect = true; /* no new requests while it dies */
-    inst->kill_reason = why;
-    if (inst->health_call) {
-        http_call_cancel(inst->health_call);
-        inst->health_call = NULL;
+    inst->life.hang_killed = true;
+    inst->life.suspect = true; /* no new requests while it dies */
+    inst->life.kill_reason = why;
+    if (inst->life.health_call) {
+        http_call_cancel(inst->life.health_call);
+        inst->life.health_call = NULL;
     }
     uint64_t grace = m->cfg->stop_timeout_ms ? m->cfg->stop_timeout_ms : 1;
     log_event(LOG_WARN, "worker_kill", "model=%s instance=%u pid=%d reason=%s signal=%d grace_ms=%llu", m->name,
-              inst->id, (int)inst->pid, wedged_reason(inst), SIGABRT, (unsigned long long)grace);
+              inst->id, (int)inst->life.pid, wedged_reason(inst), SIGABRT, (unsigned long long)grace);
     /* gunicorn's sequence: SIGABRT (a core dump for the operator), SIGKILL if it is still
      * there after the grace; the exit is a failure (why), replaced with backoff */
-    process_signal(inst->proc, SIGABRT);
-    uv_timer_start(&inst->timer, on_wedged_grace, grace, 0);
+    process_signal(inst->life.proc, SIGABRT);
+    uv_timer_start(&inst->life.timer, on_wedged_grace, grace, 0);
 }
 
 void instance_kill_hung(instance_t *inst, const char *why)
@@ -663,7 +661,7 @@ void instance_kill_hung(instance_t *inst, const char *why)
     m->hangs_total++;
     if (inst->external) {
         /* never signalled: out of rotation until its health check passes again */
-        if (inst->state == INST_READY)
+        if (inst->life.state == INST_READY)
             instance_set_state(inst, INST_DOWN, why);
         return;
     }
@@ -672,21 +670,21 @@ void instance_kill_hung(instance_t *inst, const char *why)
 
 void instance_mark_suspect(instance_t *inst, const char *why)
 {
-    if (inst->suspect || inst->hang_killed || inst->state != INST_READY)
+    if (inst->life.suspect || inst->life.hang_killed || inst->life.state != INST_READY)
         return;
-    inst->suspect = true;
+    inst->life.suspect = true;
     log_event(LOG_WARN, "worker_suspect", "model=%s instance=%u pid=%d reason=%s", inst->model->name, inst->id,
-              (int)inst->pid, why);
-    if (inst->health_call) {
-        http_call_cancel(inst->health_call);
-        inst->health_call = NULL;
+              (int)inst->life.pid, why);
+    if (inst->life.health_call) {
+        http_call_cancel(inst->life.health_call);
+        inst->life.health_call = NULL;
     }
-    uv_timer_start(&inst->timer, instance_health_tick, 0, 0); /* its next check decides */
+    uv_timer_start(&inst->life.timer, instance_health_tick, 0, 0); /* its next check decides */
 }
 
 bool instance_usable(const instance_t *in, uint64_t now)
 {
-    return in->state == INST_READY && !in->stop_requested && !in->suspect && in->ejected_until_ms <= now;
+    return in->life.state == INST_READY && !in->life.stop_requested && !in->life.suspect && in->life.ejected_until_ms <= now;
 }
 
 /* INSTANCE_OUTLIER_IN_ROW broken exchanges in a row: eject the instance for a growing time
@@ -697,8 +695,8 @@ static void instance_note_outlier(instance_t *inst)
 {
     model_t *m = inst->model;
     uint64_t now = core_now();
-    unsigned in_row = inst->failed_in_row;
-    inst->failed_in_row = 0;
+    unsigned in_row = inst->life.failed_in_row;
+    inst->life.failed_in_row = 0;
     bool other = false;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
@@ -707,18 +705,18 @@ static void instance_note_outlier(instance_t *inst)
     }
     if (!other) {
         log_event(LOG_WARN, "worker_outlier_kept", "model=%s instance=%u pid=%d failed_in_row=%u reason=%s", m->name,
-                  inst->id, (int)inst->pid, in_row, "the model's last healthy instance");
+                  inst->id, (int)inst->life.pid, in_row, "the model's last healthy instance");
         return;
     }
-    inst->ejections++;
+    inst->life.ejections++;
     m->ejections_total++;
     const config_outlier_t *o = &m->cfg->outlier;
-    uint64_t ms = o->base_ejection_ms * inst->ejections; /* <= 1h x 2^32: no overflow */
+    uint64_t ms = o->base_ejection_ms * inst->life.ejections; /* <= 1h x 2^32: no overflow */
     if (ms > o->max_ejection_ms)
         ms = o->max_ejection_ms;
-    inst->ejected_until_ms = now + ms;
+    inst->life.ejected_until_ms = now + ms;
     log_event(LOG_WARN, "worker_ejected", "model=%s instance=%u pid=%d failed_in_row=%u ejections=%u ejection_ms=%llu",
-              m->name, inst->id, (int)inst->pid, in_row, inst->ejections, (unsigned long long)ms);
+              m->name, inst->id, (int)inst->life.pid, in_row, inst->life.ejections, (unsigned long long)ms);
     core_note_event(m->core, "ejected %s instance %u for %llu s: %u broken exchanges in a row", m->name, inst->id,
                     (unsigned long long)(ms / 1000), in_row);
 }
@@ -727,20 +725,20 @@ static void instance_note_outlier(instance_t *inst)
 static void request_done(instance_t *inst, int broken)
 {
     model_t *m = inst->model;
-    if (inst->in_flight)
-        inst->in_flight--;
+    if (inst->path.in_flight)
+        inst->path.in_flight--;
     if (m->in_flight)
         m->in_flight--;
     if (broken >= 0)
-        inst->failed_in_row = broken ? inst->failed_in_row + 1 : 0;
+        inst->life.failed_in_row = broken ? inst->life.failed_in_row + 1 : 0;
     const config_recycle_t *rc = &m->cfg->recycle;
-    if (inst->failed_in_row >= INSTANCE_OUTLIER_IN_ROW)
+    if (inst->life.failed_in_row >= INSTANCE_OUTLIER_IN_ROW)
         instance_note_outlier(inst);
-    else if (rc->after_requests && inst->requests_total >= rc->after_requests)
+    else if (rc->after_requests && inst->path.requests_total >= rc->after_requests)
         instance_recycle(inst, "after_requests");
-    if (inst->stop_requested && inst->in_flight == 0 && inst->state != INST_STOPPING && !inst->external) {
-        instance_stop(inst, inst->stop_reason ? inst->stop_reason : "stopped");
-    } else if (!inst->proc && !inst->external && inst->state == INST_STOPPING) {
+    if (inst->life.stop_requested && inst->path.in_flight == 0 && inst->life.state != INST_STOPPING && !inst->external) {
+        instance_stop(inst, inst->life.stop_reason ? inst->life.stop_reason : "stopped");
+    } else if (!inst->life.proc && !inst->external && inst->life.state == INST_STOPPING) {
         instance_maybe_free(inst);
     }
     model_schedule_pump(m);
@@ -756,17 +754,17 @@ void model_stop_all(model_t *m, const char *reason)
     list_foreach_safe(it, tmp, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
         if (in->external) {
-            uv_timer_stop(&in->timer);
-            if (in->health_call) {
-                http_call_cancel(in->health_call);
-                in->health_call = NULL;
+            uv_timer_stop(&in->life.timer);
+            if (in->life.health_call) {
+                http_call_cancel(in->life.health_call);
+                in->life.health_call = NULL;
             }
             instance_set_state(in, INST_STOPPING, reason);
-            in->stop_requested = true;
+            in->life.stop_requested = true;
             instance_maybe_free(in);
         } else {
-            if (in->state != INST_STOPPING)
-                in->unload_reason = m->removed ? UNLOAD_REMOVED : UNLOAD_DRAIN;
+            if (in->life.state != INST_STOPPING)
+                in->life.unload_reason = m->removed ? UNLOAD_REMOVED : UNLOAD_DRAIN;
             instance_stop(in, reason);
         }
     }

@@ -108,13 +108,13 @@ enum model_state model_state(const model_t *m)
     bool starting = false, stopping = false, ready = false, draining = false;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_READY && !in->stop_requested)
+        if (in->life.state == INST_READY && !in->life.stop_requested)
             ready = true;
-        else if (in->state == INST_READY && in->stop_requested)
+        else if (in->life.state == INST_READY && in->life.stop_requested)
             draining = true;
-        else if (in->state == INST_STARTING || in->state == INST_RELOADING || in->state == INST_RESUMING)
+        else if (in->life.state == INST_STARTING || in->life.state == INST_RELOADING || in->life.state == INST_RESUMING)
             starting = true;
-        else if (in->state == INST_STOPPING || in->state == INST_UNLOADING || in->state == INST_PARKING)
+        else if (in->life.state == INST_STOPPING || in->life.state == INST_UNLOADING || in->life.state == INST_PARKING)
             stopping = true;
     }
     if (ready)
@@ -168,19 +168,19 @@ void instance_set_state_at(instance_t *inst, enum instance_state s, const char *
 {
     model_t *m = inst->model;
     enum model_state before = model_state(m);
-    if (inst->state != s) {
-        CHECK_IF(!instance_transition_ok(inst->state, s));
+    if (inst->life.state != s) {
+        CHECK_IF(!instance_transition_ok(inst->life.state, s));
         log_event(LOG_INFO, "instance_state", "model=%s instance=%u pid=%d from=%s to=%s reason=%s file=%s line=%d",
-                  m->name, inst->id, (int)inst->pid, instance_state_name(inst->state), instance_state_name(s), why,
+                  m->name, inst->id, (int)inst->life.pid, instance_state_name(inst->life.state), instance_state_name(s), why,
                   file, line);
-        inst->state = s;
+        inst->life.state = s;
     }
     if (s != INST_READY)
-        inst->park_clearing = false; /* a cache clear for a park ends with READY (workers/park.c) */
+        inst->park.park_clearing = false; /* a cache clear for a park ends with READY (workers/park.c) */
     if (s != INST_PARKING && s != INST_PARKED && s != INST_RESUMING) {
         /* however a park ends (back, stopped, died, escalated), its host memory is given back */
         host_book_release(inst);
-        inst->park_tier = PARK_NONE;
+        inst->park.park_tier = PARK_NONE;
     }
     model_note_state(m, before, why);
     core_emit(m->core, CORE_EV_MODEL_CHANGED, m);

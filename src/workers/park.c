@@ -53,7 +53,16 @@
 /* The tier inst is parked by (PARKING, PARKED, RESUMING). */
 static const park_tier_ops_t *tier_ops(const instance_t *inst)
 {
-    return park_tier_ops(inst->park_tier);
+    return park_tier_ops(inst->park.park_tier);
+}
+
+/* What its tier measured of the current way (park_tier.h's measured): held 0 = not known. */
+static void tier_measured(const instance_t *inst, uint64_t *held, uint64_t *copy_us)
+{
+    const park_tier_ops_t *t = tier_ops(inst);
+    *held = *copy_us = 0;
+    if (t && t->measured)
+        t->measured(inst, held, copy_us);
 }
 
 /* Book the park of an idle instance on the host (what it holds on the GPU now) and set the
@@ -61,7 +70,7 @@ static const park_tier_ops_t *tier_ops(const instance_t *inst)
 static bool park_book(instance_t *inst, enum park_tier tier, enum unload_reason reason)
 {
     model_t *m = inst->model;
-    uint64_t bytes = inst->mem.gpu >= 0 ? inst->mem.bytes : (inst->measured ? inst->measured : m->cfg->memory.resident);
+    uint64_t bytes = inst->memory.mem.gpu >= 0 ? inst->memory.mem.bytes : (inst->memory.measured ? inst->memory.measured : m->cfg->memory.resident);
     enum host_verdict v = host_book_park(inst, bytes);
     if (v == HOST_OVER_BUDGET && park_host_make_room(inst, tier, bytes))
         v = host_book_park(inst, bytes); /* older parked instances stopped: their entries are free */
@@ -74,14 +83,12 @@ static bool park_book(instance_t *inst, enum park_tier tier, enum unload_reason 
                   (unsigned long long)h->parked);
         return false;
     }
-    uv_timer_stop(&inst->idle_timer);
-    inst->unload_reason = reason;
-    inst->park_tier = tier;
-    inst->park_before = bytes;
-    inst->park_left = 0;
-    inst->park_since_ms = core_now();
-    inst->cuda_copy_us = 0;
-    inst->park_measured = 0; /* the checkpoint tier sets what its processes hold */
+    uv_timer_stop(&inst->life.idle_timer);
+    inst->life.unload_reason = reason;
+    inst->park.park_tier = tier;
+    inst->park.park_before = bytes;
+    inst->park.park_left = 0;
+    inst->park.park_since_ms = core_now();
     return true;
 }
 
@@ -90,24 +97,25 @@ static bool park_book(instance_t *inst, enum park_tier tier, enum unload_reason 
 static void parked(instance_t *inst)
 {
     model_t *m = inst->model;
-    uint64_t left = inst->mem.gpu >= 0 ? inst->mem.bytes : 0;
-    uint64_t before = inst->park_before;
-    if (inst->park_measured && inst->park_measured < before)
-        before = inst->park_measured; /* the driver copies what the processes hold, not what was booked */
-    inst->park_before = before; /* what comes back: the way back waits for half of it (wake_target) */
+    uint64_t left = inst->memory.mem.gpu >= 0 ? inst->memory.mem.bytes : 0;
+    uint64_t before = inst->park.park_before, held, copy_us;
+    tier_measured(inst, &held, &copy_us);
+    if (held && held < before)
+        before = held; /* the driver copies what the processes hold, not what was booked */
+    inst->park.park_before = before; /* what comes back: the way back waits for half of it (wake_target) */
     uint64_t freed = before > left ? before - left : 0;
-    inst->park_left = left;
+    inst->park.park_left = left;
     host_book_settle(inst, freed);
-    park_learn_way_out(inst, core_now() - inst->park_since_ms);
+    park_learn_way_out(inst, core_now() - inst->park.park_since_ms);
     m->parks_total++;
-    m->park_stats[inst->park_tier].parks++;
+    m->park_stats[inst->park.park_tier].parks++;
     log_event(LOG_INFO, "parked", "model=%s instance=%u tier=%s freed=%llu left_on_gpu=%llu host=%llu wait_ms=%llu "
               "copy_ms=%llu", m->name, inst->id, tier_ops(inst)->name, (unsigned long long)freed, (unsigned long long)left,
-              (unsigned long long)inst->parked_host.bytes, (unsigned long long)(core_now() - inst->park_since_ms),
-              (unsigned long long)(inst->cuda_copy_us / 1000));
+              (unsigned long long)inst->park.parked_host.bytes, (unsigned long long)(core_now() - inst->park.park_since_ms),
+              (unsigned long long)(copy_us / 1000));
     core_note_event(m->core, "parked %s instance %u (%s): %llu MiB to host memory, %llu MiB left on GPU %d",
                     m->name, inst->id, tier_ops(inst)->name, (unsigned long long)(freed >> 20),
-                    (unsigned long long)(left >> 20), inst->gpu);
+                    (unsigned long long)(left >> 20), inst->memory.gpu);
     instance_set_state(inst, INST_PARKED, tier_ops(inst)->parked_why);
     park_host_arm(inst); /* park_keep_alive: stopped when it stays parked that long */
 }
@@ -117,14 +125,14 @@ void park_escalate(instance_t *inst, const char *why)
     model_t *m = inst->model;
     log_event(LOG_WARN, "park_escalated", "model=%s instance=%u tier=%s held=%llu reason=%s", m->name, inst->id,
               tier_ops(inst)->name,
-              (unsigned long long)(inst->mem.gpu >= 0 ? inst->mem.bytes : 0), why);
+              (unsigned long long)(inst->memory.mem.gpu >= 0 ? inst->memory.mem.bytes : 0), why);
     if (!inst->external) {
         instance_stop(inst, why); /* its exit's verified reclaim frees the ledger entry */
         return;
     }
     if (instance_unload(inst, UNLOAD_EVICTED, why) == 0)
         return;
-    if (inst->state == INST_PARKING)
+    if (inst->life.state == INST_PARKING)
         parked(inst); /* keep what it gave back booked where it is */
     model_set_failed(m, "external server did not give its memory back after a park");
 }
@@ -160,7 +168,7 @@ static int park_walk(instance_t *inst, enum park_tier from, enum unload_reason r
             return rc;
         if (!park_book(inst, t, reason))
             return -1; /* the host cannot afford it: a later tier of the same bytes neither */
-        inst->park_report = park_report;
+        inst->park.park_report = park_report;
         rc = ops->park(inst, why);
         if (rc != -1)
             return rc;
@@ -179,15 +187,15 @@ static void out_reported(instance_t *inst, bool done, const char *why)
 {
     model_t *m = inst->model;
     if (!done) {
-        enum unload_reason reason = inst->unload_reason;
-        enum park_tier next = inst->park_tier + 1;
+        enum unload_reason reason = inst->life.unload_reason;
+        enum park_tier next = inst->park.park_tier + 1;
         instance_set_state(inst, INST_READY, why); /* host entry released */
         if (park_walk(inst, next, reason, why, false) != 0)
             hooks_evict(inst, why);
         return;
     }
     m->unloads_total++;
-    m->unloads_by_reason[inst->unload_reason]++;
+    m->unloads_by_reason[inst->life.unload_reason]++;
     if (!sched_instance_holds_memory(inst)) {
         parked(inst); /* no GPU memory booked: the tier's answer is the answer */
         return;
@@ -197,7 +205,7 @@ static void out_reported(instance_t *inst, bool done, const char *why)
 
 void instance_reclaimed(instance_t *inst, bool ok)
 {
-    if (inst->state != INST_PARKING || (!inst->proc && !inst->external)) {
+    if (inst->life.state != INST_PARKING || (!inst->life.proc && !inst->external)) {
         hooks_reclaimed(inst, ok);
         return;
     }
@@ -213,12 +221,12 @@ static void wake_failed(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
     log_event(LOG_WARN, "wake_failed", "model=%s instance=%u reason=%s measured=%llu", m->name, inst->id, why,
-              (unsigned long long)inst->measured);
-    if (inst->wake_found) {
+              (unsigned long long)inst->memory.measured);
+    if (inst->park.wake_found) {
         /* it may never have been asleep (or is not up yet): its health checks decide */
-        inst->wake_found = false;
+        inst->park.wake_found = false;
         instance_set_state(inst, INST_READY, "wake at start failed: health checks decide");
-        uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+        uv_timer_start(&inst->life.timer, instance_health_tick, 0, 0);
         return;
     }
     if (inst->external) {
@@ -234,28 +242,29 @@ static void wake_failed(instance_t *inst, const char *why)
  * when parked plus at least half of what went to host memory (the reclaim's rule, mirrored). */
 static uint64_t wake_target(const instance_t *inst)
 {
-    uint64_t gone = inst->park_before > inst->park_left ? inst->park_before - inst->park_left : 0;
-    return inst->park_left + gone / 2;
+    uint64_t gone = inst->park.park_before > inst->park.park_left ? inst->park.park_before - inst->park.park_left : 0;
+    return inst->park.park_left + gone / 2;
 }
 
 static void resumed(instance_t *inst)
 {
     model_t *m = inst->model;
     uint64_t now = core_now();
-    uint64_t took = now - inst->park_since_ms;
-    park_tier_stats_t *st = &m->park_stats[inst->park_tier];
+    uint64_t took = now - inst->park.park_since_ms, held, copy_us;
+    tier_measured(inst, &held, &copy_us);
+    park_tier_stats_t *st = &m->park_stats[inst->park.park_tier];
     st->back_ms_ewma = st->back_ms_ewma ? (st->back_ms_ewma * 7 + took * 3) / 10 : took;
     m->wakes_total++;
     st->returns++;
     log_event(LOG_INFO, "resumed", "model=%s instance=%u tier=%s measured=%llu wake_ms=%llu copy_ms=%llu", m->name,
-              inst->id, tier_ops(inst)->name, (unsigned long long)inst->measured, (unsigned long long)took,
-              (unsigned long long)(inst->cuda_copy_us / 1000));
-    inst->ready_ms = now;
-    inst->health_failures = 0;
-    inst->wake_found = false;
+              inst->id, tier_ops(inst)->name, (unsigned long long)inst->memory.measured, (unsigned long long)took,
+              (unsigned long long)(copy_us / 1000));
+    inst->life.ready_ms = now;
+    inst->life.health_failures = 0;
+    inst->park.wake_found = false;
     sched_instance_ready(inst); /* a fresh baseline before its first request */
     instance_set_state(inst, INST_READY, tier_ops(inst)->resumed_why);
-    uv_timer_start(&inst->timer, instance_health_tick, m->cfg->health.interval_ms, 0);
+    uv_timer_start(&inst->life.timer, instance_health_tick, m->cfg->health.interval_ms, 0);
     model_schedule_pump(m);
 }
 
@@ -266,24 +275,24 @@ static void resume_tick(uv_timer_t *t)
 {
     instance_t *inst = t->data;
     model_t *m = inst->model;
-    if (inst->state != INST_RESUMING)
+    if (inst->life.state != INST_RESUMING)
         return;
-    bool fresh = sched_snapshot_seq() >= inst->wake_seq;
-    if (inst->gpu_pos < 0 || !sched_gpu_ok() || (fresh && inst->measured >= wake_target(inst))) {
+    bool fresh = sched_snapshot_seq() >= inst->park.wake_seq;
+    if (inst->memory.gpu_pos < 0 || !sched_gpu_ok() || (fresh && inst->memory.measured >= wake_target(inst))) {
         resumed(inst);
         return;
     }
     uint64_t limit = hooks_timeout_ms(m, HOOK_WAKE);
-    if (core_now() - inst->park_since_ms > limit) {
+    if (core_now() - inst->park.park_since_ms > limit) {
         wake_failed(inst, "memory not back on the GPU within wake.timeout");
         return;
     }
     if (fresh) /* not back yet: look again at the next reading */
-        inst->wake_seq = sched_snapshot_seq() + 1;
-    if (fresh || sched_snapshot_seq() + 1 == inst->wake_seq)
+        inst->park.wake_seq = sched_snapshot_seq() + 1;
+    if (fresh || sched_snapshot_seq() + 1 == inst->park.wake_seq)
         sched_poll_now(); /* the reading that is due: now rather than at the next poll interval */
     uint64_t poll = m->core->cfg->gpu.poll_ms ? m->core->cfg->gpu.poll_ms : 100;
-    uv_timer_start(&inst->timer, resume_tick, poll < PARK_RESUME_TICK_MS ? poll : PARK_RESUME_TICK_MS, 0);
+    uv_timer_start(&inst->life.timer, resume_tick, poll < PARK_RESUME_TICK_MS ? poll : PARK_RESUME_TICK_MS, 0);
 }
 
 
@@ -293,18 +302,18 @@ static void park_report(instance_t *inst, int outcome, const char *why)
     switch (outcome) {
     case PARK_TIER_OUT_DONE:
     case PARK_TIER_OUT_FAILED:
-        if (inst->state == INST_PARKING)
+        if (inst->life.state == INST_PARKING)
             out_reported(inst, outcome == PARK_TIER_OUT_DONE, why);
         return;
     case PARK_TIER_BACK_DONE:
-        if (inst->state != INST_RESUMING)
+        if (inst->life.state != INST_RESUMING)
             return;
-        inst->wake_seq = sched_snapshot_seq() + 2; /* the reading in flight now may predate the answer */
+        inst->park.wake_seq = sched_snapshot_seq() + 2; /* the reading in flight now may predate the answer */
         sched_poll_now();
-        resume_tick(&inst->timer);
+        resume_tick(&inst->life.timer);
         return;
     default:
-        if (inst->state == INST_RESUMING)
+        if (inst->life.state == INST_RESUMING)
             wake_failed(inst, why);
         return;
     }
@@ -312,7 +321,7 @@ static void park_report(instance_t *inst, int outcome, const char *why)
 
 void park_wake_found(instance_t *inst)
 {
-    inst->park_report = park_report;
+    inst->park.park_report = park_report;
     for (unsigned t = 0; t < PARK_TIER_COUNT; t++) {
         const park_tier_ops_t *ops = park_tier_ops((enum park_tier)t);
         if (ops->found && ops->found(inst))
@@ -323,8 +332,8 @@ void park_wake_found(instance_t *inst)
 void park_wake(instance_t *inst)
 {
     model_t *m = inst->model;
-    if (inst->state != INST_PARKED || inst->hook_call || inst->cuda_ops || m->failed ||
-        core_now() < inst->local_retry_ms)
+    if (inst->life.state != INST_PARKED || inst->hook.hook_call || park_tier_holds(inst) || m->failed ||
+        core_now() < inst->hook.local_retry_ms)
         return;
     const park_tier_ops_t *t = tier_ops(inst);
     const char *lost = t->lost ? t->lost(inst) : NULL;
@@ -335,28 +344,28 @@ void park_wake(instance_t *inst)
             instance_stop(inst, lost);
         return;
     }
-    uint64_t back = m->cfg->memory.resident > inst->park_before ? m->cfg->memory.resident : inst->park_before;
-    if (inst->gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
+    uint64_t back = m->cfg->memory.resident > inst->park.park_before ? m->cfg->memory.resident : inst->park.park_before;
+    if (inst->memory.gpu_pos >= 0 && sched_model_uses_gpu(m->cfg)) {
         const ledger_t *l = sched_ledger();
         /* room for its memory and one request at the cheapest level it may run at, as a
          * load (sched_place): a request that fits only degraded must not keep it parked */
         uint64_t want = back + sched_smallest_estimate(m);
-        uint64_t held = inst->mem.gpu >= 0 ? inst->mem.bytes : 0;
+        uint64_t held = inst->memory.mem.gpu >= 0 ? inst->memory.mem.bytes : 0;
         uint64_t extra = want > held ? want - held : 0;
-        if (!ledger_fits(l, (size_t)inst->gpu_pos, extra, m)) {
+        if (!ledger_fits(l, (size_t)inst->memory.gpu_pos, extra, m)) {
             /* on its own GPU (the memory returns where it was); evictions started or a
              * wait: woken at a later pump */
-            (void)sched_make_room_on(m, (size_t)inst->gpu_pos, extra, SCHED_ROOM_WAKE);
+            (void)sched_make_room_on(m, (size_t)inst->memory.gpu_pos, extra, SCHED_ROOM_WAKE);
             return;
         }
-        if (inst->mem.gpu < 0)
-            sched_place_instance(inst, (size_t)inst->gpu_pos);
+        if (inst->memory.mem.gpu < 0)
+            sched_place_instance(inst, (size_t)inst->memory.gpu_pos);
         sched_book_resize(inst, back);
         sched_unblocked(m);
     }
-    inst->park_since_ms = core_now();
-    uv_timer_stop(&inst->idle_timer); /* its park_keep_alive */
+    inst->park.park_since_ms = core_now();
+    uv_timer_stop(&inst->life.idle_timer); /* its park_keep_alive */
     instance_set_state(inst, INST_RESUMING, "needed again");
-    inst->park_report = park_report;
+    inst->park.park_report = park_report;
     t->resume(inst);
 }

@@ -40,10 +40,10 @@
 static uint64_t park_bytes_expected(const instance_t *inst)
 {
     uint64_t floor = sched_instance_floor(inst);
-    if (inst->mem.gpu < 0)
+    if (inst->memory.mem.gpu < 0)
         return inst->model->cfg->memory.resident;
-    bool cleared = inst->model->cfg->clear_cache.set && inst->mem.bytes >= floor + PARK_CLEAR_MIN_BYTES;
-    return cleared ? floor : inst->mem.bytes;
+    bool cleared = inst->model->cfg->clear_cache.set && inst->memory.mem.bytes >= floor + PARK_CLEAR_MIN_BYTES;
+    return cleared ? floor : inst->memory.mem.bytes;
 }
 
 static uint64_t way_out_ms(const model_t *m, enum park_tier tier)
@@ -69,7 +69,7 @@ bool park_tier_pays(const instance_t *inst, enum park_tier tier)
 void park_learn_way_out(instance_t *inst, uint64_t took_ms)
 {
     model_t *m = inst->model;
-    uint64_t *learned = &m->park_stats[inst->park_tier].out_ms_ewma;
+    uint64_t *learned = &m->park_stats[inst->park.park_tier].out_ms_ewma;
     *learned = *learned ? (*learned * 7 + took_ms * 3) / 10 : (took_ms ? took_ms : 1);
 }
 
@@ -77,7 +77,7 @@ void park_learn_way_out(instance_t *inst, uint64_t took_ms)
  * judged false, whether it pays is not asked (an admin unload, keep_alive's expiry). */
 static enum park_tier park_tier_now(const instance_t *inst, bool judged)
 {
-    if (inst->state == INST_PARKED)
+    if (inst->life.state == INST_PARKED)
         return PARK_NONE; /* evicting it again means the next tier: a stop, then a start */
     uint64_t bytes = park_bytes_expected(inst);
     const host_ledger_t *h = host_book(inst->model->core->cfg);
@@ -104,7 +104,7 @@ uint64_t instance_return_cost_ms(const instance_t *inst)
 
 uint64_t instance_evict_leaves(const instance_t *inst)
 {
-    enum park_tier tier = inst->state == INST_PARKING ? inst->park_tier : park_tier_now(inst, true);
+    enum park_tier tier = inst->life.state == INST_PARKING ? inst->park.park_tier : park_tier_now(inst, true);
     const park_tier_ops_t *ops = park_tier_ops(tier);
     return ops && ops->leaves ? ops->leaves(inst) : 0;
 }

@@ -16,4 +16,8 @@
  * else stop the process; a parked instance goes to the next tier. */
 void instance_evict(instance_t *inst, const char *why);
 
+/* A request took one of inst's slots (path/dispatch.c): its keep_alive stops (armed again
+ * once it is idle, model_arm_idle_timers). */
+void instance_keep_alive_stop(instance_t *inst);
+
 #endif

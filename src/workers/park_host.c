@@ -7,7 +7,7 @@
  * host entry is released as it leaves PARKED (instance_set_state), so the host book returns
  * to what the others hold. `forever` keeps it parked until it is needed, evicted again or
  * unloaded; 0 means the model is never parked at all (no tier's can() holds). The timer
- * is inst->idle_timer, free while PARKED (keep_alive runs only while READY); park_wake stops
+ * is inst->life.idle_timer, free while PARKED (keep_alive runs only while READY); park_wake stops
  * it. An external server is never stopped by vramd: it stays parked.
  *
  * Room on the host: a park of N bytes over the budget (HOST_OVER_BUDGET) may stop older parked
@@ -52,32 +52,32 @@ static void on_host_keep_alive(uv_timer_t *t)
     instance_t *inst = t->data;
     model_t *m = inst->model;
     uint64_t ka = m->cfg->park_keep_alive_ms;
-    if (inst->state != INST_PARKED || inst->external || ka == CONFIG_FOREVER)
+    if (inst->life.state != INST_PARKED || inst->external || ka == CONFIG_FOREVER)
         return;
-    uint64_t parked_for = core_now() - inst->park_since_ms;
+    uint64_t parked_for = core_now() - inst->park.park_since_ms;
     if (ka && parked_for < ka) { /* a reload lengthened it */
-        uv_timer_start(&inst->idle_timer, on_host_keep_alive, ka - parked_for, 0);
+        uv_timer_start(&inst->life.idle_timer, on_host_keep_alive, ka - parked_for, 0);
         return;
     }
-    if (inst->hook_call || inst->cuda_ops) { /* a call still in flight: look again shortly */
-        uv_timer_start(&inst->idle_timer, on_host_keep_alive, 100, 0);
+    if (inst->hook.hook_call || park_tier_holds(inst)) { /* a call still in flight: look again shortly */
+        uv_timer_start(&inst->life.idle_timer, on_host_keep_alive, 100, 0);
         return;
     }
     log_event(LOG_INFO, "park_expired", "model=%s instance=%u tier=%s parked_ms=%llu host=%llu park_keep_alive_ms=%llu",
-              m->name, inst->id, park_tier_name(inst->park_tier),
-              (unsigned long long)parked_for, (unsigned long long)inst->parked_host.bytes, (unsigned long long)ka);
+              m->name, inst->id, park_tier_name(inst->park.park_tier),
+              (unsigned long long)parked_for, (unsigned long long)inst->park.parked_host.bytes, (unsigned long long)ka);
     core_note_event(m->core, "%s instance %u parked for %llu s (park_keep_alive): stopped, host memory freed", m->name,
                     inst->id, (unsigned long long)(parked_for / 1000));
-    inst->unload_reason = UNLOAD_IDLE;
+    inst->life.unload_reason = UNLOAD_IDLE;
     instance_stop(inst, "park_keep_alive"); /* leaving PARKED releases its host entry */
 }
 
 void park_host_arm(instance_t *inst)
 {
     uint64_t ka = inst->model->cfg->park_keep_alive_ms;
-    if (inst->external || ka == CONFIG_FOREVER || inst->state != INST_PARKED)
+    if (inst->external || ka == CONFIG_FOREVER || inst->life.state != INST_PARKED)
         return;
-    uv_timer_start(&inst->idle_timer, on_host_keep_alive, ka, 0);
+    uv_timer_start(&inst->life.idle_timer, on_host_keep_alive, ka, 0);
 }
 
 /* ---- room on the host book for a new park ------------------------------------------- */
@@ -109,8 +109,8 @@ static int cand_cmp(const void *a, const void *b)
         return px < py ? -1 : 1;
     if (x->cost != y->cost)
         return x->cost < y->cost ? -1 : 1;
-    if (x->inst->park_since_ms != y->inst->park_since_ms)
-        return x->inst->park_since_ms < y->inst->park_since_ms ? -1 : 1;
+    if (x->inst->park.park_since_ms != y->inst->park.park_since_ms)
+        return x->inst->park.park_since_ms < y->inst->park.park_since_ms ? -1 : 1;
     return 0;
 }
 
@@ -125,16 +125,16 @@ static size_t candidates(instance_t *inst, host_cand_t *out, uint64_t now)
             continue;
         list_foreach(ii, &m->instances) {
             instance_t *c = list_entry(ii, instance_t, link);
-            if (c == inst || c->state != INST_PARKED || c->external || c->hook_call || c->cuda_ops ||
-                c->in_flight || !c->parked_host.held || n >= HOST_ROOM_CANDIDATES)
+            if (c == inst || c->life.state != INST_PARKED || c->external || c->hook.hook_call || park_tier_holds(c) ||
+                c->path.in_flight || !c->park.parked_host.held || n >= HOST_ROOM_CANDIDATES)
                 continue;
             uint64_t ka = m->cfg->park_keep_alive_ms, left = CONFIG_FOREVER;
             if (ka != CONFIG_FOREVER) {
-                uint64_t parked_for = now - c->park_since_ms;
+                uint64_t parked_for = now - c->park.park_since_ms;
                 left = ka > parked_for ? ka - parked_for : 0;
             }
             out[n].inst = c;
-            out[n].cost = drop_cost(c, c->park_tier, c->parked_host.bytes, left);
+            out[n].cost = drop_cost(c, c->park.park_tier, c->park.parked_host.bytes, left);
             n++;
         }
     }
@@ -158,7 +158,7 @@ bool park_host_make_room(instance_t *inst, enum park_tier tier, uint64_t bytes)
     bool all_lower = true;
     size_t take = 0;
     while (take < n && freed < need) {
-        freed += c[take].inst->parked_host.bytes;
+        freed += c[take].inst->park.parked_host.bytes;
         cost += c[take].cost;
         all_lower = all_lower && c[take].inst->model->cfg->priority < m->cfg->priority;
         take++;
@@ -174,12 +174,12 @@ bool park_host_make_room(instance_t *inst, enum park_tier tier, uint64_t bytes)
     for (size_t i = 0; i < take; i++) {
         instance_t *v = c[i].inst;
         log_event(LOG_INFO, "park_displaced", "model=%s instance=%u for=%s host=%llu parked_ms=%llu cost_ms=%llu "
-                  "refusal_cost_ms=%llu", v->model->name, v->id, m->name, (unsigned long long)v->parked_host.bytes,
-                  (unsigned long long)(now - v->park_since_ms), (unsigned long long)c[i].cost,
+                  "refusal_cost_ms=%llu", v->model->name, v->id, m->name, (unsigned long long)v->park.parked_host.bytes,
+                  (unsigned long long)(now - v->park.park_since_ms), (unsigned long long)c[i].cost,
                   (unsigned long long)refusal);
         core_note_event(m->core, "%s instance %u stopped to make host memory for parking %s", v->model->name, v->id,
                         m->name);
-        v->unload_reason = UNLOAD_EVICTED;
+        v->life.unload_reason = UNLOAD_EVICTED;
         instance_stop(v, "host memory for another park"); /* leaving PARKED releases its entry */
     }
     return true;

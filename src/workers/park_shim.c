@@ -15,14 +15,15 @@
  *     --a restore failed or its connection was lost--> stopped: the process cannot run on
  *        (counted as a failed park: RESTART_PARK_FAILED)
  *
- * Invariants: one round of commands at a time (inst->shim_park_ops); answers for an instance
- * that left PARKING/RESUMING meanwhile are dropped; shim_control.c calls nothing once the
- * instance's shim state is dropped, so a freed instance is never called back. Shares the
- * checkpoint tier's per-process fields (park_pids, park_pid_done, cuda_failed, cuda_error,
- * cuda_copy_us): one tier parks an instance at a time. Calls shim_control.c, the scheduler's
- * process list, instance.c, model_state.c; reports to park.c only through inst->park_report.
+ * Invariants: one round of commands at a time (the state's shim_park_ops); answers for an
+ * instance that left PARKING/RESUMING meanwhile are dropped; shim_control.c calls nothing
+ * once the instance's shim state is dropped, so a freed instance is never called back (the
+ * commands do not hold it). Its private state (shim_tier_state_t, park_tier.h) lives as long
+ * as the instance. Calls shim_control.c, the scheduler's
+ * process list, instance.c, model_state.c; reports to park.c only through inst->park.park_report.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <uv.h>
 
 #include "common/log.h"
@@ -35,6 +36,21 @@
 #include "workers/supervisor_int.h"
 
 #define PARK_SHIM_GUESS_BPMS 20000000ULL /* the way back before one was measured: 20 GB/s (pinned, PCIe 4 x16) */
+
+/* The tier's private state of an instance (park_tier.h): the processes it parks (each with
+ * a control connection), the commands in flight and what they said. */
+typedef struct shim_tier_state {
+    park_tier_state_t head;
+    park_procs_t procs;
+    unsigned shim_park_ops; /* commands on control connections in flight */
+    uint64_t shim_round_ns, shim_round_bytes; /* its current round: began (uv_hrtime), bytes moved */
+} shim_tier_state_t;
+
+/* inst's state, made on first use; NULL when out of memory. */
+static shim_tier_state_t *state_of(instance_t *inst)
+{
+    return park_tier_state(inst, &park_tier_shim, sizeof(shim_tier_state_t));
+}
 
 static const char *const refusal_names[] = {
     [0] = "", [SHIM_PARK_UNMOVABLE] = "unmovable_memory", [SHIM_PARK_HOST_MEMORY] = "no_host_memory",
@@ -50,10 +66,11 @@ static const char *refusal_name(uint64_t why)
 static bool shim_can(const instance_t *inst)
 {
     const model_t *m = inst->model;
+    const shim_tier_state_t *sh = park_tier_state_peek(inst, PARK_SHIM);
     pid_t pid;
-    return m->cfg->shim_park && m->cfg->park_keep_alive_ms != 0 && inst->state == INST_READY && inst->in_flight == 0 &&
-           !inst->stop_requested && !inst->hook_call && inst->cuda_ops == 0 && inst->shim_park_ops == 0 &&
-           inst->gpu_pos >= 0 && shim_control_pids(inst, &pid, 1) == 1;
+    return m->cfg->shim_park && m->cfg->park_keep_alive_ms != 0 && inst->life.state == INST_READY && inst->path.in_flight == 0 &&
+           !inst->life.stop_requested && !inst->hook.hook_call && !park_tier_holds(inst) && (!sh || sh->shim_park_ops == 0) &&
+           inst->memory.gpu_pos >= 0 && shim_control_pids(inst, &pid, 1) == 1;
 }
 
 /* Every process NVML shows holding GPU memory for the instance must have a control
@@ -62,11 +79,16 @@ static int shim_prepare(instance_t *inst, enum unload_reason reason)
 {
     (void)reason;
     model_t *m = inst->model;
-    pid_t gpu[INSTANCE_PARK_PIDS_MAX], ctl[SHIM_PAGE_PROCS];
-    size_t n = sched_instance_gpu_pids(inst, gpu, INSTANCE_PARK_PIDS_MAX);
+    shim_tier_state_t *sh = state_of(inst);
+    if (!sh) {
+        log_event(LOG_WARN, "park_refused", "model=%s instance=%u tier=shim reason=out_of_memory", m->name, inst->id);
+        return -2;
+    }
+    pid_t gpu[PARK_PIDS_MAX], ctl[SHIM_PAGE_PROCS];
+    size_t n = sched_instance_gpu_pids(inst, gpu, PARK_PIDS_MAX);
     size_t nc = shim_control_pids(inst, ctl, SHIM_PAGE_PROCS);
-    const char *why = n == 0 ? "no_gpu_process" : n > INSTANCE_PARK_PIDS_MAX ? "too_many_processes" : NULL;
-    for (size_t i = 0; i < n && !why && i < INSTANCE_PARK_PIDS_MAX; i++) {
+    const char *why = n == 0 ? "no_gpu_process" : n > PARK_PIDS_MAX ? "too_many_processes" : NULL;
+    for (size_t i = 0; i < n && !why && i < PARK_PIDS_MAX; i++) {
         bool has = false;
         for (size_t k = 0; k < nc; k++)
             has = has || ctl[k] == gpu[i];
@@ -79,10 +101,10 @@ static int shim_prepare(instance_t *inst, enum unload_reason reason)
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        inst->park_pids[i] = gpu[i];
-        inst->park_pid_done[i] = false;
+        sh->procs.pids[i] = gpu[i];
+        sh->procs.done[i] = false;
     }
-    inst->n_park_pids = (unsigned)n;
+    sh->procs.n = (unsigned)n;
     return 0;
 }
 
@@ -91,22 +113,23 @@ static void on_answer(instance_t *inst, pid_t pid, const shim_msg_t *a);
 /* One command to each process (only_done: those the failed park had parked). */
 static void shim_round(instance_t *inst, enum shim_msg_type cmd, bool only_done)
 {
+    shim_tier_state_t *sh = state_of(inst); /* made by prepare */
     if (!only_done) {
-        inst->cuda_failed = false;
-        inst->cuda_error[0] = '\0';
-        inst->cuda_copy_us = 0;
+        sh->procs.failed = false;
+        sh->procs.error[0] = '\0';
+        sh->procs.copy_us = 0;
     }
-    inst->shim_round_ns = uv_hrtime();
-    inst->shim_round_bytes = 0;
-    for (unsigned i = 0; i < inst->n_park_pids; i++) {
-        if (only_done && !inst->park_pid_done[i])
+    sh->shim_round_ns = uv_hrtime();
+    sh->shim_round_bytes = 0;
+    for (unsigned i = 0; i < sh->procs.n; i++) {
+        if (only_done && !sh->procs.done[i])
             continue;
-        if (shim_control_command(inst, inst->park_pids[i], cmd, on_answer) == 0) {
-            inst->shim_park_ops++;
-        } else if (!inst->cuda_failed) {
-            inst->cuda_failed = true;
-            snprintf(inst->cuda_error, sizeof inst->cuda_error, "pid %d: no control connection",
-                     (int)inst->park_pids[i]);
+        if (shim_control_command(inst, sh->procs.pids[i], cmd, on_answer) == 0) {
+            sh->shim_park_ops++;
+        } else if (!sh->procs.failed) {
+            sh->procs.failed = true;
+            snprintf(sh->procs.error, sizeof sh->procs.error, "pid %d: no control connection",
+                     (int)sh->procs.pids[i]);
         }
     }
 }
@@ -114,10 +137,11 @@ static void shim_round(instance_t *inst, enum shim_msg_type cmd, bool only_done)
 static void shim_failed(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
+    const shim_tier_state_t *sh = state_of(inst);
     m->checkpoint_failures++;
     log_event(LOG_WARN, "shim_restore_failed", "model=%s instance=%u reason=%s error=%s", m->name, inst->id,
-              why, inst->cuda_error);
-    core_note_event(m->core, "%s instance %u: %s (%s)", m->name, inst->id, why, inst->cuda_error);
+              why, sh->procs.error);
+    core_note_event(m->core, "%s instance %u: %s (%s)", m->name, inst->id, why, sh->procs.error);
     model_record_failure(m, RESTART_PARK_FAILED, why);
     instance_stop(inst, why);
 }
@@ -125,80 +149,83 @@ static void shim_failed(instance_t *inst, const char *why)
 /* Every answer of a round is in: carry on in the state it was made for. */
 static void round_done(instance_t *inst)
 {
-    log_event(inst->cuda_failed ? LOG_WARN : LOG_INFO, "shim_round", "model=%s instance=%u op=%s ok=%s bytes=%llu "
+    shim_tier_state_t *sh = state_of(inst);
+    log_event(sh->procs.failed ? LOG_WARN : LOG_INFO, "shim_round", "model=%s instance=%u op=%s ok=%s bytes=%llu "
               "copy_ms=%f total_ms=%f", inst->model->name, inst->id,
-              inst->state == INST_PARKING && !inst->cuda_undoing ? "park" : "restore",
-              inst->cuda_failed ? "false" : "true", (unsigned long long)inst->shim_round_bytes,
-              (double)inst->cuda_copy_us / 1000.0, (double)(uv_hrtime() - inst->shim_round_ns) / 1e6);
-    if (inst->state == INST_PARKING && inst->cuda_undoing) {
-        inst->cuda_undoing = false;
-        inst->park_report(inst, PARK_TIER_OUT_FAILED, "shim park failed: the next tier");
+              inst->life.state == INST_PARKING && !sh->procs.undoing ? "park" : "restore",
+              sh->procs.failed ? "false" : "true", (unsigned long long)sh->shim_round_bytes,
+              (double)sh->procs.copy_us / 1000.0, (double)(uv_hrtime() - sh->shim_round_ns) / 1e6);
+    if (inst->life.state == INST_PARKING && sh->procs.undoing) {
+        sh->procs.undoing = false;
+        inst->park.park_report(inst, PARK_TIER_OUT_FAILED, "shim park failed: the next tier");
         return;
     }
-    if (inst->state == INST_PARKING && inst->cuda_failed) {
+    if (inst->life.state == INST_PARKING && sh->procs.failed) {
         bool any = false;
-        for (unsigned i = 0; i < inst->n_park_pids; i++)
-            any = any || inst->park_pid_done[i];
+        for (unsigned i = 0; i < sh->procs.n; i++)
+            any = any || sh->procs.done[i];
         if (any) { /* all or nothing: the parked ones come back first */
-            inst->cuda_undoing = true;
+            sh->procs.undoing = true;
             shim_round(inst, SHIM_MSG_RESTORE, true);
-            if (inst->shim_park_ops)
+            if (sh->shim_park_ops)
                 return;
-            inst->cuda_undoing = false;
+            sh->procs.undoing = false;
         }
-        inst->park_report(inst, PARK_TIER_OUT_FAILED, "shim park failed: the next tier");
+        inst->park.park_report(inst, PARK_TIER_OUT_FAILED, "shim park failed: the next tier");
         return;
     }
-    if (inst->state == INST_PARKING) {
-        inst->park_report(inst, PARK_TIER_OUT_DONE, "every process parked by its shim");
+    if (inst->life.state == INST_PARKING) {
+        inst->park.park_report(inst, PARK_TIER_OUT_DONE, "every process parked by its shim");
         return;
     }
-    if (inst->state == INST_RESUMING && inst->park_tier == PARK_SHIM) {
-        if (inst->cuda_failed)
+    if (inst->life.state == INST_RESUMING && inst->park.park_tier == PARK_SHIM) {
+        if (sh->procs.failed)
             shim_failed(inst, "shim restore failed");
         else
-            inst->park_report(inst, PARK_TIER_BACK_DONE, "every process restored by its shim");
+            inst->park.park_report(inst, PARK_TIER_BACK_DONE, "every process restored by its shim");
     }
 }
 
 static void on_answer(instance_t *inst, pid_t pid, const shim_msg_t *a)
 {
     model_t *m = inst->model;
-    if (inst->shim_park_ops)
-        inst->shim_park_ops--;
+    shim_tier_state_t *sh = state_of(inst); /* a command went out: made by prepare */
+    if (sh->shim_park_ops)
+        sh->shim_park_ops--;
     bool ok = a && (a->type == SHIM_MSG_PARK_DONE || a->type == SHIM_MSG_RESTORE_DONE);
-    for (unsigned i = 0; i < inst->n_park_pids; i++)
-        if (inst->park_pids[i] == pid && a)
-            inst->park_pid_done[i] = a->type == SHIM_MSG_PARK_DONE ? true
-                                     : a->type == SHIM_MSG_RESTORE_DONE ? false : inst->park_pid_done[i];
+    for (unsigned i = 0; i < sh->procs.n; i++)
+        if (sh->procs.pids[i] == pid && a)
+            sh->procs.done[i] = a->type == SHIM_MSG_PARK_DONE ? true
+                                     : a->type == SHIM_MSG_RESTORE_DONE ? false : sh->procs.done[i];
     uint64_t bytes = ok ? a->bytes : 0, copy_us = ok ? a->aux : 0;
-    if (copy_us > inst->cuda_copy_us)
-        inst->cuda_copy_us = copy_us;
-    inst->shim_round_bytes = units_sat_add(inst->shim_round_bytes, bytes); /* the shim's figure */
+    if (copy_us > sh->procs.copy_us)
+        sh->procs.copy_us = copy_us;
+    sh->shim_round_bytes = units_sat_add(sh->shim_round_bytes, bytes); /* the shim's figure */
     const char *what = !a ? "connection_lost" : ok ? "ok" : refusal_name(a->aux);
     const char *answer = !a ? "none"
                          : a->type == SHIM_MSG_PARK_DONE || a->type == SHIM_MSG_PARK_FAILED ? "park" : "restore";
     log_event(ok ? LOG_INFO : LOG_WARN, "shim_park_answer",
               "model=%s instance=%u pid=%d answer=%s result=%s bytes=%llu copy_ms=%f", m->name, inst->id, (int)pid,
               answer, what, (unsigned long long)bytes, (double)copy_us / 1000.0);
-    if (!ok && !inst->cuda_failed) {
-        inst->cuda_failed = true;
-        snprintf(inst->cuda_error, sizeof inst->cuda_error, "pid %d: %s", (int)pid, what);
+    if (!ok && !sh->procs.failed) {
+        sh->procs.failed = true;
+        snprintf(sh->procs.error, sizeof sh->procs.error, "pid %d: %s", (int)pid, what);
     }
-    if (inst->shim_park_ops == 0)
+    if (sh->shim_park_ops == 0)
         round_done(inst);
 }
 
 static int shim_park(instance_t *inst, const char *why)
 {
     model_t *m = inst->model;
-    inst->park_measured = inst->measured;
-    inst->cuda_undoing = false;
+    shim_tier_state_t *sh = state_of(inst);
+    sh->procs.measured = inst->memory.measured;
+    sh->procs.undoing = false;
     instance_set_state(inst, INST_PARKING, why);
     log_event(LOG_INFO, "shim_park_started", "model=%s instance=%u pids=%u first_pid=%d bytes=%llu", m->name,
-              inst->id, inst->n_park_pids, (int)inst->park_pids[0], (unsigned long long)inst->park_before);
+              inst->id, sh->procs.n, (int)sh->procs.pids[0], (unsigned long long)inst->park.park_before);
     shim_round(inst, SHIM_MSG_PARK, false);
-    if (inst->shim_park_ops == 0) { /* not one command went out: this tier cannot */
+    if (sh->shim_park_ops == 0) { /* not one command went out: this tier cannot */
         instance_set_state(inst, INST_READY, "shim park could not start");
         return -1;
     }
@@ -207,8 +234,9 @@ static int shim_park(instance_t *inst, const char *why)
 
 static void shim_resume(instance_t *inst)
 {
+    const shim_tier_state_t *sh = state_of(inst);
     shim_round(inst, SHIM_MSG_RESTORE, false);
-    if (inst->shim_park_ops == 0)
+    if (sh->shim_park_ops == 0)
         shim_failed(inst, "shim restore could not start");
 }
 
@@ -221,6 +249,18 @@ static uint64_t shim_leaves(const instance_t *inst)
 static uint64_t shim_back_guess_ms(uint64_t bytes)
 {
     return bytes / PARK_SHIM_GUESS_BPMS + 1;
+}
+
+static void shim_state_free(park_tier_state_t *s)
+{
+    free(s);
+}
+
+static void shim_measured(const instance_t *inst, uint64_t *held, uint64_t *copy_us)
+{
+    const shim_tier_state_t *sh = park_tier_state_peek(inst, PARK_SHIM);
+    *held = sh ? sh->procs.measured : 0;
+    *copy_us = sh ? sh->procs.copy_us : 0;
 }
 
 const park_tier_ops_t park_tier_shim = {
@@ -239,4 +279,7 @@ const park_tier_ops_t park_tier_shim = {
     .lost = NULL,
     .back_guess_ms = shim_back_guess_ms,
     .leaves = shim_leaves,
+    .state_free = shim_state_free,
+    .holds = NULL, /* shim_control.c drops its commands' answers with the shim state */
+    .measured = shim_measured,
 };

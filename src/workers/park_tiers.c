@@ -39,8 +39,8 @@ const char *park_tier_name(enum park_tier t)
 
 const char *instance_tier_name(const instance_t *in)
 {
-    const park_tier_ops_t *ops = park_tier_ops(in->park_tier);
-    switch (in->state) {
+    const park_tier_ops_t *ops = park_tier_ops(in->park.park_tier);
+    switch (in->life.state) {
     case INST_PARKING:
     case INST_PARKED:
     case INST_RESUMING:

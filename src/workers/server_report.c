@@ -3,7 +3,7 @@
  * health answer (model_config_t.report, set by the preset): Ollama's GET /api/ps gives each
  * loaded model's size_vram; llama.cpp's router GET /models gives each model's status (no
  * bytes: a "loaded" or "loading" model counts at its memory.resident). The figure is
- * inst->server_vram (status: server_vram_bytes); for an external server (url:), which may
+ * inst->life.server_vram (status: server_vram_bytes); for an external server (url:), which may
  * hold several entries' models in one process, it is the instance's measured memory
  * (sched_snapshot.c) and a model the server does not list is unloaded (instance.c).
  *
@@ -45,7 +45,7 @@ static enum server_said llamacpp_status(const cJSON *status)
  * Ollama's GET /api/ps {"models":[{"name","size_vram",...}]}: that size_vram; llama.cpp
  * router's GET /models {"data":[{"id","status":{"value","failed"}}]}: memory.resident while
  * the model is "loaded" or "loading" (the router gives no bytes); a model not listed (as
- * loaded): 0. Sets inst->server_vram; a body that is not that shape leaves it unchanged. */
+ * loaded): 0. Sets inst->life.server_vram; a body that is not that shape leaves it unchanged. */
 enum server_said server_report_note(instance_t *inst, const char *body, size_t len)
 {
     enum server_said said = SERVER_SAID_NOTHING;
@@ -73,8 +73,8 @@ enum server_said server_report_note(instance_t *inst, const char *body, size_t l
                     vram = (int64_t)mc->memory.resident;
             }
         }
-        inst->server_vram = vram;
-        inst->server_vram_ms = core_now();
+        inst->life.server_vram = vram;
+        inst->life.server_vram_ms = core_now();
     }
     cJSON_Delete(doc);
     return said;

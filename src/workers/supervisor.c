@@ -83,7 +83,7 @@ void model_load(model_t *m)
         /* external: check its health right away */
         list_foreach(it, &m->instances) {
             instance_t *in = list_entry(it, instance_t, link);
-            uv_timer_start(&in->timer, instance_health_tick, 0, 0);
+            uv_timer_start(&in->life.timer, instance_health_tick, 0, 0);
         }
     }
     model_schedule_pump(m); /* loads_total counts when an instance becomes ready, not here */
@@ -110,10 +110,10 @@ static void model_ensure_external(model_t *m)
     if (!inst)
         return;
     inst->external = true;
-    snprintf(inst->host, sizeof inst->host, "%s", m->cfg->url_host);
-    inst->port = m->cfg->url_port;
-    attrib_set_external(&inst->ident, inst->port); /* its listener: found by instance_refresh_identity */
-    inst->started_ms = inst->ready_ms = core_now();
+    snprintf(inst->life.host, sizeof inst->life.host, "%s", m->cfg->url_host);
+    inst->life.port = m->cfg->url_port;
+    attrib_set_external(&inst->life.ident, inst->life.port); /* its listener: found by instance_refresh_identity */
+    inst->life.started_ms = inst->life.ready_ms = core_now();
     instance_set_state(inst, INST_READY, "external server (until health checks say otherwise)");
     if (sched_model_uses_gpu(m->cfg) && sched_gpu_ok()) {
         /* an external server is already loaded somewhere: book it on its allowed GPU with
@@ -132,7 +132,7 @@ static void model_ensure_external(model_t *m)
         }
         sched_place_instance(inst, pos);
     }
-    uv_timer_start(&inst->timer, instance_health_tick, 0, 0);
+    uv_timer_start(&inst->life.timer, instance_health_tick, 0, 0);
 }
 
 
@@ -153,13 +153,13 @@ static int start_on_demand(model_t *m, uint64_t now)
     instance_t *to_reload = NULL;
     list_foreach(it, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_STARTING || in->state == INST_RELOADING || in->state == INST_UNLOADING ||
-            in->state == INST_PARKING || in->state == INST_RESUMING)
+        if (in->life.state == INST_STARTING || in->life.state == INST_RELOADING || in->life.state == INST_UNLOADING ||
+            in->life.state == INST_PARKING || in->life.state == INST_RESUMING)
             starting++;
-        if (in->state == INST_UNLOADED || in->state == INST_PARKED)
+        if (in->life.state == INST_UNLOADED || in->life.state == INST_PARKED)
             to_reload = in;
     }
-    if (starting == 0 && to_reload && to_reload->state == INST_PARKED) {
+    if (starting == 0 && to_reload && to_reload->life.state == INST_PARKED) {
         park_wake(to_reload);
     } else if (starting == 0 && to_reload) {
         instance_reload(to_reload);
@@ -188,7 +188,7 @@ int supervisor_tend(model_t *m)
     bool ready_now = false;
     list_foreach(it, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_READY && !in->stop_requested)
+        if (in->life.state == INST_READY && !in->life.stop_requested)
             ready_now = true;
     }
     if (ready_now)
@@ -214,10 +214,10 @@ static void unload_external_when_idle(model_t *m)
 {
     list_foreach_safe(it, tmp, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_READY && in->in_flight > 0)
+        if (in->life.state == INST_READY && in->path.in_flight > 0)
             return; /* again at the pump after its requests end */
         m->unload_requested = false;
-        if (in->state == INST_READY) /* cache first, parked, else its unload hook, else failed */
+        if (in->life.state == INST_READY) /* cache first, parked, else its unload hook, else failed */
             (void)park_or_free(in, UNLOAD_ADMIN, "admin unload");
         /* -2: vramd's own shortage: the admin call is answered 503 (unload_local_failed) */
     }
@@ -230,7 +230,7 @@ bool model_unload_pending(const model_t *m)
         return true;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->state == INST_UNLOADING || in->state == INST_PARKING || in->park_clearing)
+        if (in->life.state == INST_UNLOADING || in->life.state == INST_PARKING || in->park.park_clearing)
             return true; /* park_clearing: its cache is cleared first, then it is parked */
     }
     return false;
@@ -244,7 +244,7 @@ bool model_unload_done(const model_t *m)
         return m->failed || !model_unload_pending(m);
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->state != INST_PARKED)
+        if (in->life.state != INST_PARKED)
             return false; /* still loaded, parking or stopping */
     }
     return true;
@@ -264,9 +264,9 @@ void model_unload(model_t *m, const char *reason)
         instance_t *in = list_entry(it, instance_t, link);
         /* an idle loaded instance is parked (its cache cleared first) when its model has a
          * park tier the host can afford; a parked one asked again is stopped (the next tier) */
-        if (in->state == INST_PARKING || in->state == INST_PARKED) {
-            if (in->state == INST_PARKED) {
-                in->unload_reason = UNLOAD_ADMIN;
+        if (in->life.state == INST_PARKING || in->life.state == INST_PARKED) {
+            if (in->life.state == INST_PARKED) {
+                in->life.unload_reason = UNLOAD_ADMIN;
                 instance_stop(in, reason);
                 stopping = true;
             }
@@ -294,7 +294,7 @@ void model_set_pinned(model_t *m, bool on)
         return;
     }
     list_foreach(it, &m->instances) /* a countdown already running stops now */
-        uv_timer_stop(&list_entry(it, instance_t, link)->idle_timer);
+        uv_timer_stop(&list_entry(it, instance_t, link)->life.idle_timer);
     model_load(m);
 }
 
@@ -304,9 +304,9 @@ unsigned model_restart(model_t *m)
     unsigned stopping = 0;
     list_foreach_safe(it, tmp, &m->instances) {
         instance_t *in = list_entry(it, instance_t, link);
-        if (in->external || in->state == INST_STOPPING || in->stop_requested)
+        if (in->external || in->life.state == INST_STOPPING || in->life.stop_requested)
             continue; /* already on its way out */
-        in->unload_reason = UNLOAD_ADMIN;
+        in->life.unload_reason = UNLOAD_ADMIN;
         instance_stop(in, "admin restart"); /* drains first: no new request, in-flight ones finish */
         stopping++;
     }
@@ -323,7 +323,7 @@ bool model_restart_done(const model_t *m, unsigned last_old)
         return true;
     list_foreach(it, &m->instances) {
         const instance_t *in = list_entry(it, instance_t, link);
-        if (in->id > last_old && in->state == INST_READY && !in->stop_requested)
+        if (in->id > last_old && in->life.state == INST_READY && !in->life.stop_requested)
             return true;
     }
     return false;

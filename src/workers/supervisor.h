@@ -40,7 +40,7 @@
  * admin load/unload/pin/restart); the other files of workers/ have their own (instance.h,
  * model_state.h, hooks.h, park.h, park_evict.h, park_cost.h, park_tier.h, worker_cmds.h).
  *
- * Invariants: instance->in_flight <= cfg->concurrency; an instance in STOPPING never gets
+ * Invariants: instance->path.in_flight <= cfg->concurrency; an instance in STOPPING never gets
  * a new request; model->n_instances counts every instance object (any state) and never
  * exceeds cfg->instances; a model is freed only after it was removed from the config and
  * has no instance, queued or in-flight request left.

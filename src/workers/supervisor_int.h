@@ -14,7 +14,7 @@
  *     -> park_tiers.c (the ONE ordered table of park tiers, park_tier.h: lookups, names)
  *     -> park_sleep.c, park_shim.c, park_checkpoint.c (the tiers: sleep/wake hooks, the
  *        CUDA shim in the worker, the CUDA driver; each reports to park.c through
- *        inst->park_report, never by a call)
+ *        inst->park.park_report, never by a call)
  *     -> hooks.c (every hook call; unload/reload hooks, eviction without parking, reclaim)
  *     -> instance.c (instance lifecycle: start, health, exit, stop, idle, free)
  *     -> worker_cmds.c (placeholders in cmd and stop_cmd; stop_cmd and a container's removal)
@@ -55,7 +55,7 @@ void model_record_worker_failure(model_t *m, enum restart_reason kind, const cha
 
 /* ---- server_report.c ---- */
 /* The served model's figure from the server's health answer body (Ollama /api/ps, llama.cpp
- * router /models) into inst->server_vram; a body of another shape changes nothing. Returns
+ * router /models) into inst->life.server_vram; a body of another shape changes nothing. Returns
  * what the answer said of the served model. */
 enum server_said {
     SERVER_SAID_NOTHING = 0, /* not the documented shape */
@@ -115,10 +115,18 @@ void model_maybe_free(model_t *m);
  * the instance's hooks held back for a second); -1 when it could not be started (logged
  * hook_failed); -2 not made for vramd's own shortage (descriptors, memory: logged, counted
  * as CORE_CNT_LOCAL_HOOK too, the instance's hooks held back for a second, then the model
- * is pumped again). At most one at a time (inst->hook_call). */
+ * is pumped again). At most one at a time (inst->hook.hook_call). */
 int instance_call_hook(instance_t *inst, enum hook_kind kind, http_call_cb cb);
 /* The hook's timeout: its own, else 60 s for reload and wake, 30 s for the others. */
 uint64_t hooks_timeout_ms(const model_t *m, enum hook_kind k);
+/* A confirmation of the sleep or wake hook `after` (park_sleep.c: GET on the preset's
+ * sleep_confirm path), the instance's one hook call like any other: hooks_confirm_begin
+ * starts its time (the hook's timeout from now, inst->hook.hook_deadline_ms);
+ * hooks_confirm_get makes one GET of `path` within what is left of it: 0 started (cb gets
+ * the answer, inst->hook.hook_call cleared first), -1 not (err says why). Not counted: the
+ * hook it confirms was. */
+void hooks_confirm_begin(instance_t *inst, enum hook_kind after);
+int hooks_confirm_get(instance_t *inst, const char *path, http_call_cb cb, char *err, size_t errlen);
 /* An idle READY instance's clear_cache hook through instance_call_hook, last_clear_cache_ms
  * noted: 0 asked (cb follows); otherwise not asked: -1 no hook, not READY, a hook in flight
  * or hooks held back, else instance_call_hook's -1 or -2. */
@@ -185,7 +193,7 @@ bool park_would_park(const instance_t *inst, enum unload_reason reason);
 uint64_t park_way_back_ms(const model_t *m, enum park_tier tier, uint64_t bytes);
 
 /* ---- park_host.c ---- */
-/* A PARKED instance's host keep-alive (park_keep_alive): on inst->idle_timer; when it runs
+/* A PARKED instance's host keep-alive (park_keep_alive): on inst->life.idle_timer; when it runs
  * out the instance is stopped (supervised; logged park_expired) and its host memory freed. */
 void park_host_arm(instance_t *inst);
 /* A park of `bytes` for inst by `tier` is over the host budget: stop older parked instances

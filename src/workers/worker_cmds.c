@@ -27,10 +27,10 @@
  * name that a previous run left (vramd SIGKILLed, the host rebooted mid-run) are removed,
  * synchronously and bounded, before any worker starts.
  *
- * Invariants: at most one command per instance at a time (inst->cmd_proc); the instance
+ * Invariants: at most one command per instance at a time (inst->life.cmd_proc); the instance
  * is not freed while one runs (instance_maybe_free checks cmd_proc); the commands run with
  * the model's env and cwd, in vramd's own cgroup (never in the instance's leaf, which is
- * killed after them); inst->timer bounds each command (the instance is STOPPING: no health
+ * killed after them); inst->life.timer bounds each command (the instance is STOPPING: no health
  * check uses the timer then).
  */
 #include <signal.h>
@@ -73,8 +73,8 @@ void worker_cmds_leaf(const instance_t *inst, char *out, size_t outlen)
 static bool fraction_inputs(const instance_t *inst, uint64_t *bytes, uint64_t *total)
 {
     sched_gpu_figures_t g;
-    *bytes = inst->mem.bytes ? inst->mem.bytes : inst->model->cfg->memory.resident;
-    if (inst->gpu_pos < 0 || !sched_gpu_figures((size_t)inst->gpu_pos, &g) || g.total == 0)
+    *bytes = inst->memory.mem.bytes ? inst->memory.mem.bytes : inst->model->cfg->memory.resident;
+    if (inst->memory.gpu_pos < 0 || !sched_gpu_figures((size_t)inst->memory.gpu_pos, &g) || g.total == 0)
         return false;
     *total = g.total;
     return true;
@@ -123,11 +123,11 @@ void worker_cmds_check_fraction(const instance_t *inst)
         snprintf(key, sizeof key, "models.%s.cmd", mc->name);
         snprintf(message, sizeof message, "%s %s takes %.2f GiB of GPU %d (%.2f GiB), the model reserves %.2f GiB "
                  "(memory.resident): give %s {mem_fraction} (%s here), or leave the flag out, so they agree", flag,
-                 value, takes / 1073741824.0, inst->gpu, (double)total / 1073741824.0, (double)bytes / 1073741824.0,
+                 value, takes / 1073741824.0, inst->memory.gpu, (double)total / 1073741824.0, (double)bytes / 1073741824.0,
                  flag, want);
         log_event(LOG_WARN, "mem_fraction_mismatch", "model=%s instance=%u key=%s flag=%s value=%s takes=%llu "
                   "resident=%llu gpu=%d gpu_total=%llu suggested=%s message=%s", mc->name, inst->id, key, flag, value,
-                  (unsigned long long)takes, (unsigned long long)bytes, inst->gpu, (unsigned long long)total, want,
+                  (unsigned long long)takes, (unsigned long long)bytes, inst->memory.gpu, (unsigned long long)total, want,
                   message);
         return;
     }
@@ -142,9 +142,9 @@ char *worker_cmds_subst(const instance_t *inst, const char *arg)
     else
         fraction[0] = '\0';
     char port[16], gpu[16], pid[16], name[160], owner[32], leaf[160], cgroup[CGROUP_PATH_MAX];
-    snprintf(port, sizeof port, "%d", inst->port);
-    snprintf(gpu, sizeof gpu, "%d", inst->gpu < 0 ? 0 : inst->gpu);
-    snprintf(pid, sizeof pid, "%d", (int)inst->pid);
+    snprintf(port, sizeof port, "%d", inst->life.port);
+    snprintf(gpu, sizeof gpu, "%d", inst->memory.gpu < 0 ? 0 : inst->memory.gpu);
+    snprintf(pid, sizeof pid, "%d", (int)inst->life.pid);
     worker_cmds_name(inst, name, sizeof name);
     cgroup_tree_name(m->core->cfg->state_dir, owner, sizeof owner);
     worker_cmds_leaf(inst, leaf, sizeof leaf);
@@ -209,19 +209,19 @@ static void run_next(instance_t *inst);
 static void on_cmd_timeout(uv_timer_t *t)
 {
     instance_t *inst = t->data;
-    if (!inst->cmd_proc)
+    if (!inst->life.cmd_proc)
         return;
     log_event(LOG_WARN, "stop_cmd_failed", "model=%s instance=%u error=%s", inst->model->name, inst->id,
               "timed out (stop_timeout)");
-    process_stop(inst->cmd_proc, CMD_KILL_GRACE_MS);
+    process_stop(inst->life.cmd_proc, CMD_KILL_GRACE_MS);
 }
 
 static void on_cmd_exit(process_t *p, int exit_status, int term_signal, void *ctx)
 {
     (void)p;
     instance_t *inst = ctx;
-    inst->cmd_proc = NULL;
-    uv_timer_stop(&inst->timer);
+    inst->life.cmd_proc = NULL;
+    uv_timer_stop(&inst->life.timer);
     if (exit_status != 0 || term_signal != 0)
         log_event(LOG_WARN, "stop_cmd_failed", "model=%s instance=%u exit_status=%d signal=%d", inst->model->name,
                   inst->id, exit_status, term_signal);
@@ -259,7 +259,7 @@ static bool start_step(instance_t *inst, enum cmd_step step)
         return false;
     }
     if (step == STEP_REMOVE)
-        inst->container_removed = true;
+        inst->life.container_removed = true;
     char log_name[200];
     snprintf(log_name, sizeof log_name, "%s:%s", inst->model->name, step == STEP_REMOVE ? "rm" : "stop_cmd");
     process_spec_t spec = {
@@ -270,30 +270,30 @@ static bool start_step(instance_t *inst, enum cmd_step step)
         .log_name = log_name,
     };
     char err[256];
-    int rc = process_spawn(inst->model->core->loop, &spec, on_cmd_exit, inst, &inst->cmd_proc, err, sizeof err);
+    int rc = process_spawn(inst->model->core->loop, &spec, on_cmd_exit, inst, &inst->life.cmd_proc, err, sizeof err);
     log_event(rc == 0 ? LOG_INFO : LOG_WARN, rc == 0 ? "stop_cmd" : "stop_cmd_failed",
               "model=%s instance=%u cmd=%s error=%s", inst->model->name, inst->id, argv[0], rc == 0 ? "" : err);
     worker_cmds_free_argv(argv);
     if (rc != 0) {
-        inst->cmd_proc = NULL;
+        inst->life.cmd_proc = NULL;
         return false;
     }
     uint64_t limit = mc->stop_timeout_ms > 0 ? mc->stop_timeout_ms : CMD_KILL_GRACE_MS;
-    uv_timer_start(&inst->timer, on_cmd_timeout, limit + CMD_KILL_GRACE_MS, 0);
+    uv_timer_start(&inst->life.timer, on_cmd_timeout, limit + CMD_KILL_GRACE_MS, 0);
     return true;
 }
 
 static void run_next(instance_t *inst)
 {
-    while (inst->cmd_next < STEP_END) {
-        enum cmd_step step = (enum cmd_step)inst->cmd_next++;
-        if (step == STEP_REMOVE && inst->container_removed)
+    while (inst->life.cmd_next < STEP_END) {
+        enum cmd_step step = (enum cmd_step)inst->life.cmd_next++;
+        if (step == STEP_REMOVE && inst->life.container_removed)
             continue;
         if (start_step(inst, step))
             return;
     }
-    void (*done)(instance_t *) = inst->cmd_done;
-    inst->cmd_done = NULL;
+    void (*done)(instance_t *) = inst->life.cmd_done;
+    inst->life.cmd_done = NULL;
     if (done)
         done(inst);
 }
@@ -301,27 +301,27 @@ static void run_next(instance_t *inst)
 bool worker_cmds_stop(instance_t *inst, void (*done)(instance_t *inst))
 {
     const model_config_t *mc = inst->model->cfg;
-    if (inst->cmd_proc || (!mc->stop_cmd && !mc->container.set))
+    if (inst->life.cmd_proc || (!mc->stop_cmd && !mc->container.set))
         return false;
-    inst->cmd_next = STEP_STOP;
-    inst->cmd_done = done;
+    inst->life.cmd_next = STEP_STOP;
+    inst->life.cmd_done = done;
     run_next(inst);
     return true;
 }
 
 bool worker_cmds_after_exit(instance_t *inst, void (*done)(instance_t *inst))
 {
-    if (inst->cmd_proc || !inst->model->cfg->container.set || inst->container_removed)
+    if (inst->life.cmd_proc || !inst->model->cfg->container.set || inst->life.container_removed)
         return false;
-    inst->cmd_next = STEP_REMOVE;
-    inst->cmd_done = done;
+    inst->life.cmd_next = STEP_REMOVE;
+    inst->life.cmd_done = done;
     run_next(inst);
     return true;
 }
 
 bool worker_cmds_running(const instance_t *inst)
 {
-    return inst->cmd_proc != NULL;
+    return inst->life.cmd_proc != NULL;
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -250,7 +250,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FD_CHECK(D.core.retries_in_flight == 0);
     list_foreach(it, &D.core.models) {
         model_t *m = list_entry(it, model_t, link);
-        list_foreach(jt, &m->instances) FD_CHECK(list_entry(jt, instance_t, link)->in_flight == 0);
+        list_foreach(jt, &m->instances) FD_CHECK(list_entry(jt, instance_t, link)->path.in_flight == 0);
     }
     fd_daemon_stop();
     return 0;

@@ -368,7 +368,7 @@ static inline bool fd_health_settled(void)
     size_t n = 0;
     list_foreach(it, &D.core.models) {
         model_t *m = list_entry(it, model_t, link);
-        list_foreach(jt, &m->instances) if (list_entry(jt, instance_t, link)->health_call) return false;
+        list_foreach(jt, &m->instances) if (list_entry(jt, instance_t, link)->life.health_call) return false;
         n += m->n_instances;
     }
     return n == D.core.cfg->n_models && U.health >= n;

@@ -355,7 +355,7 @@ static inline bool health_settled(void)
     size_t n = 0;
     list_foreach(it, &D.core.models) {
         model_t *m = list_entry(it, model_t, link);
-        list_foreach(jt, &m->instances) if (list_entry(jt, instance_t, link)->health_call) return false;
+        list_foreach(jt, &m->instances) if (list_entry(jt, instance_t, link)->life.health_call) return false;
         n += m->n_instances;
     }
     return n == D.core.cfg->n_models && F.health >= n;
@@ -459,7 +459,7 @@ static inline int path_after_test(void **state)
     assert_int_equal(F.held, 0);
     list_foreach(it, &D.core.models) {
         model_t *m = list_entry(it, model_t, link);
-        list_foreach(jt, &m->instances) assert_int_equal(list_entry(jt, instance_t, link)->in_flight, 0);
+        list_foreach(jt, &m->instances) assert_int_equal(list_entry(jt, instance_t, link)->path.in_flight, 0);
     }
     return 0;
 }

@@ -1,6 +1,7 @@
 /* Unit tests for workers/park_tiers.c: the one ordered table of park tiers (park_tier.h),
  * walked without a daemon: its rows in order with their names, and the walk's skipping of a
- * tier whose needs (configuration, an idle READY instance, the CUDA driver) are unmet. */
+ * tier whose needs (configuration, an idle READY instance, the CUDA driver) are unmet, and a
+ * tier's private state (park_tier.h): made on first use, freed with the instance. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,9 +31,9 @@ static fixture_t *fixture_new(void)
     f->m.cfg = &f->mc;
     f->m.core = &f->d;
     f->in.model = &f->m;
-    f->in.state = INST_READY;
-    f->in.gpu_pos = 0;
-    f->in.park_tier = PARK_NONE;
+    f->in.life.state = INST_READY;
+    f->in.memory.gpu_pos = 0;
+    f->in.park.park_tier = PARK_NONE;
     return f;
 }
 
@@ -91,12 +92,12 @@ static void test_walk_skips_unmet(void **state)
     assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
     f->mc.wake.set = true;
     /* not idle, not READY, or park_keep_alive 0: no tier */
-    f->in.in_flight = 1;
+    f->in.path.in_flight = 1;
     assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
-    f->in.in_flight = 0;
-    f->in.state = INST_STARTING;
+    f->in.path.in_flight = 0;
+    f->in.life.state = INST_STARTING;
     assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
-    f->in.state = INST_READY;
+    f->in.life.state = INST_READY;
     f->mc.park_keep_alive_ms = 0;
     assert_int_equal(park_tier_first(&f->in, 0), PARK_NONE);
     free(f);
@@ -108,17 +109,46 @@ static void test_instance_tier_name(void **state)
     (void)state;
     fixture_t *f = fixture_new();
     assert_string_equal(instance_tier_name(&f->in), "resident");
-    f->in.state = INST_PARKED;
-    f->in.park_tier = PARK_CHECKPOINT;
+    f->in.life.state = INST_PARKED;
+    f->in.park.park_tier = PARK_CHECKPOINT;
     assert_string_equal(instance_tier_name(&f->in), "checkpointed");
-    f->in.park_tier = PARK_SHIM;
+    f->in.park.park_tier = PARK_SHIM;
     assert_string_equal(instance_tier_name(&f->in), "shim_parked");
-    f->in.state = INST_RESUMING;
-    f->in.park_tier = PARK_SLEEP;
+    f->in.life.state = INST_RESUMING;
+    f->in.park.park_tier = PARK_SLEEP;
     assert_string_equal(instance_tier_name(&f->in), "sleeping");
-    f->in.state = INST_UNLOADED;
-    f->in.park_tier = PARK_NONE;
+    f->in.life.state = INST_UNLOADED;
+    f->in.park.park_tier = PARK_NONE;
     assert_string_equal(instance_tier_name(&f->in), "unloaded");
+    free(f);
+}
+
+/* A tier's private state: made zeroed with its head on first use, the same one after, only
+ * in its own slot; not held by anyone while no call is in flight; freed (every tier's) with
+ * the instance through the tier's state_free (under ASan a missed free is a leak). */
+#define TEST_STATE_SIZE 4096 /* more than any tier's own struct: holds() reads it as its own */
+
+static void test_tier_state(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_new();
+    for (unsigned t = 0; t < PARK_TIER_COUNT; t++) {
+        const park_tier_ops_t *ops = park_tier_ops((enum park_tier)t);
+        assert_non_null(ops->state_free); /* any tier may make one: each must free it */
+        assert_null(park_tier_state_peek(&f->in, (enum park_tier)t));
+        unsigned char *s = park_tier_state(&f->in, ops, TEST_STATE_SIZE);
+        assert_non_null(s);
+        assert_ptr_equal(((park_tier_state_t *)s)->ops, ops);
+        for (size_t i = sizeof(park_tier_state_t); i < TEST_STATE_SIZE; i++)
+            assert_int_equal(s[i], 0);
+        assert_ptr_equal(park_tier_state(&f->in, ops, TEST_STATE_SIZE), s);
+        assert_ptr_equal(park_tier_state_peek(&f->in, (enum park_tier)t), s);
+    }
+    assert_false(park_tier_holds(&f->in)); /* no driver call in flight */
+    park_tier_release(&f->in);
+    for (unsigned t = 0; t < PARK_TIER_COUNT; t++)
+        assert_null(park_tier_state_peek(&f->in, (enum park_tier)t));
+    park_tier_release(&f->in); /* nothing left: a second release frees nothing */
     free(f);
 }
 
@@ -128,6 +158,7 @@ int main(void)
         cmocka_unit_test(test_order_and_names),
         cmocka_unit_test(test_walk_skips_unmet),
         cmocka_unit_test(test_instance_tier_name),
+        cmocka_unit_test(test_tier_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -179,12 +179,12 @@ static void test_keep_alive_upstream_is_pooled(void **state)
     client_t *cl = client_call(0, "GET /pooled/1 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     assert_string_equal(resp_body(cl), "ka");
     instance_t *inst = list_entry(list_first(&path_model("pooled")->instances), instance_t, link);
-    assert_int_equal(inst->pool_size, 1);
+    assert_int_equal(inst->path.pool_size, 1);
     cl = client_call(1, "GET /pooled/2 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     assert_string_equal(resp_body(cl), "hello world");
     assert_int_equal(F.requests, 2);
     assert_int_equal(F.reused, 1); /* the second request came on the first one's connection */
-    assert_int_equal(inst->pool_size, 0); /* "Connection: close" from the worker: not pooled */
+    assert_int_equal(inst->path.pool_size, 0); /* "Connection: close" from the worker: not pooled */
 }
 
 /* ---- the upstream failing ------------------------------------------------------------- */
