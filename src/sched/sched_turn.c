@@ -4,6 +4,8 @@
  * A model that must load (or wake) on a GPU where models with work (requests running or
  * queued) hold the memory it needs does not take the card at once: the resident models
  * keep serving their queues and their new arrivals while the newcomer's swap is not due.
+ * Only models that could leave count (not pinned; an external server with an unload hook or
+ * a park tier): a load that waits for a pinned model's requests is no swap.
  * A swap is due (sched_swap_due), in this order of reasons:
  *   - deadline: one of its queued requests would miss its deadline if it waited for the
  *     work in the way to finish (its way in + its run + the longest run of the models in
@@ -102,20 +104,49 @@ static int top_priority(const queue_t *q)
     return -1;
 }
 
-/* The models in the way on pos: other models with work that hold memory there. Their
- * longest learned run, their highest priority, and their resident bytes. */
+/* Can om's instances on a card be evicted at all (not pinned; an external server only with
+ * an unload hook or a park tier)? A model that cannot leave is never a swap's leaver: a load
+ * that waits for its requests waits under the starving rule (sched_evict.c). */
+static bool can_leave(const model_t *om)
+{
+    const model_config_t *c = om->cfg;
+    if (model_pinned(om))
+        return false;
+    return !c->url || c->unload.set || c->sleep.set || c->checkpoint;
+}
+
+/* The models in the way on pos: other models with work that hold memory there and could
+ * leave. Their longest learned run, their highest priority, their work and their resident
+ * bytes; `fixed`: the resident bytes of the other models there that cannot leave. */
 typedef struct in_the_way {
-    uint64_t longest_run_ms, bytes, work_ms;
+    uint64_t longest_run_ms, bytes, work_ms, fixed;
     int priority;
     unsigned models;
 } in_the_way_t;
+
+static uint64_t resident_on(const model_t *om, size_t pos)
+{
+    uint64_t b = 0;
+    list_foreach(it, &om->instances) {
+        const instance_t *in = list_entry(it, instance_t, link);
+        if (in->memory.gpu_pos == (int)pos && in->memory.mem.gpu >= 0)
+            b += in->memory.mem.bytes;
+    }
+    return b;
+}
 
 static in_the_way_t work_in_the_way(const model_t *m, size_t pos)
 {
     in_the_way_t w = {.priority = -1};
     list_foreach(mi, &sched_state.core->models) {
         const model_t *om = list_entry(mi, model_t, link);
-        if (om == m || !has_work(om) || !on_gpu(om, pos))
+        if (om == m || !on_gpu(om, pos))
+            continue;
+        if (!can_leave(om)) {
+            w.fixed += resident_on(om, pos);
+            continue;
+        }
+        if (!has_work(om))
             continue;
         w.models++;
         if (om->run_ms_ewma > w.longest_run_ms)
@@ -127,11 +158,7 @@ static in_the_way_t work_in_the_way(const model_t *m, size_t pos)
             w.priority = p;
         uint64_t run = om->run_ms_ewma ? om->run_ms_ewma : 1;
         w.work_ms += (om->queue.depth + om->in_flight) * run / (om->cfg->concurrency ? om->cfg->concurrency : 1);
-        list_foreach(it, &om->instances) {
-            const instance_t *in = list_entry(it, instance_t, link);
-            if (in->memory.gpu_pos == (int)pos && in->memory.mem.gpu >= 0)
-                w.bytes += in->memory.mem.bytes;
-        }
+        w.bytes += resident_on(om, pos);
     }
     return w;
 }
@@ -142,7 +169,10 @@ bool sched_busy_in_way(const model_t *m, size_t pos, uint64_t need)
         return false;
     in_the_way_t w = work_in_the_way(m, pos);
     uint64_t cap = ledger_capacity(&sched_state.ledger, pos);
-    return w.models > 0 && (w.bytes >= cap || cap - w.bytes < need);
+    if (w.models == 0 || w.fixed >= cap || cap - w.fixed < need)
+        return false; /* no model with work could leave, or its leaving would not be enough */
+    uint64_t left = cap - w.fixed;
+    return w.bytes >= left || left - w.bytes < need;
 }
 
 /* The earliest deadline among m's queued requests (0 = none). O(depth <= queue_max). */
