@@ -1,9 +1,12 @@
 /*
- * http_path: dot segments in a request target's path (see http_path.h). Pure.
+ * http_path: dot segments in a request target's path, a query component's percent-decoding
+ * (see http_path.h). Pure.
  */
 #include "http/http_path.h"
 
 #include <ctype.h>
+
+#include "common/hex.h"
 
 /* At p[0..n): the length of a separator ('/', '\', "%2f", "%5c"), or 0. */
 static size_t separator_len(const char *p, size_t n)
@@ -55,4 +58,28 @@ bool http_path_has_dot_segment(const char *target, size_t len)
             return true;
     }
     return false;
+}
+
+int http_query_decode(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (ch == '+') {
+            ch = ' ';
+        } else if (ch == '%') {
+            if (i + 2 >= n)
+                return -1;
+            int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
+            if (hi < 0 || lo < 0)
+                return -1;
+            ch = (char)(hi * 16 + lo);
+            i += 2;
+        }
+        if (ch == '\0' || o + 1 >= cap)
+            return -1;
+        out[o++] = ch;
+    }
+    out[o] = '\0';
+    return 0;
 }

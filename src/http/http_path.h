@@ -1,6 +1,6 @@
 /*
- * http_path: does a request target's path hold a dot segment? Pure (bytes in, an answer
- * out). vramd refuses such a path (400) instead of normalizing it: a worker must never see
+ * http_path: does a request target's path hold a dot segment, and a query component's
+ * percent-decoding. Pure (bytes in, an answer out). vramd refuses such a path (400) instead of normalizing it: a worker must never see
  * "..", and a path that would climb out of a model's route prefix has no safe meaning.
  */
 #ifndef VRAMD_HTTP_HTTP_PATH_H
@@ -16,5 +16,9 @@
  * are dot paths; "/a/..b", "/a/b..", "/a/.b", "/a/...", "/a/%2e%2e%2e" and "/a?x=/../" are
  * not. */
 bool http_path_has_dot_segment(const char *target, size_t len);
+
+/* Percent-decode a query component s[0..n) ('+' is a space) into out (NUL-terminated).
+ * -1 on a bad escape, a decoded NUL, or when out (cap bytes) is too small. */
+int http_query_decode(const char *s, size_t n, char *out, size_t cap);
 
 #endif

@@ -18,8 +18,8 @@
 #include <cjson/cJSON.h>
 
 #include "common/log.h"
-#include "common/hex.h"
 #include "core/core.h"
+#include "http/http_path.h"
 #include "jobs/jobs.h"
 #include "jobstore/job_id.h"
 #include "jobstore/job_request.h"
@@ -416,30 +416,6 @@ out:
 
 /* ---- GET /v1/jobs (list) ------------------------------------------------------------- */
 
-/* Percent-decode s[0..n) into out (NUL-terminated). -1 on a bad escape, NUL, or overflow. */
-static int query_decode(const char *s, size_t n, char *out, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (ch == '+') {
-            ch = ' ';
-        } else if (ch == '%') {
-            if (i + 2 >= n)
-                return -1;
-            int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
-            if (hi < 0 || lo < 0)
-                return -1;
-            ch = (char)(hi * 16 + lo);
-            i += 2;
-        }
-        if (ch == '\0' || o + 1 >= cap)
-            return -1;
-        out[o++] = ch;
-    }
-    out[o] = '\0';
-    return 0;
-}
 
 static void after_list(void *ctx, int rc, const char *err, const job_record_t *recs, size_t n,
                        const journal_cursor_t *next)
@@ -499,8 +475,8 @@ static void list_jobs(conn_t *c, request_t *r, jobs_t *J)
                 continue;
             }
             char key[32], val[JOBS_QUERY_VALUE_MAX];
-            if (!eq || query_decode(p, (size_t)(eq - p), key, sizeof key) != 0 ||
-                query_decode(eq + 1, (size_t)(stop - eq - 1), val, sizeof val) != 0) {
+            if (!eq || http_query_decode(p, (size_t)(eq - p), key, sizeof key) != 0 ||
+                http_query_decode(eq + 1, (size_t)(stop - eq - 1), val, sizeof val) != 0) {
                 conn_respond_error(c, 400, "bad_request", NULL, -1, false,
                                    "query: expected key=value pairs (state, model, limit, cursor)");
                 return;

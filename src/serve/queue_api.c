@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/hex.h"
 #include "core/core.h"
 #include "core/model.h"
 #include "core/request.h"
 #include "http/http_auth.h"
+#include "http/http_path.h"
 #include "jobs/jobs.h"
 #include "net/conn.h"
 #include "sched/scheduler.h"
@@ -171,30 +171,6 @@ static cJSON *group_by_gpu(model_view_t *v, size_t n, size_t limit, bool one_mod
     return doc;
 }
 
-/* Percent-decode s[0..n) into out (NUL-terminated). -1 on a bad escape, NUL, or overflow. */
-static int query_decode(const char *s, size_t n, char *out, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (ch == '+') {
-            ch = ' ';
-        } else if (ch == '%') {
-            if (i + 2 >= n)
-                return -1;
-            int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
-            if (hi < 0 || lo < 0)
-                return -1;
-            ch = (char)(hi * 16 + lo);
-            i += 2;
-        }
-        if (ch == '\0' || o + 1 >= cap)
-            return -1;
-        out[o++] = ch;
-    }
-    out[o] = '\0';
-    return 0;
-}
 
 /* The query: model=NAME and limit=N (1..QUEUE_LIST_MAX). False when answered 400. */
 static bool read_query(conn_t *c, const request_t *r, char model[QUEUE_NAME_MAX], size_t *limit)
@@ -213,8 +189,8 @@ static bool read_query(conn_t *c, const request_t *r, char model[QUEUE_NAME_MAX]
             p = stop + 1;
             continue;
         }
-        if (!eq || query_decode(p, (size_t)(eq - p), key, sizeof key) != 0 ||
-            query_decode(eq + 1, (size_t)(stop - eq - 1), val, sizeof val) != 0) {
+        if (!eq || http_query_decode(p, (size_t)(eq - p), key, sizeof key) != 0 ||
+            http_query_decode(eq + 1, (size_t)(stop - eq - 1), val, sizeof val) != 0) {
             conn_respond_error(c, 400, "bad_request", NULL, -1, false,
                                "query: expected key=value pairs (model, limit; a value under %d bytes)", QUEUE_NAME_MAX);
             return false;
