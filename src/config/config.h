@@ -298,6 +298,14 @@ typedef struct config {
     int listen_port;   /* default 8800 */
     char *admin_token_file;
     char *admin_token; /* file contents, trimmed; NULL when no file */
+    /* allowed_hosts (config/host_keys.c): the Host names vramd answers besides localhost,
+     * *.localhost and IP literals (http_host_allowed), against DNS rebinding. Checked on
+     * every route when listed (even empty) or when there is no admin token. */
+    struct {
+        char **names; /* host names, or "*.domain" */
+        size_t n;
+        bool listed; /* the key is set (not absent, not null) */
+    } allowed_hosts;
     char *state_dir;   /* default "./var" */
     int log_format;    /* enum log_format */
     int log_level;     /* enum log_level */

@@ -2,8 +2,8 @@
  * api: vramd's own routes (health, status, model list, admin) and the one match of every
  * request against the route table (own_routes here, then jobs_api_routes). See api.h.
  * Invariant: a request is matched once; what follows is decided by the row: the reserve
- * check, REQ_LOCAL, a cross-origin refusal (403), 405, the token (from access), then the
- * row's handler.
+ * check, the Host check (403, every route, model routes too), REQ_LOCAL, a cross-origin
+ * refusal (403), 405, the token (from access), then the row's handler.
  */
 #include "serve/api.h"
 
@@ -491,6 +491,31 @@ static bool cross_origin_refused(conn_t *c, const request_t *r)
     return true;
 }
 
+/* DNS rebinding: a page whose name an attacker points at 127.0.0.1 is same-origin to the
+ * browser, so the cross-origin check lets it through. Where the check is on (allowed_hosts
+ * listed, or no admin token: a loopback vramd anyone on the host reaches), a request whose
+ * Host names neither an IP literal, localhost nor a listed name is refused 403
+ * host_not_allowed, on every route: vramd's own and the models' (a model's answers and the
+ * GPU time it books are what such a page would read and spend). */
+static bool host_refused(conn_t *c, const request_t *r)
+{
+    const config_t *cfg = c->core->cfg;
+    if ((cfg->admin_token && !cfg->allowed_hosts.listed) || c->job_attempt)
+        return false; /* a job's attempt is vramd's own (Host vramd-jobs): its POST /v1/jobs was checked */
+    if (http_host_allowed(r->head, &r->msg, cfg->allowed_hosts.names, cfg->allowed_hosts.n))
+        return false;
+    const http1_header_t *h = http1_find_header(r->head, &r->msg, "Host"); /* set: allowed without */
+    char host[200];
+    snprintf(host, sizeof host, "%.*s", (int)(h->value.len < sizeof host ? h->value.len : sizeof host - 1),
+             r->head + h->value.off);
+    log_event(LOG_WARN, "host_not_allowed", "peer=%s host=%s", c->peer, host);
+    conn_respond_error(c, 403, "host_not_allowed", NULL, -1, r->msg.upgrade,
+                       "Host %s is not one of vramd's names (DNS-rebinding protection): connect to 127.0.0.1 "
+                       "or localhost, or list the name in allowed_hosts in the config",
+                       host);
+    return true;
+}
+
 void api_on_request(conn_t *c, request_t *r)
 {
     const char *path = r->head + r->msg.target.off;
@@ -503,6 +528,8 @@ void api_on_request(conn_t *c, request_t *r)
         refuse_reserve(c); /* nothing on the reserve reaches a model, nor POST /v1/status */
         return;
     }
+    if (host_refused(c, r))
+        return;
     if (!m.row && !(m.first && m.first->own_path)) {
         router_route(c, r);
         return;
@@ -534,6 +561,8 @@ bool api_on_head(conn_t *c, request_t *r)
         refuse_reserve(c);
         return true;
     }
+    if (host_refused(c, r))
+        return true;
     if (m.row || (m.first && m.first->own_path))
         return false;
     return router_head_refused(c, r);

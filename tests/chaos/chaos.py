@@ -127,7 +127,7 @@ class Chaos:
 
     def raw(self, model, body, hold_before_close=None, read_delay=0.0):
         data = json.dumps(body).encode()
-        req = (f"POST /{model}/generate HTTP/1.1\r\nHost: chaos\r\nContent-Type: application/json\r\n"
+        req = (f"POST /{model}/generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode() + data
         s = socket.create_connection(("127.0.0.1", self.port), timeout=REQUEST_TIMEOUT)
         try:
