@@ -25,7 +25,7 @@
 #include <cjson/cJSON.h>
 
 #define CONFIG_FOREVER UINT64_MAX
-#define CONFIG_ERR_MAX 1024
+#define CONFIG_ERR_MAX 16384 /* room for YDOC_ERRORS_SHOWN lines of errors */
 
 enum config_jobs_backend { JOBS_BACKEND_SQLITE = 0, JOBS_BACKEND_POSTGRES = 1 };
 
@@ -433,8 +433,11 @@ typedef struct config {
     size_t n_warnings;
 } config_t;
 
-/* Parse and validate. On failure returns NULL and writes "file:line:col: key.path: message"
- * into err (CONFIG_ERR_MAX bytes). */
+/* Parse and validate. On failure returns NULL and writes every error into err
+ * (CONFIG_ERR_MAX bytes), one "file:line:col: key.path: message" line each (no newline after
+ * the last): each key and each model is checked on its own; the checks across keys run once
+ * every key parsed; a YAML syntax error is the only error (no document past it); over
+ * YDOC_ERRORS_SHOWN (50), a last line "file: and N more errors (the first 50 are shown)". */
 config_t *config_load(const char *path, char *err, size_t errlen);
 /* The same from a string (for tests); name is used in messages in place of the path. */
 config_t *config_parse(const char *text, size_t len, const char *name, char *err, size_t errlen);

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/log.h"
 #include "core/core.h"
 #include "core/model.h"
@@ -266,11 +268,36 @@ static void route_metrics(conn_t *c, request_t *r, const route_args_t *a)
     free(text);
 }
 
+/* 400 bad_config naming every error of the file: "message" its first line (and that more
+ * follow), "errors" each line (config_load: one per error, at most 50, then "and N more"). */
+static void refuse_bad_config(conn_t *c, const char *err)
+{
+    cJSON *body = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(body, "error");
+    size_t first = strcspn(err, "\n");
+    char line[1200];
+    snprintf(line, sizeof line, "%.*s%s", (int)(first > 1000 ? 1000 : first), err,
+             err[first] ? " (and more: see errors)" : "");
+    cJSON_AddStringToObject(e, "code", "bad_config");
+    cJSON_AddStringToObject(e, "message", line);
+    cJSON *lines = cJSON_AddArrayToObject(e, "errors");
+    for (const char *p = err; lines && *p;) {
+        size_t len = strcspn(p, "\n");
+        snprintf(line, sizeof line, "%.*s", (int)(len > 1100 ? 1100 : len), p);
+        cJSON_AddItemToArray(lines, cJSON_CreateString(line));
+        p += len + (p[len] == '\n');
+    }
+    if (c->req)
+        c->req->outcome = "bad_config";
+    char *json = cJSON_PrintUnformatted(body);
+    cJSON_Delete(body);
+    respond_json(c, 400, json);
+}
+
 static void route_reload(conn_t *c, request_t *r, const route_args_t *a)
 {
     char err[CONFIG_ERR_MAX];
     if (g_admin.reload(g_admin.ctx, err, sizeof err) != 0) {
-        conn_respond_error(c, 400, "bad_config", NULL, -1, false, "%s", err);
+        refuse_bad_config(c, err);
         return;
     }
     respond_json(c, 200, status_reload_answer(c->core)); /* with the models still failed */
