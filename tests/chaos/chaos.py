@@ -352,6 +352,9 @@ def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off", card="24GiB
                  timeout=60, what=f"model {m} serving again after the chaos")
     if tunnels:
         def tunnel_again():
+            # ws may have no instance left (killed last; an upgrade starts none): a plain
+            # request starts it, as a page's would
+            request(vd.port, "GET", "/ws/health", timeout=REQUEST_TIMEOUT)
             try:
                 for t in surfaces.hold_open(vd.port, 1):
                     t.close()
