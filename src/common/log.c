@@ -158,6 +158,13 @@ void log_eventv(enum log_level level, const char *event, const char *fields, va_
         size_t sl = (size_t)(end - spec);
         if (sl == 1 && *spec == 's') {
             put_str(&l, va_arg(ap, const char *), json);
+        } else if (sl == 3 && !strncmp(spec, ".*s", 3)) {
+            int n = va_arg(ap, int);
+            const char *v = va_arg(ap, const char *);
+            char span[512];
+            if (v)
+                snprintf(span, sizeof span, "%.*s", n < 0 ? 0 : n, v);
+            put_str(&l, v ? span : NULL, json);
         } else if (sl == 1 && *spec == 'd') {
             putf(&l, "%d", va_arg(ap, int));
         } else if (sl == 1 && *spec == 'u') {

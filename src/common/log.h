@@ -7,7 +7,9 @@
  *     log_event(LOG_INFO, "worker_started", "model=%s pid=%d port=%d", name, pid, port);
  *  -> {"ts":"2026-11-22T06:53:14.123Z","level":"info","event":"worker_started","model":"trellis","pid":4242,"port":40001}
  *
- * Supported specs: %s (string, JSON-escaped; NULL -> null), %d %u %ld %lu %lld %llu %zu
+ * Supported specs: %s (string, JSON-escaped; NULL -> null), %.*s (an int length, then the
+ * string: a span of a buffer, such as a header's value; at most 511 bytes of it are
+ * written), %d %u %ld %lu %lld %llu %zu
  * (numbers), %f (double), %B (int as true/false), %J (a pre-rendered JSON value, inserted
  * verbatim). Anything else in the format is a programming error and is written as a
  * "log_format_error" field rather than crashing.

@@ -72,10 +72,18 @@ static config_t *parse_in_dir(const char *text, size_t len, const char *name, co
         rc = ydoc_fail_at_line(&c, 0, 0, "the configuration is empty (at least one model is required)");
     else if (root->type != YAML_MAPPING_NODE)
         rc = ydoc_need_mapping(&c, root, "a mapping of keys (listen, gpu, models, ...) at the top level");
-    if (rc == 0)
+    if (rc == 0) {
+        /* the top-level keys and the models are reported together; the checks across keys
+         * below only run on a config whose every key parsed (else they would judge defaults
+         * standing in for values in error) */
         rc = cfg_apply_mapping(&c, root, &cfg_top_section, cfg);
-    if (rc == 0)
-        rc = cfg_parse_models(&c, cfg, root);
+        ydoc_unit_begin(&c);
+        /* models: once the top level was walked (it was unless its mapping is bad, a key
+         * twice); a missing models: is reported on a file without other errors */
+        if ((rc == 0 || c.models_node != NULL) && cfg_parse_models(&c, cfg, root) != 0)
+            rc = -1;
+        ydoc_unit_begin(&c);
+    }
     if (rc == 0)
         rc = cfg_check_turns(&c, cfg, root);
     if (rc == 0)
@@ -88,6 +96,7 @@ static config_t *parse_in_dir(const char *text, size_t len, const char *name, co
         rc = cfg_collect_warnings(&c, cfg, root);
     yaml_document_delete(&doc);
     if (rc != 0) {
+        ydoc_finish_errors(&c);
         cfg_config_free(cfg);
         return NULL;
     }

@@ -25,7 +25,7 @@
 #include <cjson/cJSON.h>
 
 #define CONFIG_FOREVER UINT64_MAX
-#define CONFIG_ERR_MAX 1024
+#define CONFIG_ERR_MAX 16384 /* room for YDOC_ERRORS_SHOWN lines of errors */
 
 enum config_jobs_backend { JOBS_BACKEND_SQLITE = 0, JOBS_BACKEND_POSTGRES = 1 };
 
@@ -298,6 +298,14 @@ typedef struct config {
     int listen_port;   /* default 8800 */
     char *admin_token_file;
     char *admin_token; /* file contents, trimmed; NULL when no file */
+    /* allowed_hosts (config/host_keys.c): the Host names vramd answers besides localhost,
+     * *.localhost and IP literals (http_host_allowed), against DNS rebinding. Checked on
+     * every route when listed (even empty) or when there is no admin token. */
+    struct {
+        char **names; /* host names, or "*.domain" */
+        size_t n;
+        bool listed; /* the key is set (not absent, not null) */
+    } allowed_hosts;
     char *state_dir;   /* default "./var" */
     int log_format;    /* enum log_format */
     int log_level;     /* enum log_level */
@@ -425,8 +433,11 @@ typedef struct config {
     size_t n_warnings;
 } config_t;
 
-/* Parse and validate. On failure returns NULL and writes "file:line:col: key.path: message"
- * into err (CONFIG_ERR_MAX bytes). */
+/* Parse and validate. On failure returns NULL and writes every error into err
+ * (CONFIG_ERR_MAX bytes), one "file:line:col: key.path: message" line each (no newline after
+ * the last): each key and each model is checked on its own; the checks across keys run once
+ * every key parsed; a YAML syntax error is the only error (no document past it); over
+ * YDOC_ERRORS_SHOWN (50), a last line "file: and N more errors (the first 50 are shown)". */
 config_t *config_load(const char *path, char *err, size_t errlen);
 /* The same from a string (for tests); name is used in messages in place of the path. */
 config_t *config_parse(const char *text, size_t len, const char *name, char *err, size_t errlen);

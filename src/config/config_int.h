@@ -94,6 +94,11 @@ int cfg_fp_route(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec
 /* aliases: (models and alias_of entries): a list of names without spaces; null = none */
 int cfg_parse_aliases(ctx_t *c, yaml_node_t *v, char ***aliases, size_t *n_aliases);
 
+/* host_keys.c: allowed_hosts */
+#define ALLOWED_HOSTS_MAX 64
+int cfg_fp_allowed_hosts(ctx_t *c, yaml_node_t *v, void *field, const struct field_spec *spec);
+void cfg_allowed_hosts_free(config_t *cfg);
+
 /* model_keys.c */
 /* A listening address (listen, fleet.agent_listen): "host:port" with an IP address or
  * localhost (stored as 127.0.0.1); *host_out (freed first) and *port_out set on success.

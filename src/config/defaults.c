@@ -125,6 +125,7 @@ void cfg_config_free(config_t *cfg)
     free(cfg->listen_host);
     free(cfg->admin_token_file);
     free(cfg->admin_token);
+    cfg_allowed_hosts_free(cfg);
     free(cfg->state_dir);
     free(cfg->cgroup.mode);
     free(cfg->cgroup.path);

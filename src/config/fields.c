@@ -9,7 +9,8 @@
  * cfg_free_argv() frees, and cfg_parse_aliases() a list of names (a model's or an
  * alias_of entry's aliases).
  * Invariants: an unknown key is an error (naming the closest known key, when one is
- * within an edit distance of 2, of 1 for keys of up to 4 characters); a parser returns 0
+ * within an edit distance of 2, of 1 for keys of up to 4 characters); a mapping's keys are
+ * all walked, each reported on its own (a failed one leaves its field as it was); a parser returns 0
  * or -1 after ydoc_fail(), and a string field is replaced only once its new value is
  * copied, so the struct stays freeable; applying a mapping sets only the keys it names
  * (null applies nothing).
@@ -110,7 +111,9 @@ int cfg_apply_mapping(ctx_t *c, yaml_node_t *map, const section_t *section, void
         return 0;
     if (ydoc_need_mapping(c, map, "a mapping") != 0 || ydoc_check_mapping(c, map) != 0)
         return -1;
+    int failed = 0;
     for (size_t i = 0; i < ydoc_mapping_size(map); i++) {
+        ydoc_unit_begin(c); /* each key is checked, and reported, on its own */
         yaml_node_t *k = ydoc_pair_key(c, map, i);
         const char *key = ydoc_scalar_text(k);
         const field_spec_t *spec = NULL;
@@ -122,9 +125,9 @@ int cfg_apply_mapping(ctx_t *c, yaml_node_t *map, const section_t *section, void
                       : unknown_key(c, k, section, key);
         ydoc_path_pop(c, saved);
         if (rc != 0)
-            return -1;
+            failed = -1;
     }
-    return 0;
+    return failed;
 }
 
 int cfg_fp_section(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec)

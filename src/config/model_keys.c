@@ -653,7 +653,7 @@ static int parse_model(ctx_t *c, model_config_t *m, yaml_node_t *k, yaml_node_t 
     m->source_hash = source_hash(c, k, v, h);
     const yaml_node_t *mem = rc == 0 && !ydoc_is_null(v) ? ydoc_find_value(c, v, "memory") : NULL;
     const yaml_node_t *at = mem ? mem : k;
-    char where[CONFIG_ERR_MAX / 4];
+    char where[256];
     snprintf(where, sizeof where, "%s:%zu:%zu", c->name, at->start_mark.line + 1, at->start_mark.column + 1);
     if (rc == 0 && (m->memory_at = strdup(where)) == NULL)
         rc = ydoc_fail(c, k, "out of memory");
@@ -674,6 +674,7 @@ int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
         if (rc != 0)
             return -1;
     }
+    ydoc_unit_begin(c);
     ydoc_path_reset(c);
     ydoc_path_push_key(c, "models");
     yaml_node_t *models = c->models_node;
@@ -696,19 +697,21 @@ int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
     cfg->models = calloc(n - n_alias_of + 1, sizeof *cfg->models);
     cfg->alias_ofs = calloc(n_alias_of + 1, sizeof *cfg->alias_ofs);
     cfg_entry_t *entries = calloc(n, sizeof *entries);
-    int rc = 0;
+    int failed = 0; /* any entry's: each is checked, and reported, on its own */
     if (cfg->models == NULL || cfg->alias_ofs == NULL || entries == NULL)
-        rc = ydoc_fail(c, models, "out of memory");
-    for (size_t i = 0; rc == 0 && i < n; i++) {
+        failed = ydoc_fail(c, models, "out of memory");
+    for (size_t i = 0; cfg->models != NULL && cfg->alias_ofs != NULL && entries != NULL && i < n; i++) {
+        ydoc_unit_begin(c);
         yaml_node_t *k = ydoc_pair_key(c, models, i), *v = ydoc_pair_value(c, models, i);
         const char *name = ydoc_scalar_text(k);
         ydoc_path_reset(c);
         ydoc_path_append(c, "models.%s", name);
         if (!model_name_ok(name, k->data.scalar.length)) {
-            rc = ydoc_fail(c, k, "a model name is 1 to %d of A-Z a-z 0-9 . _ -", MODEL_NAME_MAX);
-            break;
+            failed = ydoc_fail(c, k, "a model name is 1 to %d of A-Z a-z 0-9 . _ -", MODEL_NAME_MAX);
+            continue;
         }
         yaml_node_t *where = !ydoc_is_null(v) ? v : k;
+        int rc;
         if (cfg_is_alias_of_entry(c, v)) {
             config_alias_of_t *a = &cfg->alias_ofs[cfg->n_alias_ofs++];
             rc = cfg_parse_alias_of(c, a, k, v);
@@ -718,9 +721,13 @@ int cfg_parse_models(ctx_t *c, config_t *cfg, yaml_node_t *root)
             rc = parse_model(c, m, k, v);
             entries[i] = (cfg_entry_t){m->name, m->route, m->aliases, m->n_aliases, where, false};
         }
+        if (rc != 0)
+            failed = -1;
     }
-    if (rc == 0)
-        rc = cfg_check_names_and_routes(c, entries, n);
+    if (failed == 0) { /* names, aliases and routes across entries: once every entry is whole */
+        ydoc_unit_begin(c);
+        failed = cfg_check_names_and_routes(c, entries, n);
+    }
     free(entries);
-    return rc;
+    return failed;
 }

@@ -1,5 +1,5 @@
 /*
- * top_keys: the top-level keys (listen, admin_token_file, state_dir, log, gpu, limits,
+ * top_keys: the top-level keys (listen, admin_token_file, allowed_hosts, state_dir, log, gpu, limits,
  * jobs, host_memory, cgroup, defaults, models) and their tables; cfg_top_section is the root table.
  *
  * Invariants: listen is host:port with an IP address or localhost (stored as 127.0.0.1);
@@ -362,6 +362,7 @@ static const section_t jobs_section = SECTION(jobs_fields);
 static const field_spec_t top_fields[] = {
     {"listen", fp_listen, 0, 0, 0, NULL},
     {"admin_token_file", cfg_fp_string_opt, offsetof(config_t, admin_token_file), 0, 0, NULL},
+    {"allowed_hosts", cfg_fp_allowed_hosts, 0, 0, 0, NULL},
     {"state_dir", cfg_fp_string, offsetof(config_t, state_dir), 0, 0, NULL},
     {"log", cfg_fp_section, 0, 0, 0, &log_section},
     {"gpu", cfg_fp_section, 0, 0, 0, &gpu_section},

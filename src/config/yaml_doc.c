@@ -48,21 +48,52 @@ void ydoc_path_reset(ctx_t *c)
     ydoc_path_pop(c, 0);
 }
 
+#define ERR_TRAILER_ROOM 160 /* kept free in err for ydoc_finish_errors' line */
+
 static int fail_at_mark(ctx_t *c, size_t line0, size_t col0, const char *fmt, va_list ap)
 {
-    if (c->failed)
-        return -1;
     c->failed = true;
-    if (c->err == NULL || c->errlen == 0)
+    if (c->muted)
         return -1;
-    int n = snprintf(c->err, c->errlen, "%s:%zu:%zu: %s%s", c->name, line0 + 1, col0 + 1, c->path,
+    c->muted = true;
+    c->n_errors++;
+    if (c->err == NULL || c->errlen == 0 || c->n_shown >= YDOC_ERRORS_SHOWN)
+        return -1;
+    char line[1024];
+    int n = snprintf(line, sizeof line, "%s:%zu:%zu: %s%s", c->name, line0 + 1, col0 + 1, c->path,
                      c->path_len ? ": " : "");
-    if (n >= 0 && (size_t)n < c->errlen)
-        vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+    if (n >= 0 && (size_t)n < sizeof line)
+        vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    size_t len = strlen(line);
+    if (c->n_shown == 0) { /* the first error always shows, cut to fit */
+        snprintf(c->err, c->errlen, "%s", line);
+        c->err_used = strlen(c->err);
+    } else if (c->err_used + 1 + len + ERR_TRAILER_ROOM < c->errlen) {
+        c->err[c->err_used++] = '\n';
+        memcpy(c->err + c->err_used, line, len + 1);
+        c->err_used += len;
+    } else {
+        return -1; /* no room: counted in "and N more" */
+    }
+    c->n_shown++;
     return -1;
 }
 
-/* Records the first error, at node's position (1:1 without a node); always returns -1. */
+void ydoc_unit_begin(ctx_t *c)
+{
+    c->muted = false;
+}
+
+void ydoc_finish_errors(ctx_t *c)
+{
+    if (c->err == NULL || c->n_errors <= c->n_shown || c->err_used + 1 >= c->errlen)
+        return;
+    snprintf(c->err + c->err_used, c->errlen - c->err_used, "\n%s: and %u more error%s (the first %u are shown)",
+             c->name, c->n_errors - c->n_shown, c->n_errors - c->n_shown == 1 ? "" : "s", c->n_shown);
+}
+
+/* Records the current unit's first error, at node's position (1:1 without a node); always
+ * returns -1. */
 int ydoc_fail(ctx_t *c, const yaml_node_t *node, const char *fmt, ...)
 {
     va_list ap;

@@ -109,7 +109,7 @@ cJSON *cfg_yaml_to_json(ctx_t *c, yaml_node_t *n, int depth)
             return NULL;
         }
         out = ydoc_is_plain(n) ? plain_scalar_to_json(c, n) : cJSON_CreateString(ydoc_scalar_text(n));
-        if (out == NULL && !c->failed)
+        if (out == NULL && !c->muted)
             ydoc_fail(c, n, "out of memory");
         return out;
     }
@@ -141,7 +141,7 @@ cJSON *cfg_yaml_to_json(ctx_t *c, yaml_node_t *n, int depth)
             cJSON_AddItemToObject(out, key, item);
         }
     }
-    if (out == NULL && !c->failed)
+    if (out == NULL && !c->muted)
         ydoc_fail(c, n, "out of memory");
     return out;
 }

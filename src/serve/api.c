@@ -2,14 +2,16 @@
  * api: vramd's own routes (health, status, model list, admin) and the one match of every
  * request against the route table (own_routes here, then jobs_api_routes). See api.h.
  * Invariant: a request is matched once; what follows is decided by the row: the reserve
- * check, REQ_LOCAL, a cross-origin refusal (403), 405, the token (from access), then the
- * row's handler.
+ * check, the Host check (403, every route, model routes too), REQ_LOCAL, a cross-origin
+ * refusal (403), 405, the token (from access), then the row's handler.
  */
 #include "serve/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "common/log.h"
 #include "core/core.h"
@@ -266,11 +268,36 @@ static void route_metrics(conn_t *c, request_t *r, const route_args_t *a)
     free(text);
 }
 
+/* 400 bad_config naming every error of the file: "message" its first line (and that more
+ * follow), "errors" each line (config_load: one per error, at most 50, then "and N more"). */
+static void refuse_bad_config(conn_t *c, const char *err)
+{
+    cJSON *body = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(body, "error");
+    size_t first = strcspn(err, "\n");
+    char line[1200];
+    snprintf(line, sizeof line, "%.*s%s", (int)(first > 1000 ? 1000 : first), err,
+             err[first] ? " (and more: see errors)" : "");
+    cJSON_AddStringToObject(e, "code", "bad_config");
+    cJSON_AddStringToObject(e, "message", line);
+    cJSON *lines = cJSON_AddArrayToObject(e, "errors");
+    for (const char *p = err; lines && *p;) {
+        size_t len = strcspn(p, "\n");
+        snprintf(line, sizeof line, "%.*s", (int)(len > 1100 ? 1100 : len), p);
+        cJSON_AddItemToArray(lines, cJSON_CreateString(line));
+        p += len + (p[len] == '\n');
+    }
+    if (c->req)
+        c->req->outcome = "bad_config";
+    char *json = cJSON_PrintUnformatted(body);
+    cJSON_Delete(body);
+    respond_json(c, 400, json);
+}
+
 static void route_reload(conn_t *c, request_t *r, const route_args_t *a)
 {
     char err[CONFIG_ERR_MAX];
     if (g_admin.reload(g_admin.ctx, err, sizeof err) != 0) {
-        conn_respond_error(c, 400, "bad_config", NULL, -1, false, "%s", err);
+        refuse_bad_config(c, err);
         return;
     }
     respond_json(c, 200, status_reload_answer(c->core)); /* with the models still failed */
@@ -491,6 +518,31 @@ static bool cross_origin_refused(conn_t *c, const request_t *r)
     return true;
 }
 
+/* DNS rebinding: a page whose name an attacker points at 127.0.0.1 is same-origin to the
+ * browser, so the cross-origin check lets it through. Where the check is on (allowed_hosts
+ * listed, or no admin token: a loopback vramd anyone on the host reaches), a request whose
+ * Host names neither an IP literal, localhost nor a listed name is refused 403
+ * host_not_allowed, on every route: vramd's own and the models' (a model's answers and the
+ * GPU time it books are what such a page would read and spend). */
+static bool host_refused(conn_t *c, const request_t *r)
+{
+    const config_t *cfg = c->core->cfg;
+    if ((cfg->admin_token && !cfg->allowed_hosts.listed) || c->job_attempt)
+        return false; /* a job's attempt is vramd's own (Host vramd-jobs): its POST /v1/jobs was checked */
+    if (http_host_allowed(r->head, &r->msg, cfg->allowed_hosts.names, cfg->allowed_hosts.n))
+        return false;
+    const http1_header_t *h = http1_find_header(r->head, &r->msg, "Host"); /* set: allowed without */
+    char host[200];
+    snprintf(host, sizeof host, "%.*s", (int)(h->value.len < sizeof host ? h->value.len : sizeof host - 1),
+             r->head + h->value.off);
+    log_event(LOG_WARN, "host_not_allowed", "peer=%s host=%s", c->peer, host);
+    conn_respond_error(c, 403, "host_not_allowed", NULL, -1, r->msg.upgrade,
+                       "Host %s is not one of vramd's names (DNS-rebinding protection): connect to 127.0.0.1 "
+                       "or localhost, or list the name in allowed_hosts in the config",
+                       host);
+    return true;
+}
+
 void api_on_request(conn_t *c, request_t *r)
 {
     const char *path = r->head + r->msg.target.off;
@@ -503,6 +555,8 @@ void api_on_request(conn_t *c, request_t *r)
         refuse_reserve(c); /* nothing on the reserve reaches a model, nor POST /v1/status */
         return;
     }
+    if (host_refused(c, r))
+        return;
     if (!m.row && !(m.first && m.first->own_path)) {
         router_route(c, r);
         return;
@@ -534,6 +588,8 @@ bool api_on_head(conn_t *c, request_t *r)
         refuse_reserve(c);
         return true;
     }
+    if (host_refused(c, r))
+        return true;
     if (m.row || (m.first && m.first->own_path))
         return false;
     return router_head_refused(c, r);

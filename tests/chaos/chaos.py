@@ -16,8 +16,16 @@ Traffic (threads, each request one of):
                 or running): the test cut it itself
   slow_reader   a raw socket that waits 0.3-1 s before reading its answer
 Chaos (a thread, every 0.2-0.6 s): SIGKILL a READY worker (pid from /v1/status), SIGSTOP one
-for 0.1-0.5 s then SIGCONT, SIGHUP vramd (reload of the same file); a model the kills pushed
-into `failed` (5 crashes within 10 minutes) is loaded again through the admin route.
+for 0.1-0.5 s then SIGCONT, SIGHUP vramd (reload of the same file), restart the ws model
+(admin route); a model the kills pushed into `failed` (5 crashes within 10 minutes) is
+loaded again through the admin route.
+Beside the traffic (tests/chaos/surfaces.py, both on unless --no-tunnels / --no-grant-abuse):
+  tunnels       WebSocket tunnels to a fourth model, ws (an echo server), held 0.2-2.5 s while
+                echoing; cut only when a worker was disturbed; at the end 4 tunnels are held
+                open across vramd's SIGTERM, which must close them (the drain) and exit 0
+  grant abuse   floods of HELLO-less connections, silent ones, garbage and half messages on
+                the CUDA shim's grant socket, each closed by vramd within its bound; `slow`
+                runs with its shim (cuda_shim: auto), and every instance of it ends attached
 At the end: every answer's status is one of 200, 429, 502, 503, 504; a connection cut is
 allowed only for a request the test cut itself or one that overlapped a worker kill or stop
 (or a hang kill); nothing queued or in flight; the ledger holds exactly the resident
@@ -47,6 +55,11 @@ if _LIB not in sys.path:
 from vramdkit import Reply, fd_count, pid_alive, request, sim_s, wait_for  # noqa: E402
 from vramdkit.paths import build_dir as h_build  # noqa: E402
 from vramdkit.harness import Harness  # noqa: E402
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+import surfaces  # noqa: E402  (tests/chaos/surfaces.py, beside this file)
 
 DOCUMENTED = {200, 429, 502, 503, 504}
 # each level declares its reservation: without it, every OOM raises mesh's per-request
@@ -98,6 +111,9 @@ class Chaos:
         self.disturb = []            # (t_start, t_end) of kills and stops
         self.actions = Counter()
         self.stop = threading.Event()
+        self.traffic_done = threading.Event()
+        self.documented = DOCUMENTED
+        self.extra_acts = {}         # name -> (weight, function): the monkey's other actions
 
     # traffic ------------------------------------------------------------------------------
     def take(self):
@@ -127,7 +143,7 @@ class Chaos:
 
     def raw(self, model, body, hold_before_close=None, read_delay=0.0):
         data = json.dumps(body).encode()
-        req = (f"POST /{model}/generate HTTP/1.1\r\nHost: chaos\r\nContent-Type: application/json\r\n"
+        req = (f"POST /{model}/generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode() + data
         s = socket.create_connection(("127.0.0.1", self.port), timeout=REQUEST_TIMEOUT)
         try:
@@ -200,8 +216,14 @@ class Chaos:
 
     def monkey(self):
         rng = random.Random(self.rng.random())
+        names = ["kill", "stop", "hup", *self.extra_acts]
+        weights = [3, 3, 2, *(w for w, _ in self.extra_acts.values())]
         while not self.stop.wait(rng.uniform(0.2, 0.6)):
-            act = rng.choices(["kill", "stop", "hup"], [3, 3, 2])[0]
+            act = rng.choices(names, weights)[0]
+            if act in self.extra_acts:
+                self.extra_acts[act][1]()
+                self.actions[act] += 1
+                continue
             pids = self.pids()
             if act == "hup":
                 self.vd.signal(signal.SIGHUP)
@@ -251,22 +273,35 @@ def quiet(vd):
     return st["queues"]["queued"] == 0 and st["queues"]["in_flight"] == 0
 
 
-def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off", card="24GiB", limits=False):
+def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off", card="24GiB", limits=False,
+        tunnels=True, abuse=True):
     """The whole chaos run on Harness h; returns a summary dict. Fails (AssertionError)
     on any broken promise. wrong, shim: as models(); card: the simulated GPU's size; limits:
     workers in cgroup v2 leaves held to their bookings by the driver's per-cgroup limits (the
-    simulated NVML's, SIMGPU_DRIVER_LIMITS=1)."""
+    simulated NVML's, SIMGPU_DRIVER_LIMITS=1); tunnels, abuse: the WebSocket tunnels and the
+    grant-socket abuse of tests/chaos/surfaces.py."""
     gpu = h.gpu_set(card)
-    env = {"VRAMD_CUDA_SHIM_LIBRARY": str(Path(h_build()) / "lib" / "libvramd-cuda.so")} if shim != "off" else {}
-    top = {}
+    env = {}
+    if shim != "off" or abuse:
+        env["VRAMD_CUDA_SHIM_LIBRARY"] = str(Path(h_build()) / "lib" / "libvramd-cuda.so")
+    top = {"limits": {"header_timeout": "10s", "queue_max": 1000, "drain_timeout": "20s",
+                      "shim_hello_timeout": f"{surfaces.HELLO_TIMEOUT_S:g}s"}}
     if limits:
         env["SIMGPU_DRIVER_LIMITS"] = "1"
         top["cgroup"] = {"mode": "v2"}
         top["gpu"] = {"driver_limits": "auto"}
-    vd = h.start_vramd(gpu, models(h, wrong, shim), extra_env=env or None, **top)
+    ms = models(h, wrong, shim)
+    if abuse:
+        ms["slow"]["cuda_shim"] = "auto"
+    if tunnels:
+        ms["ws"] = surfaces.ws_model(h.tag)
+    vd = h.start_vramd(gpu, ms, extra_env=env or None, **top)
     vd.allow_oom.add("mesh")
     for m in ("chat", "mesh", "slow"):
         r = vd.generate(m, {"prompt": "warm", "resolution": 256}, timeout=REQUEST_TIMEOUT)
+        assert r.status == 200, r
+    if tunnels:
+        r = vd.post("/v1/models/ws/load", timeout=REQUEST_TIMEOUT)
         assert r.status == 200, r
     # mesh is declared at 1 GiB per request, but at resolution 1024 it grabs 20 GiB before it
     # runs out of memory. The first such OOM teaches vramd the size (PyTorch's message says
@@ -278,16 +313,27 @@ def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off", card="24GiB
     assert vd.model("mesh")["memory"]["per_request_estimate"] >= 19 * 2**30, vd.model("mesh")["memory"]
     base = own_fds(vd)
     ch = Chaos(vd, n, seed)
+    tun = surfaces.Tunnels(ch) if tunnels else None
+    grant = surfaces.GrantAbuse(ch, vd.events("shim_listening")[0]["socket"]) if abuse else None
+    if tun:
+        ch.extra_acts["restart_ws"] = (1, tun.restart_ws)
     t0 = time.monotonic()
     threads = [threading.Thread(target=ch.client, args=(seed * 1000 + i,), daemon=True) for i in range(clients)]
     monkey = threading.Thread(target=ch.monkey, daemon=True)
     monkey.start()
     for t in threads:
         t.start()
+    for side in (tun, grant):
+        if side:
+            side.start(seed)
     for t in threads:
         t.join(timeout=max(600.0, n * 0.5))
+    ch.traffic_done.set()
+    for side in (tun, grant):
+        if side:
+            side.join()
     ch.stop.set()
-    monkey.join(timeout=10)
+    monkey.join(timeout=70)
     elapsed = time.monotonic() - t0
     assert not any(t.is_alive() for t in threads), "a client thread did not finish"
     wait_for(lambda: quiet(vd), timeout=60, what="nothing queued or in flight after the traffic")
@@ -295,7 +341,7 @@ def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off", card="24GiB
     # a model that many kills pushed into `failed` (crash-loop backoff, case 5) is loaded
     # again by the admin route; then every model serves again
     healed = []
-    for m in ("chat", "mesh", "slow"):
+    for m in ("chat", "mesh", "slow", *(("ws",) if tunnels else ())):
         if vd.model(m)["state"] == "failed":
             healed.append(m)
             r = vd.post(f"/v1/models/{m}/load", timeout=REQUEST_TIMEOUT)
@@ -304,6 +350,21 @@ def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off", card="24GiB
         wait_for(lambda m=m: vd.generate(m, {"prompt": "after", "resolution": 256},
                                          timeout=REQUEST_TIMEOUT).status == 200,
                  timeout=60, what=f"model {m} serving again after the chaos")
+    if tunnels:
+        def tunnel_again():
+            # ws may have no instance left (killed last; an upgrade starts none): a plain
+            # request starts it, as a page's would
+            request(vd.port, "GET", "/ws/health", timeout=REQUEST_TIMEOUT)
+            try:
+                for t in surfaces.hold_open(vd.port, 1):
+                    t.close()
+                return True
+            except (AssertionError, OSError, EOFError, ValueError, IndexError):
+                return False
+        wait_for(tunnel_again, timeout=60, what="a tunnel to ws echoing again after the chaos")
+    if abuse:
+        wait_for(lambda: not surfaces.shims_attached(vd, "slow"), timeout=30,
+                 what="every instance of slow with its shim attached after the grant-socket abuse")
     wait_for(lambda: quiet(vd), timeout=30, what="quiet after the last requests")
     fds = {}
 
@@ -342,10 +403,36 @@ def run(h, n, seed=1, clients=8, out=print, wrong=False, shim="off", card="24GiB
     summary["shim_refused_by_model"] = refused
     summary["neighbour_ooms"] = {m: ooms[m] if refused[m] == 0 else 0 for m in ("chat", "slow")}
     summary["shim_waiting"] = len(vd.events("shim_waiting"))
+    if tun:
+        summary["tunnels"] = dict(tun.outcomes)
+        summary["tunnels_closed"] = dict(Counter(e.get("reason") for e in vd.events("upgrade_closed")))
+    if grant:
+        summary["grant_abuse"] = dict(grant.acts)
+        summary["grant_refused"] = dict(Counter(e.get("reason") for e in vd.events("shim_conn_refused")))
+        summary["grant_hello_timeouts"] = len(vd.events("shim_hello_timeout"))
+        summary["slow_shims"] = {i["id"]: i["shim"] for m in st["models"] if m["name"] == "slow"
+                                 for i in m.get("instances", []) if i.get("shim")}
     vd.allow_oom.update(("chat", "slow"))
     out(json.dumps(summary, indent=1))
     assert not ch.bad, f"{len(ch.bad)} broken promises, first: {ch.bad[:5]}"
-    h.finish()  # ledger, clean SIGTERM exit 0, no sanitizer report, no worker left
+    if tun:
+        assert tun.outcomes["held"] > 0, f"no tunnel was held: {dict(tun.outcomes)}"
+    if grant:
+        assert sum(grant.acts.values()) > 0, "the grant socket was not abused"
+        if grant.acts["flood"]:
+            assert vd.events("shim_conn_refused", reason="per_process"), "a flood with no per_process refusal"
+    held = surfaces.hold_open(vd.port, 4) if tunnels else []
+    closed_before = len(vd.events("upgrade_closed"))
+    h.finish()  # ledger, clean SIGTERM exit 0 (with tunnels open), no sanitizer report, no worker left
+    if held:
+        # each closed by vramd (logged: the drain, or the worker's stop at its end), not
+        # merely by its exit
+        closed = Counter(e.get("reason") for e in vd.events("upgrade_closed")[closed_before:])
+        summary["sigterm_tunnels_closed"] = dict(closed)
+        out(f"SIGTERM with {len(held)} tunnels open: exit 0, closed by vramd {dict(closed)}")
+        assert sum(closed.values()) == len(held), f"SIGTERM with {len(held)} tunnels open: closed {dict(closed)}"
+        for t in held:
+            t.sock.close()
     return summary
 
 
@@ -360,7 +447,8 @@ def compare_shim(args):
         with tempfile.TemporaryDirectory(prefix="vramd-chaos-") as tmp:
             h = Harness(Path(tmp))
             try:
-                runs[shim] = run(h, args.requests, args.seed, args.clients, wrong=True, shim=shim, card=args.card)
+                runs[shim] = run(h, args.requests, args.seed, args.clients, wrong=True, shim=shim, card=args.card,
+                                 tunnels=False, abuse=False)
             except AssertionError as e:
                 runs[shim] = {"failed": str(e)[:2000]}
             finally:
@@ -393,6 +481,8 @@ def main():
                     help="with --wrong-memory: the same traffic twice, cuda_shim off then auto; "
                          "passed when the shim run has no neighbour OOM in chat or slow (an OOM "
                          "line beyond what the model's own shim refused)")
+    ap.add_argument("--no-tunnels", action="store_true", help="without the WebSocket tunnels (surfaces.py)")
+    ap.add_argument("--no-grant-abuse", action="store_true", help="without the grant-socket abuse (surfaces.py)")
     args = ap.parse_args()
     if args.compare_shim:
         return compare_shim(args)
@@ -404,7 +494,7 @@ def main():
         h = Harness(Path(tmp))
         try:
             summary = run(h, args.requests, args.seed, args.clients, wrong=args.wrong_memory, card=args.card,
-                          limits=args.driver_limits)
+                          limits=args.driver_limits, tunnels=not args.no_tunnels, abuse=not args.no_grant_abuse)
         finally:
             h.close()
     summary["seconds"] = round(time.monotonic() - t0, 1)

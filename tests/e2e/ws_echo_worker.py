@@ -43,6 +43,7 @@ async def handler(ws, path):
 async def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--name", default="", help="ignored: a tag in the command line that tests find it by")
     a = ap.parse_args()
     async with websockets.serve(handler, "127.0.0.1", a.port, process_request=process_request,
                                 ping_interval=None, max_size=64 << 20, compression=None):

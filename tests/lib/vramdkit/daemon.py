@@ -407,8 +407,9 @@ class Vramd:
         return sanitizer_reports(self.log_text())
 
     def format_errors(self):
-        """Log lines with a log_format_error field."""
-        return [e for e in self.events() if "log_format_error" in e]
+        """Log lines with a log_format_error field, or a field whose value is one (a spec
+        common/log.c does not know, after its key)."""
+        return [e for e in self.events() if "log_format_error" in e or "log_format_error" in e.values()]
 
 
 # --- workers a test starts itself ---------------------------------------------------------------

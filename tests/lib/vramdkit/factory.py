@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from .daemon import ExternalWorker, Vramd
-from .net import free_port
+from .net import TEST_HOSTS, free_port
 from .paths import PYTHON, REPO_ROOT, vramd_binary
 from .proc import wait_for_gone
 from .report import track
@@ -64,6 +64,7 @@ class VramdFactory:
     def config(self, models, limits=None, **top):
         cfg = {
             "listen": f"127.0.0.1:{free_port()}",
+            "allowed_hosts": list(TEST_HOSTS),
             "state_dir": str(self.tmp / "var"),
             "log": {"format": "json", "level": "debug"},
             "limits": {"header_timeout": "2s", "max_body": "1MiB", "max_header": "8KiB",

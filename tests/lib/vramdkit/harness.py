@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from .daemon import ExternalWorker, Vramd, sanitizer_reports
-from .net import free_port
+from .net import TEST_HOSTS, free_port
 from .paths import binary, check_binaries
 from .proc import pids_with_cmdline, wait_for_gone
 from .report import track
@@ -120,6 +120,7 @@ class Harness:
         pause point, common/pause_point.h)."""
         cfg = {
             "listen": f"127.0.0.1:{free_port()}",
+            "allowed_hosts": list(TEST_HOSTS),
             "state_dir": str(self.tmp / f"var{len(self.daemons)}"),
             "log": {"format": "json", "level": level},
             "gpu": {"headroom": size(HEADROOM), "poll": "50ms"},
