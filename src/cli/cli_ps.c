@@ -16,28 +16,16 @@
 
 enum { PS_COLS = 10 }; /* the last, SHIM, only when some instance has a CUDA shim */
 
-static const char *str_of(const cJSON *o, const char *key, const char *dflt)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(v) ? v->valuestring : dflt;
-}
-
-static double num_of(const cJSON *o, const char *key, double dflt)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
-}
-
 /* One row's cells from a model and one of its instances (inst NULL: the model has none). */
 static void ps_cells(const cJSON *model, const cJSON *inst, char cells[PS_COLS][64])
 {
     const cJSON *queue = cJSON_GetObjectItemCaseSensitive(model, "queue");
     bool pinned = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "pinned"));
-    snprintf(cells[0], 64, "%s", str_of(model, "name", "?"));
-    snprintf(cells[6], 64, "%.0f", num_of(queue, "depth", 0));
+    snprintf(cells[0], 64, "%s", cli_str_of(model, "name", "?"));
+    snprintf(cells[6], 64, "%.0f", cli_num_of(queue, "depth", 0));
     if (!inst) {
         snprintf(cells[1], 64, "-");
-        snprintf(cells[2], 64, "%s", str_of(model, "state", "?"));
+        snprintf(cells[2], 64, "%s", cli_str_of(model, "state", "?"));
         for (int k = 3; k < PS_COLS; k++)
             if (k != 6)
                 snprintf(cells[k], 64, "-");
@@ -45,19 +33,19 @@ static void ps_cells(const cJSON *model, const cJSON *inst, char cells[PS_COLS][
             snprintf(cells[7], 64, "pinned");
         return;
     }
-    snprintf(cells[1], 64, "%.0f", num_of(inst, "id", 0));
-    snprintf(cells[2], 64, "%s", str_of(inst, "state", "?"));
-    double gpu = num_of(inst, "gpu", -1);
+    snprintf(cells[1], 64, "%.0f", cli_num_of(inst, "id", 0));
+    snprintf(cells[2], 64, "%s", cli_str_of(inst, "state", "?"));
+    double gpu = cli_num_of(inst, "gpu", -1);
     if (gpu >= 0)
         snprintf(cells[3], 64, "%.0f", gpu);
     else
         snprintf(cells[3], 64, "-");
     char meas[24], resv[24];
-    cli_format_gib((uint64_t)num_of(inst, "measured_bytes", 0), meas, sizeof meas);
-    cli_format_gib((uint64_t)num_of(inst, "reserved_bytes", 0), resv, sizeof resv);
+    cli_format_gib((uint64_t)cli_num_of(inst, "measured_bytes", 0), meas, sizeof meas);
+    cli_format_gib((uint64_t)cli_num_of(inst, "reserved_bytes", 0), resv, sizeof resv);
     snprintf(cells[4], 64, "%s/%s", meas, resv);
-    snprintf(cells[5], 64, "%.0f", num_of(inst, "in_flight", 0));
-    double left = num_of(inst, "keep_alive_left_ms", -1);
+    snprintf(cells[5], 64, "%.0f", cli_num_of(inst, "in_flight", 0));
+    double left = cli_num_of(inst, "keep_alive_left_ms", -1);
     if (pinned) {
         snprintf(cells[7], 64, "pinned");
     } else if (left >= 0) {
@@ -67,7 +55,7 @@ static void ps_cells(const cJSON *model, const cJSON *inst, char cells[PS_COLS][
     } else {
         snprintf(cells[7], 64, "-");
     }
-    double pid = num_of(inst, "pid", -1);
+    double pid = cli_num_of(inst, "pid", -1);
     if (pid > 0)
         snprintf(cells[8], 64, "%.0f", pid);
     else
@@ -75,9 +63,9 @@ static void ps_cells(const cJSON *model, const cJSON *inst, char cells[PS_COLS][
     const cJSON *shim = cJSON_GetObjectItemCaseSensitive(inst, "shim");
     if (cJSON_IsObject(shim)) {
         char live[24], grant[24];
-        cli_format_gib((uint64_t)num_of(shim, "live_bytes", 0), live, sizeof live);
-        cli_format_gib((uint64_t)num_of(shim, "grant_bytes", 0), grant, sizeof grant);
-        snprintf(cells[9], 64, "%s %s/%s", str_of(shim, "state", "?"), live, grant);
+        cli_format_gib((uint64_t)cli_num_of(shim, "live_bytes", 0), live, sizeof live);
+        cli_format_gib((uint64_t)cli_num_of(shim, "grant_bytes", 0), grant, sizeof grant);
+        snprintf(cells[9], 64, "%s %s/%s", cli_str_of(shim, "state", "?"), live, grant);
     } else {
         snprintf(cells[9], 64, "-");
     }
@@ -100,17 +88,17 @@ static cJSON *ps_json_row(const cJSON *model, const cJSON *inst)
 {
     const cJSON *queue = cJSON_GetObjectItemCaseSensitive(model, "queue");
     cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "model", str_of(model, "name", "?"));
+    cJSON_AddStringToObject(r, "model", cli_str_of(model, "name", "?"));
     cJSON_AddBoolToObject(r, "pinned", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "pinned")));
     const cJSON *by = cJSON_GetObjectItemCaseSensitive(model, "pinned_by");
     if (cJSON_IsString(by))
         cJSON_AddStringToObject(r, "pinned_by", by->valuestring);
     else
         cJSON_AddNullToObject(r, "pinned_by");
-    cJSON_AddNumberToObject(r, "queue_depth", num_of(queue, "depth", 0));
+    cJSON_AddNumberToObject(r, "queue_depth", cli_num_of(queue, "depth", 0));
     if (!inst) {
         cJSON_AddNullToObject(r, "id");
-        cJSON_AddStringToObject(r, "state", str_of(model, "state", "?"));
+        cJSON_AddStringToObject(r, "state", cli_str_of(model, "state", "?"));
         return r;
     }
     static const char *const keys[] = {"id", "state", "tier", "gpu", "measured_bytes", "reserved_bytes",

@@ -16,21 +16,9 @@
 
 enum { Q_COLS = 7 };
 
-static const char *str_of(const cJSON *o, const char *key, const char *dflt)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(v) ? v->valuestring : dflt;
-}
-
-static double num_of(const cJSON *o, const char *key, double dflt)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
-}
-
 static void elapsed_of(const cJSON *o, const char *key, char *out, size_t cap)
 {
-    double v = num_of(o, key, -1);
+    double v = cli_num_of(o, key, -1);
     if (v < 0)
         snprintf(out, cap, "-");
     else
@@ -43,13 +31,13 @@ static int queue_row(cli_table_t *t, const cJSON *req)
     char cells[Q_COLS][96];
     const char *row[Q_COLS];
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(req, "id");
-    snprintf(cells[0], sizeof cells[0], "%s", str_of(req, "model", "?"));
+    snprintf(cells[0], sizeof cells[0], "%s", cli_str_of(req, "model", "?"));
     snprintf(cells[1], sizeof cells[1], "%s", cJSON_IsString(id) ? id->valuestring : "job");
-    snprintf(cells[2], sizeof cells[2], "%.0f", num_of(req, "position", 0));
+    snprintf(cells[2], sizeof cells[2], "%.0f", cli_num_of(req, "position", 0));
     elapsed_of(req, "waited_ms", cells[3], sizeof cells[3]);
     elapsed_of(req, "eta_start_ms", cells[4], sizeof cells[4]);
     elapsed_of(req, "eta_done_ms", cells[5], sizeof cells[5]);
-    snprintf(cells[6], sizeof cells[6], "%s", str_of(req, "waiting_for", "?"));
+    snprintf(cells[6], sizeof cells[6], "%s", cli_str_of(req, "waiting_for", "?"));
     for (int k = 0; k < Q_COLS; k++)
         row[k] = cells[k];
     return cli_table_add(t, row);
@@ -61,9 +49,9 @@ static int model_line(buf_t *out, const cJSON *m)
     char eta[24], bound[24];
     elapsed_of(m, "eta_new_ms", eta, sizeof eta);
     elapsed_of(m, "max_wait_ms", bound, sizeof bound);
-    double depth = num_of(m, "depth", 0);
+    double depth = cli_num_of(m, "depth", 0);
     int listed = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "requests"));
-    int rc = buf_printf(out, "  %s: %.0f waiting", str_of(m, "model", "?"), depth);
+    int rc = buf_printf(out, "  %s: %.0f waiting", cli_str_of(m, "model", "?"), depth);
     if (depth > listed)
         rc |= buf_printf(out, " (%.0f not listed)", depth - listed);
     rc |= buf_printf(out, "; a new request would start in %s (max_wait %s)\n", eta, bound);

@@ -8,6 +8,18 @@
 
 #define GiB_F 1073741824.0
 
+const char *cli_str_of(const cJSON *o, const char *key, const char *dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : dflt;
+}
+
+double cli_num_of(const cJSON *o, const char *key, double dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
 void cli_format_gib(uint64_t bytes, char *out, size_t cap)
 {
     snprintf(out, cap, "%.1f", (double)bytes / GiB_F);

@@ -24,6 +24,9 @@
 
 #define CLI_BAR_MAX_SEGMENTS 16
 
+/* o's member key as a string or a number, else dflt (a missing member, another type). */
+const char *cli_str_of(const cJSON *o, const char *key, const char *dflt);
+double cli_num_of(const cJSON *o, const char *key, double dflt);
 /* "12.3" (GiB, one decimal) */
 void cli_format_gib(uint64_t bytes, char *out, size_t cap);
 /* "12.3 GiB", "512 MiB", "0 B": a short human size with a unit, for single values */

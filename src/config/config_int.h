@@ -93,6 +93,12 @@ int cfg_fp_duration(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *s
 int cfg_fp_route(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec);
 /* aliases: (models and alias_of entries): a list of names without spaces; null = none */
 int cfg_parse_aliases(ctx_t *c, yaml_node_t *v, char ***aliases, size_t *n_aliases);
+/* A YAML sequence of min..max scalars, each checked by check (0, or -1 with its error
+ * reported), into *out (NULL-terminated; the old list freed and replaced only on success);
+ * what: the list as its error describes it ("a list of names"). */
+typedef int (*cfg_item_check_fn)(ctx_t *c, yaml_node_t *item);
+int cfg_parse_string_list(ctx_t *c, yaml_node_t *v, const char *what, size_t min, size_t max,
+                          cfg_item_check_fn check, char ***out, size_t *n_out);
 
 /* host_keys.c: allowed_hosts */
 #define ALLOWED_HOSTS_MAX 64

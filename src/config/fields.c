@@ -6,8 +6,9 @@
  * (string, HTTP path, bool, integers within [min, max], size, duration, a route);
  * cfg_parse_* are the same checks for callers that are not table entries,
  * cfg_parse_argv() reads a list of words (a model's cmd, a validate cmd) that
- * cfg_free_argv() frees, and cfg_parse_aliases() a list of names (a model's or an
- * alias_of entry's aliases).
+ * cfg_free_argv() frees, cfg_parse_string_list() a list of scalars each checked by its
+ * caller's function (alias_of targets, allowed_hosts), and cfg_parse_aliases() a list of
+ * names (a model's or an alias_of entry's aliases).
  * Invariants: an unknown key is an error (naming the closest known key, when one is
  * within an edit distance of 2, of 1 for keys of up to 4 characters); a mapping's keys are
  * all walked, each reported on its own (a failed one leaves its field as it was); a parser returns 0
@@ -365,6 +366,47 @@ int cfg_fp_route(ctx_t *c, yaml_node_t *v, void *field, const field_spec_t *spec
     return 0;
 }
 
+int cfg_parse_string_list(ctx_t *c, yaml_node_t *v, const char *what, size_t min, size_t max,
+                          cfg_item_check_fn check, char ***out, size_t *n_out)
+{
+    if (ydoc_need_sequence(c, v, what, min, max) != 0)
+        return -1;
+    size_t n = ydoc_sequence_size(v);
+    char **names = calloc(n + 1, sizeof *names);
+    if (names == NULL)
+        return ydoc_fail(c, v, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        yaml_node_t *item = ydoc_sequence_item(c, v, i);
+        size_t saved = ydoc_path_push_index(c, i);
+        rc = check(c, item);
+        if (rc == 0 && (names[i] = ydoc_dup_or_fail(c, item, ydoc_scalar_text(item))) == NULL)
+            rc = -1;
+        ydoc_path_pop(c, saved);
+    }
+    if (rc != 0) {
+        cfg_free_argv(names, n);
+        return -1;
+    }
+    cfg_free_argv(*out, *n_out);
+    *out = names;
+    *n_out = n;
+    return 0;
+}
+
+/* An alias: a non-empty scalar without spaces or control characters. */
+static int alias_item(ctx_t *c, yaml_node_t *item)
+{
+    if (ydoc_need_scalar(c, item, "a name") != 0)
+        return -1;
+    for (const char *p = ydoc_scalar_text(item); *p; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+            return ydoc_fail(c, item, "an alias may not contain spaces or control characters");
+    if (item->data.scalar.length == 0)
+        return ydoc_fail(c, item, "an alias must not be empty");
+    return 0;
+}
+
 /* A list of names (aliases: of a model or an alias_of entry), no spaces nor control
  * characters, at most ALIASES_MAX; null = none. */
 int cfg_parse_aliases(ctx_t *c, yaml_node_t *v, char ***aliases, size_t *n_aliases)
@@ -375,32 +417,5 @@ int cfg_parse_aliases(ctx_t *c, yaml_node_t *v, char ***aliases, size_t *n_alias
         *n_aliases = 0;
         return 0;
     }
-    if (ydoc_need_sequence(c, v, "a list of names", 0, ALIASES_MAX) != 0)
-        return -1;
-    size_t n = ydoc_sequence_size(v);
-    char **names = calloc(n + 1, sizeof *names);
-    if (names == NULL)
-        return ydoc_fail(c, v, "out of memory");
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        yaml_node_t *item = ydoc_sequence_item(c, v, i);
-        size_t saved = ydoc_path_push_index(c, i);
-        rc = ydoc_need_scalar(c, item, "a name");
-        for (const char *p = rc == 0 ? ydoc_scalar_text(item) : ""; rc == 0 && *p; p++)
-            if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-                rc = ydoc_fail(c, item, "an alias may not contain spaces or control characters");
-        if (rc == 0 && item->data.scalar.length == 0)
-            rc = ydoc_fail(c, item, "an alias must not be empty");
-        if (rc == 0 && (names[i] = ydoc_dup_or_fail(c, item, ydoc_scalar_text(item))) == NULL)
-            rc = -1;
-        ydoc_path_pop(c, saved);
-    }
-    if (rc != 0) {
-        cfg_free_argv(names, n);
-        return -1;
-    }
-    cfg_free_argv(*aliases, *n_aliases);
-    *aliases = names;
-    *n_aliases = n;
-    return 0;
+    return cfg_parse_string_list(c, v, "a list of names", 0, ALIASES_MAX, alias_item, aliases, n_aliases);
 }

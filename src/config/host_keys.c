@@ -49,25 +49,11 @@ int cfg_fp_allowed_hosts(ctx_t *c, yaml_node_t *v, void *field, const field_spec
         cfg_allowed_hosts_free(cfg);
         return 0;
     }
-    if (ydoc_need_sequence(c, v, "a list of host names like [gpu-box.example.com]", 0, ALLOWED_HOSTS_MAX) != 0)
+    char **names = NULL;
+    size_t n = 0;
+    if (cfg_parse_string_list(c, v, "a list of host names like [gpu-box.example.com]", 0, ALLOWED_HOSTS_MAX,
+                              check_host_name, &names, &n) != 0)
         return -1;
-    size_t n = ydoc_sequence_size(v);
-    char **names = calloc(n + 1, sizeof *names);
-    if (names == NULL)
-        return ydoc_fail(c, v, "out of memory");
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        yaml_node_t *item = ydoc_sequence_item(c, v, i);
-        size_t saved = ydoc_path_push_index(c, i);
-        rc = check_host_name(c, item);
-        if (rc == 0 && (names[i] = ydoc_dup_or_fail(c, item, ydoc_scalar_text(item))) == NULL)
-            rc = -1;
-        ydoc_path_pop(c, saved);
-    }
-    if (rc != 0) {
-        cfg_free_argv(names, n);
-        return -1;
-    }
     cfg_allowed_hosts_free(cfg);
     cfg->allowed_hosts.names = names;
     cfg->allowed_hosts.n = n;

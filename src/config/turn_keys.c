@@ -72,36 +72,20 @@ void cfg_alias_of_free(config_alias_of_t *a)
     free(a->where);
 }
 
+/* A model name: a non-empty scalar. */
+static int target_item(ctx_t *c, yaml_node_t *item)
+{
+    if (ydoc_need_scalar(c, item, "a model name") != 0)
+        return -1;
+    return item->data.scalar.length == 0 ? ydoc_fail(c, item, "a model name must not be empty") : 0;
+}
+
 /* alias_of: a list of 1..16 names, kept as written (resolved by cfg_check_turns). */
 static int parse_targets(ctx_t *c, config_alias_of_t *a, yaml_node_t *v)
 {
     char what[96];
     snprintf(what, sizeof what, "a list of 1 to %d model names like [qwen-7b, llama-8b]", ALIAS_OF_TARGETS_MAX);
-    if (ydoc_need_sequence(c, v, what, 1, ALIAS_OF_TARGETS_MAX) != 0)
-        return -1;
-    size_t n = ydoc_sequence_size(v);
-    char **names = calloc(n + 1, sizeof *names);
-    if (names == NULL)
-        return ydoc_fail(c, v, "out of memory");
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        yaml_node_t *item = ydoc_sequence_item(c, v, i);
-        size_t saved = ydoc_path_push_index(c, i);
-        rc = ydoc_need_scalar(c, item, "a model name");
-        if (rc == 0 && item->data.scalar.length == 0)
-            rc = ydoc_fail(c, item, "a model name must not be empty");
-        if (rc == 0 && (names[i] = ydoc_dup_or_fail(c, item, ydoc_scalar_text(item))) == NULL)
-            rc = -1;
-        ydoc_path_pop(c, saved);
-    }
-    if (rc != 0) {
-        cfg_free_argv(names, n);
-        return -1;
-    }
-    cfg_free_argv(a->targets, a->n_targets);
-    a->targets = names;
-    a->n_targets = n;
-    return 0;
+    return cfg_parse_string_list(c, v, what, 1, ALIAS_OF_TARGETS_MAX, target_item, &a->targets, &a->n_targets);
 }
 
 int cfg_parse_alias_of(ctx_t *c, config_alias_of_t *a, yaml_node_t *k, yaml_node_t *v)
